@@ -8,7 +8,17 @@
 package workspace
 
 import (
+	"crypto/rand"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -35,4 +45,369 @@ type Table struct {
 	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// CatalogName returns the catalog part of FullName.
+func (t Table) CatalogName() string { return namePart(t.FullName, 0) }
+
+// SchemaName returns the schema part of FullName.
+func (t Table) SchemaName() string { return namePart(t.FullName, 1) }
+
+// Name returns the table part of FullName.
+func (t Table) Name() string { return namePart(t.FullName, 2) }
+
+func namePart(full string, i int) string {
+	parts := strings.SplitN(full, ".", 3)
+	if i < len(parts) {
+		return parts[i]
+	}
+	return ""
+}
+
+// Column returns the column named name (case-insensitively, as Delta resolves
+// column names) and its index, or -1.
+func (t Table) Column(name string) (typemap.Column, int) {
+	for i, c := range t.Columns {
+		if strings.EqualFold(c.Name, name) {
+			return c, i
+		}
+	}
+	return typemap.Column{}, -1
+}
+
+// Clone returns a deep copy of t: no slice, map or nested type is shared.
+func (t Table) Clone() Table {
+	c := t
+	c.Columns = cloneColumns(t.Columns)
+	c.Properties = cloneMap(t.Properties)
+	c.Tags = cloneMap(t.Tags)
+	return c
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func cloneColumns(cols []typemap.Column) []typemap.Column {
+	if cols == nil {
+		return nil
+	}
+	out := make([]typemap.Column, len(cols))
+	for i, c := range cols {
+		c.Type = cloneType(c.Type)
+		out[i] = c
+	}
+	return out
+}
+
+func cloneType(t typemap.Type) typemap.Type {
+	if t.Elem != nil {
+		e := cloneType(*t.Elem)
+		t.Elem = &e
+	}
+	if t.Key != nil {
+		k := cloneType(*t.Key)
+		t.Key = &k
+	}
+	if t.Value != nil {
+		v := cloneType(*t.Value)
+		t.Value = &v
+	}
+	if t.Fields != nil {
+		fields := make([]typemap.Field, len(t.Fields))
+		for i, f := range t.Fields {
+			f.Type = cloneType(f.Type)
+			fields[i] = f
+		}
+		t.Fields = fields
+	}
+	return t
+}
+
+// NormalizeName lower-cases a catalog.schema.table name the way Unity Catalog
+// stores it (UC object names are case-insensitive and kept in lower case).
+func NormalizeName(fullName string) string { return strings.ToLower(fullName) }
+
+// Registry holds the emulator's tables. It is safe for concurrent use. With a
+// directory it persists every table as one JSON file under dir/_registry/
+// (written to a temporary file, fsync'd and renamed, so a crash leaves either
+// the old or the new version), so an emulator restarted on the same data
+// directory keeps its tables.
+type Registry struct {
+	dir string // "" = memory only
+	now func() time.Time
+
+	mu     sync.RWMutex
+	tables map[string]*Table // key: NormalizeName(FullName)
+}
+
+// OpenRegistry opens (creating it if needed) the registry persisted under
+// dir/_registry/. An empty dir gives a memory-only registry.
+func OpenRegistry(dir string) (*Registry, error) {
+	r := &Registry{now: time.Now, tables: map[string]*Table{}}
+	if dir == "" {
+		return r, nil
+	}
+	r.dir = filepath.Join(dir, "_registry")
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open registry: %w", err)
+	}
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("open registry: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".tmp-") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(r.dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("open registry: %w", err)
+		}
+		t, err := decodeTable(b)
+		if err != nil {
+			return nil, fmt.Errorf("open registry: %s: %w", name, err)
+		}
+		r.tables[NormalizeName(t.FullName)] = &t
+	}
+	return r, nil
+}
+
+// SetClock makes the registry stamp CreatedAt/UpdatedAt with now instead of
+// time.Now (tests and the emulator's injectable clock use it).
+func (r *Registry) SetClock(now func() time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now = now
+}
+
+// Get returns a deep copy of the table named fullName (case-insensitive).
+func (r *Registry) Get(fullName string) (Table, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.tables[NormalizeName(fullName)]
+	if !ok {
+		return Table{}, false
+	}
+	return t.Clone(), true
+}
+
+// GetByID returns a deep copy of the table whose TableID is id.
+func (r *Registry) GetByID(id string) (Table, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, t := range r.tables {
+		if t.TableID == id {
+			return t.Clone(), true
+		}
+	}
+	return Table{}, false
+}
+
+// List returns deep copies of all tables, sorted by full name.
+func (r *Registry) List() []Table {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Table, 0, len(r.tables))
+	for _, t := range r.tables {
+		out = append(out, t.Clone())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].FullName < out[j].FullName })
+	return out
+}
+
+// Create adds a table. FullName must have three non-empty parts; it is stored
+// lower-cased as UC does. Create assigns a TableID (unless set), TableType
+// MANAGED (unless set), Version 1 and CreatedAt/UpdatedAt. It returns
+// ErrAlreadyExists (wrapped) when the name is taken.
+func (r *Registry) Create(t Table) (Table, error) {
+	if _, _, _, err := typemap.ParseTableName(t.FullName); err != nil {
+		return Table{}, fmt.Errorf("create table: %w", err)
+	}
+	if len(t.Columns) == 0 {
+		return Table{}, fmt.Errorf("create table %s: no columns", t.FullName)
+	}
+	t = t.Clone()
+	t.FullName = NormalizeName(t.FullName)
+	if t.TableID == "" {
+		t.TableID = newUUID()
+	}
+	if t.TableType == "" {
+		t.TableType = "MANAGED"
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now().UTC()
+	t.Version = 1
+	t.CreatedAt, t.UpdatedAt = now, now
+	if _, ok := r.tables[t.FullName]; ok {
+		return Table{}, fmt.Errorf("create table %s: %w", t.FullName, ErrAlreadyExists)
+	}
+	if err := r.persist(t); err != nil {
+		return Table{}, fmt.Errorf("create table %s: %w", t.FullName, err)
+	}
+	r.tables[t.FullName] = &t
+	return t.Clone(), nil
+}
+
+// Update applies fn to a copy of the table and stores the result if fn
+// returns nil. Version increases by one when the columns or the properties
+// changed; UpdatedAt moves when anything changed. FullName, TableID and
+// CreatedAt cannot be changed by fn. A missing table gives ErrNotFound
+// (wrapped); an error from fn is returned unchanged and nothing is stored.
+func (r *Registry) Update(fullName string, fn func(*Table) error) (Table, error) {
+	key := NormalizeName(fullName)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.tables[key]
+	if !ok {
+		return Table{}, fmt.Errorf("update table %s: %w", fullName, ErrNotFound)
+	}
+	next := cur.Clone()
+	if err := fn(&next); err != nil {
+		return Table{}, err
+	}
+	next.FullName, next.TableID, next.CreatedAt = cur.FullName, cur.TableID, cur.CreatedAt
+	next.Version, next.UpdatedAt = cur.Version, cur.UpdatedAt
+	schemaChanged := !reflect.DeepEqual(next.Columns, cur.Columns) || !mapsEqual(next.Properties, cur.Properties)
+	if !schemaChanged && mapsEqual(next.Tags, cur.Tags) && next.Comment == cur.Comment &&
+		next.Owner == cur.Owner && next.TableType == cur.TableType {
+		return next, nil
+	}
+	if schemaChanged {
+		next.Version++
+	}
+	next.UpdatedAt = r.now().UTC()
+	if err := r.persist(next); err != nil {
+		return Table{}, fmt.Errorf("update table %s: %w", fullName, err)
+	}
+	r.tables[key] = &next
+	return next.Clone(), nil
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// persist writes t atomically: temp file, fsync, rename, fsync of the
+// directory. Callers hold r.mu.
+func (r *Registry) persist(t Table) error {
+	if r.dir == "" {
+		return nil
+	}
+	b, err := encodeTable(t)
+	if err != nil {
+		return err
+	}
+	final := filepath.Join(r.dir, url.PathEscape(t.FullName)+".json")
+	f, err := os.CreateTemp(r.dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("persist: write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("persist: fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("persist: close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("persist: rename: %w", err)
+	}
+	d, err := os.Open(r.dir)
+	if err != nil {
+		return fmt.Errorf("persist: open dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("persist: fsync dir: %w", err)
+	}
+	return nil
+}
+
+// storedTable is the on-disk form of a Table. Columns are kept as UC
+// type_json (Spark StructField JSON), a stable public format that keeps
+// nested nullability and comments.
+type storedTable struct {
+	FullName   string            `json:"full_name"`
+	TableID    string            `json:"table_id"`
+	TableType  string            `json:"table_type"`
+	Columns    []json.RawMessage `json:"columns"`
+	Properties map[string]string `json:"properties,omitempty"`
+	Tags       map[string]string `json:"tags,omitempty"`
+	Comment    string            `json:"comment,omitempty"`
+	Owner      string            `json:"owner,omitempty"`
+	Version    int64             `json:"version"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+}
+
+func encodeTable(t Table) ([]byte, error) {
+	s := storedTable{
+		FullName: t.FullName, TableID: t.TableID, TableType: t.TableType,
+		Properties: t.Properties, Tags: t.Tags, Comment: t.Comment, Owner: t.Owner,
+		Version: t.Version, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+	for _, c := range t.Columns {
+		s.Columns = append(s.Columns, json.RawMessage(typemap.ColumnTypeJSON(c)))
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode table %s: %w", t.FullName, err)
+	}
+	return b, nil
+}
+
+func decodeTable(b []byte) (Table, error) {
+	var s storedTable
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Table{}, fmt.Errorf("decode table: %w", err)
+	}
+	t := Table{
+		FullName: s.FullName, TableID: s.TableID, TableType: s.TableType,
+		Properties: s.Properties, Tags: s.Tags, Comment: s.Comment, Owner: s.Owner,
+		Version: s.Version, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+	if t.Properties == nil {
+		t.Properties = map[string]string{}
+	}
+	if t.Tags == nil {
+		t.Tags = map[string]string{}
+	}
+	for _, raw := range s.Columns {
+		c, err := typemap.ParseColumnTypeJSON(string(raw))
+		if err != nil {
+			return Table{}, fmt.Errorf("decode table %s: %w", s.FullName, err)
+		}
+		t.Columns = append(t.Columns, c)
+	}
+	return t, nil
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -1,0 +1,57 @@
+# benthos-zerobus — build, test, benchmark, demo.
+# Everything the tests need (npm packages, the emulator) is installed or started from here.
+
+BIN        ?= bin/benthos-zerobus
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DATE       ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.dateBuilt=$(DATE)
+GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
+# Packages whose correctness is about concurrency: always run under the race detector.
+RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/zerobus/... ./plugin/...
+TEST_TIMEOUT ?= 12m
+
+.PHONY: all build test unit race conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
+
+all: build
+
+build:
+	$(GOFLAGS_BUILD) -o $(BIN) ./cmd/benthos-zerobus
+
+## test: everything CI runs — format, vet, the binary, example lint, all tests (race on concurrency packages), SDK conformance.
+test: fmt-check vet build conformance-deps lint-examples
+	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+conformance-deps:
+	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
+
+lint-examples: build
+	$(BIN) lint config/examples/*.yaml
+
+vet:
+	go vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## bench: pipeline and converter ratios (printed as x_vs_* metrics) and peak RSS.
+bench: build conformance-deps
+	go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/arrowconv/ ./test/e2e/
+
+## bench-transport: our Zerobus client vs the official SDK against the emulator in ack-only mode.
+bench-transport: conformance-deps
+	go test -run '^$$' -bench Transport -benchtime 1x -timeout 20m ./conformance/
+
+## demo: start the emulator, run the quickstart pipeline into it, print what landed.
+demo: build
+	./scripts/demo.sh $(BIN)
+
+## emulator: run the local Zerobus + workspace emulator in the foreground.
+emulator: build
+	$(BIN) emulator
+
+docker:
+	docker build --build-arg VERSION=$(VERSION) -t benthos-zerobus:$(VERSION) .
+
+clean:
+	rm -rf bin

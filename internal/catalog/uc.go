@@ -1,0 +1,583 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/databricks/databricks-sdk-go"
+	"github.com/databricks/databricks-sdk-go/apierr"
+	"github.com/databricks/databricks-sdk-go/client"
+	uccatalog "github.com/databricks/databricks-sdk-go/service/catalog"
+	"github.com/databricks/databricks-sdk-go/service/sql"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// UCConfig configures the Unity Catalog backend. Authentication is the
+// SDK's unified auth: OAuth M2M (ClientID + ClientSecret), a personal access
+// token, a config-file profile, or the DATABRICKS_* environment variables,
+// which fill in whatever is left empty here.
+type UCConfig struct {
+	Host         string
+	ClientID     string
+	ClientSecret string
+	Token        string
+	Profile      string
+	// AuthType picks the method when several are configured ("oauth-m2m",
+	// "pat").
+	AuthType string
+	// WarehouseID is the SQL warehouse DDL runs on (DATABRICKS_WAREHOUSE_ID
+	// if empty). Describe and credential vending do not need it.
+	WarehouseID string
+	// PollInterval is the wait between polls of a running statement
+	// (default 500ms).
+	PollInterval time.Duration
+	// StatementTimeout bounds one statement, polling included (default 5m).
+	StatementTimeout time.Duration
+	// HTTPTransport replaces the SDK's HTTP transport (tests, proxies).
+	HTTPTransport http.RoundTripper
+	// Logger receives the plans and the statements applied (default: none).
+	Logger *slog.Logger
+}
+
+// String describes the configuration without its secrets, so it can be
+// logged.
+func (c UCConfig) String() string {
+	redact := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return "<redacted>"
+	}
+	return fmt.Sprintf("UCConfig{host=%s auth_type=%s client_id=%s client_secret=%s token=%s profile=%s warehouse_id=%s}",
+		c.Host, c.AuthType, c.ClientID, redact(c.ClientSecret), redact(c.Token), c.Profile, c.WarehouseID)
+}
+
+// GoString keeps %#v from printing secrets.
+func (c UCConfig) GoString() string { return c.String() }
+
+// UC is the Unity Catalog TableCatalog backend on databricks-sdk-go. It keeps
+// the last described state of every table it reconciled (the drift cache) so
+// a Reconcile with nothing to change costs no request; Describe always
+// fetches afresh and refreshes that cache.
+type UC struct {
+	w         *databricks.WorkspaceClient
+	raw       *client.DatabricksClient
+	warehouse string
+	poll      time.Duration
+	timeout   time.Duration
+	log       *slog.Logger
+
+	mu    sync.Mutex
+	cache map[string]*TableState
+	locks map[string]*sync.Mutex
+}
+
+var _ TableCatalog = (*UC)(nil)
+
+// maxRounds bounds how often Reconcile re-describes and re-plans after
+// applying (another writer may have created or changed the table meanwhile).
+const maxRounds = 3
+
+// NewUC builds the UC backend. It resolves the configuration (and fails on
+// an ambiguous one) but makes no request.
+func NewUC(cfg UCConfig) (*UC, error) {
+	if cfg.Token != "" && (cfg.ClientID != "" || cfg.ClientSecret != "") && cfg.AuthType == "" {
+		return nil, errors.New("catalog: both a token and OAuth client credentials are configured: set auth_type to \"pat\" or \"oauth-m2m\"")
+	}
+	w, err := databricks.NewWorkspaceClient(&databricks.Config{
+		Host:          cfg.Host,
+		ClientID:      cfg.ClientID,
+		ClientSecret:  cfg.ClientSecret,
+		Token:         cfg.Token,
+		Profile:       cfg.Profile,
+		AuthType:      cfg.AuthType,
+		WarehouseID:   cfg.WarehouseID,
+		HTTPTransport: cfg.HTTPTransport,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: databricks workspace client: %w", err)
+	}
+	raw, err := client.New(w.Config)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: databricks api client: %w", err)
+	}
+	u := &UC{
+		w:         w,
+		raw:       raw,
+		warehouse: w.Config.WarehouseID,
+		poll:      cfg.PollInterval,
+		timeout:   cfg.StatementTimeout,
+		log:       cfg.Logger,
+		cache:     map[string]*TableState{},
+		locks:     map[string]*sync.Mutex{},
+	}
+	if u.poll <= 0 {
+		u.poll = 500 * time.Millisecond
+	}
+	if u.timeout <= 0 {
+		u.timeout = 5 * time.Minute
+	}
+	if u.log == nil {
+		u.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return u, nil
+}
+
+// Describe fetches the table from UC (one GET of the tables endpoint, read
+// raw so delta_uniform_iceberg, which the SDK's TableInfo lacks, is kept) and
+// refreshes the drift cache. A missing table is nil, nil.
+func (u *UC) Describe(ctx context.Context, table string) (*TableState, error) {
+	if _, _, _, err := typemap.ParseTableName(table); err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	var body []byte
+	err := u.raw.Do(ctx, http.MethodGet, "/api/2.1/unity-catalog/tables/"+url.PathEscape(table), nil, nil, nil, &body)
+	if apierr.IsMissing(err) {
+		u.remember(table, nil)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("catalog: describe table %s: %w", table, err)
+	}
+	state, err := tableStateFromJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: describe table %s: %w", table, err)
+	}
+	state.Tags = u.tags(ctx, state.FullName)
+	u.remember(table, state)
+	return state, nil
+}
+
+// tags reads a table's tags, or nil when they cannot be read (the plan then
+// relies on PropTagsHash): tags are bookkeeping, never a reason to fail.
+func (u *UC) tags(ctx context.Context, table string) map[string]string {
+	list, err := u.w.EntityTagAssignments.ListAll(ctx, uccatalog.ListEntityTagAssignmentsRequest{EntityType: "tables", EntityName: table})
+	if err != nil {
+		u.log.Debug("catalog: cannot read table tags", "table", table, "error", err)
+		return nil
+	}
+	tags := make(map[string]string, len(list))
+	for _, t := range list {
+		tags[t.TagKey] = t.TagValue
+	}
+	return tags
+}
+
+// tableStateFromJSON converts a UC tables GET response.
+func tableStateFromJSON(body []byte) (*TableState, error) {
+	var info uccatalog.TableInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, fmt.Errorf("decode table info: %w", err)
+	}
+	var uniform struct {
+		DeltaUniformIceberg *struct {
+			ConvertedDeltaVersion *int64 `json:"converted_delta_version"`
+		} `json:"delta_uniform_iceberg"`
+	}
+	if err := json.Unmarshal(body, &uniform); err != nil {
+		return nil, fmt.Errorf("decode delta_uniform_iceberg: %w", err)
+	}
+	s := &TableState{
+		FullName:   info.FullName,
+		TableID:    info.TableId,
+		TableType:  string(info.TableType),
+		Properties: info.Properties,
+		Comment:    info.Comment,
+	}
+	if s.Properties == nil {
+		s.Properties = map[string]string{}
+	}
+	if uniform.DeltaUniformIceberg != nil {
+		s.IcebergConvertedVersion = uniform.DeltaUniformIceberg.ConvertedDeltaVersion
+	}
+	cols := slices.Clone(info.Columns)
+	slices.SortStableFunc(cols, func(a, b uccatalog.ColumnInfo) int { return a.Position - b.Position })
+	for _, ci := range cols {
+		c, err := columnFromInfo(ci)
+		if err != nil {
+			return nil, err
+		}
+		s.Columns = append(s.Columns, c)
+	}
+	return s, nil
+}
+
+// columnFromInfo prefers type_json (it keeps nested nullability) over
+// type_text.
+func columnFromInfo(ci uccatalog.ColumnInfo) (typemap.Column, error) {
+	if ci.TypeJson != "" {
+		c, err := typemap.ParseColumnTypeJSON(ci.TypeJson)
+		if err != nil {
+			return typemap.Column{}, fmt.Errorf("column %q: %w", ci.Name, err)
+		}
+		c.Name, c.Comment = ci.Name, ci.Comment
+		return c, nil
+	}
+	t, err := typemap.Parse(ci.TypeText)
+	if err != nil {
+		return typemap.Column{}, fmt.Errorf("column %q: type_text %q: %w", ci.Name, ci.TypeText, err)
+	}
+	return typemap.Column{Name: ci.Name, Type: t, Nullable: ci.Nullable, Comment: ci.Comment}, nil
+}
+
+func (u *UC) remember(table string, s *TableState) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if s == nil {
+		delete(u.cache, table)
+		return
+	}
+	u.cache[table] = s
+}
+
+// Cached returns the last described state of a table, or nil.
+func (u *UC) Cached(table string) *TableState {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.cache[table]
+}
+
+func (u *UC) tableLock(table string) *sync.Mutex {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	l, ok := u.locks[table]
+	if !ok {
+		l = &sync.Mutex{}
+		u.locks[table] = l
+	}
+	return l
+}
+
+// Reconcile plans against the cached state first: when that plan is empty
+// nothing is requested at all. Otherwise it describes afresh, plans, logs the
+// plan and applies it statement by statement, then re-describes and re-plans
+// (another writer may have raced it) until the plan is empty. Calls for one
+// table are serialised.
+func (u *UC) Reconcile(ctx context.Context, desired DesiredTable) (ReconcileOutcome, error) {
+	l := u.tableLock(desired.FullName)
+	l.Lock()
+	defer l.Unlock()
+
+	if cached := u.Cached(desired.FullName); cached != nil {
+		if p := Plan(cached, desired); p.Empty() {
+			return ReconcileOutcome{Plan: p, State: cached}, nil
+		}
+	}
+	var out ReconcileOutcome
+	live, err := u.Describe(ctx, desired.FullName)
+	if err != nil {
+		return out, err
+	}
+	for round := 1; ; round++ {
+		p := Plan(live, desired)
+		if round == 1 || p.Refused() != nil {
+			out.Plan = p
+		}
+		out.State = live
+		u.logPlan(ctx, p)
+		if err := p.RefusedError(); err != nil {
+			u.log.Error("catalog: plan refused", "table", p.Table, "error", err)
+			return out, err
+		}
+		if p.Empty() {
+			return out, nil
+		}
+		if round > maxRounds {
+			if onlyMetadata(p) {
+				u.log.Warn("catalog: metadata did not converge; writing anyway", "table", p.Table, "plan", p.String())
+				return out, nil
+			}
+			return out, fmt.Errorf("catalog: table %s did not converge after %d rounds: %s", p.Table, maxRounds, p)
+		}
+		n, err := u.apply(ctx, p)
+		out.Statements += n
+		out.Applied = append(out.Applied, p)
+		if err != nil && !IsAlreadyExists(err) {
+			return out, err
+		}
+		if err != nil {
+			u.log.Warn("catalog: raced another writer; re-planning", "table", p.Table, "error", err)
+		}
+		if live, err = u.Describe(ctx, desired.FullName); err != nil {
+			return out, err
+		}
+	}
+}
+
+// onlyMetadata reports whether a plan changes no column.
+func onlyMetadata(p ReconcilePlan) bool {
+	for _, s := range p.Steps {
+		switch s.Kind {
+		case StepSetComment, StepSetProperty, StepSetTags:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// logPlan logs a plan before it is applied: one record per step and one
+// warning per note, so each line stays readable.
+func (u *UC) logPlan(ctx context.Context, p ReconcilePlan) {
+	if p.Empty() && len(p.Notes) == 0 {
+		u.log.Debug("catalog: table up to date", "table", p.Table)
+		return
+	}
+	for i, s := range p.Steps {
+		level := slog.LevelInfo
+		if s.Kind == StepRefuse {
+			level = slog.LevelError
+		}
+		u.log.Log(ctx, level, "catalog: plan", "table", p.Table, "step", i+1, "of", len(p.Steps), "change", s.String())
+	}
+	for _, n := range p.Notes {
+		u.log.Warn("catalog: plan note", "table", p.Table, "note", n)
+	}
+}
+
+// apply executes a plan's statements in order, stopping at the first failure.
+// It returns how many statements it executed.
+func (u *UC) apply(ctx context.Context, p ReconcilePlan) (int, error) {
+	stmts, err := p.SQL()
+	if err != nil {
+		return 0, fmt.Errorf("catalog: %w", err)
+	}
+	for i, stmt := range stmts {
+		u.log.Info("catalog: applying", "table", p.Table, "step", i+1, "sql", stmt)
+		if err := u.Execute(ctx, stmt); err != nil {
+			return i + 1, fmt.Errorf("catalog: table %s: %s: %w", p.Table, p.Steps[i], err)
+		}
+	}
+	return len(stmts), nil
+}
+
+// StatementError is a statement the warehouse failed, canceled or closed.
+type StatementError struct {
+	StatementID string
+	State       string
+	ErrorCode   string
+	SQLState    string
+	Message     string
+}
+
+func (e *StatementError) Error() string {
+	s := fmt.Sprintf("statement %s %s", e.StatementID, e.State)
+	if e.ErrorCode != "" {
+		s += " (" + e.ErrorCode + ")"
+	}
+	if e.SQLState != "" {
+		s += " [SQLSTATE " + e.SQLState + "]"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// AlreadyExists reports whether the statement failed because the table or
+// column it creates exists already (SQLSTATE 42P07 / 42710 / 42711, error
+// class *_ALREADY_EXISTS, or the message says so).
+func (e *StatementError) AlreadyExists() bool {
+	switch e.SQLState {
+	case "42P07", "42710", "42711":
+		return true
+	}
+	return strings.Contains(strings.ToUpper(e.ErrorCode), "ALREADY_EXISTS") ||
+		strings.Contains(strings.ToUpper(e.Message), "ALREADY_EXISTS") ||
+		strings.Contains(strings.ToLower(e.Message), "already exists")
+}
+
+// IsAlreadyExists reports whether err is a statement failure that says the
+// object exists already: another writer got there first.
+func IsAlreadyExists(err error) bool {
+	var se *StatementError
+	return errors.As(err, &se) && se.AlreadyExists()
+}
+
+// Execute runs one SQL statement on the warehouse and waits for it, polling
+// until it is terminal or StatementTimeout passes (then it is canceled). A
+// statement that ends other than SUCCEEDED is a *StatementError.
+func (u *UC) Execute(ctx context.Context, statement string) error {
+	if u.warehouse == "" {
+		return errors.New("no warehouse_id configured: DDL runs on a SQL warehouse")
+	}
+	ctx, cancel := context.WithTimeout(ctx, u.timeout)
+	defer cancel()
+	resp, err := u.w.StatementExecution.ExecuteStatement(ctx, sql.ExecuteStatementRequest{
+		WarehouseId:   u.warehouse,
+		Statement:     statement,
+		WaitTimeout:   waitTimeout(u.timeout),
+		OnWaitTimeout: sql.ExecuteStatementRequestOnWaitTimeoutContinue,
+	})
+	if err != nil {
+		return fmt.Errorf("execute statement: %w", err)
+	}
+	t := time.NewTimer(u.poll)
+	defer t.Stop()
+	for running(resp) {
+		select {
+		case <-ctx.Done():
+			u.cancelStatement(resp.StatementId)
+			return fmt.Errorf("statement %s: %w", resp.StatementId, ctx.Err())
+		case <-t.C:
+		}
+		id := resp.StatementId
+		if resp, err = u.w.StatementExecution.GetStatementByStatementId(ctx, id); err != nil {
+			return fmt.Errorf("poll statement %s: %w", id, err)
+		}
+		t.Reset(u.poll)
+	}
+	if resp.Status == nil {
+		return fmt.Errorf("statement %s: response without a status", resp.StatementId)
+	}
+	if resp.Status.State == sql.StatementStateSucceeded {
+		return nil
+	}
+	se := &StatementError{StatementID: resp.StatementId, State: string(resp.Status.State), SQLState: resp.Status.SqlState}
+	if e := resp.Status.Error; e != nil {
+		se.ErrorCode, se.Message = string(e.ErrorCode), e.Message
+	}
+	return se
+}
+
+func running(resp *sql.StatementResponse) bool {
+	if resp.Status == nil {
+		return false
+	}
+	switch resp.Status.State {
+	case sql.StatementStatePending, sql.StatementStateRunning:
+		return true
+	}
+	return false
+}
+
+// cancelStatement asks the warehouse to stop a statement we gave up on.
+func (u *UC) cancelStatement(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := u.w.StatementExecution.CancelExecution(ctx, sql.CancelExecutionRequest{StatementId: id}); err != nil {
+		u.log.Warn("catalog: cancel statement", "statement_id", id, "error", err)
+	}
+}
+
+// waitTimeout is the synchronous wait asked of the warehouse: 30s, or less
+// when the statement timeout is shorter ("0s", i.e. asynchronous, below the
+// API's 5s minimum).
+func waitTimeout(limit time.Duration) string {
+	w := min(30*time.Second, limit)
+	if w < 5*time.Second {
+		return "0s"
+	}
+	return fmt.Sprintf("%ds", int(w/time.Second))
+}
+
+// state returns the cached state of a table, describing it when not cached;
+// a missing table is an error.
+func (u *UC) state(ctx context.Context, table string) (*TableState, error) {
+	if s := u.Cached(table); s != nil {
+		return s, nil
+	}
+	s, err := u.Describe(ctx, table)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, fmt.Errorf("catalog: table %s does not exist", table)
+	}
+	return s, nil
+}
+
+// RegisterWriter records the writer as table property
+// zerobus.writer.<id> = {"source":…,"role":…}. It issues a statement only
+// when the recorded value differs.
+func (u *UC) RegisterWriter(ctx context.Context, table string, w WriterInfo) error {
+	if w.ID == "" {
+		return errors.New("catalog: register writer: empty writer id")
+	}
+	l := u.tableLock(table)
+	l.Lock()
+	defer l.Unlock()
+	key := PropWriterPrefix + typemap.SafeIdentifier(w.ID)
+	v, _ := json.Marshal(struct {
+		Source string `json:"source,omitempty"`
+		Role   Role   `json:"role,omitempty"`
+	}{w.Source, w.Role})
+	val := string(v)
+	s, err := u.state(ctx, table)
+	if err != nil {
+		return fmt.Errorf("catalog: register writer %s: %w", w.ID, err)
+	}
+	if s.Properties[key] == val {
+		return nil
+	}
+	p := ReconcilePlan{Table: table, Steps: []Step{{Kind: StepSetProperty, Properties: map[string]string{key: val}}}}
+	if _, err := u.apply(ctx, p); err != nil {
+		return fmt.Errorf("catalog: register writer %s: %w", w.ID, err)
+	}
+	_, err = u.Describe(ctx, table)
+	return err
+}
+
+func (u *UC) generate(ctx context.Context, s *TableState, access Access) (*uccatalog.GenerateTemporaryTableCredentialResponse, error) {
+	return u.w.TemporaryTableCredentials.GenerateTemporaryTableCredentials(ctx, uccatalog.GenerateTemporaryTableCredentialRequest{
+		TableId:   s.TableID,
+		Operation: uccatalog.TableOperation(access),
+	})
+}
+
+// ErrReadWriteOnManaged explains a READ_WRITE vend refused on a managed table.
+var ErrReadWriteOnManaged = errors.New("managed Delta tables vend READ credentials only: writes go through Zerobus, READ_WRITE storage credentials are refused")
+
+// VendCredentials asks UC for temporary table credentials (READ serves the
+// Iceberg recovery read path). They inherit the principal's privileges; the
+// workspace must allow external data access (EXTERNAL USE SCHEMA).
+func (u *UC) VendCredentials(ctx context.Context, table string, access Access) (*VendedCredentials, error) {
+	if access != AccessRead && access != AccessReadWrite {
+		return nil, fmt.Errorf("catalog: vend credentials: access %q: want %s or %s", access, AccessRead, AccessReadWrite)
+	}
+	s, err := u.state(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: vend credentials for %s: %w", table, err)
+	}
+	resp, err := u.generate(ctx, s, access)
+	if apierr.IsMissing(err) && u.Cached(table) == s {
+		// The cached table id may be stale (the table was re-created).
+		if s, err = u.Describe(ctx, table); err == nil && s == nil {
+			err = fmt.Errorf("table %s does not exist", table)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("catalog: vend credentials for %s: %w", table, err)
+		}
+		resp, err = u.generate(ctx, s, access)
+	}
+	if err != nil {
+		if access == AccessReadWrite && strings.EqualFold(s.TableType, "MANAGED") {
+			return nil, fmt.Errorf("catalog: vend %s credentials for %s: %w (%w)", access, table, ErrReadWriteOnManaged, err)
+		}
+		return nil, fmt.Errorf("catalog: vend %s credentials for %s: %w", access, table, err)
+	}
+	v := &VendedCredentials{URL: resp.Url, Expiration: time.UnixMilli(resp.ExpirationTime)}
+	switch {
+	case resp.AwsTempCredentials != nil:
+		a := resp.AwsTempCredentials
+		v.AWS = &AWSCreds{AccessKeyID: a.AccessKeyId, SecretAccessKey: a.SecretAccessKey, SessionToken: a.SessionToken, AccessPoint: a.AccessPoint}
+	case resp.AzureUserDelegationSas != nil:
+		v.AzureSAS = resp.AzureUserDelegationSas.SasToken
+	case resp.GcpOauthToken != nil:
+		v.GCPToken = resp.GcpOauthToken.OauthToken
+	default:
+		return nil, fmt.Errorf("catalog: vend credentials for %s: the response holds no AWS, Azure SAS or GCP credential", table)
+	}
+	return v, nil
+}

@@ -1,0 +1,281 @@
+package zerobus
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Defaults, modelled on the official SDKs.
+const (
+	DefaultReadyTimeout       = 30 * time.Second
+	DefaultRecoveryAttempts   = 4
+	DefaultRecoveryBackoff    = 2 * time.Second
+	DefaultMaxInflightBytes   = 64 << 20
+	DefaultMaxInflightBatches = 1000
+	DefaultUserAgent          = "benthos-zerobus/dev"
+	DefaultAckTimeout         = 60 * time.Second
+)
+
+// Observer receives the events the plugin turns into metrics and logs. Every
+// method must be cheap and must not block. Embed NopObserver to implement only
+// some hooks.
+type Observer interface {
+	// OnRotation is called when the service announces a stream rotation.
+	OnRotation(table string)
+	// OnReconnect is called when a logical stream replaces its connection;
+	// reason is the classified cause (rotation included).
+	OnReconnect(table string, reason error)
+	// OnRetry is called when a reconnect attempt failed and another follows.
+	OnRetry(table string, attempt int, err error)
+	// OnFailure is called once when a logical stream fails for good.
+	OnFailure(table string, err *Error)
+}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+func (NopObserver) OnRotation(string)                {}
+func (NopObserver) OnReconnect(string, error)        {}
+func (NopObserver) OnRetry(string, int, error)       {}
+func (NopObserver) OnFailure(table string, _ *Error) {}
+
+// Config configures a Client.
+type Config struct {
+	// Endpoint is the Zerobus endpoint, https://<workspace-id>.zerobus.<region>...
+	// http:// means plaintext gRPC and is only meant for loopback (the
+	// emulator); a bare host:port uses TLS.
+	Endpoint string
+	// WorkspaceURL is where the OAuth token endpoint lives.
+	WorkspaceURL string
+	// WorkspaceID names the workspace in the token request; empty means
+	// derived from the endpoint's first DNS label, or for IP/loopback
+	// endpoints discovered from {WorkspaceURL}/.well-known/databricks-config.
+	WorkspaceID  string
+	ClientID     string
+	ClientSecret string
+	// Token overrides OAuth for every table (static tokens, tests).
+	Token TokenSource
+	// HTTPClient is used for token requests; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Compression is the IPC body compression: "none" (default), "lz4_frame"
+	// or "zstd".
+	Compression string
+	// UserAgent is sent as the gRPC user agent (product/version).
+	UserAgent string
+	// ReadyTimeout bounds the wait for the ready signal of each connection.
+	ReadyTimeout time.Duration
+	// RecoveryAttempts and RecoveryBackoff bound reconnects: a logical
+	// stream that fails this many reconnect attempts in a row is poisoned.
+	// Zero means the default (4 attempts, 2 s); a negative backoff means none.
+	RecoveryAttempts int
+	RecoveryBackoff  time.Duration
+	// MaxInflightBytes and MaxInflightBatches bound what a logical stream
+	// keeps unacknowledged; Submit blocks beyond them.
+	MaxInflightBytes   int64
+	MaxInflightBatches int
+	// AckTimeout is how long a connection may go without any ack while rows
+	// are outstanding before it is treated as dead and replaced (the SDKs'
+	// server_lack_of_ack_timeout).
+	AckTimeout time.Duration
+	// MaxFrameBytes caps one FlightData message; larger batches are split.
+	MaxFrameBytes int
+	// Observer receives reconnect, retry and failure events; may be nil.
+	Observer Observer
+	// DialOptions are appended to the gRPC dial options (tests, proxies).
+	DialOptions []grpc.DialOption
+}
+
+func (c Config) withDefaults() Config {
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.RecoveryAttempts <= 0 {
+		c.RecoveryAttempts = DefaultRecoveryAttempts
+	}
+	if c.RecoveryBackoff < 0 {
+		c.RecoveryBackoff = 0
+	} else if c.RecoveryBackoff == 0 {
+		c.RecoveryBackoff = DefaultRecoveryBackoff
+	}
+	if c.MaxInflightBytes <= 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if c.MaxInflightBatches <= 0 {
+		c.MaxInflightBatches = DefaultMaxInflightBatches
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = DefaultUserAgent
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	return c
+}
+
+// Client opens Zerobus streams over one gRPC connection. It implements
+// Opener. It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	conn    *grpc.ClientConn
+	flight  flight.FlightServiceClient
+	encoder *frameEncoder
+
+	mu     sync.Mutex
+	tokens map[string]TokenSource
+}
+
+var _ Opener = (*Client)(nil)
+
+// NewClient validates cfg and creates the gRPC connection (lazily dialled).
+func NewClient(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	target, creds, err := dialTarget(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Token == nil {
+		if cfg.WorkspaceURL == "" || cfg.ClientID == "" || cfg.ClientSecret == "" {
+			return nil, errors.New("zerobus client: workspace URL, client id and client secret are required without a token override")
+		}
+		if cfg.WorkspaceID == "" {
+			// Derivation fails for loopback endpoints: the token source
+			// then discovers the id from the workspace.
+			cfg.WorkspaceID, _ = WorkspaceIDFromEndpoint(cfg.Endpoint)
+		}
+	}
+	enc, err := newFrameEncoder(cfg.Compression, cfg.MaxFrameBytes)
+	if err != nil {
+		return nil, fmt.Errorf("zerobus client: %w", err)
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithUserAgent(cfg.UserAgent),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(math.MaxInt32),
+			grpc.MaxCallSendMsgSize(math.MaxInt32),
+		),
+	}
+	opts = append(opts, cfg.DialOptions...)
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("zerobus client: dial %s: %w", target, err)
+	}
+	return &Client{
+		cfg:     cfg,
+		conn:    conn,
+		flight:  flight.NewFlightServiceClient(conn),
+		encoder: enc,
+		tokens:  make(map[string]TokenSource),
+	}, nil
+}
+
+// dialTarget turns an endpoint URL into a gRPC target and credentials.
+func dialTarget(endpoint string) (string, credentials.TransportCredentials, error) {
+	if endpoint == "" {
+		return "", nil, errors.New("zerobus client: endpoint is required")
+	}
+	if !strings.Contains(endpoint, "://") {
+		return endpoint, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", nil, fmt.Errorf("zerobus client: parse endpoint: %w", err)
+	}
+	host := u.Host
+	switch u.Scheme {
+	case "https":
+		if u.Port() == "" {
+			host += ":443"
+		}
+		return host, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}), nil
+	case "http":
+		// Plaintext: only meant for loopback endpoints such as the emulator.
+		if u.Port() == "" {
+			host += ":80"
+		}
+		return host, insecure.NewCredentials(), nil
+	default:
+		return "", nil, fmt.Errorf("zerobus client: endpoint scheme %q is not http or https", u.Scheme)
+	}
+}
+
+// TokenSource returns the token source used for table, creating the
+// per-table OAuth source on first use.
+func (c *Client) TokenSource(table string) (TokenSource, error) {
+	if c.cfg.Token != nil {
+		return c.cfg.Token, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ts, ok := c.tokens[table]; ok {
+		return ts, nil
+	}
+	ts, err := NewTableTokenSource(c.cfg.HTTPClient, c.cfg.WorkspaceURL, c.cfg.WorkspaceID, c.cfg.ClientID, c.cfg.ClientSecret, table)
+	if err != nil {
+		return nil, err
+	}
+	c.tokens[table] = ts
+	return ts, nil
+}
+
+// Open opens a logical Arrow stream to table and waits for the service's
+// ready signal. Transient failures are retried within the recovery budget;
+// other failures return at once as an *Error.
+func (c *Client) Open(ctx context.Context, table string, schema *arrow.Schema) (Stream, error) {
+	return c.OpenArrowStream(ctx, table, schema)
+}
+
+// OpenArrowStream is Open with the concrete type, for callers that want the
+// diagnostics it offers.
+func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arrow.Schema) (*ArrowStream, error) {
+	if _, _, _, err := splitTable(table); err != nil {
+		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: err}
+	}
+	if schema == nil {
+		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: errors.New("schema is required")}
+	}
+	ts, err := c.TokenSource(table)
+	if err != nil {
+		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: err}
+	}
+	s := newArrowStream(c, table, schema, connParams{
+		client:      c.flight,
+		token:       ts,
+		table:       table,
+		schemaFrame: c.encoder.schemaHeader(schema),
+		ready:       c.cfg.ReadyTimeout,
+	})
+	if err := s.connectFirst(ctx); err != nil {
+		return nil, fmt.Errorf("open stream to %s: %w", table, err)
+	}
+	return s, nil
+}
+
+// Close closes the gRPC connection; streams still open on it fail.
+func (c *Client) Close() error {
+	if err := c.conn.Close(); err != nil {
+		return fmt.Errorf("close zerobus client: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,640 @@
+package zerobus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"google.golang.org/grpc/codes"
+)
+
+// ErrSchemaMismatch is returned by Submit when a batch's schema differs from
+// the stream's (nullability included): open a stream with the new schema.
+var ErrSchemaMismatch = errors.New("record batch schema differs from the stream's schema")
+
+// ErrStreamClosed is the cause waiters see for rows abandoned by Close, and
+// Submit returns after Drain or Close.
+var ErrStreamClosed = errors.New("zerobus stream closed")
+
+// closeGrace bounds how long Close waits for the server to end a half-closed
+// call before cancelling it.
+const closeGrace = 2 * time.Second
+
+// rotationReason is what OnReconnect sees for a server-announced rotation.
+var rotationReason = &Error{Class: Transient, Code: codes.Unavailable, ServiceCode: ServiceCodeStreamRotation,
+	Err: errors.New("server announced stream rotation")}
+
+// pendingBatch is a submitted batch not yet fully durable. The stream holds a
+// reference to rec until every row of it is durable, to resend it after a
+// reconnect.
+type pendingBatch struct {
+	rec   arrow.RecordBatch
+	span  Span
+	bytes int64
+}
+
+// ArrowStream is a logical Zerobus stream over Arrow Flight DoPut. It owns one
+// connection at a time: logical row positions stay stable across the
+// reconnects it performs on transient errors and rotation, and it resends the
+// unacknowledged row suffix on each new connection. It implements Stream.
+type ArrowStream struct {
+	cfg     Config
+	encoder *frameEncoder
+	table   string
+	schema  *arrow.Schema
+	params  connParams
+	obs     Observer
+
+	ctx    context.Context // cancelled by fail and Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+
+	// sendMu serializes sends and connection replacement, so frames go out
+	// in logical order and offsets are consecutive per connection.
+	sendMu sync.Mutex
+	gen    uint64                     // last connection generation; under sendMu
+	cur    atomic.Pointer[flightConn] // written under sendMu
+
+	durable atomic.Uint64
+	// lastProgress (unix nanos) is when the ack clock last restarted: an ack
+	// advanced the watermark, a connection was installed, or rows were sent
+	// while nothing was outstanding. The ack watchdog measures from it.
+	lastProgress atomic.Int64
+
+	mu              sync.Mutex
+	pending         []pendingBatch
+	submitted       uint64
+	inflightBytes   int64
+	inflightBatches int
+	failed          *Error
+	draining        bool
+	closed          bool
+	notify          chan struct{} // closed and replaced on every state change
+	reconnects      int
+}
+
+var _ Stream = (*ArrowStream)(nil)
+
+func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams) *ArrowStream {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &ArrowStream{
+		cfg:     c.cfg,
+		encoder: c.encoder,
+		table:   table,
+		schema:  schema,
+		params:  p,
+		obs:     c.cfg.Observer,
+		ctx:     ctx,
+		cancel:  cancel,
+		notify:  make(chan struct{}),
+	}
+}
+
+// connectFirst opens the first connection, retrying transient failures
+// within the recovery budget.
+func (s *ArrowStream) connectFirst(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			s.cancel() // the stream is discarded; release its context
+		}
+	}()
+	var last *Error
+	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
+		if attempt > 1 {
+			s.obs.OnRetry(s.table, attempt-1, last)
+			if err := sleepCtx(ctx, s.cfg.RecoveryBackoff); err != nil {
+				return Classify(err)
+			}
+		}
+		s.sendMu.Lock()
+		s.gen++
+		c, _, err := openFlightConn(ctx, s.params, s.gen, 0)
+		if err == nil {
+			s.installLocked(c)
+			s.sendMu.Unlock()
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				s.watchAcks()
+			}()
+			return nil
+		}
+		s.sendMu.Unlock()
+		last = Classify(err)
+		if last.Class != Transient || ctx.Err() != nil {
+			return last
+		}
+	}
+	return &Error{Class: Transient, Code: last.Code, ServiceCode: last.ServiceCode,
+		Err: fmt.Errorf("%d connection attempts failed: %w", s.cfg.RecoveryAttempts, last)}
+}
+
+// installLocked makes c the current connection and starts its ack reader.
+// The caller holds sendMu.
+func (s *ArrowStream) installLocked(c *flightConn) {
+	s.lastProgress.Store(time.Now().UnixNano())
+	s.cur.Store(c)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.readAcks(c)
+	}()
+}
+
+// Submit encodes rec (splitting it above the frame cap), waits for in-flight
+// capacity, assigns its logical span and sends it on the current connection.
+// It does not wait for durability. If the connection is rotating or broken
+// the batch stays pending and goes out on the next connection.
+func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, error) {
+	if !rec.Schema().Equal(s.schema) {
+		return Span{}, fmt.Errorf("submit to %s: %w", s.table, ErrSchemaMismatch)
+	}
+	rows := uint64(rec.NumRows())
+	frames, err := s.encoder.encode(rec)
+	if err != nil {
+		return Span{}, fmt.Errorf("submit to %s: %w", s.table, err)
+	}
+	var size int64
+	for _, f := range frames {
+		size += int64(f.size())
+	}
+	if err := s.reserve(ctx, size); err != nil {
+		return Span{}, err
+	}
+
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	if err := s.acceptErrLocked(); err != nil {
+		s.inflightBytes -= size
+		s.inflightBatches--
+		s.broadcastLocked()
+		s.mu.Unlock()
+		return Span{}, err
+	}
+	span := Span{From: s.submitted, To: s.submitted + rows}
+	s.submitted = span.To
+	if rows > 0 {
+		rec.Retain()
+		s.pending = append(s.pending, pendingBatch{rec: rec, span: span, bytes: size})
+	} else {
+		s.inflightBytes -= size
+		s.inflightBatches--
+	}
+	s.mu.Unlock()
+
+	if c := s.cur.Load(); rows > 0 && c != nil && c.usable() {
+		if s.durable.Load() >= c.sentUpTo() {
+			s.lastProgress.Store(time.Now().UnixNano())
+		}
+		// A send error marks the connection broken; its reader gets the
+		// status and triggers recovery, which resends this batch.
+		_ = c.send(frames)
+	}
+	return span, nil
+}
+
+// reserve blocks until the stream has room for one more batch of size bytes.
+// A batch always fits when nothing is in flight, however large it is.
+func (s *ArrowStream) reserve(ctx context.Context, size int64) error {
+	for {
+		s.mu.Lock()
+		if err := s.acceptErrLocked(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if s.inflightBatches == 0 ||
+			(s.inflightBytes+size <= s.cfg.MaxInflightBytes && s.inflightBatches < s.cfg.MaxInflightBatches) {
+			s.inflightBytes += size
+			s.inflightBatches++
+			s.mu.Unlock()
+			return nil
+		}
+		ch := s.notify
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("submit to %s: wait for in-flight capacity: %w", s.table, ctx.Err())
+		}
+	}
+}
+
+// acceptErrLocked says why Submit must refuse, or nil. The caller holds mu.
+func (s *ArrowStream) acceptErrLocked() error {
+	switch {
+	case s.failed != nil:
+		return s.failed
+	case s.closed || s.draining:
+		return fmt.Errorf("submit to %s: %w", s.table, ErrStreamClosed)
+	}
+	return nil
+}
+
+func (s *ArrowStream) broadcastLocked() {
+	close(s.notify)
+	s.notify = make(chan struct{})
+}
+
+// Durable returns the logical durable watermark.
+func (s *ArrowStream) Durable() uint64 { return s.durable.Load() }
+
+// Submitted returns the logical row position after the last submitted row.
+// It is a high-water for diagnostics, never a durability signal.
+func (s *ArrowStream) Submitted() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.submitted
+}
+
+// Reconnects returns how many times the stream replaced its connection.
+func (s *ArrowStream) Reconnects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reconnects
+}
+
+// WaitDurable blocks until Durable() >= row, the stream fails, or ctx is done.
+func (s *ArrowStream) WaitDurable(ctx context.Context, row uint64) error {
+	for {
+		s.mu.Lock()
+		if s.durable.Load() >= row {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.failed != nil {
+			err := s.failed
+			s.mu.Unlock()
+			return err
+		}
+		ch := s.notify
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Drain stops accepting submits and waits until every submitted row is
+// durable, the stream fails, or ctx is done.
+func (s *ArrowStream) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	target := s.submitted
+	s.broadcastLocked()
+	s.mu.Unlock()
+	if err := s.WaitDurable(ctx, target); err != nil {
+		return fmt.Errorf("drain %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Close half-closes the connection, waits briefly for the server to end it,
+// and releases everything. Rows not yet durable are abandoned: their waiters
+// get an *Error wrapping ErrStreamClosed.
+func (s *ArrowStream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	if s.failed == nil {
+		s.failed = &Error{Class: Poison, Code: codes.Canceled, Err: ErrStreamClosed}
+	}
+	pending := s.pending
+	s.pending = nil
+	s.inflightBytes, s.inflightBatches = 0, 0
+	s.broadcastLocked()
+	s.mu.Unlock()
+
+	// Stop recovery first (its sleeps and opens watch ctx), then half-close
+	// the current call under sendMu: CloseSend must not race a Send. A Send
+	// stuck on flow control is cut loose by cancelling its call.
+	s.cancel()
+	locked := make(chan struct{})
+	go func() {
+		s.sendMu.Lock()
+		close(locked)
+	}()
+	select {
+	case <-locked:
+	case <-time.After(closeGrace):
+		if c := s.cur.Load(); c != nil {
+			c.close()
+		}
+		<-locked
+	}
+	c := s.cur.Load()
+	if c != nil {
+		c.halfClose()
+	}
+	s.sendMu.Unlock()
+	if c != nil {
+		select {
+		case <-c.done:
+		case <-time.After(closeGrace):
+		}
+		c.close()
+	}
+	s.bg.Wait()
+	for _, p := range pending {
+		p.rec.Release()
+	}
+	return nil
+}
+
+// fail records the stream's terminal error, wakes every waiter and stops the
+// connection. Only the first failure counts.
+func (s *ArrowStream) fail(err *Error) {
+	s.mu.Lock()
+	if s.failed != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.failed = err
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.obs.OnFailure(s.table, err)
+	s.cancel()
+	if c := s.cur.Load(); c != nil {
+		c.close()
+	}
+}
+
+func (s *ArrowStream) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed != nil || s.closed
+}
+
+// readAcks reads PutResults of one connection until it ends.
+func (s *ArrowStream) readAcks(c *flightConn) {
+	defer close(c.done)
+	for {
+		res, err := c.call.Recv()
+		if err != nil {
+			s.connEnded(c, err)
+			return
+		}
+		ack, perr := parseAck(res.GetAppMetadata())
+		if perr != nil {
+			s.failFrom(c, Classify(perr))
+			return
+		}
+		if err := s.advance(c, ack.AckUpToRecords); err != nil {
+			s.failFrom(c, err)
+			return
+		}
+		if ack.CloseStreamDurationMs != nil && c.rotating.CompareAndSwap(false, true) {
+			s.obs.OnRotation(s.table)
+			wait := time.Duration(*ack.CloseStreamDurationMs) * time.Millisecond
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				s.rotate(c, wait)
+			}()
+		}
+	}
+}
+
+// advance maps a connection's cumulative ack to the logical watermark and
+// releases fully durable batches. An ack above what was sent on the
+// connection is a protocol error.
+func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
+	if sent := c.rowsSent.Load(); records > sent {
+		return poisonf("ack of %d records on %s exceeds the %d rows sent on this connection", records, s.table, sent)
+	}
+	pos := c.base + records
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pos <= s.durable.Load() {
+		return nil
+	}
+	s.durable.Store(pos)
+	s.lastProgress.Store(time.Now().UnixNano())
+	released := 0
+	for released < len(s.pending) && s.pending[released].span.To <= pos {
+		p := s.pending[released]
+		p.rec.Release()
+		s.inflightBytes -= p.bytes
+		s.inflightBatches--
+		s.pending[released] = pendingBatch{}
+		released++
+	}
+	s.pending = s.pending[released:]
+	s.broadcastLocked()
+	return nil
+}
+
+// failFrom fails the stream for an error seen on c, unless c was already
+// replaced (a late error from an old connection changes nothing).
+func (s *ArrowStream) failFrom(c *flightConn, err *Error) {
+	if s.cur.Load() != c {
+		c.close()
+		return
+	}
+	s.fail(err)
+}
+
+// connEnded handles the end of a connection's ack stream.
+func (s *ArrowStream) connEnded(c *flightConn, err error) {
+	if s.stopped() || s.cur.Load() != c {
+		return
+	}
+	ce := Classify(err)
+	switch ce.Class {
+	case FatalConfig, Poison:
+		s.fail(ce)
+	default:
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.recover(c.gen, ce)
+		}()
+	}
+}
+
+// watchAcks replaces a connection that has rows outstanding but sent no ack
+// for AckTimeout, like the SDKs' server_lack_of_ack_timeout. Rotating
+// connections have their own deadline and are left alone.
+func (s *ArrowStream) watchAcks() {
+	tick := s.cfg.AckTimeout / 4
+	if tick < 5*time.Millisecond {
+		tick = 5 * time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := s.cur.Load()
+		if c == nil || c.rotating.Load() || s.durable.Load() >= c.sentUpTo() {
+			continue
+		}
+		idle := time.Since(time.Unix(0, s.lastProgress.Load()))
+		if idle > s.cfg.AckTimeout && c.timedOut.CompareAndSwap(false, true) {
+			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
+				Err: fmt.Errorf("no ack from %s for %s with rows outstanding", s.table, idle.Round(time.Millisecond))})
+		}
+	}
+}
+
+// rotate honours close_stream_duration_ms: nothing more is sent on c (it is
+// marked rotating), outstanding rows get up to wait to be acked, then the call
+// is half-closed and replaced.
+func (s *ArrowStream) rotate(c *flightConn, wait time.Duration) {
+	target := c.base + c.rowsSent.Load()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for s.durable.Load() < target {
+		s.mu.Lock()
+		ch := s.notify
+		s.mu.Unlock()
+		if s.durable.Load() >= target {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-timer.C:
+		case <-c.done:
+		case <-s.ctx.Done():
+			return
+		}
+		break
+	}
+	s.sendMu.Lock()
+	c.halfClose() // never concurrently with a Send on c
+	s.sendMu.Unlock()
+	s.recover(c.gen, rotationReason)
+}
+
+// recover replaces connection gen (if it is still the current one) and
+// resends every unacknowledged row, retrying transient failures within the
+// budget. When the budget runs out the stream is poisoned; a fatal error fails
+// it at once; a concurrency reject poisons it at once with RetryAfter set, so
+// the pool backs off before rebuilding instead of this stream retrying.
+func (s *ArrowStream) recover(gen uint64, reason *Error) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	old := s.cur.Load()
+	if old == nil || old.gen != gen || s.stopped() {
+		return
+	}
+	s.mu.Lock()
+	s.reconnects++
+	s.mu.Unlock()
+	s.obs.OnReconnect(s.table, reason)
+	old.close()
+
+	last := reason
+	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
+		if attempt > 1 || !reason.IsRotation() {
+			if sleepCtx(s.ctx, s.cfg.RecoveryBackoff) != nil {
+				return
+			}
+		}
+		err := s.reconnectLocked()
+		if err == nil {
+			return
+		}
+		if s.stopped() {
+			return
+		}
+		last = Classify(err)
+		if last.Class == FatalConfig || last.Class == Poison {
+			s.fail(last)
+			return
+		}
+		if last.Class == ConcurrencyReject {
+			// Never hammer a service that refuses streams: give up now and
+			// let the pool rebuild after RetryAfter.
+			s.fail(&Error{Class: Poison, Code: last.Code, ServiceCode: last.ServiceCode,
+				RetryAfter: last.RetryAfter, Err: fmt.Errorf("reconnect refused: %w", last)})
+			return
+		}
+		if attempt < s.cfg.RecoveryAttempts {
+			s.obs.OnRetry(s.table, attempt, last)
+		}
+	}
+	poisoned := exhausted(s.cfg.RecoveryAttempts, last)
+	poisoned.RetryAfter = last.RetryAfter
+	s.fail(poisoned)
+}
+
+// reconnectLocked opens a connection based at the durable watermark and
+// resends the unacknowledged suffix on it. The caller holds sendMu.
+func (s *ArrowStream) reconnectLocked() error {
+	base := s.durable.Load()
+	s.gen++
+	c, _, err := openFlightConn(s.ctx, s.params, s.gen, base)
+	if err != nil {
+		return err
+	}
+	if s.stopped() {
+		c.close()
+		return ErrStreamClosed
+	}
+	s.installLocked(c)
+
+	// Snapshot what is unacked at base; hold references while encoding so a
+	// late ack from the old connection cannot release a batch under us.
+	s.mu.Lock()
+	resend := make([]pendingBatch, 0, len(s.pending))
+	for _, p := range s.pending {
+		if p.span.To > base {
+			p.rec.Retain()
+			resend = append(resend, p)
+		}
+	}
+	s.mu.Unlock()
+	defer func() {
+		for _, p := range resend {
+			p.rec.Release()
+		}
+	}()
+
+	for _, p := range resend {
+		rec := p.rec
+		if p.span.From < base {
+			rec = rec.NewSlice(int64(base-p.span.From), rec.NumRows())
+		}
+		frames, err := s.encoder.encode(rec)
+		if rec != p.rec {
+			rec.Release()
+		}
+		if err != nil {
+			c.close()
+			return poisonf("re-encode unacked rows of %s: %w", s.table, err)
+		}
+		if err := c.send(frames); err != nil {
+			c.close()
+			return fmt.Errorf("resend to %s: %w", s.table, err)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

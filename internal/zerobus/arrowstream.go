@@ -262,7 +262,7 @@ type connParams struct {
 func openFlightConn(ctx context.Context, p connParams, gen, base uint64) (*flightConn, *ackMessage, error) {
 	c, ready, err := openFlightConnOnce(ctx, p, gen, base)
 	if err != nil {
-		if ce := Classify(err); ce.Code == codes.Unauthenticated || ce.Code == codes.PermissionDenied {
+		if serviceRejectedToken(err) {
 			p.token.Invalidate()
 			c, ready, err = openFlightConnOnce(ctx, p, gen, base)
 		}
@@ -276,7 +276,7 @@ func openFlightConn(ctx context.Context, p connParams, gen, base uint64) (*fligh
 func openFlightConnOnce(ctx context.Context, p connParams, gen, base uint64) (*flightConn, *ackMessage, error) {
 	tok, err := p.token.Token(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("token for %s: %w", p.table, err)
+		return nil, nil, fmt.Errorf("token for %s: %w", p.table, &tokenSourceError{err})
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	callCtx = metadata.AppendToOutgoingContext(callCtx,

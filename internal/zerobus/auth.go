@@ -137,6 +137,26 @@ func (s *TableTokenSource) Token(ctx context.Context) (string, error) {
 	return "", &Error{Class: class, Code: codes.Unauthenticated, Err: lastErr}
 }
 
+// tokenSourceError marks a failure to obtain a token (as opposed to the
+// service refusing one), so that it is not retried with a "fresh" token: that
+// would only ask the token endpoint again with the same wrong secret.
+type tokenSourceError struct{ err error }
+
+func (e *tokenSourceError) Error() string { return e.err.Error() }
+func (e *tokenSourceError) Unwrap() error { return e.err }
+
+// serviceRejectedToken reports whether err is the service refusing our bearer
+// token at stream setup (UNAUTHENTICATED or PERMISSION_DENIED): worth exactly
+// one retry with a newly fetched token.
+func serviceRejectedToken(err error) bool {
+	var tse *tokenSourceError
+	if errors.As(err, &tse) {
+		return false
+	}
+	ce := Classify(err)
+	return ce.Code == codes.Unauthenticated || ce.Code == codes.PermissionDenied
+}
+
 // Invalidate drops the cached token.
 func (s *TableTokenSource) Invalidate() {
 	s.mu.Lock()

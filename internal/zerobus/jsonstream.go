@@ -65,7 +65,7 @@ func (c *Client) OpenJSONStream(ctx context.Context, table string) (*JSONStream,
 	}
 	s, err := c.openJSONOnce(ctx, table, ts)
 	if err != nil {
-		if ce := Classify(err); ce.Code == codes.Unauthenticated || ce.Code == codes.PermissionDenied {
+		if serviceRejectedToken(err) {
 			ts.Invalidate()
 			s, err = c.openJSONOnce(ctx, table, ts)
 		}
@@ -79,7 +79,7 @@ func (c *Client) OpenJSONStream(ctx context.Context, table string) (*JSONStream,
 func (c *Client) openJSONOnce(ctx context.Context, table string, ts TokenSource) (*JSONStream, error) {
 	tok, err := ts.Token(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("token: %w", err)
+		return nil, fmt.Errorf("token: %w", &tokenSourceError{err})
 	}
 	callCtx, cancel := context.WithCancel(context.Background())
 	callCtx = metadata.AppendToOutgoingContext(callCtx,

@@ -1,0 +1,384 @@
+// Package arrowconv converts Benthos messages into Arrow record batches shaped
+// exactly as the Zerobus Flight server expects for a Unity Catalog table (the
+// mapping is typemap.ArrowSchema's).
+//
+// The common case, one JSON object per message, is decoded by a hand-written
+// scanner straight into per-column buffers: no map[string]any is built per
+// row. A row that fails conversion (bad JSON, unknown field, wrong type, value
+// out of range, missing NOT NULL value, a reconciliation the options do not
+// allow) is reported as a RowError naming the message index and the column,
+// its partial values are truncated away, and the other rows still convert, so
+// that the output can fail only the bad messages of a batch.
+//
+// Conversion rules, per column type:
+//
+//   - BIGINT, INT, SMALLINT, TINYINT: a JSON number with an exact integer
+//     value (1e3 and 1.50e1 are integers; 1.5 is not), range checked. Parsed
+//     exactly, never through float64.
+//   - DOUBLE, FLOAT: a JSON number, or the strings "NaN", "Infinity",
+//     "-Infinity". A FLOAT overflow is an error.
+//   - DECIMAL(p,s): a JSON number or a numeric string, written as its canonical
+//     string with exactly s fraction digits ("12.30"). Values that would need
+//     rounding or more than p-s integer digits are errors.
+//   - STRING: a JSON string. A JSON object or array is serialised with ToJSON
+//     only when Options.NestedToString is set (counted as "nested_to_string"
+//     in Result.Reconciled); otherwise it is an error wrapping
+//     ErrNestedIntoString. Numbers and booleans are errors.
+//   - VARIANT: any JSON value, stored as its compact JSON text. JSON null is
+//     SQL NULL.
+//   - BINARY: a standard (padded) base64 string.
+//   - BOOLEAN: true or false.
+//   - DATE: "2006-01-02", or an integer number of days since 1970-01-01.
+//   - TIMESTAMP: an RFC 3339 string with a zone or offset (converted to UTC);
+//     a string without one is an error (it names no instant). A JSON number
+//     is time since the Unix epoch in Options.EpochUnit.
+//   - TIMESTAMP_NTZ: a zone-less "2006-01-02T15:04:05[.999999]" string. A
+//     string with a zone or offset, or an epoch number (an instant), is the
+//     tz-into-NTZ mismatch: an error wrapping ErrTZIntoNTZ.
+//   - ARRAY, MAP, STRUCT: a JSON array, object, object, converted recursively;
+//     map keys are converted from the object keys to the key type.
+//
+// Fractions of timestamps below a microsecond are truncated (floored). Dates
+// and timestamps must lie in 0001-01-01..9999-12-31. A missing field or JSON
+// null is NULL for a nullable column or struct field and an error
+// (ErrMissingRequired) otherwise. A field the table does not have is an error
+// (ErrUnknownField), as the service would reject it. Field names match
+// columns exactly or, failing that, ASCII case-insensitively, as Delta column
+// names are case-insensitive.
+//
+// Messages that already hold a structured value (see StructuredRow) are
+// converted from it directly by the same rules, with the Go types Bloblang
+// produces: int64 and other integers, float64, json.Number, string, bool,
+// time.Time (into TIMESTAMP; into TIMESTAMP_NTZ only when in UTC), []byte
+// (into BINARY), map[string]any and []any.
+package arrowconv
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// EmitTimestampColumn is the reserved metadata column stamped with the
+// conversion time of the batch when a row does not carry its own value.
+const EmitTimestampColumn = "_zb_emit_ts"
+
+// DefaultEpochUnit is the unit of numeric timestamps when Options.EpochUnit is
+// empty: microseconds, the unit the table stores, so that no scaling happens
+// unless configured.
+const DefaultEpochUnit = "us"
+
+// ReconcileNestedToString is the Result.Reconciled kind counted each time a
+// JSON object or array is serialised into a STRING column.
+const ReconcileNestedToString = "nested_to_string"
+
+// ReconcileFieldNameCase is the Result.Reconciled kind counted each time a
+// field name matched a column only case-insensitively.
+const ReconcileFieldNameCase = "field_name_case"
+
+// Error classes. Row errors wrap one of these so callers can count them by
+// kind (errors.Is) without parsing messages.
+var (
+	ErrInvalidJSON      = errors.New("invalid JSON")
+	ErrNotObject        = errors.New("message is not a JSON object")
+	ErrUnknownField     = errors.New("unknown field")
+	ErrDuplicateField   = errors.New("duplicate field")
+	ErrMissingRequired  = errors.New("missing value for NOT NULL")
+	ErrTypeMismatch     = errors.New("type mismatch")
+	ErrOutOfRange       = errors.New("value out of range")
+	ErrInvalidValue     = errors.New("invalid value")
+	ErrNestedIntoString = errors.New("nested value into STRING column")
+	ErrTZIntoNTZ        = errors.New("tz-aware value into TIMESTAMP_NTZ column")
+)
+
+// kindError is an error with a readable message that unwraps to its class.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+func kerr(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// Row is one message to convert. *service.Message satisfies it.
+type Row interface {
+	AsBytes() ([]byte, error)
+}
+
+// StructuredRow is a Row that may already hold a decoded value.
+// *service.Message satisfies it. When HasStructured reports true the value
+// from AsStructured is converted directly instead of re-parsing bytes.
+type StructuredRow interface {
+	Row
+	HasStructured() bool
+	AsStructured() (any, error)
+}
+
+// Options tune a Converter.
+type Options struct {
+	// NestedToString serialises a JSON object or array landing in a STRING
+	// column with ToJSON instead of failing the row (config
+	// reconcile.nested_to_string, default off).
+	NestedToString bool
+	// EpochUnit is the unit of numeric timestamps: "s", "ms", "us" or "ns".
+	// Empty means DefaultEpochUnit ("us").
+	EpochUnit string
+	// Now gives the time stamped into reserved columns; nil means time.Now.
+	Now func() time.Time
+}
+
+// ReservedColumn describes a metadata column the converter fills itself when
+// the table has it.
+type ReservedColumn struct {
+	Name        string
+	Type        typemap.Type
+	Description string
+}
+
+// Column returns the nullable table column for r, its description as the
+// column comment, as the catalog creates it.
+func (r ReservedColumn) Column() typemap.Column {
+	return typemap.Column{Name: r.Name, Type: r.Type, Nullable: true, Comment: r.Description}
+}
+
+// ReservedColumns lists the metadata columns the converter stamps.
+func ReservedColumns() []ReservedColumn {
+	return []ReservedColumn{{
+		Name:        EmitTimestampColumn,
+		Type:        typemap.Primitive(typemap.Timestamp),
+		Description: "Time the benthos-zerobus output converted the row's batch for sending (UTC), unless the row carried its own value.",
+	}}
+}
+
+// Result is the outcome of converting one batch.
+type Result struct {
+	// Record holds the rows that converted, in input order. It always has
+	// the converter's schema and may have zero rows. The caller releases it.
+	Record arrow.RecordBatch
+	// SourceIndex maps record row i to its input index SourceIndex[i].
+	SourceIndex []int
+	// RowErrors lists the rows that failed, in input order.
+	RowErrors []RowError
+	// Reconciled counts type reconciliations applied to converted rows, by
+	// kind (ReconcileNestedToString, ReconcileFieldNameCase), for the
+	// zerobus_type_reconcile_total{kind} metric. Nil when there were none.
+	Reconciled map[string]int
+}
+
+// RowError is a message that could not be converted.
+type RowError struct {
+	// Index is the message's index in the input batch.
+	Index int
+	// Column is the column, with a path into nested values ("addr.zip",
+	// "tags[2]", `attrs["k"]`), or the unknown field's name; empty when the
+	// message as a whole is at fault (not JSON, not an object).
+	Column string
+	Err    error
+}
+
+func (e RowError) Error() string {
+	if e.Column == "" {
+		return fmt.Sprintf("message %d: %v", e.Index, e.Err)
+	}
+	return fmt.Sprintf("message %d: column %q: %v", e.Index, e.Column, e.Err)
+}
+
+func (e RowError) Unwrap() error { return e.Err }
+
+// Converter converts batches for one table schema. It is safe for concurrent
+// use: each Convert call borrows its own buffers.
+type Converter struct {
+	cols      []typemap.Column
+	schema    *arrow.Schema
+	opts      Options
+	epochExp  int
+	emitIndex int
+	states    sync.Pool
+}
+
+// New returns a Converter for a table with the given columns (in UC position
+// order). It fails for types Zerobus cannot take, an unknown EpochUnit, or a
+// reserved column declared with the wrong type.
+func New(cols []typemap.Column, opts Options) (*Converter, error) {
+	if len(cols) == 0 {
+		return nil, errors.New("arrowconv: table has no columns")
+	}
+	schema, err := typemap.ArrowSchema(cols)
+	if err != nil {
+		return nil, fmt.Errorf("arrowconv: %w", err)
+	}
+	c := &Converter{cols: cols, schema: schema, opts: opts, emitIndex: -1}
+	switch opts.EpochUnit {
+	case "s":
+		c.epochExp = 6
+	case "ms":
+		c.epochExp = 3
+	case "us", "":
+		c.epochExp = 0
+	case "ns":
+		c.epochExp = -3
+	default:
+		return nil, fmt.Errorf("arrowconv: epoch unit %q: want s, ms, us or ns", opts.EpochUnit)
+	}
+	if c.opts.Now == nil {
+		c.opts.Now = time.Now
+	}
+	seen := map[string]bool{}
+	for i, col := range cols {
+		if seen[col.Name] {
+			return nil, fmt.Errorf("arrowconv: duplicate column %q", col.Name)
+		}
+		seen[col.Name] = true
+		if col.Name == EmitTimestampColumn {
+			if col.Type.Kind != typemap.Timestamp {
+				return nil, fmt.Errorf("arrowconv: reserved column %q must be TIMESTAMP, table has %s", col.Name, col.Type.Text())
+			}
+			c.emitIndex = i
+		}
+	}
+	// Build one state eagerly so schema problems surface here, not in Convert.
+	st, err := c.newState()
+	if err != nil {
+		return nil, err
+	}
+	c.states.Put(st)
+	return c, nil
+}
+
+// Schema returns the Arrow schema of every record the converter produces.
+func (c *Converter) Schema() *arrow.Schema { return c.schema }
+
+// Convert converts a batch. Bad rows become RowErrors and are left out of the
+// record; the error return is reserved for failures of the whole batch.
+func (c *Converter) Convert(rows []Row) (Result, error) {
+	return c.convert(len(rows), func(st *state, i int) error {
+		r := rows[i]
+		if sr, ok := r.(StructuredRow); ok && sr.HasStructured() {
+			v, err := sr.AsStructured()
+			if err != nil {
+				return kerr(ErrInvalidValue, "reading structured message: %v", err)
+			}
+			return st.putRow(v)
+		}
+		b, err := r.AsBytes()
+		if err != nil {
+			return kerr(ErrInvalidValue, "reading message bytes: %v", err)
+		}
+		return st.decodeRow(b)
+	})
+}
+
+// ConvertJSON converts a batch of JSON documents, one row each.
+func (c *Converter) ConvertJSON(rows [][]byte) (Result, error) {
+	return c.convert(len(rows), func(st *state, i int) error {
+		return st.decodeRow(rows[i])
+	})
+}
+
+func (c *Converter) convert(n int, row func(st *state, i int) error) (Result, error) {
+	var st *state
+	if v := c.states.Get(); v != nil {
+		st = v.(*state)
+	} else {
+		var err error
+		if st, err = c.newState(); err != nil {
+			return Result{}, err
+		}
+	}
+	defer c.states.Put(st)
+	st.begin(n, c.opts.Now())
+
+	res := Result{SourceIndex: make([]int, 0, n)}
+	good := 0
+	for i := range n {
+		st.rowNested, st.rowFolded = 0, 0
+		if err := row(st, i); err != nil {
+			st.root.truncate(good)
+			res.RowErrors = append(res.RowErrors, rowError(i, err))
+			continue
+		}
+		good++
+		res.SourceIndex = append(res.SourceIndex, i)
+		st.nested += st.rowNested
+		st.folded += st.rowFolded
+	}
+	rec, err := st.build(c.schema, good)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Record = rec
+	if st.nested > 0 || st.folded > 0 {
+		res.Reconciled = map[string]int{}
+		if st.nested > 0 {
+			res.Reconciled[ReconcileNestedToString] = st.nested
+		}
+		if st.folded > 0 {
+			res.Reconciled[ReconcileFieldNameCase] = st.folded
+		}
+	}
+	return res, nil
+}
+
+// pathError locates an error inside a row; segs is leaf first.
+type pathError struct {
+	segs []string
+	err  error
+}
+
+func (e *pathError) Error() string { return fmt.Sprintf("%s: %v", e.path(), e.err) }
+func (e *pathError) Unwrap() error { return e.err }
+
+func (e *pathError) path() string {
+	var b []byte
+	for i := len(e.segs) - 1; i >= 0; i-- {
+		s := e.segs[i]
+		if len(b) > 0 && (s == "" || s[0] != '[') {
+			b = append(b, '.')
+		}
+		b = append(b, s...)
+	}
+	return string(b)
+}
+
+// at prefixes a path segment (a field name or "[i]") to err's location.
+func at(seg string, err error) error {
+	if pe, ok := err.(*pathError); ok {
+		pe.segs = append(pe.segs, seg)
+		return pe
+	}
+	return &pathError{segs: []string{seg}, err: err}
+}
+
+func rowError(i int, err error) RowError {
+	if pe, ok := err.(*pathError); ok {
+		return RowError{Index: i, Column: pe.path(), Err: pe.err}
+	}
+	return RowError{Index: i, Err: err}
+}
+
+func (st *state) build(schema *arrow.Schema, rows int) (arrow.RecordBatch, error) {
+	cols := make([]arrow.Array, len(st.root.fields))
+	for i, f := range st.root.fields {
+		d, err := f.build()
+		if err != nil {
+			return nil, fmt.Errorf("arrowconv: column %q: %w", st.root.names[i], err)
+		}
+		cols[i] = array.MakeFromData(d)
+		d.Release()
+	}
+	rec := array.NewRecordBatch(schema, cols, int64(rows))
+	for _, a := range cols {
+		a.Release()
+	}
+	return rec, nil
+}

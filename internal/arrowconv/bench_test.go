@@ -1,0 +1,113 @@
+package arrowconv
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const benchDefs = "id BIGINT NOT NULL, user_id STRING, event STRING, amount DECIMAL(12,2), price DOUBLE, " +
+	"qty INT, ok BOOLEAN, ts TIMESTAMP, tags ARRAY<STRING>, attrs MAP<STRING, STRING>"
+
+// benchRows returns n realistic event rows for benchDefs, all valid.
+func benchRows(n int) [][]byte {
+	rows := make([][]byte, n)
+	events := []string{"page_view", "add_to_cart", "checkout", "refund"}
+	base := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	for i := range rows {
+		rows[i] = fmt.Appendf(nil,
+			`{"id":%d,"user_id":"user-%06d","event":"%s","amount":%d.%02d,"price":%g,"qty":%d,"ok":%t,`+
+				`"ts":"%s","tags":["web","eu-west-%d","ab\u00e9"],"attrs":{"campaign":"c-%d","ua":"Mozilla/5.0 (X11; Linux x86_64)"}}`,
+			9_000_000_000+i, i%50_000, events[i%len(events)], i%100_000, i%100, float64(i%1000)/7, i%17, i%3 != 0,
+			base.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), i%3, i%11)
+	}
+	return rows
+}
+
+const benchN = 8192
+
+func BenchmarkConvert(b *testing.B) {
+	c := mustConverter(b, benchDefs, Options{})
+	rows := benchRows(benchN)
+	b.SetBytes(int64(totalLen(rows)))
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := c.ConvertJSON(rows)
+		if err != nil || len(res.RowErrors) != 0 {
+			b.Fatal(err, res.RowErrors)
+		}
+		res.Record.Release()
+	}
+	b.ReportMetric(float64(benchN)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func BenchmarkJSONUnmarshalMap(b *testing.B) {
+	rows := benchRows(benchN)
+	b.SetBytes(int64(totalLen(rows)))
+	b.ReportAllocs()
+	for b.Loop() {
+		unmarshalAll(b, rows)
+	}
+	b.ReportMetric(float64(benchN)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkConvertVsUnmarshal times Convert and encoding/json unmarshalling
+// into map[string]any on the same rows, interleaved in one run, and reports
+// how many times faster Convert is (target: at least 3).
+func BenchmarkConvertVsUnmarshal(b *testing.B) {
+	c := mustConverter(b, benchDefs, Options{})
+	rows := benchRows(benchN)
+	var tConv, tJSON time.Duration
+	for b.Loop() {
+		start := time.Now()
+		res, err := c.ConvertJSON(rows)
+		tConv += time.Since(start)
+		if err != nil || len(res.RowErrors) != 0 {
+			b.Fatal(err, res.RowErrors)
+		}
+		res.Record.Release()
+
+		start = time.Now()
+		unmarshalAll(b, rows)
+		tJSON += time.Since(start)
+	}
+	b.ReportMetric(float64(tJSON)/float64(tConv), "x_vs_json_map")
+	b.ReportMetric(float64(benchN)*float64(b.N)/tConv.Seconds(), "convert_rows/s")
+	b.ReportMetric(float64(benchN)*float64(b.N)/tJSON.Seconds(), "json_map_rows/s")
+}
+
+func unmarshalAll(b *testing.B, rows [][]byte) {
+	for _, r := range rows {
+		var m map[string]any
+		if err := json.Unmarshal(r, &m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func totalLen(rows [][]byte) int {
+	n := 0
+	for _, r := range rows {
+		n += len(r)
+	}
+	return n
+}
+
+func TestBenchRowsConvert(t *testing.T) {
+	// The benchmark rows must all be valid, or the benchmark measures errors.
+	c := mustConverter(t, benchDefs, Options{})
+	rows := benchRows(64)
+	res, err := c.ConvertJSON(rows)
+	require.NoError(t, err)
+	defer res.Record.Release()
+	require.Empty(t, res.RowErrors)
+	validateRecord(t, res.Record)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(rows[5], &m))
+	assert.Equal(t, m["user_id"], cell(t, res.Record, "user_id", 5))
+	assert.Equal(t, `["web","eu-west-2","abé"]`, cell(t, res.Record, "tags", 5))
+}

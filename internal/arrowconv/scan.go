@@ -1,0 +1,430 @@
+package arrowconv
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxDepth bounds JSON nesting inside VARIANT values and serialised nested
+// values, so that a hostile message cannot exhaust the stack.
+const maxDepth = 1000
+
+// scanner is a minimal pull tokenizer over one JSON document. It validates as
+// it goes and never builds a generic value unless asked to (decodeAny, used
+// only on the rare nested_to_string path). Strings without escapes are returned
+// as sub-slices of the input; strings with escapes are unescaped into buf and
+// are valid only until the next string is read.
+type scanner struct {
+	data []byte
+	pos  int
+	buf  []byte
+}
+
+func (s *scanner) reset(data []byte) {
+	s.data = data
+	s.pos = 0
+}
+
+// syntaxError reports malformed JSON at a byte offset of the message.
+type syntaxError struct {
+	off int
+	msg string
+}
+
+func (e *syntaxError) Error() string {
+	return fmt.Sprintf("invalid JSON at byte %d: %s", e.off, e.msg)
+}
+
+func (e *syntaxError) Unwrap() error { return ErrInvalidJSON }
+
+func (s *scanner) errorf(format string, args ...any) error {
+	return &syntaxError{off: s.pos, msg: fmt.Sprintf(format, args...)}
+}
+
+// peek skips whitespace and returns the next byte without consuming it, or 0
+// at the end of input.
+func (s *scanner) peek() byte {
+	d := s.data
+	for s.pos < len(d) {
+		switch c := d[s.pos]; c {
+		case ' ', '\n', '\t', '\r':
+			s.pos++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// expect consumes byte c after optional whitespace.
+func (s *scanner) expect(c byte) error {
+	if got := s.peek(); got != c {
+		if got == 0 {
+			return s.errorf("unexpected end of input, expected %q", c)
+		}
+		return s.errorf("expected %q, got %q", c, got)
+	}
+	s.pos++
+	return nil
+}
+
+// literal consumes the literal lit ("null", "true", "false") at pos.
+func (s *scanner) literal(lit string) error {
+	end := s.pos + len(lit)
+	if end > len(s.data) || string(s.data[s.pos:end]) != lit {
+		return s.errorf("invalid literal, expected %s", lit)
+	}
+	s.pos = end
+	return nil
+}
+
+// readString reads the string starting at pos (which holds '"') and returns
+// its unescaped bytes.
+func (s *scanner) readString() ([]byte, error) {
+	d := s.data
+	start := s.pos + 1
+	hi := false
+	for i := start; i < len(d); i++ {
+		c := d[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			str := d[start:i]
+			if hi && !utf8.Valid(str) {
+				return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
+			}
+			return str, nil
+		case c == '\\':
+			return s.readStringSlow(start, i, hi)
+		case c < 0x20:
+			s.pos = i
+			return nil, s.errorf("control character %#x in string", c)
+		case c >= utf8.RuneSelf:
+			hi = true
+		}
+	}
+	s.pos = len(d)
+	return nil, s.errorf("unterminated string")
+}
+
+func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
+	d := s.data
+	b := append(s.buf[:0], d[start:i]...)
+	for i < len(d) {
+		c := d[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			s.buf = b
+			if hi && !utf8.Valid(b) {
+				return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
+			}
+			return b, nil
+		case c == '\\':
+			if i+1 >= len(d) {
+				s.pos = i
+				return nil, s.errorf("unterminated string")
+			}
+			switch e := d[i+1]; e {
+			case '"', '\\', '/':
+				b = append(b, e)
+				i += 2
+			case 'b':
+				b = append(b, '\b')
+				i += 2
+			case 'f':
+				b = append(b, '\f')
+				i += 2
+			case 'n':
+				b = append(b, '\n')
+				i += 2
+			case 'r':
+				b = append(b, '\r')
+				i += 2
+			case 't':
+				b = append(b, '\t')
+				i += 2
+			case 'u':
+				r, ok := hex4(d, i+2)
+				if !ok {
+					s.pos = i
+					return nil, s.errorf("invalid \\u escape")
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					r2, ok2 := rune(-1), false
+					if i+1 < len(d) && d[i] == '\\' && d[i+1] == 'u' {
+						r2, ok2 = hex4(d, i+2)
+					}
+					if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+						r = dec
+						i += 6
+					} else {
+						r = utf8.RuneError
+					}
+				}
+				b = utf8.AppendRune(b, r)
+			default:
+				s.pos = i
+				return nil, s.errorf("invalid escape \\%c", e)
+			}
+		case c < 0x20:
+			s.pos = i
+			return nil, s.errorf("control character %#x in string", c)
+		default:
+			if c >= utf8.RuneSelf {
+				hi = true
+			}
+			b = append(b, c)
+			i++
+		}
+	}
+	s.pos = len(d)
+	s.buf = b
+	return nil, s.errorf("unterminated string")
+}
+
+func hex4(d []byte, i int) (rune, bool) {
+	if i+4 > len(d) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// readNumber reads the number at pos and returns its text; integer reports
+// whether it has neither a fraction nor an exponent.
+func (s *scanner) readNumber() (text []byte, integer bool, err error) {
+	d := s.data
+	start := s.pos
+	i := start
+	if i < len(d) && d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && d[i] >= '1' && d[i] <= '9':
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+	default:
+		s.pos = i
+		return nil, false, s.errorf("invalid number")
+	}
+	integer = true
+	if i < len(d) && d[i] == '.' {
+		integer = false
+		i++
+		j := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == j {
+			s.pos = i
+			return nil, false, s.errorf("invalid number: no digits after '.'")
+		}
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		integer = false
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		j := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == j {
+			s.pos = i
+			return nil, false, s.errorf("invalid number: no digits in exponent")
+		}
+	}
+	s.pos = i
+	return d[start:i], integer, nil
+}
+
+// appendCompact validates the value at pos and appends it to dst without
+// insignificant whitespace, keeping member order and escapes as written.
+func (s *scanner) appendCompact(dst []byte, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return dst, s.errorf("nesting deeper than %d", maxDepth)
+	}
+	switch c := s.peek(); c {
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		s.pos++
+		dst = append(dst, c)
+		if s.peek() == closer {
+			s.pos++
+			return append(dst, closer), nil
+		}
+		for {
+			if c == '{' {
+				if s.peek() != '"' {
+					return dst, s.errorf("expected object key")
+				}
+				start := s.pos
+				if _, err := s.readString(); err != nil {
+					return dst, err
+				}
+				dst = append(dst, s.data[start:s.pos]...)
+				if err := s.expect(':'); err != nil {
+					return dst, err
+				}
+				dst = append(dst, ':')
+			}
+			var err error
+			if dst, err = s.appendCompact(dst, depth+1); err != nil {
+				return dst, err
+			}
+			switch s.peek() {
+			case ',':
+				s.pos++
+				dst = append(dst, ',')
+			case closer:
+				s.pos++
+				return append(dst, closer), nil
+			default:
+				return dst, s.errorf("expected ',' or %q", closer)
+			}
+		}
+	case '"':
+		start := s.pos
+		if _, err := s.readString(); err != nil {
+			return dst, err
+		}
+		return append(dst, s.data[start:s.pos]...), nil
+	case 't':
+		return append(dst, "true"...), s.literal("true")
+	case 'f':
+		return append(dst, "false"...), s.literal("false")
+	case 'n':
+		return append(dst, "null"...), s.literal("null")
+	case 0:
+		return dst, s.errorf("unexpected end of input")
+	default:
+		num, _, err := s.readNumber()
+		return append(dst, num...), err
+	}
+}
+
+// decodeAny decodes the value at pos into the generic form ToJSON accepts:
+// map[string]any, []any, string, json.Number, bool or nil. Later duplicate
+// keys win, as with encoding/json. Only the nested_to_string path uses it.
+func (s *scanner) decodeAny(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, s.errorf("nesting deeper than %d", maxDepth)
+	}
+	switch c := s.peek(); c {
+	case '{':
+		s.pos++
+		m := map[string]any{}
+		if s.peek() == '}' {
+			s.pos++
+			return m, nil
+		}
+		for {
+			if s.peek() != '"' {
+				return nil, s.errorf("expected object key")
+			}
+			k, err := s.readString()
+			if err != nil {
+				return nil, err
+			}
+			key := string(k)
+			if err := s.expect(':'); err != nil {
+				return nil, err
+			}
+			v, err := s.decodeAny(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			m[key] = v
+			switch s.peek() {
+			case ',':
+				s.pos++
+			case '}':
+				s.pos++
+				return m, nil
+			default:
+				return nil, s.errorf("expected ',' or '}'")
+			}
+		}
+	case '[':
+		s.pos++
+		a := []any{}
+		if s.peek() == ']' {
+			s.pos++
+			return a, nil
+		}
+		for {
+			v, err := s.decodeAny(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+			switch s.peek() {
+			case ',':
+				s.pos++
+			case ']':
+				s.pos++
+				return a, nil
+			default:
+				return nil, s.errorf("expected ',' or ']'")
+			}
+		}
+	case '"':
+		str, err := s.readString()
+		return string(str), err
+	case 't':
+		return true, s.literal("true")
+	case 'f':
+		return false, s.literal("false")
+	case 'n':
+		return nil, s.literal("null")
+	case 0:
+		return nil, s.errorf("unexpected end of input")
+	default:
+		num, _, err := s.readNumber()
+		return json.Number(num), err
+	}
+}
+
+// jsonKind names the kind of the JSON value starting with byte c, for error
+// messages.
+func jsonKind(c byte) string {
+	switch c {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	case 0:
+		return "end of input"
+	}
+	return "number"
+}

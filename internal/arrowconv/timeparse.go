@@ -1,0 +1,163 @@
+package arrowconv
+
+import (
+	"fmt"
+	"time"
+)
+
+// Delta's DATE and TIMESTAMP range: 0001-01-01 through 9999-12-31.
+const (
+	minDays   = -719162 // 0001-01-01
+	maxDays   = 2932896 // 9999-12-31
+	usPerDay  = 86400 * 1_000_000
+	minMicros = minDays * usPerDay
+	maxMicros = (maxDays+1)*usPerDay - 1
+)
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
+// date (Howard Hinnant's algorithm), for years 1..9999.
+func daysFromCivil(y, m, d int) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
+}
+
+func daysIn(y, m int) int {
+	switch m {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+func digits(b []byte, i, n int) (int, bool) {
+	if i+n > len(b) {
+		return 0, false
+	}
+	v := 0
+	for _, c := range b[i : i+n] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+// parseDate parses "YYYY-MM-DD" at b[0:10] and returns days since the epoch.
+func parseDate(b []byte) (int64, bool) {
+	y, ok1 := digits(b, 0, 4)
+	m, ok2 := digits(b, 5, 2)
+	d, ok3 := digits(b, 8, 2)
+	if !ok1 || !ok2 || !ok3 || b[4] != '-' || b[7] != '-' {
+		return 0, false
+	}
+	if y < 1 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) {
+		return 0, false
+	}
+	return daysFromCivil(y, m, d), true
+}
+
+// parseTimestamp parses an RFC 3339 timestamp, "YYYY-MM-DD(T|t| )HH:MM:SS
+// [.fraction][Z|z|±HH:MM|±HHMM]", with the zone optional. It returns
+// microseconds since the epoch of the UTC instant (or, without a zone, of the
+// wall-clock time read as UTC) and whether a zone was present. Fractions
+// beyond microseconds are truncated.
+func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
+	bad := func() (int64, bool, error) {
+		return 0, false, fmt.Errorf("%q is not an RFC 3339 timestamp (2006-01-02T15:04:05[.999999][Z|±07:00])", b)
+	}
+	if len(b) < 19 {
+		return bad()
+	}
+	days, ok := parseDate(b)
+	if !ok || (b[10] != 'T' && b[10] != 't' && b[10] != ' ') {
+		return bad()
+	}
+	hh, ok1 := digits(b, 11, 2)
+	mm, ok2 := digits(b, 14, 2)
+	ss, ok3 := digits(b, 17, 2)
+	if !ok1 || !ok2 || !ok3 || b[13] != ':' || b[16] != ':' || hh > 23 || mm > 59 || ss > 59 {
+		return bad()
+	}
+	i := 19
+	var frac int64
+	if i < len(b) && b[i] == '.' {
+		i++
+		start := i
+		scale := int64(100000)
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			frac += int64(b[i]-'0') * scale
+			scale /= 10
+			i++
+		}
+		if i == start || i-start > 9 {
+			return bad()
+		}
+	}
+	var offset int64 // seconds east of UTC
+	if i < len(b) {
+		zoned = true
+		switch c := b[i]; {
+		case c == 'Z' || c == 'z':
+			i++
+		case c == '+' || c == '-':
+			oh, okh := digits(b, i+1, 2)
+			if !okh {
+				return bad()
+			}
+			j := i + 3
+			if j < len(b) && b[j] == ':' {
+				j++
+			}
+			om, okm := digits(b, j, 2)
+			if !okm || oh > 23 || om > 59 {
+				return bad()
+			}
+			offset = int64(oh*3600 + om*60)
+			if c == '-' {
+				offset = -offset
+			}
+			i = j + 2
+		default:
+			return bad()
+		}
+		if i != len(b) {
+			return bad()
+		}
+	}
+	secs := days*86400 + int64(hh*3600+mm*60+ss) - offset
+	us = secs*1_000_000 + frac
+	if us < minMicros || us > maxMicros {
+		return 0, zoned, fmt.Errorf("%q is outside the supported range 0001-01-01..9999-12-31", b)
+	}
+	return us, zoned, nil
+}
+
+// timeMicros converts a Go time (a Bloblang timestamp) for a TIMESTAMP
+// column (ntz false: the instant) or a TIMESTAMP_NTZ column (ntz true: the
+// wall clock, accepted only from a UTC time because any other zone makes it an
+// instant, the tz-into-NTZ mismatch).
+func timeMicros(t time.Time, ntz bool) (int64, error) {
+	if ntz {
+		if name, off := t.Zone(); off != 0 || (name != "UTC" && name != "") {
+			return 0, kerr(ErrTZIntoNTZ, "%v: time %s carries zone %q; convert it to a zone-less wall clock upstream or use a TIMESTAMP column", ErrTZIntoNTZ, t.Format(time.RFC3339Nano), name)
+		}
+	}
+	us := t.UnixMicro()
+	if us < minMicros || us > maxMicros {
+		return 0, kerr(ErrOutOfRange, "time %s is outside the supported range 0001-01-01..9999-12-31", t.Format(time.RFC3339Nano))
+	}
+	return us, nil
+}

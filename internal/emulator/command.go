@@ -1,0 +1,156 @@
+package emulator
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// DefaultDataDir is where the command keeps tables when --data is not given.
+func DefaultDataDir() string { return filepath.Join(os.TempDir(), "zerobus-emulator-data") }
+
+// Command is the `emulator` subcommand (for service.CLIOptAddCommand): it
+// starts an emulator, prints how to reach it, and runs until SIGINT/SIGTERM.
+func Command() *cli.Command {
+	return &cli.Command{
+		Name:  "emulator",
+		Usage: "Run a local Databricks workspace + Zerobus ingest emulator",
+		Description: "Serves OAuth M2M, Unity Catalog and SQL statements over HTTP, and Zerobus " +
+			"(Arrow Flight DoPut and the JSON EphemeralStream) over gRPC, storing tables as " +
+			"Parquet + Delta log under --data. Every flag has a loopback default.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "http", Value: DefaultHTTPAddr, Usage: "workspace HTTP listen address"},
+			&cli.StringFlag{Name: "grpc", Value: DefaultGRPCAddr, Usage: "Zerobus gRPC listen address"},
+			&cli.StringFlag{Name: "data", Value: DefaultDataDir(), Usage: "data directory (tables persist across restarts)"},
+			// Not a StringSliceFlag: that splits values on commas, and a
+			// table spec is a comma-separated column list.
+			&cli.GenericFlag{Name: "table", Value: &repeatedString{}, Usage: "create a table: 'cat.sch.tbl:col TYPE [NOT NULL], …' (repeatable)"},
+			&cli.StringFlag{Name: "client-id", Value: DefaultClientID, Usage: "OAuth client id accepted"},
+			&cli.StringFlag{Name: "client-secret", Value: DefaultClientSecret, Usage: "OAuth client secret accepted", EnvVars: []string{"ZEROBUS_EMULATOR_CLIENT_SECRET"}},
+			&cli.StringFlag{Name: "workspace-id", Value: DefaultWorkspaceID, Usage: "workspace id"},
+			&cli.DurationFlag{Name: "token-ttl", Value: DefaultTokenTTL, Usage: "lifetime of issued tokens"},
+			&cli.DurationFlag{Name: "ack-latency", Usage: "fault: delay every ack by this long"},
+			&cli.DurationFlag{Name: "stream-lifetime", Usage: "fault: rotate streams after this long (close signal, then UNAVAILABLE 6002)"},
+			&cli.DurationFlag{Name: "rotation-grace", Usage: "fault: close_stream_duration announced at rotation (default 2s)"},
+			&cli.StringSliceFlag{Name: "error-rate", Usage: "fault: CODE=probability per batch, e.g. UNAVAILABLE=0.01 (repeatable)"},
+			&cli.IntFlag{Name: "max-streams-per-table", Usage: "fault: concurrent stream cap per table (RESOURCE_EXHAUSTED beyond)"},
+			&cli.BoolFlag{Name: "ack-stall", Usage: "fault: never ack (until cleared through the admin API)"},
+			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing (benchmarks)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := configFromFlags(c)
+			if err != nil {
+				return cli.Exit(err.Error(), 2)
+			}
+			srv, err := Start(cfg)
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			printBanner(c.App.Writer, srv, cfg)
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sig)
+			<-sig
+			fmt.Fprintln(c.App.Writer, "shutting down")
+			return srv.Close()
+		},
+	}
+}
+
+func configFromFlags(c *cli.Context) (Config, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return Config{}, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := Config{
+		HTTPAddr:     c.String("http"),
+		GRPCAddr:     c.String("grpc"),
+		DataDir:      c.String("data"),
+		Tables:       tablesFlag(c),
+		ClientID:     c.String("client-id"),
+		ClientSecret: c.String("client-secret"),
+		WorkspaceID:  c.String("workspace-id"),
+		TokenTTL:     c.Duration("token-ttl"),
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Faults: Faults{
+			AckLatency:         c.Duration("ack-latency"),
+			StreamLifetime:     c.Duration("stream-lifetime"),
+			RotationGrace:      c.Duration("rotation-grace"),
+			MaxStreamsPerTable: c.Int("max-streams-per-table"),
+			AckStall:           c.Bool("ack-stall"),
+			AckOnly:            c.Bool("ack-only"),
+		},
+	}
+	rates, err := parseErrorRates(c.StringSlice("error-rate"))
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Faults.ErrorRate = rates
+	return cfg, cfg.Faults.Validate()
+}
+
+// repeatedString is a repeatable string flag that keeps commas.
+type repeatedString struct{ values []string }
+
+func (r *repeatedString) Set(v string) error { r.values = append(r.values, v); return nil }
+func (r *repeatedString) String() string     { return strings.Join(r.values, " ") }
+
+func tablesFlag(c *cli.Context) []string {
+	if r, ok := c.Generic("table").(*repeatedString); ok && r != nil {
+		return append([]string(nil), r.values...)
+	}
+	return nil
+}
+
+// parseErrorRates parses "CODE=probability" items.
+func parseErrorRates(items []string) (map[string]float64, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	out := map[string]float64{}
+	for _, it := range items {
+		code, p, ok := strings.Cut(it, "=")
+		if !ok {
+			return nil, fmt.Errorf("--error-rate %q: want CODE=probability", it)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return nil, fmt.Errorf("--error-rate %q: %w", it, err)
+		}
+		out[strings.ToUpper(strings.TrimSpace(code))] = v
+	}
+	return out, nil
+}
+
+func printBanner(w io.Writer, srv *Server, cfg Config) {
+	if w == nil {
+		w = os.Stdout
+	}
+	secret := "(as configured)"
+	if cfg.ClientSecret == DefaultClientSecret {
+		secret = DefaultClientSecret + " (default)"
+	}
+	fmt.Fprintf(w, `Zerobus emulator running.
+  workspace URL (DATABRICKS_HOST): %s
+  Zerobus endpoint:                %s
+  workspace id:                    %s
+  client id / secret:              %s / %s
+  data directory:                  %s
+  read back:  GET %s/emulator/v1/tables/{catalog.schema.table}[/rows?limit=N]
+  admin:      GET|PUT %s/emulator/v1/faults, GET %s/emulator/v1/stats
+Press Ctrl-C to stop.
+`, srv.HTTPURL(), srv.GRPCURL(), srv.WorkspaceID(), cfg.ClientID, secret, srv.DataDir(),
+		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL())
+	for _, t := range srv.Registry().List() {
+		fmt.Fprintf(w, "  table %s (%d columns)\n", t.FullName, len(t.Columns))
+	}
+}

@@ -1,0 +1,420 @@
+// Package emulator is a local stand-in for a Databricks workspace and its
+// Zerobus ingest service, reached over real sockets.
+//
+// One HTTP listener serves the workspace side: OAuth M2M tokens (plain
+// workspace tokens and table-scoped Zerobus tokens), the Unity Catalog and SQL
+// endpoints of internal/emulator/workspace, read-back of ingested rows, and an
+// admin API for fault injection and statistics. One gRPC listener serves the
+// Zerobus side: Arrow Flight DoPut and the JSON EphemeralStream, enforcing
+// authentication, table scope, table existence, the schema contract,
+// sequential offsets and the 10 MiB request cap the way the service does.
+//
+// Rows are durable before they are acknowledged: each table is stored as zstd
+// Parquet files plus a Delta transaction log under the data directory, both
+// fsync'd before the cumulative ack goes out, and the log is replayed when the
+// emulator starts again on the same directory.
+//
+// HTTP routes (workspace URL):
+//
+//	GET  /.well-known/databricks-config               discovery
+//	GET  /oidc/.well-known/oauth-authorization-server  OAuth metadata
+//	POST /oidc/v1/token                                 client_credentials tokens
+//	     /api/2.1/unity-catalog/…, /api/2.0/sql/…       package workspace
+//	GET  /emulator/v1/tables[/{full_name}[/rows?limit=N]]  read-back
+//	GET|PUT /emulator/v1/faults, GET /emulator/v1/stats    admin
+package emulator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+)
+
+// Defaults used when the corresponding Config field is empty.
+const (
+	DefaultHTTPAddr     = "127.0.0.1:8080"
+	DefaultGRPCAddr     = "127.0.0.1:50051"
+	DefaultClientID     = "emulator"
+	DefaultClientSecret = "emulator-secret"
+	DefaultWorkspaceID  = "123"
+	DefaultTokenTTL     = time.Hour
+
+	// MaxRequestBytes is the service's cap on one ingest request.
+	MaxRequestBytes = 10 << 20
+)
+
+// Config configures an emulator. The zero value is usable: loopback default
+// addresses, default credentials, and a temporary data directory that Close
+// removes.
+type Config struct {
+	// HTTPAddr and GRPCAddr are listen addresses; "127.0.0.1:0" picks a free
+	// port (see Server.HTTPURL and Server.GRPCURL).
+	HTTPAddr, GRPCAddr string
+	// DataDir holds the tables (Parquet + Delta log) and the UC registry.
+	// Empty means a fresh temporary directory removed by Close.
+	DataDir string
+	// Tables are created at start unless they already exist, each written as
+	// "cat.sch.tbl:col TYPE [NOT NULL], …".
+	Tables []string
+	// ClientID and ClientSecret are the only OAuth M2M credentials accepted.
+	ClientID, ClientSecret string
+	// WorkspaceID names the workspace in discovery and in the Zerobus token
+	// resource (api://databricks/workspaces/<id>/zerobusDirectWriteApi).
+	WorkspaceID string
+	// TokenTTL is the lifetime of issued tokens.
+	TokenTTL time.Duration
+	// Faults are the initial fault-injection settings.
+	Faults Faults
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) applyDefaults() {
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.ClientSecret == "" {
+		c.ClientSecret = DefaultClientSecret
+	}
+	if c.WorkspaceID == "" {
+		c.WorkspaceID = DefaultWorkspaceID
+	}
+	if c.TokenTTL <= 0 {
+		c.TokenTTL = DefaultTokenTTL
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(discard{}, nil))
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Server is a running emulator.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	reg    *workspace.Registry
+	tokens *tokenStore
+	stats  *statsCollector
+	faults atomic.Pointer[Faults]
+
+	httpLn  net.Listener
+	grpcLn  net.Listener
+	httpSrv *http.Server
+	grpcSrv *grpc.Server
+
+	storesMu sync.Mutex
+	stores   map[string]*tableStore // key: workspace.NormalizeName
+	closed   bool
+
+	removeDir bool
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup
+}
+
+// Start opens the data directory, recovers every table from its Delta log,
+// creates the configured tables, and starts serving HTTP and gRPC.
+func Start(cfg Config) (*Server, error) {
+	cfg.applyDefaults()
+	if err := cfg.Faults.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		stats:  newStatsCollector(),
+		stores: map[string]*tableStore{},
+	}
+	f := cfg.Faults.clone()
+	s.faults.Store(&f)
+
+	if s.cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "zerobus-emulator-")
+		if err != nil {
+			return nil, fmt.Errorf("emulator: create temporary data dir: %w", err)
+		}
+		s.cfg.DataDir = dir
+		s.removeDir = true
+	}
+	if err := s.open(); err != nil {
+		s.closeStores()
+		if s.removeDir {
+			_ = os.RemoveAll(s.cfg.DataDir)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// open does the fallible part of Start: registry, signing key, tables,
+// recovery, listeners.
+func (s *Server) open() error {
+	if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("emulator: create data dir: %w", err)
+	}
+	// A name with a dot can never collide with a catalog directory.
+	reg, err := workspace.OpenRegistry(filepath.Join(s.cfg.DataDir, ".workspace"))
+	if err != nil {
+		return fmt.Errorf("emulator: %w", err)
+	}
+	s.reg = reg
+	key, err := loadTokenKey(filepath.Join(s.cfg.DataDir, ".workspace", "token-signing-key"))
+	if err != nil {
+		return fmt.Errorf("emulator: %w", err)
+	}
+	s.tokens = newTokenStore(time.Now, key)
+	if err := s.createConfiguredTables(); err != nil {
+		return err
+	}
+	for _, t := range reg.List() {
+		if _, err := s.store(t.FullName); err != nil {
+			return fmt.Errorf("emulator: recover table %s: %w", t.FullName, err)
+		}
+	}
+	return s.listen()
+}
+
+func (s *Server) createConfiguredTables() error {
+	// Parse every spec before creating anything, so a typo creates nothing.
+	tables := make([]workspace.Table, 0, len(s.cfg.Tables))
+	for _, spec := range s.cfg.Tables {
+		name, defs, ok := strings.Cut(spec, ":")
+		if !ok {
+			return fmt.Errorf("emulator: table %q: want \"cat.sch.tbl:col TYPE, …\"", spec)
+		}
+		name = strings.TrimSpace(name)
+		if _, _, _, err := typemap.ParseTableName(name); err != nil {
+			return fmt.Errorf("emulator: %w", err)
+		}
+		cols, err := typemap.ParseColumns(defs)
+		if err != nil {
+			return fmt.Errorf("emulator: table %s: %w", name, err)
+		}
+		if _, err := typemap.ArrowSchema(cols); err != nil {
+			return fmt.Errorf("emulator: table %s: %w", name, err)
+		}
+		tables = append(tables, workspace.Table{FullName: name, TableType: "MANAGED", Columns: cols})
+	}
+	for _, t := range tables {
+		_, err := s.reg.Create(t)
+		switch {
+		case errors.Is(err, workspace.ErrAlreadyExists):
+			if old, ok := s.reg.Get(t.FullName); ok && !sameColumns(old.Columns, t.Columns) {
+				s.log.Warn("table already exists with a different definition; keeping the stored one (use a fresh --data directory to start over)", "table", t.FullName)
+			}
+		case err != nil:
+			return fmt.Errorf("emulator: create table %s: %w", t.FullName, err)
+		}
+	}
+	return nil
+}
+
+func sameColumns(a, b []typemap.Column) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Nullable != b[i].Nullable || !a[i].Type.Equal(b[i].Type) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) listen() error {
+	var err error
+	s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("emulator: listen http %s: %w", s.cfg.HTTPAddr, err)
+	}
+	s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr)
+	if err != nil {
+		s.httpLn.Close()
+		return fmt.Errorf("emulator: listen grpc %s: %w", s.cfg.GRPCAddr, err)
+	}
+
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.grpcSrv = grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxSendMsgSize(64<<20),
+		// Be as lenient with client keepalive pings as a cloud front end:
+		// grpc-go's default policy would GOAWAY a client pinging more often
+		// than every 5 minutes.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	)
+	flight.RegisterFlightServiceServer(s.grpcSrv, &flightService{srv: s})
+	zbpb.RegisterZerobusServer(s.grpcSrv, &zerobusService{srv: s})
+
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpcSrv.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "data", s.cfg.DataDir)
+	return nil
+}
+
+// HTTPURL is the workspace URL ("http://127.0.0.1:port"): the host for the
+// Databricks SDK, the OAuth endpoints and the read-back API.
+func (s *Server) HTTPURL() string { return "http://" + s.httpLn.Addr().String() }
+
+// GRPCURL is the Zerobus endpoint ("http://127.0.0.1:port", plaintext).
+func (s *Server) GRPCURL() string { return "http://" + s.grpcLn.Addr().String() }
+
+// DataDir is the directory holding the tables.
+func (s *Server) DataDir() string { return s.cfg.DataDir }
+
+// WorkspaceID is the workspace id served in discovery and token resources.
+func (s *Server) WorkspaceID() string { return s.cfg.WorkspaceID }
+
+// Registry is the Unity Catalog table registry the emulator serves.
+func (s *Server) Registry() *workspace.Registry { return s.reg }
+
+// Faults returns the current fault-injection settings.
+func (s *Server) Faults() Faults { return s.faults.Load().clone() }
+
+// SetFaults replaces the fault-injection settings. Per-batch faults (error
+// rate, ack latency, stalls, ack-only) apply at once; stream lifetime and the
+// concurrency cap apply to streams opened afterwards.
+func (s *Server) SetFaults(f Faults) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	f = f.clone()
+	s.faults.Store(&f)
+	return nil
+}
+
+func (s *Server) currentFaults() *Faults { return s.faults.Load() }
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	st := s.stats.snapshot()
+	s.storesMu.Lock()
+	stores := make([]*tableStore, 0, len(s.stores))
+	for _, ts := range s.stores {
+		stores = append(stores, ts)
+	}
+	s.storesMu.Unlock()
+	for _, ts := range stores {
+		name := ts.fullName
+		ent := st.Tables[name]
+		ent.RowCount, ent.Commits, ent.DeltaVersion = ts.counts()
+		st.Tables[name] = ent
+	}
+	return st
+}
+
+// TableRowCount returns the number of durable rows stored for a table.
+func (s *Server) TableRowCount(fullName string) (int64, error) {
+	ts, err := s.existingStore(fullName)
+	if err != nil {
+		return 0, err
+	}
+	n, _, _ := ts.counts()
+	return n, nil
+}
+
+// TableRows reads up to limit stored rows of a table (limit <= 0: all) as
+// JSON-ready maps: decimals as strings, timestamps RFC 3339, binary as bytes
+// (base64 once marshalled).
+func (s *Server) TableRows(fullName string, limit int) ([]map[string]any, error) {
+	ts, err := s.existingStore(fullName)
+	if err != nil {
+		return nil, err
+	}
+	t, _ := s.reg.Get(fullName)
+	return ts.readRows(t.Columns, limit)
+}
+
+func (s *Server) existingStore(fullName string) (*tableStore, error) {
+	if _, ok := s.reg.Get(fullName); !ok {
+		return nil, fmt.Errorf("table %s: %w", fullName, workspace.ErrNotFound)
+	}
+	return s.store(fullName)
+}
+
+// store returns the table's store, recovering it from disk on first use.
+func (s *Server) store(fullName string) (*tableStore, error) {
+	key := workspace.NormalizeName(fullName)
+	s.storesMu.Lock()
+	defer s.storesMu.Unlock()
+	if s.closed {
+		return nil, errors.New("emulator is closed")
+	}
+	if ts, ok := s.stores[key]; ok {
+		return ts, nil
+	}
+	cat, sch, tbl, err := typemap.ParseTableName(key)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.stores[key] = ts
+	return ts, nil
+}
+
+func (s *Server) closeStores() {
+	s.storesMu.Lock()
+	s.closed = true
+	stores := s.stores
+	s.storesMu.Unlock()
+	for _, ts := range stores {
+		ts.close()
+	}
+}
+
+// Close stops both servers (open streams end UNAVAILABLE), waits for queued
+// commits to finish, and removes a temporary data directory.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.grpcSrv.Stop()
+		if err := s.httpSrv.Close(); err != nil {
+			s.closeErr = fmt.Errorf("emulator: close http: %w", err)
+		}
+		s.wg.Wait()
+		s.closeStores()
+		if s.removeDir {
+			if err := os.RemoveAll(s.cfg.DataDir); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("emulator: remove data dir: %w", err)
+			}
+		}
+	})
+	return s.closeErr
+}

@@ -1,0 +1,282 @@
+package emulator
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// Faults are the emulator's fault-injection settings. The zero value injects
+// nothing.
+type Faults struct {
+	// AckLatency delays every ack by this long after the batch arrived.
+	AckLatency time.Duration
+	// StreamLifetime rotates streams: after this long the server sends a
+	// close signal ({"close_stream_duration_ms":…} on Flight), then ends the
+	// call UNAVAILABLE "… Error Code: 6002 Stream timeout reached" once
+	// RotationGrace has passed (a client that half-closes earlier gets OK).
+	StreamLifetime time.Duration
+	// RotationGrace is the close_stream_duration announced at rotation;
+	// 0 means 2s.
+	RotationGrace time.Duration
+	// ErrorRate maps a gRPC code name ("UNAVAILABLE", "INTERNAL", …) to the
+	// probability that a received batch fails the stream with that code.
+	ErrorRate map[string]float64
+	// MaxStreamsPerTable caps concurrent streams per table; opening one more
+	// fails RESOURCE_EXHAUSTED. 0 means no cap.
+	MaxStreamsPerTable int
+	// AckStall stops acks (rows are still stored) until it is cleared.
+	AckStall bool
+	// AckOnly acks batches without storing them (for transport benchmarks).
+	AckOnly bool
+}
+
+const defaultRotationGrace = 2 * time.Second
+
+func (f Faults) clone() Faults {
+	f.ErrorRate = maps.Clone(f.ErrorRate)
+	return f
+}
+
+func (f *Faults) rotationGrace() time.Duration {
+	if f.RotationGrace > 0 {
+		return f.RotationGrace
+	}
+	return defaultRotationGrace
+}
+
+// Validate checks the code names and probabilities of ErrorRate and the
+// signs of the durations.
+func (f Faults) Validate() error {
+	for name, p := range f.ErrorRate {
+		if _, err := parseCode(name); err != nil {
+			return err
+		}
+		if p < 0 || p > 1 {
+			return fmt.Errorf("faults: error rate for %s is %v, want 0..1", name, p)
+		}
+	}
+	if f.AckLatency < 0 || f.StreamLifetime < 0 || f.RotationGrace < 0 || f.MaxStreamsPerTable < 0 {
+		return fmt.Errorf("faults: durations and caps must not be negative")
+	}
+	return nil
+}
+
+// parseCode maps "UNAVAILABLE", "unavailable" or "Unavailable" to its code.
+func parseCode(name string) (codes.Code, error) {
+	var c codes.Code
+	upper := strings.ToUpper(strings.TrimSpace(name))
+	if err := c.UnmarshalJSON([]byte(strconv.Quote(upper))); err == nil && c != codes.OK {
+		return c, nil
+	}
+	for i := codes.Code(1); i <= codes.Unauthenticated; i++ {
+		if strings.EqualFold(i.String(), name) {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("faults: unknown or non-error gRPC code %q", name)
+}
+
+// pickError rolls the dice of ErrorRate for one batch. Codes are tried in a
+// fixed order so a seeded test is reproducible.
+func (f *Faults) pickError() (codes.Code, bool) {
+	if len(f.ErrorRate) == 0 {
+		return 0, false
+	}
+	names := make([]string, 0, len(f.ErrorRate))
+	for n := range f.ErrorRate {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if p := f.ErrorRate[n]; p > 0 && rand.Float64() < p {
+			if c, err := parseCode(n); err == nil {
+				return c, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// faultsJSON is the admin API form: durations as Go duration strings.
+type faultsJSON struct {
+	AckLatency         string             `json:"ack_latency,omitempty"`
+	StreamLifetime     string             `json:"stream_lifetime,omitempty"`
+	RotationGrace      string             `json:"rotation_grace,omitempty"`
+	ErrorRate          map[string]float64 `json:"error_rate,omitempty"`
+	MaxStreamsPerTable int                `json:"max_streams_per_table,omitempty"`
+	AckStall           bool               `json:"ack_stall"`
+	AckOnly            bool               `json:"ack_only"`
+}
+
+func durString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// MarshalJSON renders durations as strings such as "250ms".
+func (f Faults) MarshalJSON() ([]byte, error) {
+	return json.Marshal(faultsJSON{
+		AckLatency:         durString(f.AckLatency),
+		StreamLifetime:     durString(f.StreamLifetime),
+		RotationGrace:      durString(f.RotationGrace),
+		ErrorRate:          f.ErrorRate,
+		MaxStreamsPerTable: f.MaxStreamsPerTable,
+		AckStall:           f.AckStall,
+		AckOnly:            f.AckOnly,
+	})
+}
+
+// UnmarshalJSON accepts durations as strings such as "250ms" or "1m".
+func (f *Faults) UnmarshalJSON(b []byte) error {
+	var j faultsJSON
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return fmt.Errorf("faults: %w", err)
+	}
+	var out Faults
+	for _, d := range []struct {
+		s   string
+		dst *time.Duration
+		n   string
+	}{{j.AckLatency, &out.AckLatency, "ack_latency"}, {j.StreamLifetime, &out.StreamLifetime, "stream_lifetime"}, {j.RotationGrace, &out.RotationGrace, "rotation_grace"}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			return fmt.Errorf("faults: %s: %w", d.n, err)
+		}
+		*d.dst = v
+	}
+	out.ErrorRate = j.ErrorRate
+	out.MaxStreamsPerTable = j.MaxStreamsPerTable
+	out.AckStall = j.AckStall
+	out.AckOnly = j.AckOnly
+	*f = out
+	return nil
+}
+
+// Stats are the emulator's counters since start.
+type Stats struct {
+	Tables map[string]TableStats `json:"tables"`
+	// TokensIssued counts successful token responses; TokenFailures counts
+	// refused token requests.
+	TokensIssued  int64 `json:"tokens_issued"`
+	TokenFailures int64 `json:"token_failures"`
+	// Statements counts POST /api/2.0/sql/statements requests.
+	Statements int64 `json:"statements"`
+}
+
+// TableStats are one table's counters.
+type TableStats struct {
+	// StreamsOpened counts streams that passed every check and got the ready
+	// signal (or create_stream_response); StreamsRejected those refused at
+	// open by the concurrency cap.
+	StreamsOpened   int64 `json:"streams_opened"`
+	StreamsRejected int64 `json:"streams_rejected"`
+	// StreamsActive is the number open now; MaxConcurrentStreams the peak.
+	StreamsActive        int64 `json:"streams_active"`
+	MaxConcurrentStreams int64 `json:"max_concurrent_streams"`
+	// BatchesReceived and RowsReceived count accepted ingest requests.
+	BatchesReceived int64 `json:"batches_received"`
+	RowsReceived    int64 `json:"rows_received"`
+	// RowsAcked counts rows covered by acks sent.
+	RowsAcked int64 `json:"rows_acked"`
+	// RowCount is the number of rows stored (durable) in the table, replayed
+	// ones included; Commits the Delta commits written since start;
+	// DeltaVersion the latest Delta log version (-1: none).
+	RowCount     int64 `json:"row_count"`
+	Commits      int64 `json:"commits"`
+	DeltaVersion int64 `json:"delta_version"`
+}
+
+type statsCollector struct {
+	mu         sync.Mutex
+	tables     map[string]*TableStats
+	tokens     int64
+	tokenFails int64
+	statements int64
+}
+
+func newStatsCollector() *statsCollector {
+	return &statsCollector{tables: map[string]*TableStats{}}
+}
+
+func (c *statsCollector) table(name string) *TableStats {
+	t, ok := c.tables[name]
+	if !ok {
+		t = &TableStats{DeltaVersion: -1}
+		c.tables[name] = t
+	}
+	return t
+}
+
+// openStream admits a stream unless the table is at its cap.
+func (c *statsCollector) openStream(name string, limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.table(name)
+	if limit > 0 && t.StreamsActive >= int64(limit) {
+		t.StreamsRejected++
+		return false
+	}
+	t.StreamsActive++
+	if t.StreamsActive > t.MaxConcurrentStreams {
+		t.MaxConcurrentStreams = t.StreamsActive
+	}
+	return true
+}
+
+func (c *statsCollector) streamReady(name string) {
+	c.mu.Lock()
+	c.table(name).StreamsOpened++
+	c.mu.Unlock()
+}
+
+func (c *statsCollector) closeStream(name string) {
+	c.mu.Lock()
+	c.table(name).StreamsActive--
+	c.mu.Unlock()
+}
+
+func (c *statsCollector) batch(name string, rows int64) {
+	c.mu.Lock()
+	t := c.table(name)
+	t.BatchesReceived++
+	t.RowsReceived += rows
+	c.mu.Unlock()
+}
+
+func (c *statsCollector) acked(name string, rows int64) {
+	c.mu.Lock()
+	c.table(name).RowsAcked += rows
+	c.mu.Unlock()
+}
+
+func (c *statsCollector) add(field *int64, n int64) {
+	c.mu.Lock()
+	*field += n
+	c.mu.Unlock()
+}
+
+func (c *statsCollector) snapshot() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := Stats{Tables: make(map[string]TableStats, len(c.tables)), TokensIssued: c.tokens, TokenFailures: c.tokenFails, Statements: c.statements}
+	for k, v := range c.tables {
+		out.Tables[k] = *v
+	}
+	return out
+}

@@ -1,0 +1,167 @@
+package emulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
+)
+
+// flightService is Zerobus's Arrow Flight endpoint: DoPut only.
+type flightService struct {
+	flight.BaseFlightServer
+	srv *Server
+}
+
+// openStreamSlot applies the per-table concurrency cap and counts the open
+// stream; the returned func releases the slot.
+func (s *Server) openStreamSlot(table string, f *Faults) (func(), error) {
+	if !s.stats.openStream(table, f.MaxStreamsPerTable) {
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"too many concurrent streams for table %s (limit %d)", table, f.MaxStreamsPerTable)
+	}
+	return func() { s.stats.closeStream(table) }, nil
+}
+
+// DoPut serves one Zerobus Arrow stream: headers are checked, the schema
+// frame is validated against the table, the ready PutResult is sent, then
+// each record batch frame (app_metadata {"offset_id":N}, N = 0, 1, 2, …) is
+// stored and acknowledged cumulatively once durable.
+func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
+	s := fs.srv
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+
+	t, err := s.authorizeStream(ctx, "")
+	if err != nil {
+		return err
+	}
+	name := workspace.NormalizeName(t.FullName)
+	f := s.currentFaults()
+	release, err := s.openStreamSlot(name, f)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ts, err := s.store(name)
+	if err != nil {
+		return status.Errorf(codes.Internal, "open table storage: %v", err)
+	}
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+
+	rdr, err := flight.NewRecordReader(stream)
+	if err != nil {
+		return recvStatus(err, "reading the schema frame")
+	}
+	probs, err := checkSchema(t.Columns, rdr.Schema())
+	if err != nil {
+		rdr.Release()
+		// A table Zerobus cannot write (e.g. an array of arrays): the
+		// service refuses such streams; it is not worth retrying.
+		return status.Errorf(codes.InvalidArgument, "table %s cannot be written by Zerobus: %v", t.FullName, err)
+	}
+	if len(probs) > 0 {
+		rdr.Release()
+		return schemaError(t, probs)
+	}
+	conv := newStorageConverter(t.Columns, rdr.Schema())
+
+	ss := newSession(ctx, s, name)
+	ss.sendAck = func(off int64, recs uint64) error {
+		return stream.Send(&flight.PutResult{AppMetadata: fmt.Appendf(nil, `{"ack_up_to_offset":%d,"ack_up_to_records":%d}`, off, recs)})
+	}
+	ss.sendClose = func(off int64, recs uint64, grace time.Duration) error {
+		return stream.Send(&flight.PutResult{AppMetadata: fmt.Appendf(nil,
+			`{"ack_up_to_offset":%d,"ack_up_to_records":%d,"close_stream_duration_ms":%d}`, off, recs, grace.Milliseconds())})
+	}
+	// Counted before the send so a client that saw the ready signal always
+	// finds its stream in Stats.
+	s.stats.streamReady(name)
+	if err := stream.Send(&flight.PutResult{AppMetadata: []byte(`{"ack_up_to_offset":-1,"ack_up_to_records":0}`)}); err != nil {
+		rdr.Release()
+		return err
+	}
+	s.log.Debug("flight stream ready", "table", name, "schema", rdr.Schema().String())
+
+	go ss.ackLoop()
+	recvDone := make(chan error, 1)
+	go func() {
+		// The reader is owned here: the handler may return (and the stream
+		// be cancelled) while Recv is still blocked.
+		defer rdr.Release()
+		recvDone <- fs.recvLoop(ss, rdr, conv, ts)
+	}()
+	return ss.end(ss.run(recvDone, f))
+}
+
+func (fs *flightService) recvLoop(ss *session, rdr *flight.Reader, conv *storageConverter, ts *tableStore) error {
+	s := fs.srv
+	expected := int64(0)
+	for rdr.Next() {
+		rec := rdr.RecordBatch()
+		off, err := parseOffset(rdr.LatestAppMetadata())
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "record batch frame %d: %v", expected, err)
+		}
+		if off != expected {
+			return status.Errorf(codes.InvalidArgument, nonIncrementalOffsetMessage, expected, off)
+		}
+		expected++
+		f := s.currentFaults()
+		if err := injectedError(f, off); err != nil {
+			return err
+		}
+		if err := conv.checkNulls(rec); err != nil {
+			return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
+		}
+		rows := rec.NumRows()
+		s.stats.batch(ss.table, rows)
+		p := &pending{offset: off, rows: rows, recvAt: time.Now()}
+		if f.AckOnly {
+			p.done = ackedNow()
+		} else {
+			stored, err := conv.convert(rec)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
+			}
+			p.done = ts.submit(stored)
+		}
+		if err := ss.enqueue(p); err != nil {
+			return err
+		}
+	}
+	if err := rdr.Err(); err != nil {
+		return recvStatus(err, "malformed Flight data")
+	}
+	ss.finish()
+	return nil
+}
+
+// parseOffset reads {"offset_id":N} from a record batch frame's app_metadata.
+func parseOffset(meta []byte) (int64, error) {
+	if len(meta) == 0 {
+		return 0, fmt.Errorf(`app_metadata {"offset_id":N} is missing`)
+	}
+	var m struct {
+		OffsetID *int64 `json:"offset_id"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(meta))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return 0, fmt.Errorf("app_metadata is not JSON: %v", err)
+	}
+	if m.OffsetID == nil {
+		return 0, fmt.Errorf("app_metadata %s has no offset_id", compactJSON(meta))
+	}
+	return *m.OffsetID, nil
+}

@@ -1,0 +1,266 @@
+package emulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// pending is one received ingest request waiting for durability.
+type pending struct {
+	offset int64
+	rows   int64
+	recvAt time.Time
+	done   <-chan error // one value: nil when durable
+
+	resolved bool
+	err      error
+}
+
+// ackedNow is the done channel of a request that needs no storage.
+func ackedNow() <-chan error {
+	ch := make(chan error, 1)
+	ch <- nil
+	return ch
+}
+
+// session is the protocol-independent part of one ingest stream: it turns
+// durability completions, in request order, into cumulative acks (honouring
+// ack latency and stalls), and runs the stream's lifetime (rotation).
+type session struct {
+	srv   *Server
+	table string
+	ctx   context.Context
+
+	// sendAck and sendClose write one protocol message; they are called with
+	// sendMu held, so the stream is never written concurrently.
+	sendMu    sync.Mutex
+	sendAck   func(offset int64, records uint64) error
+	sendClose func(offset int64, records uint64, grace time.Duration) error
+	lastOff   int64
+	records   uint64
+
+	queue   chan *pending
+	failed  chan error
+	drained chan struct{}
+}
+
+func newSession(ctx context.Context, srv *Server, table string) *session {
+	return &session{
+		srv:     srv,
+		table:   table,
+		ctx:     ctx,
+		lastOff: -1,
+		queue:   make(chan *pending, 4096),
+		failed:  make(chan error, 1),
+		drained: make(chan struct{}),
+	}
+}
+
+// enqueue hands a received request to the ack loop; it blocks (flow control)
+// when too many are waiting.
+func (ss *session) enqueue(p *pending) error {
+	select {
+	case ss.queue <- p:
+		return nil
+	case <-ss.ctx.Done():
+		return status.FromContextError(ss.ctx.Err()).Err()
+	}
+}
+
+// finish tells the ack loop the client half-closed: no more requests.
+func (ss *session) finish() { close(ss.queue) }
+
+func (ss *session) fail(err error) {
+	select {
+	case ss.failed <- err:
+	default:
+	}
+}
+
+// resolve waits (block=true) or checks (block=false) for p's durability and
+// its ack latency. It reports whether p is ready to be acked.
+func (ss *session) resolve(p *pending, block bool) (bool, error) {
+	if !p.resolved {
+		if block {
+			select {
+			case p.err = <-p.done:
+			case <-ss.ctx.Done():
+				return false, ss.ctx.Err()
+			}
+		} else {
+			select {
+			case p.err = <-p.done:
+			default:
+				return false, nil
+			}
+		}
+		p.resolved = true
+	}
+	if p.err != nil {
+		return false, status.Errorf(codes.Internal, "storing batch at offset %d failed: %v", p.offset, p.err)
+	}
+	if lat := ss.srv.currentFaults().AckLatency; lat > 0 {
+		wait := time.Until(p.recvAt.Add(lat))
+		if wait > 0 {
+			if !block {
+				return false, nil
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ss.ctx.Done():
+				return false, ss.ctx.Err()
+			}
+		}
+	}
+	return true, nil
+}
+
+// ackLoop sends one cumulative ack per group of consecutive durable requests.
+func (ss *session) ackLoop() {
+	var carry *pending
+	closed := false
+	for {
+		p := carry
+		carry = nil
+		if p == nil {
+			var ok bool
+			select {
+			case p, ok = <-ss.queue:
+				if !ok {
+					close(ss.drained)
+					return
+				}
+			case <-ss.ctx.Done():
+				return
+			}
+		}
+		if _, err := ss.resolve(p, true); err != nil {
+			ss.fail(err)
+			return
+		}
+		last, rows := p.offset, p.rows
+	coalesce:
+		for {
+			select {
+			case q, ok := <-ss.queue:
+				if !ok {
+					closed = true
+					break coalesce
+				}
+				ready, err := ss.resolve(q, false)
+				if err != nil {
+					ss.fail(err)
+					return
+				}
+				if !ready {
+					carry = q
+					break coalesce
+				}
+				last, rows = q.offset, rows+q.rows
+			default:
+				break coalesce
+			}
+		}
+		for ss.srv.currentFaults().AckStall {
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ss.ctx.Done():
+				return
+			}
+		}
+		ss.sendMu.Lock()
+		ss.lastOff = last
+		ss.records += uint64(rows)
+		err := ss.sendAck(ss.lastOff, ss.records)
+		ss.sendMu.Unlock()
+		if err != nil {
+			ss.fail(err)
+			return
+		}
+		ss.srv.stats.acked(ss.table, rows)
+		if closed {
+			close(ss.drained)
+			return
+		}
+	}
+}
+
+// run supervises the stream until it ends: the client half-closes and every
+// request is acked (OK), the receive side or the ack loop fails (that
+// status), or the stream lifetime fault rotates it (close signal, then
+// UNAVAILABLE 6002 once the grace period is over).
+func (ss *session) run(recvDone <-chan error, f *Faults) error {
+	var lifetime, graceEnd <-chan time.Time
+	if f.StreamLifetime > 0 {
+		t := time.NewTimer(f.StreamLifetime)
+		defer t.Stop()
+		lifetime = t.C
+	}
+	grace := f.rotationGrace()
+	for {
+		select {
+		case err := <-recvDone:
+			if err != nil {
+				return err
+			}
+			recvDone = nil
+		case <-ss.drained:
+			return nil
+		case err := <-ss.failed:
+			return err
+		case <-lifetime:
+			lifetime = nil
+			ss.sendMu.Lock()
+			err := ss.sendClose(ss.lastOff, ss.records, grace)
+			ss.sendMu.Unlock()
+			if err != nil {
+				return err
+			}
+			ss.srv.log.Info("stream rotation announced", "table", ss.table, "grace", grace)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			graceEnd = t.C
+		case <-graceEnd:
+			return rotationError()
+		case <-ss.ctx.Done():
+			return status.FromContextError(ss.ctx.Err()).Err()
+		}
+	}
+}
+
+// end logs how the stream ended and passes its status through.
+func (ss *session) end(err error) error {
+	ss.sendMu.Lock()
+	off, recs := ss.lastOff, ss.records
+	ss.sendMu.Unlock()
+	ss.srv.log.Debug("stream ended", "table", ss.table, "code", status.Code(err).String(),
+		"err", err, "acked_offset", off, "acked_records", recs)
+	return err
+}
+
+// recvStatus turns a receive error into the status the stream ends with.
+func recvStatus(err error, what string) error {
+	if st, ok := status.FromError(err); ok {
+		return st.Err()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.InvalidArgument, fmt.Sprintf("%s: %v", what, err))
+}
+
+// injectedError rolls the error-rate fault for one batch.
+func injectedError(f *Faults, offset int64) error {
+	if c, ok := f.pickError(); ok {
+		return status.Errorf(c, "injected fault: %s at offset %d", c, offset)
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+// Package acklane is the per-stream durability lane: the background task that
+// turns "rows submitted" into "rows durable" without any writer waiting inline
+// for its own submit.
+//
+// Writers submit rows to a stream fire-and-forget, then Enqueue a Pending item
+// carrying the end of their row span and a typed confirmation. The lane's one
+// goroutine takes one item, drains whatever else is queued, waits ONCE for the
+// largest offset of that burst (acks are cumulative, so one wait covers every
+// lesser item), then confirms the burst in offset order and advances Delivered.
+// Confirmations fire only from that goroutine and only after the stream
+// reported the rows durable; a failed stream fails its pending items, it never
+// confirms them.
+//
+// A lane serves exactly one stream and shares no state with any other lane.
+// Lane kinds are types: Lane[RawAnchor] cannot be handed a DerivedCoverage.
+package acklane
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultCapacity is the default bound of a lane's pending channel.
+const DefaultCapacity = 2048
+
+// ErrClosed is returned by Enqueue after Drain or Close, and is the failure
+// of items still pending when the lane is closed.
+var ErrClosed = errors.New("acklane: lane closed")
+
+// Waiter is the part of a stream the lane needs; zerobus.Stream satisfies it.
+type Waiter interface {
+	// WaitDurable blocks until every row below row is durable, the stream
+	// fails, or ctx is done.
+	WaitDurable(ctx context.Context, row uint64) error
+}
+
+// Config tunes a lane.
+type Config struct {
+	// Capacity bounds the pending channel; a full channel blocks Enqueue,
+	// which is the backpressure on writers. Zero means DefaultCapacity.
+	Capacity int
+	// AckTimeout bounds one WaitDurable attempt. When it elapses while the
+	// stream is still healthy the lane counts a retry (the slow-ack symptom)
+	// and waits again for the same offset; it never fails or confirms items
+	// because of it. Zero means one unbounded attempt. A stream that stops
+	// acking altogether fails by itself, which fails the lane.
+	AckTimeout time.Duration
+}
+
+// Pending is one writer's claim on durability: rows below To on the lane's
+// stream, and the confirmation to settle once they are durable.
+type Pending[C Confirmation] struct {
+	// To is the end (exclusive) of the writer's row span on the stream.
+	To uint64
+	// Confirm is settled by the lane: confirmed after To is durable, or
+	// failed if the stream fails or the lane closes first.
+	Confirm C
+	// SubmittedAt is when the rows were submitted, for the delivery latency
+	// metric. Zero means the time of Enqueue.
+	SubmittedAt time.Time
+}
+
+// Lane is the ack lane of one stream for one confirmation kind.
+type Lane[C Confirmation] struct {
+	w   Waiter
+	cfg Config
+	obs Observer
+
+	ch        chan Pending[C]
+	pending   atomic.Int64  // enqueued (or being enqueued) minus settled
+	delivered atomic.Uint64 // largest To confirmed; never decreases
+	closing   atomic.Bool   // set by Drain and Close: no new items
+
+	ctx      context.Context // cancelled by Close; aborts WaitDurable
+	cancel   context.CancelFunc
+	stop     chan struct{} // closed by Close
+	stopOnce sync.Once
+	exited   chan struct{} // closed when the goroutine returns
+
+	failed   chan struct{} // closed when the stream failed
+	failOnce sync.Once
+	err      error // written before failed is closed
+
+	settled *signal // notified whenever pending decreases
+}
+
+// New starts a lane that waits on w. obs may be nil.
+func New[C Confirmation](w Waiter, cfg Config, obs Observer) *Lane[C] {
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lane[C]{
+		w:       w,
+		cfg:     cfg,
+		obs:     obs,
+		ch:      make(chan Pending[C], cfg.Capacity),
+		ctx:     ctx,
+		cancel:  cancel,
+		stop:    make(chan struct{}),
+		exited:  make(chan struct{}),
+		failed:  make(chan struct{}),
+		settled: newSignal(),
+	}
+	go l.run()
+	return l
+}
+
+// Enqueue hands p to the lane. It blocks while the pending channel is full,
+// until there is room, ctx is done, or the lane fails or closes. On a nil
+// return the lane owns p.Confirm and will settle it exactly once; on an error
+// it never touches p.Confirm.
+func (l *Lane[C]) Enqueue(ctx context.Context, p Pending[C]) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	l.pending.Add(1)
+	if l.closing.Load() {
+		l.release(1)
+		return ErrClosed
+	}
+	if p.SubmittedAt.IsZero() {
+		p.SubmittedAt = time.Now()
+	}
+	select {
+	case l.ch <- p:
+		return nil
+	default:
+	}
+	select {
+	case l.ch <- p:
+		return nil
+	case <-ctx.Done():
+		l.release(1)
+		return fmt.Errorf("acklane: enqueue: %w", ctx.Err())
+	case <-l.stop:
+		l.release(1)
+		return ErrClosed
+	case <-l.failed:
+		l.release(1)
+		return l.err
+	}
+}
+
+// Delivered returns the largest row offset the lane has confirmed: every row
+// below it is durable. It never decreases.
+func (l *Lane[C]) Delivered() uint64 { return l.delivered.Load() }
+
+// Pending returns the number of items enqueued and not yet settled. It feeds
+// the pending gauge and is never used to decide durability.
+func (l *Lane[C]) Pending() int64 { return l.pending.Load() }
+
+// Failed returns a channel closed when the lane's stream failed; Err then
+// returns the failure. The pool watches it to rebuild the stream.
+func (l *Lane[C]) Failed() <-chan struct{} { return l.failed }
+
+// Err returns the stream failure that failed the lane, or nil.
+func (l *Lane[C]) Err() error {
+	select {
+	case <-l.failed:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// Drain stops accepting new items and waits until every enqueued item is
+// settled (confirmed or failed) or ctx is done. It returns the lane's failure
+// if the stream failed, ctx's error if it gave up, and nil otherwise. The
+// lane keeps running: call Close afterwards.
+func (l *Lane[C]) Drain(ctx context.Context) error {
+	l.closing.Store(true)
+	for {
+		wake := l.settled.wait()
+		if l.pending.Load() == 0 {
+			return l.Err()
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return fmt.Errorf("acklane: drain with %d items pending: %w", l.pending.Load(), ctx.Err())
+		}
+	}
+}
+
+// Close stops the lane: it aborts the current wait, fails every unsettled
+// item with ErrClosed, and returns once the goroutine has exited. It does not
+// close the stream. Close is idempotent.
+func (l *Lane[C]) Close() {
+	l.closing.Store(true)
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		l.cancel()
+	})
+	<-l.exited
+}
+
+func (l *Lane[C]) release(n int64) {
+	l.pending.Add(-n)
+	l.settled.notify()
+}
+
+func (l *Lane[C]) setFailed(err error) {
+	l.failOnce.Do(func() {
+		l.err = err
+		close(l.failed)
+	})
+}
+
+// run is the lane's only goroutine: the only place confirmations fire.
+func (l *Lane[C]) run() {
+	defer close(l.exited)
+	burst := make([]Pending[C], 0, 64)
+	for {
+		select {
+		case p := <-l.ch:
+			burst = append(burst[:0], p)
+		case <-l.stop:
+			l.flush()
+			return
+		}
+	drain:
+		for {
+			select {
+			case p := <-l.ch:
+				burst = append(burst, p)
+			default:
+				break drain
+			}
+		}
+		if err := l.Err(); err != nil {
+			l.settle(burst, err)
+			continue
+		}
+		if l.ctx.Err() != nil { // closed: fail, never confirm, what is left
+			l.settle(burst, ErrClosed)
+			continue
+		}
+		l.obs.SetPending(l.pending.Load())
+		l.obs.ObserveBurst(len(burst))
+		target := slices.MaxFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) }).To
+		if err := l.wait(target); err != nil {
+			l.settle(burst, err)
+			continue
+		}
+		l.confirm(burst, target)
+	}
+}
+
+// wait waits once for target, retrying only after its own per-attempt
+// timeout while the stream is otherwise healthy.
+func (l *Lane[C]) wait(target uint64) error {
+	for {
+		ctx, cancel := l.ctx, context.CancelFunc(func() {})
+		if l.cfg.AckTimeout > 0 {
+			ctx, cancel = context.WithTimeout(l.ctx, l.cfg.AckTimeout)
+		}
+		err := l.w.WaitDurable(ctx, target)
+		timedOut := ctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case l.ctx.Err() != nil:
+			return ErrClosed
+		case timedOut:
+			l.obs.IncRetry()
+			continue
+		}
+		err = fmt.Errorf("acklane: stream failed before row %d was durable: %w", target, err)
+		l.obs.IncPoisoned()
+		l.setFailed(err)
+		return err
+	}
+}
+
+// confirm advances delivered, then settles a durable burst in offset order,
+// so that whoever sees a confirmation also sees Delivered() >= its To.
+func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
+	for {
+		cur := l.delivered.Load()
+		if target <= cur || l.delivered.CompareAndSwap(cur, target) {
+			break
+		}
+	}
+	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
+	now := time.Now()
+	for i := range burst {
+		burst[i].Confirm.receipt().settle(nil)
+		l.obs.ObserveDeliveryLatency(now.Sub(burst[i].SubmittedAt))
+	}
+	l.done(burst)
+}
+
+// settle fails every item of burst with err.
+func (l *Lane[C]) settle(burst []Pending[C], err error) {
+	for i := range burst {
+		burst[i].Confirm.receipt().settle(err)
+	}
+	l.done(burst)
+}
+
+func (l *Lane[C]) done(burst []Pending[C]) {
+	clear(burst) // drop receipts so the reused slice does not pin them
+	l.release(int64(len(burst)))
+	l.obs.SetPending(l.pending.Load())
+}
+
+// flush fails everything still pending after Close, including items whose
+// Enqueue is racing with it, and returns once nothing is pending.
+func (l *Lane[C]) flush() {
+	for {
+		wake := l.settled.wait()
+		if l.pending.Load() == 0 {
+			return
+		}
+		select {
+		case p := <-l.ch:
+			p.Confirm.receipt().settle(ErrClosed)
+			l.release(1)
+		case <-wake:
+		}
+	}
+}
+
+// signal is a broadcast: wait returns a channel closed by the next notify.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ch
+}
+
+func (s *signal) notify() {
+	s.mu.Lock()
+	close(s.ch)
+	s.ch = make(chan struct{})
+	s.mu.Unlock()
+}

@@ -1,0 +1,512 @@
+package acklane_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
+)
+
+// recorder is an Observer that keeps everything for assertions.
+type recorder struct {
+	mu         sync.Mutex
+	bursts     []int
+	latencies  int
+	maxPending int64
+	retries    int
+	poisoned   int
+}
+
+func (r *recorder) ObserveBurst(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bursts = append(r.bursts, n)
+}
+
+func (r *recorder) ObserveDeliveryLatency(time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latencies++
+}
+
+func (r *recorder) SetPending(n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.maxPending = max(r.maxPending, n)
+}
+
+func (r *recorder) IncRetry() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.retries++
+}
+
+func (r *recorder) IncPoisoned() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.poisoned++
+}
+
+func (r *recorder) snapshot() (bursts []int, latencies int, maxPending int64, retries, poisoned int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.bursts...), r.latencies, r.maxPending, r.retries, r.poisoned
+}
+
+// testCtx bounds a test so a bug hangs nothing for long.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openStream(t *testing.T, cfg zerobusfake.Config) *zerobusfake.Stream {
+	t.Helper()
+	s, err := zerobusfake.NewOpener(cfg).Open(testCtx(t), "main.default.t", zerobusfake.TestSchema)
+	require.NoError(t, err)
+	return s.(*zerobusfake.Stream)
+}
+
+// submit submits rows rows and enqueues their confirmation on lane.
+func submit(t *testing.T, ctx context.Context, s *zerobusfake.Stream, lane *acklane.Lane[acklane.RawAnchor], rows int) (zerobus.Span, *acklane.Receipt) {
+	t.Helper()
+	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, rows)
+	defer rec.Release()
+	span, err := s.Submit(ctx, rec)
+	require.NoError(t, err)
+	c, r := acklane.NewRawAnchor()
+	require.NoError(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c}))
+	return span, r
+}
+
+func waitAll(t *testing.T, ctx context.Context, rs []*acklane.Receipt) {
+	t.Helper()
+	for i, r := range rs {
+		require.NoError(t, r.Wait(ctx), "receipt %d", i)
+	}
+}
+
+func TestOneWaitConfirmsEveryLesserItem(t *testing.T) {
+	for _, n := range []int{2, 10, 100} {
+		t.Run(fmt.Sprintf("burst of %d", n), func(t *testing.T) {
+			ctx := testCtx(t)
+			s := openStream(t, zerobusfake.Config{ManualAck: true})
+			obs := &recorder{}
+			lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: n}, obs)
+			defer lane.Close()
+
+			// The lane takes the first item and blocks on its wait...
+			_, first := submit(t, ctx, s, lane, 1)
+			require.NoError(t, s.WaitWaitCalls(ctx, 1))
+			// ...while n more items queue up behind it.
+			var rest []*acklane.Receipt
+			for range n {
+				_, r := submit(t, ctx, s, lane, 3)
+				rest = append(rest, r)
+			}
+			s.AckUpTo(1)
+			require.NoError(t, first.Wait(ctx))
+
+			// The whole queued burst is covered by one wait on its maximum.
+			require.NoError(t, s.WaitWaitCalls(ctx, 2))
+			s.AckAll()
+			waitAll(t, ctx, rest)
+
+			total := uint64(1 + 3*n)
+			assert.Equal(t, []uint64{1, total}, s.WaitTargets(), "one WaitDurable per burst, on the burst maximum")
+			assert.Equal(t, total, lane.Delivered())
+			bursts, latencies, maxPending, _, _ := obs.snapshot()
+			assert.Equal(t, []int{1, n}, bursts)
+			assert.Equal(t, n+1, latencies)
+			assert.GreaterOrEqual(t, maxPending, int64(n))
+			require.NoError(t, lane.Drain(ctx)) // settled items leave the gauge
+			assert.Zero(t, lane.Pending())
+		})
+	}
+}
+
+func TestConfirmsOnlyAfterDurableAckNeverOnSubmit(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
+	defer lane.Close()
+
+	var spans []zerobus.Span
+	var rs []*acklane.Receipt
+	for i := range 5 {
+		span, r := submit(t, ctx, s, lane, 2)
+		spans = append(spans, span)
+		rs = append(rs, r)
+		if i == 0 {
+			// The lane's first burst is item 0 alone.
+			require.NoError(t, s.WaitWaitCalls(ctx, 1))
+		}
+	}
+	// Everything is submitted, nothing is durable: nothing may confirm.
+	for i, r := range rs {
+		assert.False(t, r.Settled(), "receipt %d settled before any durable ack", i)
+	}
+	assert.Zero(t, lane.Delivered())
+
+	// A partial ack confirms the items it covers and nothing above it.
+	s.AckUpTo(spans[0].To)
+	require.NoError(t, rs[0].Wait(ctx))
+	for i, r := range rs[1:] {
+		assert.False(t, r.Settled(), "receipt %d settled above the durable watermark", i+1)
+	}
+	s.AckAll()
+	waitAll(t, ctx, rs)
+	assert.Equal(t, spans[len(spans)-1].To, lane.Delivered())
+}
+
+// TestDeliveredNeverDecreases runs concurrent writers against auto-acking
+// streams with random latency and checks, from a concurrent poller, that
+// Delivered never moves back, and that every confirmed item was durable.
+func TestDeliveredNeverDecreases(t *testing.T) {
+	for round := range 5 {
+		seed := uint64(time.Now().UnixNano())
+		t.Run(fmt.Sprintf("round %d seed %d", round, seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, uint64(round)))
+			ctx := testCtx(t)
+			latency := time.Duration(rng.IntN(300)) * time.Microsecond
+			s := openStream(t, zerobusfake.Config{AckLatency: latency})
+			lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 1 + rng.IntN(16)}, nil)
+			defer lane.Close()
+
+			stop := make(chan struct{})
+			var violations atomic.Int64
+			pollerDone := make(chan struct{})
+			go func() {
+				defer close(pollerDone)
+				var last uint64
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					runtime.Gosched()
+					d := lane.Delivered()
+					if d < last {
+						violations.Add(1)
+					}
+					last = d
+				}
+			}()
+
+			writers, perWriter := 2+rng.IntN(14), 20+rng.IntN(40)
+			var wg sync.WaitGroup
+			var notDurable atomic.Int64
+			for w := range writers {
+				wg.Go(func() {
+					rows := 1 + (w % 5)
+					for range perWriter {
+						rec := zerobusfake.NewRecord(zerobusfake.TestSchema, rows)
+						span, err := s.Submit(ctx, rec)
+						rec.Release()
+						if !assert.NoError(t, err) {
+							return
+						}
+						c, r := acklane.NewRawAnchor()
+						if !assert.NoError(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c})) {
+							return
+						}
+						if !assert.NoError(t, r.Wait(ctx)) {
+							return
+						}
+						if s.Durable() < span.To || lane.Delivered() < span.To {
+							notDurable.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			<-pollerDone
+
+			require.NoError(t, lane.Drain(ctx))
+			assert.Zero(t, violations.Load(), "delivered decreased")
+			assert.Zero(t, notDurable.Load(), "an item confirmed before its rows were durable and delivered")
+			assert.Equal(t, s.Submitted(), lane.Delivered())
+			assert.Zero(t, lane.Pending())
+		})
+	}
+}
+
+func TestPoisonFailsPendingItemsAndConfirmsNone(t *testing.T) {
+	cases := []struct {
+		name       string
+		partialAck bool
+	}{
+		{name: "nothing acked"},
+		{name: "acked below the burst maximum", partialAck: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			s := openStream(t, zerobusfake.Config{ManualAck: true})
+			obs := &recorder{}
+			lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
+			defer lane.Close()
+
+			_, first := submit(t, ctx, s, lane, 4)
+			require.NoError(t, s.WaitWaitCalls(ctx, 1))
+			var rs []*acklane.Receipt
+			for range 3 {
+				_, r := submit(t, ctx, s, lane, 4)
+				rs = append(rs, r)
+			}
+			if tc.partialAck {
+				s.AckUpTo(2) // below the first item's end: it must not confirm
+			}
+			s.Poison(zerobusfake.ErrPoison("connection state lost"))
+
+			for i, r := range append([]*acklane.Receipt{first}, rs...) {
+				err := r.Wait(ctx)
+				require.Error(t, err, "receipt %d confirmed on a dead stream", i)
+				class, ok := zerobus.ClassOf(err)
+				assert.True(t, ok, "the stream error is kept: %v", err)
+				assert.Equal(t, zerobus.Poison, class)
+			}
+			<-lane.Failed()
+			assert.Error(t, lane.Err())
+			assert.Zero(t, lane.Delivered())
+
+			// A failed lane refuses new work up front.
+			c, r := acklane.NewRawAnchor()
+			err := lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: 100, Confirm: c})
+			require.Error(t, err)
+			assert.False(t, r.Settled())
+			_, _, _, _, poisoned := obs.snapshot()
+			assert.Equal(t, 1, poisoned)
+			assert.Error(t, lane.Drain(ctx), "Drain reports the failure")
+			assert.Zero(t, lane.Pending())
+		})
+	}
+}
+
+func TestFullChannelIsBackpressure(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 2}, nil)
+	defer lane.Close()
+
+	_, r0 := submit(t, ctx, s, lane, 1)
+	require.NoError(t, s.WaitWaitCalls(ctx, 1)) // the lane holds item 0
+	_, r1 := submit(t, ctx, s, lane, 1)
+	_, r2 := submit(t, ctx, s, lane, 1) // the channel is now full
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	c, r3 := acklane.NewRawAnchor()
+	err := lane.Enqueue(cancelled, acklane.Pending[acklane.RawAnchor]{To: 3, Confirm: c})
+	require.ErrorIs(t, err, context.Canceled, "a full channel must block, not accept")
+	assert.False(t, r3.Settled())
+
+	// A blocked Enqueue proceeds once the lane makes room.
+	enqueued := make(chan error, 1)
+	go func() {
+		c, _ := acklane.NewRawAnchor()
+		enqueued <- lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: 3, Confirm: c})
+	}()
+	s.AckAll()
+	require.NoError(t, <-enqueued)
+	waitAll(t, ctx, []*acklane.Receipt{r0, r1, r2})
+}
+
+func TestAckTimeoutRetriesWithoutSettling(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	obs := &recorder{}
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{AckTimeout: time.Millisecond}, obs)
+	defer lane.Close()
+
+	span, r := submit(t, ctx, s, lane, 5)
+	require.NoError(t, s.WaitWaitCalls(ctx, 4)) // the slow ack made the lane retry
+	assert.False(t, r.Settled())
+	assert.NoError(t, lane.Err(), "a slow ack is a symptom, not a stream failure")
+	s.AckAll()
+	require.NoError(t, r.Wait(ctx))
+
+	for _, target := range s.WaitTargets() {
+		assert.Equal(t, span.To, target, "retries wait for the same offset")
+	}
+	_, _, _, retries, poisoned := obs.snapshot()
+	assert.GreaterOrEqual(t, retries, 3)
+	assert.Zero(t, poisoned)
+	assert.Equal(t, span.To, lane.Delivered())
+}
+
+func TestDrainWaitsForEverySettlement(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
+	defer lane.Close()
+
+	_, r1 := submit(t, ctx, s, lane, 1)
+	_, r2 := submit(t, ctx, s, lane, 1)
+
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, lane.Drain(short), context.Canceled, "Drain gives up with ctx while acks stall")
+
+	c, r3 := acklane.NewRawAnchor()
+	require.ErrorIs(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: 2, Confirm: c}), acklane.ErrClosed,
+		"a draining lane accepts nothing new")
+	assert.False(t, r3.Settled())
+
+	s.AckAll()
+	require.NoError(t, lane.Drain(ctx))
+	assert.True(t, r1.Settled())
+	assert.True(t, r2.Settled())
+	waitAll(t, ctx, []*acklane.Receipt{r1, r2})
+}
+
+// TestCloseFailsUnsettledItems checks Close is bounded while acks stall, and
+// that writers racing with it either get an error from Enqueue or a settled
+// receipt: nothing hangs and nothing unacked is confirmed.
+func TestCloseFailsUnsettledItems(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 4}, nil)
+
+	_, r := submit(t, ctx, s, lane, 1)
+	require.NoError(t, s.WaitWaitCalls(ctx, 1))
+
+	var wg sync.WaitGroup
+	var accepted []*acklane.Receipt
+	var mu sync.Mutex
+	started := make(chan struct{})
+	for i := range 16 {
+		wg.Go(func() {
+			if i == 0 {
+				close(started)
+			}
+			c, r := acklane.NewRawAnchor()
+			if err := lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: uint64(i), Confirm: c}); err != nil {
+				assert.ErrorIs(t, err, acklane.ErrClosed)
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, r)
+			mu.Unlock()
+		})
+	}
+	<-started
+	lane.Close()
+	wg.Wait()
+
+	require.ErrorIs(t, r.Wait(ctx), acklane.ErrClosed)
+	for i, r := range accepted {
+		require.ErrorIs(t, r.Wait(ctx), acklane.ErrClosed, "accepted item %d", i)
+	}
+	assert.Zero(t, lane.Pending())
+	assert.Zero(t, lane.Delivered())
+	lane.Close() // idempotent
+}
+
+func TestReceiptWait(t *testing.T) {
+	ctx := testCtx(t)
+	c, r := acklane.NewRawAnchor()
+	assert.Same(t, r, c.Receipt())
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	err := r.Wait(cancelled)
+	require.ErrorIs(t, err, context.Canceled, "giving up is never a confirmation")
+	assert.NoError(t, r.Err())
+	assert.False(t, r.Settled())
+
+	var nilReceipt *acklane.Receipt
+	assert.NoError(t, nilReceipt.Wait(ctx))
+
+	d, dr := acklane.NewDerivedCoverage()
+	assert.Same(t, dr, d.Receipt())
+	s := openStream(t, zerobusfake.Config{})
+	lane := acklane.New[acklane.DerivedCoverage](s, acklane.Config{}, nil)
+	defer lane.Close()
+	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 2)
+	defer rec.Release()
+	span, err := s.Submit(ctx, rec)
+	require.NoError(t, err)
+	require.NoError(t, lane.Enqueue(ctx, acklane.Pending[acklane.DerivedCoverage]{To: span.To, Confirm: d}))
+	require.NoError(t, dr.Wait(ctx))
+	assert.Equal(t, uint64(2), lane.Delivered())
+}
+
+// TestSoakPipelines is the anti-regression harness for the inline-wait trap:
+// many writers submit and wait concurrently against a stream with real ack
+// latency. If waiting were per batch, the lane would never see more than one
+// pending item and every burst would be 1.
+func TestSoakPipelines(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{AckLatency: 2 * time.Millisecond})
+	obs := &recorder{}
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 256}, obs)
+	defer lane.Close()
+
+	const writers, perWriter = 64, 30
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for range perWriter {
+				rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 10)
+				span, err := s.Submit(ctx, rec)
+				rec.Release()
+				if !assert.NoError(t, err) {
+					return
+				}
+				c, r := acklane.NewRawAnchor()
+				if !assert.NoError(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c})) {
+					return
+				}
+				if !assert.NoError(t, r.Wait(ctx)) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, lane.Drain(ctx))
+
+	bursts, latencies, maxPending, _, _ := obs.snapshot()
+	sum := 0
+	for _, b := range bursts {
+		sum += b
+	}
+	mean := float64(sum) / float64(len(bursts))
+	t.Logf("items=%d waits=%d mean coalesce=%.1f max pending=%d", sum, s.WaitDurableCalls(), mean, maxPending)
+	assert.Equal(t, writers*perWriter, sum)
+	assert.Equal(t, writers*perWriter, latencies)
+	assert.Greater(t, maxPending, int64(1), "pending never climbed: not pipelining")
+	assert.Greater(t, mean, 1.0, "coalesce ratio 1: a wait per batch")
+	assert.Less(t, s.WaitDurableCalls(), writers*perWriter/2, "WaitDurable calls must be far fewer than items")
+	assert.Equal(t, uint64(writers*perWriter*10), lane.Delivered())
+}
+
+func TestStreamErrorIsNotConfusedWithClose(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
+	defer lane.Close()
+	_, r := submit(t, ctx, s, lane, 1)
+	require.NoError(t, s.WaitWaitCalls(ctx, 1))
+	require.NoError(t, s.Close()) // the stream goes away under the lane
+	err := r.Wait(ctx)
+	require.ErrorIs(t, err, zerobusfake.ErrClosed)
+	assert.False(t, errors.Is(err, acklane.ErrClosed))
+	<-lane.Failed()
+}

@@ -1,0 +1,31 @@
+package acklane
+
+import "time"
+
+// Observer receives a lane's metrics. The plugin turns it into Benthos
+// metrics labelled {table, stream}; every lane gets its own. A nil Observer
+// passed to New is replaced by one that discards everything.
+type Observer interface {
+	// ObserveBurst records the size of one coalesced burst: the number of
+	// items one WaitDurable confirmed (the coalesce ratio; 1 means no
+	// pipelining).
+	ObserveBurst(size int)
+	// ObserveDeliveryLatency records, per confirmed item, the time from
+	// submit to confirmation.
+	ObserveDeliveryLatency(d time.Duration)
+	// SetPending reports the number of enqueued, unsettled items.
+	SetPending(n int64)
+	// IncRetry counts a WaitDurable attempt that hit AckTimeout while the
+	// stream was healthy: the slow-ack symptom.
+	IncRetry()
+	// IncPoisoned counts a stream failure seen by the lane: the cause.
+	IncPoisoned()
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ObserveBurst(int)                     {}
+func (nopObserver) ObserveDeliveryLatency(time.Duration) {}
+func (nopObserver) SetPending(int64)                     {}
+func (nopObserver) IncRetry()                            {}
+func (nopObserver) IncPoisoned()                         {}

@@ -1,0 +1,132 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+)
+
+// Config tunes a pool. Zero fields take the value of DefaultConfig.
+type Config struct {
+	// MinStreams is the floor of the pool size.
+	MinStreams int
+	// MaxStreams caps the pool size, whatever the bandwidth asks for.
+	MaxStreams int
+	// PerStreamMBps is the bandwidth one stream can carry (Zerobus documents
+	// about 100 MB/s); lower it to leave headroom.
+	PerStreamMBps float64
+	// PeakMBps is the table's expected peak bandwidth; zero sizes the pool
+	// at MinStreams.
+	PeakMBps float64
+	// AckChannelCapacity bounds each stream's ack lane; a full lane blocks
+	// writers (backpressure).
+	AckChannelCapacity int
+	// AckTimeout bounds one durability wait of a lane before it counts a
+	// retry and waits again (see acklane.Config).
+	AckTimeout time.Duration
+	// OpenBackoffInitial and OpenBackoffMax bound the exponential back-off
+	// between open attempts of one member; a concurrency reject waits at
+	// least its RetryAfter.
+	OpenBackoffInitial, OpenBackoffMax time.Duration
+	// RebuildBudget is how many consecutive failed attempts (streams that
+	// died before confirming anything, opens that failed with Poison) a
+	// member may make before it is given up until Reopen.
+	RebuildBudget int
+	// PickTimeout bounds how long Write waits for a healthy member.
+	PickTimeout time.Duration
+}
+
+// DefaultConfig returns conservative defaults: two to eight streams sized at
+// 100 MB/s each, a 2048-item ack lane, 30 s per ack wait, open back-off from
+// 1 s to 60 s (a pipeline-blocked reject asks for a minute), five attempts per
+// rebuild and a 30 s wait for a healthy stream.
+func DefaultConfig() Config {
+	return Config{
+		MinStreams:         2,
+		MaxStreams:         8,
+		PerStreamMBps:      100,
+		AckChannelCapacity: acklane.DefaultCapacity,
+		AckTimeout:         30 * time.Second,
+		OpenBackoffInitial: time.Second,
+		OpenBackoffMax:     time.Minute,
+		RebuildBudget:      5,
+		PickTimeout:        30 * time.Second,
+	}
+}
+
+// Validate reports settings that are wrong rather than merely unset.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MinStreams < 0 || c.MaxStreams < 0 {
+		errs = append(errs, fmt.Errorf("stream counts must not be negative (min %d, max %d)", c.MinStreams, c.MaxStreams))
+	}
+	if c.MinStreams > 0 && c.MaxStreams > 0 && c.MinStreams > c.MaxStreams {
+		errs = append(errs, fmt.Errorf("min streams %d exceeds max streams %d", c.MinStreams, c.MaxStreams))
+	}
+	if c.PerStreamMBps < 0 || c.PeakMBps < 0 {
+		errs = append(errs, fmt.Errorf("bandwidths must not be negative (per stream %g, peak %g)", c.PerStreamMBps, c.PeakMBps))
+	}
+	if c.AckChannelCapacity < 0 || c.RebuildBudget < 0 {
+		errs = append(errs, fmt.Errorf("ack channel capacity %d and rebuild budget %d must not be negative", c.AckChannelCapacity, c.RebuildBudget))
+	}
+	if c.AckTimeout < 0 || c.OpenBackoffInitial < 0 || c.OpenBackoffMax < 0 || c.PickTimeout < 0 {
+		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.OpenBackoffInitial > 0 && c.OpenBackoffMax > 0 && c.OpenBackoffInitial > c.OpenBackoffMax {
+		errs = append(errs, fmt.Errorf("open backoff initial %s exceeds max %s", c.OpenBackoffInitial, c.OpenBackoffMax))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pool config: %w", err)
+	}
+	return nil
+}
+
+// withDefaults fills unset fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MinStreams <= 0 {
+		c.MinStreams = d.MinStreams
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = max(d.MaxStreams, c.MinStreams)
+	}
+	if c.PerStreamMBps <= 0 {
+		c.PerStreamMBps = d.PerStreamMBps
+	}
+	if c.AckChannelCapacity <= 0 {
+		c.AckChannelCapacity = d.AckChannelCapacity
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = d.AckTimeout
+	}
+	if c.OpenBackoffInitial <= 0 {
+		c.OpenBackoffInitial = d.OpenBackoffInitial
+	}
+	if c.OpenBackoffMax <= 0 {
+		c.OpenBackoffMax = max(d.OpenBackoffMax, c.OpenBackoffInitial)
+	}
+	if c.RebuildBudget <= 0 {
+		c.RebuildBudget = d.RebuildBudget
+	}
+	if c.PickTimeout <= 0 {
+		c.PickTimeout = d.PickTimeout
+	}
+	return c
+}
+
+// Size returns the number of streams a pool keeps for cfg: enough streams to
+// carry PeakMBps at PerStreamMBps each, at least MinStreams, at most
+// MaxStreams. Sizing is by bytes, not rows: 15 KB rows at 10,000 rows/s is
+// 150 MB/s and needs two 100 MB/s streams. Unset fields take their defaults.
+func Size(cfg Config) int {
+	cfg = cfg.withDefaults()
+	n := cfg.MinStreams
+	if cfg.PeakMBps > 0 {
+		// The epsilon keeps 300/100 from rounding up to 4 on float noise.
+		n = max(n, int(math.Ceil(cfg.PeakMBps/cfg.PerStreamMBps-1e-9)))
+	}
+	return max(1, min(n, max(cfg.MaxStreams, 1)))
+}

@@ -1,0 +1,806 @@
+// Package pool keeps a small, fixed set of long-lived Zerobus streams for one
+// table, each with its own ack lane, and is the only place streams are opened.
+//
+// Write picks a member (round-robin, or a fixed member per ordering key),
+// submits the record fire-and-forget and enqueues a raw-anchor confirmation
+// on that member's lane; the returned Ticket's Wait returns nil only once the
+// lane confirmed the rows durable. Writers never open streams: a member that
+// is opening or rebuilding makes writers wait, bounded by PickTimeout.
+//
+// Each member has a supervisor goroutine that opens its stream, watches it,
+// and rebuilds it after a failure with exponential back-off, within
+// RebuildBudget, while the other members keep serving. A concurrency reject
+// backs off for at least the service's RetryAfter and never triggers another
+// open; a FatalConfig error stops the pool's writes until Reopen.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+)
+
+// ErrClosed is returned by Write, Connect and Reopen after Close.
+var ErrClosed = errors.New("pool: closed")
+
+// ErrNoStream is returned by Write when no suitable member became healthy
+// within PickTimeout.
+var ErrNoStream = errors.New("pool: no healthy stream")
+
+// ErrSchemaMismatch is returned by Write for a record whose schema is not the
+// pool's current schema.
+var ErrSchemaMismatch = errors.New("pool: record schema differs from the pool's schema")
+
+// Observer receives the pool's metrics, scoped {table, stream}. Any method
+// may be called concurrently. A nil Observer discards everything.
+type Observer interface {
+	// StreamObserver returns the lane observer of member index; it is asked
+	// once per member and reused across that member's rebuilds.
+	StreamObserver(table string, index int) acklane.Observer
+	// IncRebuild counts a rebuild of member index after its stream failed.
+	IncRebuild(table string, index int)
+	// IncConcurrencyReject counts an open refused by the service for
+	// concurrency (too many streams or pipelines).
+	IncConcurrencyReject(table string)
+}
+
+// Ticket is one Write's claim on durability.
+type Ticket struct {
+	// Stream is the index of the member the rows went to.
+	Stream int
+	// Generation numbers the member's streams from 1; a rebuild increments it.
+	Generation uint64
+	// Span is the rows' logical span on that stream.
+	Span zerobus.Span
+
+	receipt *acklane.Receipt
+	stream  zerobus.Stream // for tests: the stream the rows went to
+}
+
+// Wait blocks until the rows are durable (nil), or their stream failed or
+// the pool closed before that (an error: the caller nacks and the rows are
+// redelivered), or ctx is done (an error, never nil).
+func (t *Ticket) Wait(ctx context.Context) error {
+	if err := t.receipt.Wait(ctx); err != nil {
+		return fmt.Errorf("pool: stream %d (generation %d) rows [%d,%d): %w",
+			t.Stream, t.Generation, t.Span.From, t.Span.To, err)
+	}
+	return nil
+}
+
+// Done returns a channel closed once the ticket is settled either way.
+func (t *Ticket) Done() <-chan struct{} { return t.receipt.Done() }
+
+// Stats is a snapshot of the pool for tests, logs and metrics.
+type Stats struct {
+	Table string
+	Size  int
+	// OpenAttempts counts Opener.Open calls; Opens the successful ones.
+	OpenAttempts, Opens int64
+	// Rebuilds counts member streams torn down and scheduled for re-open
+	// after a failure.
+	Rebuilds int64
+	// ConcurrencyRejects counts opens the service refused for concurrency.
+	ConcurrencyRejects int64
+	// Fatal is the FatalConfig error that stopped writes, if any.
+	Fatal   error
+	Members []MemberStats
+}
+
+// MemberStats describes one member.
+type MemberStats struct {
+	Index int
+	// Healthy reports a stream ready for writes.
+	Healthy bool
+	// Generation is the number of streams this member has opened.
+	Generation uint64
+	Rebuilds   int
+	// Delivered and Pending are those of the current stream's lane.
+	Delivered uint64
+	Pending   int64
+	// Down is set when the member gave up (budget exhausted or fatal) until
+	// Reopen; Err is that error, or the last open error while retrying.
+	Down bool
+	Err  error
+}
+
+// Pool is the stream pool of one table.
+type Pool struct {
+	opener zerobus.Opener
+	table  string
+	cfg    Config
+	obs    Observer
+	size   int
+
+	ctx       context.Context // cancelled by Close: stops the supervisors
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	startOnce sync.Once
+	reopenMu  sync.Mutex
+
+	rr                                        atomic.Uint64
+	openAttempts, opens, rebuilds, rejections atomic.Int64
+
+	mu      sync.RWMutex
+	schema  *arrow.Schema
+	epoch   uint64 // incremented by every Reopen
+	members []*member
+	started bool
+	closed  bool
+	fatal   error
+	changed chan struct{} // closed and replaced on every state change
+}
+
+type member struct {
+	index  int
+	obs    acklane.Observer
+	reopen chan reopenReq
+
+	// Guarded by Pool.mu.
+	conn      *conn
+	gen       uint64
+	attempted bool // an open attempt has finished
+	down      error
+	lastErr   error
+	rebuilds  int
+}
+
+// conn is one stream of a member with its lane.
+type conn struct {
+	stream    zerobus.Stream
+	lane      *acklane.Lane[acklane.RawAnchor]
+	schema    *arrow.Schema
+	epoch     uint64 // the pool's epoch when it was opened
+	gen       uint64
+	broken    chan struct{}
+	breakOnce sync.Once
+	breakErr  error
+}
+
+func (c *conn) fail(err error) {
+	c.breakOnce.Do(func() {
+		c.breakErr = err
+		close(c.broken)
+	})
+}
+
+type reopenReq struct {
+	ctx  context.Context
+	done chan error
+}
+
+// New returns a pool for table that opens its streams with opener and
+// schema once Connect or the first Write asks for them. obs may be nil.
+func New(opener zerobus.Opener, table string, schema *arrow.Schema, cfg Config, obs Observer) *Pool {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		opener:  opener,
+		table:   table,
+		cfg:     cfg,
+		obs:     obs,
+		size:    Size(cfg),
+		ctx:     ctx,
+		cancel:  cancel,
+		schema:  schema,
+		changed: make(chan struct{}),
+	}
+	for i := range p.size {
+		m := &member{index: i, reopen: make(chan reopenReq)}
+		if obs != nil {
+			m.obs = obs.StreamObserver(table, i)
+		}
+		p.members = append(p.members, m)
+	}
+	return p
+}
+
+// Size returns the number of members.
+func (p *Pool) Size() int { return p.size }
+
+// Config returns the effective configuration, defaults applied.
+func (p *Pool) Config() Config { return p.cfg }
+
+// Connect starts the members if needed and waits until every member has made
+// its first open attempt and at least one is healthy. Members that failed
+// (for example on a concurrency reject) keep retrying in the background. It
+// returns a FatalConfig error at once, and an error if ctx ends with no
+// healthy member.
+func (p *Pool) Connect(ctx context.Context) error {
+	p.start()
+	for {
+		p.mu.RLock()
+		healthy, attempted, down := 0, 0, 0
+		var lastErr error
+		for _, m := range p.members {
+			if m.conn != nil {
+				healthy++
+			}
+			if m.attempted {
+				attempted++
+			}
+			if m.down != nil {
+				down++
+			}
+			if m.lastErr != nil {
+				lastErr = m.lastErr
+			}
+		}
+		closed, fatal, changed := p.closed, p.fatal, p.changed
+		p.mu.RUnlock()
+		switch {
+		case closed:
+			return ErrClosed
+		case fatal != nil:
+			return fatal
+		case healthy > 0 && attempted == len(p.members):
+			return nil
+		case down == len(p.members):
+			return fmt.Errorf("pool: connect %s: every stream is down: %w", p.table, lastErr)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if healthy > 0 {
+				return nil
+			}
+			return fmt.Errorf("pool: connect %s: no stream up (last error: %v): %w", p.table, lastErr, ctx.Err())
+		}
+	}
+}
+
+// Write submits rec to a member and returns its ticket. key "" spreads
+// writes round-robin over healthy members; any other key always maps to the
+// same member (FNV-1a of the key), so rows of one key stay in order, and
+// waits for that member if it is rebuilding. Write never opens a stream: it
+// waits up to PickTimeout for a healthy member. rec's schema must be the
+// pool's schema.
+func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*Ticket, error) {
+	p.start()
+	m, c, err := p.acquire(ctx, key, rec.Schema())
+	if err != nil {
+		return nil, err
+	}
+	submittedAt := time.Now()
+	span, err := c.stream.Submit(ctx, rec)
+	if err != nil {
+		if class, ok := zerobus.ClassOf(err); ok && (class == zerobus.Poison || class == zerobus.FatalConfig) {
+			c.fail(err)
+		}
+		return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
+	}
+	confirm, receipt := acklane.NewRawAnchor()
+	pending := acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: confirm, SubmittedAt: submittedAt}
+	if err := c.lane.Enqueue(ctx, pending); err != nil {
+		return nil, fmt.Errorf("pool: %s stream %d: rows [%d,%d) submitted but not tracked: %w",
+			p.table, m.index, span.From, span.To, err)
+	}
+	return &Ticket{Stream: m.index, Generation: c.gen, Span: span, receipt: receipt, stream: c.stream}, nil
+}
+
+// Pick returns the index of the member key maps to ("" for round-robin
+// picks returns -1): the stable key-to-stream mapping, for tests and logs.
+func (p *Pool) Pick(key string) int {
+	if key == "" {
+		return -1
+	}
+	return keyIndex(key, p.size)
+}
+
+func keyIndex(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// acquire waits, bounded by PickTimeout and ctx, for a member that can take
+// a record of schema.
+func (p *Pool) acquire(ctx context.Context, key string, schema *arrow.Schema) (*member, *conn, error) {
+	var timeout <-chan time.Time
+	for {
+		p.mu.RLock()
+		m, c, err := p.pickLocked(key, schema)
+		changed := p.changed
+		p.mu.RUnlock()
+		if err != nil || c != nil {
+			return m, c, err
+		}
+		if timeout == nil {
+			t := time.NewTimer(p.cfg.PickTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			p.mu.RLock()
+			last := m.lastErr
+			p.mu.RUnlock()
+			return nil, nil, fmt.Errorf("%w for %s (stream %d) after %s; last open error: %v",
+				ErrNoStream, p.table, m.index, p.cfg.PickTimeout, last)
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("pool: waiting for a %s stream: %w", p.table, ctx.Err())
+		}
+	}
+}
+
+// pickLocked returns a usable member, or the member to wait for (c nil), or
+// an error that waiting cannot fix.
+func (p *Pool) pickLocked(key string, schema *arrow.Schema) (*member, *conn, error) {
+	switch {
+	case p.closed:
+		return nil, nil, ErrClosed
+	case p.fatal != nil:
+		return nil, nil, p.fatal
+	case !sameSchema(schema, p.schema):
+		return nil, nil, fmt.Errorf("%w: got %s, want %s", ErrSchemaMismatch, schema, p.schema)
+	}
+	if key != "" {
+		m := p.members[keyIndex(key, len(p.members))]
+		if m.usable(schema) {
+			return m, m.conn, nil
+		}
+		if m.down != nil {
+			return nil, nil, fmt.Errorf("pool: %s stream %d for key %q is down: %w", p.table, m.index, key, m.down)
+		}
+		return m, nil, nil
+	}
+	n := uint64(len(p.members))
+	start := p.rr.Add(1) - 1
+	var wait *member
+	for i := range n {
+		m := p.members[(start+i)%n]
+		if m.usable(schema) {
+			return m, m.conn, nil
+		}
+		if m.down == nil && wait == nil {
+			wait = m
+		}
+	}
+	if wait == nil {
+		return nil, nil, fmt.Errorf("pool: every %s stream is down: %w", p.table, p.members[0].down)
+	}
+	return wait, nil, nil
+}
+
+func (m *member) usable(schema *arrow.Schema) bool {
+	if m.conn == nil || !sameSchema(m.conn.schema, schema) {
+		return false
+	}
+	select {
+	case <-m.conn.broken:
+		return false
+	default:
+		return true
+	}
+}
+
+func sameSchema(a, b *arrow.Schema) bool { return a == b || (a != nil && b != nil && a.Equal(b)) }
+
+// Reopen switches the pool to schema (after the table changed, even if the
+// Arrow schema did not) and replaces every member one at a time: each drains its lane within ctx, closes its
+// stream and opens a new one before the next member starts, so the pool
+// never holds more than Size streams nor opens them in a burst. It also
+// clears a FatalConfig error and revives members that were given up.
+func (p *Pool) Reopen(ctx context.Context, schema *arrow.Schema) error {
+	p.reopenMu.Lock()
+	defer p.reopenMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.schema = schema
+	p.epoch++
+	p.fatal = nil
+	started := p.started
+	p.notifyLocked()
+	p.mu.Unlock()
+	if !started {
+		return nil // the members will open with schema
+	}
+	for _, m := range p.members {
+		req := reopenReq{ctx: ctx, done: make(chan error, 1)}
+		select {
+		case m.reopen <- req:
+		case <-ctx.Done():
+			return fmt.Errorf("pool: reopen %s stream %d: %w", p.table, m.index, ctx.Err())
+		case <-p.ctx.Done():
+			return ErrClosed
+		}
+		select {
+		case err := <-req.done:
+			if err != nil {
+				return fmt.Errorf("pool: reopen %s stream %d: %w", p.table, m.index, err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("pool: reopen %s stream %d: %w", p.table, m.index, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Close stops accepting writes, drains every lane (all enqueued rows durable
+// and confirmed) within ctx, then closes the lanes, which fails whatever is
+// still unconfirmed: when Close returns every ticket is settled, and none
+// that was not durable is confirmed. The streams are closed by the member
+// supervisors, which Close waits for within ctx. It returns an error if
+// something was left unconfirmed or ctx ended first.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	var conns []*conn
+	for _, m := range p.members {
+		if m.conn != nil {
+			conns = append(conns, m.conn)
+		}
+	}
+	p.notifyLocked()
+	p.mu.Unlock()
+
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			if err := c.lane.Drain(ctx); err != nil {
+				errs[i] = fmt.Errorf("pool: drain %s stream generation %d: %w", p.table, c.gen, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Whatever is still unconfirmed fails now, so no ticket outlives Close
+	// unsettled; the supervisors then close the streams and exit.
+	for _, c := range conns {
+		c.lane.Close()
+	}
+	p.cancel()
+	stopped := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("pool: close %s: streams still closing: %w", p.table, ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// Stats returns a snapshot of the pool.
+func (p *Pool) Stats() Stats {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	s := Stats{
+		Table:              p.table,
+		Size:               p.size,
+		OpenAttempts:       p.openAttempts.Load(),
+		Opens:              p.opens.Load(),
+		Rebuilds:           p.rebuilds.Load(),
+		ConcurrencyRejects: p.rejections.Load(),
+		Fatal:              p.fatal,
+	}
+	for _, m := range p.members {
+		ms := MemberStats{
+			Index:      m.index,
+			Healthy:    m.conn != nil,
+			Generation: m.gen,
+			Rebuilds:   m.rebuilds,
+			Down:       m.down != nil,
+			Err:        m.lastErr,
+		}
+		if m.down != nil {
+			ms.Err = m.down
+		}
+		if m.conn != nil {
+			ms.Delivered = m.conn.lane.Delivered()
+			ms.Pending = m.conn.lane.Pending()
+		}
+		s.Members = append(s.Members, ms)
+	}
+	return s
+}
+
+func (p *Pool) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// start launches the member supervisors once, unless the pool is closed.
+func (p *Pool) start() {
+	p.startOnce.Do(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed {
+			return
+		}
+		p.started = true
+		for _, m := range p.members {
+			p.wg.Add(1)
+			go p.supervise(m)
+		}
+	})
+}
+
+// supervise owns member m's streams for the pool's life: open, serve, tear
+// down, back off, re-open.
+func (p *Pool) supervise(m *member) {
+	defer p.wg.Done()
+	b := backoff{initial: p.cfg.OpenBackoffInitial, max: p.cfg.OpenBackoffMax}
+	failures := 0           // consecutive attempts that made no progress
+	var waiting []reopenReq // Reopen calls to answer once a stream is up
+	defer func() { answer(waiting, ErrClosed) }()
+
+	for {
+		if p.ctx.Err() != nil {
+			return
+		}
+		p.mu.RLock()
+		schema, epoch := p.schema, p.epoch
+		p.mu.RUnlock()
+		p.openAttempts.Add(1)
+		s, err := p.opener.Open(p.ctx, p.table, schema)
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return
+			}
+			delay, down := p.openFailed(m, epoch, err, &failures, &b)
+			if down {
+				answer(waiting, err)
+				waiting = nil
+				if !p.awaitRevival(m, &waiting) {
+					return
+				}
+				failures = 0
+				b.reset()
+				continue
+			}
+			if !p.sleep(m, delay, &waiting) {
+				return
+			}
+			continue
+		}
+		p.opens.Add(1)
+		c := p.install(m, s, schema, epoch)
+		answer(waiting, nil)
+		waiting = nil
+
+		cause, stop := p.serve(m, c, &waiting)
+		if stop {
+			return
+		}
+		if cause == nil { // replaced on Reopen: open the next one at once
+			failures = 0
+			b.reset()
+			continue
+		}
+		if c.lane.Delivered() > 0 { // it made progress: a fresh failure
+			failures = 0
+			b.reset()
+		}
+		failures++
+		fatal := false
+		if class, _ := zerobus.ClassOf(cause); class == zerobus.FatalConfig {
+			// A stream opened before a Reopen failing (typically its
+			// schema rejected) is being replaced anyway: rebuild it on
+			// the current schema rather than stopping the pool.
+			fatal = p.setFatal(c.epoch, cause)
+		}
+		if fatal || failures > p.cfg.RebuildBudget {
+			p.setDown(m, cause)
+			if !p.awaitRevival(m, &waiting) {
+				return
+			}
+			failures = 0
+			b.reset()
+			continue
+		}
+		p.rebuilds.Add(1)
+		p.mu.Lock()
+		m.rebuilds++
+		m.lastErr = cause
+		p.mu.Unlock()
+		if p.obs != nil {
+			p.obs.IncRebuild(p.table, m.index)
+		}
+		if !p.sleep(m, b.next(), &waiting) {
+			return
+		}
+	}
+}
+
+// serve watches a healthy stream until it fails (cause), Reopen replaces it
+// (nil cause), or the pool closes (stop). It always leaves c torn down.
+func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, stop bool) {
+	select {
+	case <-c.lane.Failed():
+		p.teardown(m, c)
+		return c.lane.Err(), false
+	case <-c.broken:
+		p.teardown(m, c)
+		return c.breakErr, false
+	case req := <-m.reopen:
+		p.uninstall(m, c)
+		// What is enqueued gets confirmed, unless Reopen's ctx ends or
+		// the pool closes first.
+		drainCtx, cancel := context.WithCancel(req.ctx)
+		stopOnClose := context.AfterFunc(p.ctx, cancel)
+		drainErr := c.lane.Drain(drainCtx)
+		stopOnClose()
+		cancel()
+		p.teardown(m, c)
+		if drainErr != nil {
+			p.mu.Lock()
+			m.lastErr = drainErr
+			p.mu.Unlock()
+		}
+		*waiting = append(*waiting, req)
+		return nil, false
+	case <-p.ctx.Done():
+		p.teardown(m, c)
+		return nil, true
+	}
+}
+
+// openFailed classifies an open error and returns how long to back off, or
+// down when the member must give up.
+func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *backoff) (delay time.Duration, down bool) {
+	zerr := zerobus.Classify(err)
+	p.mu.Lock()
+	m.attempted = true
+	m.lastErr = err
+	p.notifyLocked()
+	p.mu.Unlock()
+	switch zerr.Class {
+	case zerobus.FatalConfig:
+		if !p.setFatal(epoch, err) { // Reopen came meanwhile: retry on its schema
+			return b.next(), false
+		}
+		p.setDown(m, err)
+		return 0, true
+	case zerobus.ConcurrencyReject:
+		p.rejections.Add(1)
+		if p.obs != nil {
+			p.obs.IncConcurrencyReject(p.table)
+		}
+		return max(b.next(), zerr.RetryAfter), false
+	case zerobus.Poison:
+		*failures++
+		if *failures > p.cfg.RebuildBudget {
+			p.setDown(m, err)
+			return 0, true
+		}
+		return b.next(), false
+	default: // transient: the environment, not us
+		return max(b.next(), zerr.RetryAfter), false
+	}
+}
+
+// install makes a freshly opened stream m's healthy connection.
+func (p *Pool) install(m *member, s zerobus.Stream, schema *arrow.Schema, epoch uint64) *conn {
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{
+		Capacity:   p.cfg.AckChannelCapacity,
+		AckTimeout: p.cfg.AckTimeout,
+	}, m.obs)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m.gen++
+	c := &conn{stream: s, lane: lane, schema: schema, epoch: epoch, gen: m.gen, broken: make(chan struct{})}
+	m.conn = c
+	m.attempted = true
+	m.down = nil
+	m.lastErr = nil
+	p.notifyLocked()
+	return c
+}
+
+// uninstall stops new writes from picking c.
+func (p *Pool) uninstall(m *member, c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m.conn == c {
+		m.conn = nil
+		p.notifyLocked()
+	}
+}
+
+// teardown uninstalls c, fails its unconfirmed items and closes its stream.
+func (p *Pool) teardown(m *member, c *conn) {
+	p.uninstall(m, c)
+	c.lane.Close()
+	_ = c.stream.Close() // nothing left to save: the lane is closed
+}
+
+// setFatal records err as the pool's fatal error if it came from a stream
+// (or an open) of the current epoch, and reports whether it did: an error
+// from before the latest Reopen is stale, its stream is being replaced.
+func (p *Pool) setFatal(epoch uint64, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if epoch != p.epoch {
+		return false
+	}
+	if p.fatal == nil {
+		p.fatal = fmt.Errorf("pool: %s: %w", p.table, err)
+	}
+	p.notifyLocked()
+	return true
+}
+
+func (p *Pool) setDown(m *member, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m.down = err
+	m.attempted = true
+	p.notifyLocked()
+}
+
+// awaitRevival parks a member that gave up until Reopen asks for it.
+func (p *Pool) awaitRevival(m *member, waiting *[]reopenReq) bool {
+	select {
+	case req := <-m.reopen:
+		*waiting = append(*waiting, req)
+		p.mu.Lock()
+		m.down = nil
+		p.notifyLocked()
+		p.mu.Unlock()
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// sleep backs off for d. A Reopen arriving meanwhile is queued, never a
+// reason to open early: that is what keeps rejects from becoming a storm.
+func (p *Pool) sleep(m *member, d time.Duration, waiting *[]reopenReq) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case req := <-m.reopen:
+			*waiting = append(*waiting, req)
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+}
+
+func answer(reqs []reopenReq, err error) {
+	for _, r := range reqs {
+		r.done <- err
+	}
+}
+
+// backoff is exponential with equal jitter: each delay is uniform in
+// [d/2, d] where d doubles from initial up to max.
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.initial
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -264,7 +264,7 @@ func validateDesired(d DesiredTable) []Refusal {
 			continue
 		}
 		seen[k] = c.Name
-		if d.Role == RolePrimaryRaw && containsKind(c.Type, typemap.Variant) {
+		if d.Role == RolePrimaryRaw && c.Type.Contains(typemap.Variant) {
 			out = append(out, Refusal{Column: c.Name, Reason: "VARIANT is not allowed on a primary_raw table: Iceberg reads cannot represent it"})
 		}
 	}
@@ -297,7 +297,7 @@ func planCreate(d DesiredTable) ReconcilePlan {
 		if c.Comment != "" {
 			hashes[c.Name] = commentHash(c.Comment)
 		}
-		if containsKind(c.Type, typemap.TimestampNTZ) {
+		if c.Type.Contains(typemap.TimestampNTZ) {
 			props[PropTimestampNTZFeature] = featureSupported
 		}
 		cols[i] = c
@@ -331,7 +331,7 @@ func planEvolve(live *TableState, d DesiredTable) ReconcilePlan {
 		want := d.comment(c)
 		lc, ok := live.Column(c.Name)
 		if !ok {
-			if iceberg && containsKind(c.Type, typemap.Variant) {
+			if iceberg && c.Type.Contains(typemap.Variant) {
 				refusals = append(refusals, Step{Kind: StepRefuse, Column: c.Name, Reason: "cannot add a VARIANT column: the table has Iceberg reads on"})
 				continue
 			}
@@ -340,7 +340,7 @@ func planEvolve(live *TableState, d DesiredTable) ReconcilePlan {
 					Reason: "the name contains characters (' ,;{}()=' or control) Delta accepts only with column mapping, which the table does not have"})
 				continue
 			}
-			if containsKind(c.Type, typemap.TimestampNTZ) && live.Properties[PropTimestampNTZFeature] != featureSupported {
+			if c.Type.Contains(typemap.TimestampNTZ) && live.Properties[PropTimestampNTZFeature] != featureSupported {
 				prereq[PropTimestampNTZFeature] = featureSupported
 			}
 			changes = append(changes, Step{Kind: StepAddColumn, Column: c.Name, Type: c.Type, Comment: want})
@@ -497,26 +497,6 @@ func sameShape(a, b typemap.Type) bool {
 		}
 	}
 	return true
-}
-
-// containsKind reports whether t is or contains a type of kind k.
-func containsKind(t typemap.Type, k typemap.Kind) bool {
-	if t.Kind == k {
-		return true
-	}
-	switch t.Kind {
-	case typemap.Array:
-		return containsKind(*t.Elem, k)
-	case typemap.Map:
-		return containsKind(*t.Key, k) || containsKind(*t.Value, k)
-	case typemap.Struct:
-		for _, f := range t.Fields {
-			if containsKind(f.Type, k) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // needsColumnMapping reports whether Delta accepts a column name only with

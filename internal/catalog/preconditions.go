@@ -77,7 +77,7 @@ func CheckPrimaryRaw(state *TableState) []Unmet {
 	}
 	var variants []string
 	for _, c := range state.Columns {
-		if containsKind(c.Type, typemap.Variant) {
+		if c.Type.Contains(typemap.Variant) {
 			variants = append(variants, c.Name)
 		}
 	}

@@ -88,6 +88,26 @@ func StructOf(fields ...Field) Type { return Type{Kind: Struct, Fields: fields} 
 // IsNested reports whether t is an ARRAY, MAP or STRUCT.
 func (t Type) IsNested() bool { return t.Kind == Array || t.Kind == Map || t.Kind == Struct }
 
+// Contains reports whether t is, or nests anywhere inside it, a type of kind k.
+func (t Type) Contains(k Kind) bool {
+	if t.Kind == k {
+		return true
+	}
+	switch t.Kind {
+	case Array:
+		return t.Elem.Contains(k)
+	case Map:
+		return t.Key.Contains(k) || t.Value.Contains(k)
+	case Struct:
+		for _, f := range t.Fields {
+			if f.Type.Contains(k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // IsIntegral reports whether t is one of the integer kinds.
 func (t Type) IsIntegral() bool {
 	switch t.Kind {

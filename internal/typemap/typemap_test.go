@@ -189,3 +189,11 @@ func TestIdentifiersAndTableNames(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+func TestContainsLooksThroughNesting(t *testing.T) {
+	typ := MustParse("struct<a:array<map<string,timestamp_ntz>>,b:int>")
+	assert.True(t, typ.Contains(TimestampNTZ))
+	assert.True(t, typ.Contains(Int))
+	assert.False(t, typ.Contains(Variant))
+	assert.False(t, MustParse("array<string>").Contains(Map))
+}

@@ -90,7 +90,7 @@ func applyTableFeatures(t *Table) {
 	}
 	ntz := false
 	for _, c := range t.Columns {
-		if containsKind(c.Type, typemap.TimestampNTZ) {
+		if c.Type.Contains(typemap.TimestampNTZ) {
 			ntz = true
 		}
 	}
@@ -111,7 +111,7 @@ func applyTableFeatures(t *Table) {
 		}
 	}
 	for _, c := range t.Columns {
-		if containsKind(c.Type, typemap.Variant) {
+		if c.Type.Contains(typemap.Variant) {
 			tableFeatures = true
 		}
 	}
@@ -133,28 +133,9 @@ func featureSupported(props map[string]string, key string) bool {
 	return v == "supported" || v == "enabled"
 }
 
-func containsKind(t typemap.Type, k typemap.Kind) bool {
-	if t.Kind == k {
-		return true
-	}
-	switch t.Kind {
-	case typemap.Array:
-		return containsKind(*t.Elem, k)
-	case typemap.Map:
-		return containsKind(*t.Key, k) || containsKind(*t.Value, k)
-	case typemap.Struct:
-		for _, f := range t.Fields {
-			if containsKind(f.Type, k) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // icebergLegal reports whether a type can be read through Iceberg V2.
 func icebergLegal(t typemap.Type) bool {
-	return !containsKind(t, typemap.Variant)
+	return !t.Contains(typemap.Variant)
 }
 
 // invalidColumnChars are the characters Delta refuses in column names unless
@@ -352,7 +333,7 @@ func alter(t *Table, st *statement) *sqlError {
 				return &sqlError{Class: "DELTA_NOT_NULL_CONSTRAINT_VIOLATED", SQLState: "0A000", Code: "BAD_REQUEST",
 					Msg: fmt.Sprintf("Cannot add column %s with NOT NULL: existing rows would hold NULL in it.", typemap.QuoteIdent(c.Name))}
 			}
-			if containsKind(c.Type, typemap.TimestampNTZ) && !featureSupported(t.Properties, PropFeatureTimestampNT) {
+			if c.Type.Contains(typemap.TimestampNTZ) && !featureSupported(t.Properties, PropFeatureTimestampNT) {
 				return &sqlError{Class: "DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT", SQLState: "0AKDE", Code: "BAD_REQUEST",
 					Msg: fmt.Sprintf("Your table schema requires manual enablement of the following table feature(s): timestampNtz (column %s). To do this, run ALTER TABLE %s SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported') first.", typemap.QuoteIdent(c.Name), t.FullName)}
 			}

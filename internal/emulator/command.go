@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 )
 
 // DefaultDataDir is where the command keeps tables when --data is not given.
@@ -37,6 +39,7 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "client-secret", Value: DefaultClientSecret, Usage: "OAuth client secret accepted", EnvVars: []string{"ZEROBUS_EMULATOR_CLIENT_SECRET"}},
 			&cli.StringFlag{Name: "workspace-id", Value: DefaultWorkspaceID, Usage: "workspace id"},
 			&cli.DurationFlag{Name: "token-ttl", Value: DefaultTokenTTL, Usage: "lifetime of issued tokens"},
+			&cli.DurationFlag{Name: "iceberg-lag", Value: workspace.DefaultIcebergLag, Usage: "delay before a Delta commit shows in converted_delta_version of tables with Iceberg reads (negative: none)"},
 			&cli.DurationFlag{Name: "ack-latency", Usage: "fault: delay every ack by this long"},
 			&cli.DurationFlag{Name: "stream-lifetime", Usage: "fault: rotate streams after this long (close signal, then UNAVAILABLE 6002)"},
 			&cli.DurationFlag{Name: "rotation-grace", Usage: "fault: close_stream_duration announced at rotation (default 2s)"},
@@ -80,6 +83,7 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		ClientSecret: c.String("client-secret"),
 		WorkspaceID:  c.String("workspace-id"),
 		TokenTTL:     c.Duration("token-ttl"),
+		IcebergLag:   c.Duration("iceberg-lag"),
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Faults: Faults{
 			AckLatency:         c.Duration("ack-latency"),

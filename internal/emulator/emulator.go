@@ -14,6 +14,14 @@
 // fsync'd before the cumulative ack goes out, and the log is replayed when the
 // emulator starts again on the same directory.
 //
+// The two halves share one workspace.Workspace: tables seeded from
+// Config.Tables get the same CREATE-time properties as tables created through
+// SQL, and every durable data commit moves the table's Delta version there,
+// so Unity Catalog's delta_uniform_iceberg.converted_delta_version follows
+// ingestion (IcebergLag later, or at once after MSCK REPAIR TABLE … SYNC
+// METADATA). On start the data commits replayed from each Delta log are
+// seeded back, so versions survive a restart.
+//
 // HTTP routes (workspace URL):
 //
 //	GET  /.well-known/databricks-config               discovery
@@ -79,6 +87,11 @@ type Config struct {
 	WorkspaceID string
 	// TokenTTL is the lifetime of issued tokens.
 	TokenTTL time.Duration
+	// IcebergLag is how long after a Delta commit a table with Iceberg reads
+	// reports it in delta_uniform_iceberg.converted_delta_version (the
+	// service converts asynchronously). Zero means workspace.DefaultIcebergLag;
+	// a negative value means no lag.
+	IcebergLag time.Duration
 	// Faults are the initial fault-injection settings.
 	Faults Faults
 	// Logger receives operational logs; nil discards them.
@@ -115,9 +128,12 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Server is a running emulator.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	reg    *workspace.Registry
+	cfg Config
+	log *slog.Logger
+	reg *workspace.Registry
+	// ws serves the UC and SQL routes and tracks each table's Delta version
+	// and Iceberg conversion; the table stores report data commits to it.
+	ws     *workspace.Workspace
 	tokens *tokenStore
 	stats  *statsCollector
 	faults atomic.Pointer[Faults]
@@ -183,6 +199,7 @@ func (s *Server) open() error {
 		return fmt.Errorf("emulator: %w", err)
 	}
 	s.reg = reg
+	s.ws = workspace.New(reg, workspace.Options{Authorize: s.authorizeWorkspace, Now: time.Now, IcebergLag: s.cfg.IcebergLag})
 	key, err := loadTokenKey(filepath.Join(s.cfg.DataDir, ".workspace", "token-signing-key"))
 	if err != nil {
 		return fmt.Errorf("emulator: %w", err)
@@ -192,9 +209,13 @@ func (s *Server) open() error {
 		return err
 	}
 	for _, t := range reg.List() {
-		if _, err := s.store(t.FullName); err != nil {
+		ts, err := s.store(t.FullName)
+		if err != nil {
 			return fmt.Errorf("emulator: recover table %s: %w", t.FullName, err)
 		}
+		// The Delta log is the record of data commits; without this a
+		// restart would reset the table's Delta version to its DDL count.
+		s.ws.SeedDataCommits(t.FullName, ts.dataCommitCount())
 	}
 	return s.listen()
 }
@@ -218,7 +239,10 @@ func (s *Server) createConfiguredTables() error {
 		if _, err := typemap.ArrowSchema(cols); err != nil {
 			return fmt.Errorf("emulator: table %s: %w", name, err)
 		}
-		tables = append(tables, workspace.Table{FullName: name, TableType: "MANAGED", Columns: cols})
+		// The same CREATE-time properties a SQL CREATE TABLE gets (deletion
+		// vectors, protocol versions, table features), so a seeded table
+		// looks to a catalog client like one it created itself.
+		tables = append(tables, workspace.WithCreateDefaults(workspace.Table{FullName: name, TableType: "MANAGED", Columns: cols}))
 	}
 	for _, t := range tables {
 		_, err := s.reg.Create(t)
@@ -303,6 +327,10 @@ func (s *Server) WorkspaceID() string { return s.cfg.WorkspaceID }
 // Registry is the Unity Catalog table registry the emulator serves.
 func (s *Server) Registry() *workspace.Registry { return s.reg }
 
+// Workspace is the UC/SQL side of the emulator: statement log and counters,
+// Delta versions and Iceberg conversion state.
+func (s *Server) Workspace() *workspace.Workspace { return s.ws }
+
 // Faults returns the current fault-injection settings.
 func (s *Server) Faults() Faults { return s.faults.Load().clone() }
 
@@ -382,7 +410,7 @@ func (s *Server) store(fullName string) (*tableStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log)
+	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log, s.ws.NoteDataCommit)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 )
@@ -16,8 +15,7 @@ import (
 // read-back and admin API, and everything else to the UC/SQL handler of
 // package workspace.
 func (s *Server) httpHandler() http.Handler {
-	ws := workspace.New(s.reg, workspace.Options{Authorize: s.authorizeWorkspace, Now: time.Now})
-	wsHandler := ws.Handler()
+	wsHandler := s.ws.Handler()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/databricks-config", s.handleDatabricksConfig)

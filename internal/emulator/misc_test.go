@@ -81,7 +81,7 @@ func TestCommandFlags(t *testing.T) {
 	app := &cli.App{Commands: []*cli.Command{cmd}}
 	require.NoError(t, app.Run([]string{"benthos-zerobus", "emulator",
 		"--http", "127.0.0.1:0", "--table", "a.b.c:id BIGINT NOT NULL, v STRING", "--table", "a.b.d:x STRING",
-		"--ack-latency", "20ms", "--error-rate", "unavailable=0.1", "--max-streams-per-table", "4", "--ack-only"}))
+		"--ack-latency", "20ms", "--error-rate", "unavailable=0.1", "--max-streams-per-table", "4", "--ack-only", "--iceberg-lag", "-1s"}))
 	assert.Equal(t, "127.0.0.1:0", got.HTTPAddr)
 	assert.Equal(t, DefaultGRPCAddr, got.GRPCAddr)
 	assert.Equal(t, DefaultDataDir(), got.DataDir)
@@ -92,6 +92,7 @@ func TestCommandFlags(t *testing.T) {
 	assert.Equal(t, map[string]float64{"UNAVAILABLE": 0.1}, got.Faults.ErrorRate)
 	assert.Equal(t, 4, got.Faults.MaxStreamsPerTable)
 	assert.True(t, got.Faults.AckOnly)
+	assert.Equal(t, -time.Second, got.IcebergLag)
 
 	err := app.Run([]string{"benthos-zerobus", "emulator", "--error-rate", "BOGUS=1"})
 	assert.Error(t, err)
@@ -187,6 +188,10 @@ func TestProtocolFor(t *testing.T) {
 		{"plain", workspace.Table{Columns: cols("id BIGINT, s STRING")}, 1, nil},
 		{"ntz nested", workspace.Table{Columns: cols("id BIGINT, s STRUCT<t: TIMESTAMP_NTZ>")}, 3, []string{"timestampNtz"}},
 		{"type widening", workspace.Table{Columns: cols("id INT"), Properties: map[string]string{"delta.enableTypeWidening": "true"}}, 3, []string{"typeWidening"}},
+		{"deletion vectors off", workspace.Table{Columns: cols("id INT"), Properties: map[string]string{"delta.enableDeletionVectors": "false"}}, 1, nil},
+		{"deletion vectors on, key case ignored", workspace.Table{Columns: cols("id INT"), Properties: map[string]string{"Delta.EnableDeletionVectors": "TRUE"}}, 3, []string{"deletionVectors"}},
+		{"every feature in a fixed order", workspace.Table{Columns: cols("t TIMESTAMP_NTZ"), Properties: map[string]string{
+			"delta.enableTypeWidening": "true", "delta.enableDeletionVectors": "true"}}, 3, []string{"timestampNtz", "deletionVectors", "typeWidening"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,6 +68,11 @@ type tableStore struct {
 	dir      string
 	reg      *workspace.Registry
 	log      *slog.Logger
+	// onDataCommit, if set, is called with fullName after each data commit
+	// is durable and before its writers are acknowledged, so that the
+	// workspace side (Delta version, Iceberg conversion) never lags behind
+	// what a client has been told is stored.
+	onDataCommit func(fullName string)
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -81,13 +86,17 @@ type tableStore struct {
 	nextVersion int64
 	files       []dataFile
 	rows        int64
-	commits     int64
+	commits     int64  // data commits made since this store was opened
+	dataCommits int64  // data commits in the whole log, replayed ones included
 	metaKey     string // schemaString + configuration of the last metaData
 	protoKey    string // protocol action last written
 }
 
-func openTableStore(fullName, dir string, reg *workspace.Registry, log *slog.Logger) (*tableStore, error) {
-	ts := &tableStore{fullName: fullName, dir: dir, reg: reg, log: log, loopDone: make(chan struct{})}
+// openTableStore recovers the table stored under dir from its Delta log
+// (writing the CREATE TABLE commit for a new table) and starts its commit
+// loop. onDataCommit may be nil; see tableStore.onDataCommit.
+func openTableStore(fullName, dir string, reg *workspace.Registry, log *slog.Logger, onDataCommit func(string)) (*tableStore, error) {
+	ts := &tableStore{fullName: fullName, dir: dir, reg: reg, log: log, onDataCommit: onDataCommit, loopDone: make(chan struct{})}
 	ts.cond = sync.NewCond(&ts.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "_delta_log"), 0o755); err != nil {
 		return nil, fmt.Errorf("create table dir: %w", err)
@@ -181,8 +190,12 @@ func (ts *tableStore) replay() error {
 		if v != int64(i) {
 			return fmt.Errorf("delta log of %s: version %d missing", ts.fullName, i)
 		}
-		if err := ts.replayCommit(filepath.Join(logDir, fmt.Sprintf("%020d.json", v)), live, &order); err != nil {
+		data, err := ts.replayCommit(filepath.Join(logDir, fmt.Sprintf("%020d.json", v)), live, &order)
+		if err != nil {
 			return fmt.Errorf("delta log of %s: version %d: %w", ts.fullName, v, err)
+		}
+		if data {
+			ts.dataCommits++
 		}
 	}
 	ts.nextVersion = int64(len(versions))
@@ -212,11 +225,14 @@ func (ts *tableStore) replay() error {
 	return nil
 }
 
-func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]string) error {
+// replayCommit applies one commit file to live (path -> rows) and order,
+// and reports whether it was a data commit (one that adds files).
+func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]string) (bool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return false, err
 	}
+	data := false
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -226,7 +242,7 @@ func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]
 		}
 		var a deltaAction
 		if err := json.Unmarshal(line, &a); err != nil {
-			return fmt.Errorf("bad action: %w", err)
+			return false, fmt.Errorf("bad action: %w", err)
 		}
 		switch {
 		case a.Add != nil:
@@ -235,9 +251,10 @@ func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]
 			}
 			if a.Add.Stats != "" {
 				if err := json.Unmarshal([]byte(a.Add.Stats), &st); err != nil {
-					return fmt.Errorf("bad stats of %s: %w", a.Add.Path, err)
+					return false, fmt.Errorf("bad stats of %s: %w", a.Add.Path, err)
 				}
 			}
+			data = true
 			if _, ok := live[a.Add.Path]; !ok {
 				*order = append(*order, a.Add.Path)
 			}
@@ -251,7 +268,7 @@ func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]
 			ts.protoKey = string(pb)
 		}
 	}
-	return sc.Err()
+	return data, sc.Err()
 }
 
 func metaKey(schema string, conf map[string]string) string {
@@ -327,6 +344,14 @@ func (ts *tableStore) counts() (rows, commits, version int64) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.rows, ts.commits, ts.nextVersion - 1
+}
+
+// dataCommitCount is the number of data commits in the table's Delta log,
+// those replayed at open included.
+func (ts *tableStore) dataCommitCount() int64 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.dataCommits
 }
 
 func randomHex(n int) string {
@@ -415,7 +440,11 @@ func (ts *tableStore) commit(batch []writeReq) error {
 	ts.files = append(ts.files, added...)
 	ts.rows += total
 	ts.commits++
+	ts.dataCommits++
 	ts.mu.Unlock()
+	if ts.onDataCommit != nil {
+		ts.onDataCommit(ts.fullName)
+	}
 	return nil
 }
 
@@ -545,9 +574,12 @@ func writeParquet(path string, schema *arrow.Schema, recs []arrow.RecordBatch) (
 }
 
 // protocolFor picks the lowest Delta protocol that can describe the table:
-// TIMESTAMP_NTZ columns need the timestampNtz table feature, and a table with
-// delta.enableTypeWidening has files written before a widening, so readers
-// need typeWidening.
+// TIMESTAMP_NTZ columns need the timestampNtz table feature, a table with
+// delta.enableDeletionVectors on must list deletionVectors (Delta forbids the
+// property without the feature; Databricks turns it on at CREATE), and a
+// table with delta.enableTypeWidening has files written before a widening, so
+// readers need typeWidening. Features are listed in a fixed order so that an
+// unchanged table never logs a new protocol action.
 func protocolFor(t workspace.Table) *deltaProtocol {
 	var features []string
 	for _, c := range t.Columns {
@@ -556,15 +588,27 @@ func protocolFor(t workspace.Table) *deltaProtocol {
 			break
 		}
 	}
-	for k, v := range t.Properties {
-		if strings.EqualFold(k, "delta.enableTypeWidening") && strings.EqualFold(v, "true") {
-			features = append(features, "typeWidening")
-		}
+	if propertyTrue(t.Properties, "delta.enableDeletionVectors") {
+		features = append(features, "deletionVectors")
+	}
+	if propertyTrue(t.Properties, "delta.enableTypeWidening") {
+		features = append(features, "typeWidening")
 	}
 	if len(features) > 0 {
 		return &deltaProtocol{MinReaderVersion: 3, MinWriterVersion: 7, ReaderFeatures: features, WriterFeatures: features}
 	}
 	return &deltaProtocol{MinReaderVersion: 1, MinWriterVersion: 2}
+}
+
+// propertyTrue reports whether a delta.* property is "true"; Delta matches
+// these keys ignoring case.
+func propertyTrue(props map[string]string, key string) bool {
+	for k, v := range props {
+		if strings.EqualFold(k, key) && strings.EqualFold(strings.TrimSpace(v), "true") {
+			return true
+		}
+	}
+	return false
 }
 
 func typeHas(t typemap.Type, k typemap.Kind) bool {

@@ -29,16 +29,53 @@ type fakeRecordServer struct {
 	setup func(conn int, md metadata.MD) error
 	// ackAbove makes the server ack this offset after the first request.
 	ackAbove *int64
-	// closeAfter sends a close signal after this many requests (0: never).
+	// closeAfter sends a close signal after this many requests of each
+	// call (0: never).
 	closeAfter int
+	// fail, if set, is asked after the n-th request (from 1) of call conn is
+	// recorded and before it is acked; a non-nil error ends the call with it.
+	fail func(conn, n int) error
 
 	mu      sync.Mutex
 	conns   int
 	creates []*zbpb.CreateIngestStreamRequest
 	records []string
 	kinds   []string // "record" or "batch" per request
-	offsets []int64
+	offsets []int64  // wire offset per request
+	connOf  []int    // call per request
+	reqRecs [][]string
 	md      []metadata.MD
+}
+
+// callRecords returns the requests (their records) and wire offsets call
+// conn received.
+func (s *fakeRecordServer) callRecords(conn int) (reqs [][]string, offsets []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, c := range s.connOf {
+		if c == conn {
+			reqs = append(reqs, s.reqRecs[i])
+			offsets = append(offsets, s.offsets[i])
+		}
+	}
+	return reqs, offsets
+}
+
+// received counts how many times each record arrived, over every call.
+func (s *fakeRecordServer) received() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range s.records {
+		out[r]++
+	}
+	return out
+}
+
+func (s *fakeRecordServer) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }
 
 func (s *fakeRecordServer) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamServer) error {
@@ -75,23 +112,34 @@ func (s *fakeRecordServer) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSe
 		if err != nil {
 			return nil // client half-closed or left
 		}
-		var offset int64
+		var (
+			offset int64
+			recs   []string
+		)
 		s.mu.Lock()
 		switch p := req.GetPayload().(type) {
 		case *zbpb.EphemeralStreamRequest_IngestRecord:
 			offset = p.IngestRecord.GetOffsetId()
-			s.records = append(s.records, p.IngestRecord.GetJsonRecord())
+			recs = []string{p.IngestRecord.GetJsonRecord()}
 			s.kinds = append(s.kinds, "record")
 		case *zbpb.EphemeralStreamRequest_IngestRecordBatch:
 			offset = p.IngestRecordBatch.GetOffsetId()
-			s.records = append(s.records, p.IngestRecordBatch.GetJsonBatch().GetRecords()...)
+			recs = p.IngestRecordBatch.GetJsonBatch().GetRecords()
 			s.kinds = append(s.kinds, "batch")
 		default:
 			s.mu.Unlock()
 			return status.Error(codes.InvalidArgument, "unexpected message")
 		}
+		s.records = append(s.records, recs...)
+		s.reqRecs = append(s.reqRecs, recs)
 		s.offsets = append(s.offsets, offset)
+		s.connOf = append(s.connOf, conn)
 		s.mu.Unlock()
+		if s.fail != nil {
+			if err := s.fail(conn, n); err != nil {
+				return err
+			}
+		}
 		if offset != expect {
 			return status.Errorf(codes.InvalidArgument, "Non-incremental offset: expected %d, actual %d", expect, offset)
 		}
@@ -223,24 +271,6 @@ func TestJSONStreamErrors(t *testing.T) {
 		class, _ := ClassOf(err)
 		assert.Equal(t, Poison, class)
 	})
-	t.Run("close signal refuses further ingest as rotation", func(t *testing.T) {
-		srv := &fakeRecordServer{closeAfter: 1}
-		c := testClient(t, startRecordFake(t, srv), nil)
-		s, err := c.OpenJSONStream(waitCtx(t), testTable)
-		require.NoError(t, err)
-		defer s.Close()
-		off, err := s.Ingest(context.Background(), []string{`{}`})
-		require.NoError(t, err)
-		require.NoError(t, s.WaitForOffset(waitCtx(t), off))
-		require.Eventually(t, func() bool { closing, _ := s.Closing(); return closing }, 5*time.Second, time.Millisecond)
-		_, d := s.Closing()
-		assert.Equal(t, 30*time.Second, d)
-		_, err = s.Ingest(context.Background(), []string{`{}`})
-		var ze *Error
-		require.ErrorAs(t, err, &ze)
-		assert.Equal(t, Transient, ze.Class)
-		assert.True(t, ze.IsRotation())
-	})
 	t.Run("ingest after close", func(t *testing.T) {
 		srv := &fakeRecordServer{}
 		c := testClient(t, startRecordFake(t, srv), nil)
@@ -250,4 +280,184 @@ func TestJSONStreamErrors(t *testing.T) {
 		_, err = s.Ingest(context.Background(), []string{`{}`})
 		assert.ErrorIs(t, err, ErrStreamClosed)
 	})
+}
+
+// ingestIDs ingests one single-record request {"id":i} per i in [from, to)
+// and returns the offsets Ingest gave them.
+func ingestIDs(t *testing.T, s *JSONStream, from, to int) []int64 {
+	t.Helper()
+	var offsets []int64
+	for i := from; i < to; i++ {
+		off, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d}`, i)})
+		require.NoError(t, err)
+		offsets = append(offsets, off)
+	}
+	return offsets
+}
+
+func TestJSONStreamRecoversFromRotation(t *testing.T) {
+	// Every call announces its end after its first request.
+	srv := &fakeRecordServer{closeAfter: 1}
+	obs := &recordingObserver{}
+	c := testClient(t, startRecordFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+	defer s.Close()
+
+	var offsets []int64
+	for i := 0; i < 6; i++ {
+		offsets = append(offsets, ingestIDs(t, s, i, i+1)...)
+		// Let the close signal arrive now and then, so some requests are
+		// held for the next call and some go out on a fresh one.
+		if i%2 == 1 {
+			require.Eventually(t, func() bool { closing, _ := s.Closing(); return closing || s.Reconnects() > i/2 },
+				5*time.Second, time.Millisecond)
+		}
+	}
+	assert.Equal(t, []int64{0, 1, 2, 3, 4, 5}, offsets, "offsets are logical: they do not restart per call")
+	require.NoError(t, s.WaitForOffset(waitCtx(t), 5))
+	assert.Equal(t, int64(5), s.Acked())
+	assert.GreaterOrEqual(t, s.Reconnects(), 2)
+	rotations, _, _, failures := obs.counts()
+	assert.GreaterOrEqual(t, rotations, 2)
+	assert.Zero(t, failures)
+
+	got := srv.received()
+	for i := 0; i < 6; i++ {
+		assert.GreaterOrEqual(t, got[fmt.Sprintf(`{"id":%d}`, i)], 1, "record %d stored", i)
+	}
+	calls := srv.calls()
+	srv.mu.Lock()
+	assert.Len(t, srv.creates, calls, "every call starts with create_stream")
+	srv.mu.Unlock()
+	for conn := 0; conn < calls; conn++ {
+		_, wire := srv.callRecords(conn)
+		for i, w := range wire {
+			assert.Equal(t, int64(i), w, "call %d: wire offsets restart at 0", conn)
+		}
+	}
+}
+
+func TestJSONStreamResendsUnackedRenumbered(t *testing.T) {
+	// The first call acks requests 1 and 2, then fails on the third
+	// without acking it.
+	srv := &fakeRecordServer{fail: func(conn, n int) error {
+		if conn == 0 && n == 3 {
+			return status.Error(codes.Unavailable, "backend restarted")
+		}
+		return nil
+	}}
+	rec := &recordingObserver{}
+	c := testClient(t, startRecordFake(t, srv), func(cfg *Config) { cfg.Observer = rec })
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+	defer s.Close()
+
+	offsets := ingestIDs(t, s, 0, 5)
+	assert.Equal(t, []int64{0, 1, 2, 3, 4}, offsets)
+	require.NoError(t, s.WaitForOffset(waitCtx(t), 4))
+	assert.Equal(t, 1, s.Reconnects())
+	assert.Equal(t, "stream-1", s.StreamID())
+
+	reqs, wire := srv.callRecords(1)
+	assert.Equal(t, [][]string{{`{"id":2}`}, {`{"id":3}`}, {`{"id":4}`}}, reqs,
+		"the second call gets exactly the unacked requests, in order")
+	assert.Equal(t, []int64{0, 1, 2}, wire, "renumbered from 0")
+	got := srv.received()
+	assert.Equal(t, 1, got[`{"id":0}`], "acked requests are not resent")
+	assert.Equal(t, 1, got[`{"id":1}`], "acked requests are not resent")
+	_, reconnects, _, _ := rec.counts()
+	assert.Equal(t, 1, reconnects)
+}
+
+func TestJSONStreamRecoveryFailure(t *testing.T) {
+	tests := []struct {
+		name      string
+		reconnect error // what every call after the first fails with
+		class     Class
+		calls     int
+		contains  string
+	}{
+		{"budget exhausted poisons", status.Error(codes.Unavailable, "still down"), Poison, 1 + 4, "exhausted"},
+		{"fatal error fails at once", status.Error(codes.NotFound, "table dropped"), FatalConfig, 2, "table dropped"},
+		{"concurrency reject fails at once with retry-after", status.Error(codes.ResourceExhausted, "too many streams"), Poison, 2, "refused"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &fakeRecordServer{
+				setup: func(conn int, _ metadata.MD) error {
+					if conn > 0 {
+						return tc.reconnect
+					}
+					return nil
+				},
+				fail: func(_, n int) error {
+					if n == 2 {
+						return status.Error(codes.Unavailable, "backend restarted")
+					}
+					return nil
+				},
+			}
+			c := testClient(t, startRecordFake(t, srv), nil)
+			s, err := c.OpenJSONStream(waitCtx(t), testTable)
+			require.NoError(t, err)
+			defer s.Close()
+
+			ingestIDs(t, s, 0, 2)
+			err = s.WaitForOffset(waitCtx(t), 1)
+			var ze *Error
+			require.ErrorAs(t, err, &ze)
+			assert.Equal(t, tc.class, ze.Class, "%v", err)
+			assert.Contains(t, err.Error(), tc.contains)
+			if tc.reconnect != nil && status.Code(tc.reconnect) == codes.ResourceExhausted {
+				assert.Positive(t, ze.RetryAfter)
+			}
+			assert.Equal(t, int64(0), s.Acked(), "the first request stays acked")
+			assert.Equal(t, tc.calls, srv.calls())
+			_, err = s.Ingest(context.Background(), []string{`{}`})
+			assert.ErrorAs(t, err, &ze, "a failed stream refuses ingest")
+		})
+	}
+}
+
+func TestJSONStreamAckTimeoutReconnects(t *testing.T) {
+	// The first call accepts requests but never acks them.
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) }) // runs after the server stopped
+	srv := &fakeRecordServer{fail: func(conn, _ int) error {
+		if conn == 0 {
+			<-block // never ack; the client's watchdog must give up
+			return status.Error(codes.Unavailable, "test over")
+		}
+		return nil
+	}}
+	c := testClient(t, startRecordFake(t, srv), func(cfg *Config) { cfg.AckTimeout = 100 * time.Millisecond })
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+	defer s.Close()
+	ingestIDs(t, s, 0, 1)
+	require.NoError(t, s.WaitForOffset(waitCtx(t), 0))
+	assert.Equal(t, 1, s.Reconnects())
+	reqs, _ := srv.callRecords(1)
+	assert.Equal(t, [][]string{{`{"id":0}`}}, reqs)
+}
+
+func TestJSONStreamKeepsItsOwnCopyOfRecords(t *testing.T) {
+	srv := &fakeRecordServer{fail: func(conn, n int) error {
+		if conn == 0 && n == 1 {
+			return status.Error(codes.Unavailable, "backend restarted")
+		}
+		return nil
+	}}
+	c := testClient(t, startRecordFake(t, srv), nil)
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+	defer s.Close()
+	recs := []string{`{"id":1}`}
+	off, err := s.Ingest(context.Background(), recs)
+	require.NoError(t, err)
+	recs[0] = `{"id":"changed"}`
+	require.NoError(t, s.WaitForOffset(waitCtx(t), off))
+	reqs, _ := srv.callRecords(1)
+	assert.Equal(t, [][]string{{`{"id":1}`}}, reqs, "the resend carries what was ingested")
 }

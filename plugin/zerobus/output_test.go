@@ -1,0 +1,514 @@
+package zerobus
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+	zb "github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
+)
+
+// fakeCatalog is an in-memory catalog.TableCatalog: enough to drive the
+// output's describe / create / add-column paths without a workspace.
+type fakeCatalog struct {
+	mu         sync.Mutex
+	tables     map[string]*catalog.TableState
+	reconciles []catalog.DesiredTable
+	describes  int
+	writers    []catalog.WriterInfo
+}
+
+func newFakeCatalog() *fakeCatalog { return &fakeCatalog{tables: map[string]*catalog.TableState{}} }
+
+func (f *fakeCatalog) put(table string, cols string, props map[string]string) {
+	c, err := typemap.ParseColumns(cols)
+	if err != nil {
+		panic(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tables[table] = &catalog.TableState{FullName: table, TableType: "MANAGED", Columns: c, Properties: props}
+}
+
+func (f *fakeCatalog) setProps(table string, props map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tables[table].Properties = props
+}
+
+func clone(s *catalog.TableState) *catalog.TableState {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Columns = append([]typemap.Column(nil), s.Columns...)
+	return &c
+}
+
+func (f *fakeCatalog) Describe(_ context.Context, table string) (*catalog.TableState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.describes++
+	return clone(f.tables[table]), nil
+}
+
+func (f *fakeCatalog) Reconcile(_ context.Context, d catalog.DesiredTable) (catalog.ReconcileOutcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reconciles = append(f.reconciles, d)
+	live := f.tables[d.FullName]
+	n := 0
+	if live == nil {
+		live = &catalog.TableState{FullName: d.FullName, TableType: "MANAGED", Properties: map[string]string{}}
+		if d.Role == catalog.RolePrimaryRaw {
+			live.Properties = catalog.PrimaryRawProperties()
+		}
+		f.tables[d.FullName] = live
+		n++
+	}
+	for _, c := range d.Columns {
+		if _, ok := live.Column(c.Name); !ok {
+			live.Columns = append(live.Columns, c)
+			n++
+		}
+	}
+	return catalog.ReconcileOutcome{Statements: n, State: clone(live)}, nil
+}
+
+func (f *fakeCatalog) RegisterWriter(_ context.Context, _ string, w catalog.WriterInfo) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writers = append(f.writers, w)
+	return nil
+}
+
+func (f *fakeCatalog) VendCredentials(context.Context, string, catalog.Access) (*catalog.VendedCredentials, error) {
+	return nil, errors.New("not supported by the fake")
+}
+
+func (f *fakeCatalog) reconcileCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reconciles)
+}
+
+const testTable = "main.default.events"
+
+type harness struct {
+	out    *output
+	opener *zerobusfake.Opener
+	cat    *fakeCatalog
+}
+
+// newHarness builds a connected output over a fake opener and catalog.
+// extraYAML is appended to a minimal config.
+func newHarness(t *testing.T, fc zerobusfake.Config, extraYAML string, setup func(*fakeCatalog)) *harness {
+	t.Helper()
+	cfg, err := parseYAML(t, minimalYAML+extraYAML)
+	require.NoError(t, err)
+	cat := newFakeCatalog()
+	if setup != nil {
+		setup(cat)
+	} else {
+		cat.put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	}
+	opener := zerobusfake.NewOpener(fc)
+	o := newOutput(cfg, service.MockResources(), deps{opener: opener, catalog: cat})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = o.Close(ctx)
+	})
+	return &harness{out: o, opener: opener, cat: cat}
+}
+
+func (h *harness) connect(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.out.Connect(ctx))
+}
+
+func msgs(bodies ...string) service.MessageBatch {
+	b := make(service.MessageBatch, len(bodies))
+	for i, s := range bodies {
+		b[i] = service.NewMessage([]byte(s))
+	}
+	return b
+}
+
+// writeAsync runs WriteBatch in a goroutine and returns its result channel.
+func writeAsync(ctx context.Context, o *output, b service.MessageBatch) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- o.WriteBatch(ctx, b) }()
+	return ch
+}
+
+// submittedRows returns, over every stream the fake opened, the rows of the
+// given int64 and string columns that were submitted.
+func submittedRows(t *testing.T, op *zerobusfake.Opener) []string {
+	t.Helper()
+	var out []string
+	for _, s := range op.Streams() {
+		for _, rec := range s.Records() {
+			ids := rec.Column(rec.Schema().FieldIndices("id")[0]).(*array.Int64)
+			msgCol := rec.Column(rec.Schema().FieldIndices("msg")[0])
+			for r := 0; r < int(rec.NumRows()); r++ {
+				m := "<null>"
+				if msgCol.IsValid(r) {
+					m = msgCol.ValueStr(r)
+				}
+				out = append(out, strings.Join([]string{itoa(ids.Value(r)), m}, ":"))
+			}
+		}
+	}
+	return out
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+func TestWriteBatchAcksOnlyAfterDurable(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h.connect(t)
+
+	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b"}`))
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 2 }, 5*time.Second, 5*time.Millisecond,
+		"rows are submitted before they are durable")
+	select {
+	case err := <-done:
+		t.Fatalf("WriteBatch returned %v before the fake acknowledged the rows", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	for _, s := range h.opener.Streams() {
+		s.AckAll()
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("WriteBatch did not return after the ack")
+	}
+	assert.ElementsMatch(t, []string{"1:a", "2:b"}, submittedRows(t, h.opener))
+}
+
+func TestWriteBatchBadRowsFailAlone(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h.connect(t)
+
+	batch := msgs(
+		`{"id":1,"msg":"good"}`,
+		`{"id":2,"msg":"bad","nope":true}`, // unknown field
+		`{"msg":"no id"}`,                  // missing NOT NULL
+		`{"id":4}`,                         // msg is nullable
+	)
+	done := writeAsync(context.Background(), h.out, batch)
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 2 }, 5*time.Second, 5*time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("WriteBatch returned %v before the good rows were durable", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, s := range h.opener.Streams() {
+		s.AckAll()
+	}
+	err := <-done
+	require.Error(t, err)
+	var berr *service.BatchError
+	require.ErrorAs(t, err, &berr)
+	failed := map[int]string{}
+	berr.WalkMessages(func(i int, _ *service.Message, err error) bool {
+		if err != nil {
+			failed[i] = err.Error()
+		}
+		return true
+	})
+	require.Len(t, failed, 2)
+	assert.Contains(t, failed[1], "message 1")
+	assert.Contains(t, failed[1], "nope")
+	assert.Contains(t, failed[2], "message 2")
+	assert.Contains(t, failed[2], `"id"`)
+	assert.ElementsMatch(t, []string{"1:good", "4:<null>"}, submittedRows(t, h.opener))
+}
+
+func TestWriteBatchAllRowsBad(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "", nil)
+	h.connect(t)
+	err := h.out.WriteBatch(context.Background(), msgs(`{"x":1}`, `not json`))
+	var berr *service.BatchError
+	require.ErrorAs(t, err, &berr)
+	assert.Equal(t, 2, berr.IndexedErrors())
+	assert.Empty(t, submittedRows(t, h.opener), "nothing is submitted when no row fits")
+}
+
+func TestWriteBatchCancelledIsNack(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{ManualAck: true}, "", nil)
+	h.connect(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := writeAsync(ctx, h.out, msgs(`{"id":1,"msg":"a"}`))
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.Error(t, err, "a cancelled write must nack, never ack")
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("WriteBatch ignored ctx cancellation")
+	}
+	for _, s := range h.opener.Streams() {
+		s.AckAll() // let Close drain quickly
+	}
+}
+
+func TestWriteBatchPipelinesConcurrentBatches(t *testing.T) {
+	// With acks held back, many batches must be submitted at once: nothing
+	// on the write path waits for one batch before accepting the next.
+	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h.connect(t)
+
+	const n = 16
+	results := make([]<-chan error, n)
+	for i := range n {
+		results[i] = writeAsync(context.Background(), h.out, msgs(`{"id":`+itoa(int64(i))+`,"msg":"x"}`))
+	}
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == n }, 5*time.Second, 5*time.Millisecond,
+		"all %d batches are in flight before any ack", n)
+	for _, s := range h.opener.Streams() {
+		s.AckAll()
+	}
+	for i := range n {
+		require.NoError(t, <-results[i])
+	}
+}
+
+func TestOrderingKeyPinsKeysToStreams(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "ordering_key: ${! this.msg }\nstreams:\n  min: 4\n", nil)
+	h.connect(t)
+
+	for round := 0; round < 3; round++ {
+		var bodies []string
+		for i := 0; i < 40; i++ {
+			bodies = append(bodies, `{"id":`+itoa(int64(round*100+i))+`,"msg":"k`+itoa(int64(i%7))+`"}`)
+		}
+		require.NoError(t, h.out.WriteBatch(context.Background(), msgs(bodies...)))
+	}
+	streamOf := map[string]int{}
+	used := map[int]bool{}
+	total := 0
+	for _, s := range h.opener.Streams() {
+		for _, rec := range s.Records() {
+			col := rec.Column(rec.Schema().FieldIndices("msg")[0])
+			for r := 0; r < int(rec.NumRows()); r++ {
+				k := col.ValueStr(r)
+				total++
+				if prev, ok := streamOf[k]; ok {
+					assert.Equal(t, prev, s.Index(), "key %s went to two streams", k)
+				}
+				streamOf[k] = s.Index()
+				used[s.Index()] = true
+			}
+		}
+	}
+	assert.Equal(t, 120, total)
+	assert.Len(t, streamOf, 7)
+	assert.Greater(t, len(used), 1, "keys are spread over more than one stream")
+}
+
+func TestConnectMissingTableWithoutProvisioning(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{}, "", func(*fakeCatalog) {})
+	err := h.out.Connect(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "main.default.events does not exist and catalog.provision is false")
+	assert.Equal(t, 0, h.opener.Opens(), "no stream is opened for an absent table")
+}
+
+func TestProvisionCreatesTableFromFirstBatch(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(*fakeCatalog) {})
+	h.connect(t)
+	assert.Equal(t, 0, h.opener.Opens(), "streams wait for the table to exist")
+
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"first"}`, `{"id":2,"msg":"second","score":1.5}`)))
+	st, _ := h.cat.Describe(context.Background(), testTable)
+	require.NotNil(t, st)
+	id, ok := st.Column("id")
+	require.True(t, ok)
+	assert.Equal(t, typemap.Long, id.Type.Kind)
+	score, ok := st.Column("score")
+	require.True(t, ok)
+	assert.Equal(t, typemap.Double, score.Type.Kind)
+	assert.ElementsMatch(t, []string{"1:first", "2:second"}, submittedRows(t, h.opener))
+}
+
+func TestProvisionAddsColumnOnDrift(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", nil)
+	h.connect(t)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"old"}`)))
+	opensBefore := h.opener.Opens()
+	reconcilesBefore := h.cat.reconcileCount()
+
+	// Concurrent batches all carrying the new field: one evolution.
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.out.WriteBatch(context.Background(), msgs(`{"id":`+itoa(int64(10+i))+`,"msg":"new","region":"eu"}`))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, reconcilesBefore+1, h.cat.reconcileCount(), "one drift, one reconcile")
+	st, _ := h.cat.Describe(context.Background(), testTable)
+	region, ok := st.Column("region")
+	require.True(t, ok)
+	assert.Equal(t, typemap.String, region.Type.Kind)
+
+	// The new rows went to streams opened on the new schema.
+	var newSchemaRows int
+	for _, s := range h.opener.Streams() {
+		for _, rec := range s.Records() {
+			if rec.Schema().HasField("region") {
+				newSchemaRows += int(rec.NumRows())
+			}
+		}
+	}
+	assert.Equal(t, 8, newSchemaRows)
+	assert.LessOrEqual(t, h.opener.Opens()-opensBefore, h.out.st.Load().pool.Size(), "reopen opens at most one stream per pool member")
+}
+
+func TestDriftWithoutProvisioningIsRowError(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "", nil)
+	h.connect(t)
+	err := h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a","region":"eu"}`))
+	var berr *service.BatchError
+	require.ErrorAs(t, err, &berr)
+	assert.Contains(t, err.Error(), "region")
+	assert.Contains(t, err.Error(), "message 0")
+	assert.Equal(t, 0, h.cat.reconcileCount())
+}
+
+func primaryRawOK() map[string]string { return catalog.PrimaryRawProperties() }
+
+func TestPrimaryRawRefusesLoudly(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{}, "catalog:\n  role: primary_raw\n  recheck_interval: 20ms\n", func(c *fakeCatalog) {
+		props := primaryRawOK()
+		props["delta.enableDeletionVectors"] = "true"
+		c.put(testTable, "id BIGINT NOT NULL, msg STRING", props)
+	})
+	err := h.out.Connect(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), catalog.PreDeletionVectors)
+	err = h.out.WriteBatch(context.Background(), msgs(`{"id":1}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), catalog.PreDeletionVectors)
+
+	// Fixed: Connect succeeds, writes flow.
+	h.cat.setProps(testTable, primaryRawOK())
+	h.connect(t)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1}`)))
+
+	// Flipped under the running pipeline: the re-check catches it.
+	props := primaryRawOK()
+	props["delta.enableDeletionVectors"] = "true"
+	h.cat.setProps(testTable, props)
+	require.Eventually(t, func() bool {
+		err := h.out.WriteBatch(context.Background(), msgs(`{"id":2}`))
+		return err != nil && strings.Contains(err.Error(), catalog.PreDeletionVectors)
+	}, 5*time.Second, 10*time.Millisecond)
+
+	// And fixed again.
+	h.cat.setProps(testTable, primaryRawOK())
+	require.Eventually(t, func() bool {
+		return h.out.WriteBatch(context.Background(), msgs(`{"id":3}`)) == nil
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestCloseIsBoundedAndNacksPending(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{ManualAck: true}, "close_timeout: 200ms\n", nil)
+	h.connect(t)
+	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"never acked"}`))
+	time.Sleep(50 * time.Millisecond)
+
+	start := time.Now()
+	_ = h.out.Close(context.Background())
+	assert.Less(t, time.Since(start), 3*time.Second, "Close bounds itself by close_timeout")
+	select {
+	case err := <-done:
+		require.Error(t, err, "rows not durable at close are nacked, never acked")
+	case <-time.After(5 * time.Second):
+		t.Fatal("pending WriteBatch still blocked after Close")
+	}
+}
+
+func TestConnectConcurrencyRejectBacksOffWithoutStorm(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{}, "", nil)
+	// Every member is refused at first.
+	h.opener.FailNextOpens(zerobusfake.ErrConcurrencyReject(100*time.Millisecond), zerobusfake.ErrConcurrencyReject(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := h.out.Connect(ctx)
+	cancel()
+	require.Error(t, err)
+	var bo *service.ErrBackOff
+	require.ErrorAs(t, err, &bo, "a refused connect asks the engine to back off")
+	assert.Greater(t, bo.Wait, time.Duration(0))
+	attempts := h.opener.OpenAttempts()
+	assert.LessOrEqual(t, attempts, 2, "one open per member, no retry storm within the backoff")
+
+	// The next Connect reuses the same pool: it succeeds once the members'
+	// own back-off lets them retry, with no burst of extra opens.
+	h.connect(t)
+	assert.LessOrEqual(t, h.opener.OpenAttempts(), 4)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1}`)))
+}
+
+func TestSchemaRejectionRedescribesTable(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h.connect(t)
+	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"a"}`))
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	// Streams opened from now on acknowledge by themselves.
+	h.opener.SetConfig(zerobusfake.Config{KeepRecords: true})
+	// Someone adds a column; the service then rejects the stream's schema.
+	h.cat.put(testTable, "id BIGINT NOT NULL, msg STRING, region STRING", nil)
+	for _, s := range h.opener.Streams() {
+		s.Poison(&zb.Error{Class: zb.FatalConfig, ServiceCode: zb.ServiceCodeSchemaMismatch,
+			Causes: []string{"FIELD_NOT_IN_STREAM"}, Err: errors.New("schema validation failed")})
+	}
+	err := <-done
+	require.Error(t, err, "a batch whose stream was rejected is nacked")
+
+	// The output re-described the table and reopened its streams on it: the
+	// redelivered batch and rows with the new column go through without
+	// provisioning.
+	require.Eventually(t, func() bool {
+		st := h.out.st.Load()
+		_, ok := st.names["region"]
+		return ok
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b","region":"eu"}`)))
+}
+
+func TestZerobusToJSONBloblang(t *testing.T) {
+	exe, err := bloblang.Parse(`root.s = this.obj.zerobus_to_json()`)
+	require.NoError(t, err)
+	out, err := exe.Query(map[string]any{"obj": map[string]any{"b": int64(1), "a": "x<y", "c": []any{true, nil}}})
+	require.NoError(t, err)
+	assert.Equal(t, `{"a":"x<y","b":1,"c":[true,null]}`, out.(map[string]any)["s"])
+}

@@ -1,0 +1,199 @@
+package zerobus
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	_ "github.com/redpanda-data/benthos/v4/public/components/io"
+)
+
+const minimalYAML = `
+endpoint: http://127.0.0.1:50051
+workspace_url: http://127.0.0.1:8080
+table: main.default.events
+client_id: id
+client_secret: secret
+`
+
+func parseYAML(t *testing.T, y string) (*outputConfig, error) {
+	t.Helper()
+	pc, err := Spec().ParseYAML(y, nil)
+	if err != nil {
+		return nil, err
+	}
+	return parseConfig(pc)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML)
+	require.NoError(t, err)
+
+	assert.Equal(t, 64, c.MaxInFlight)
+	assert.Equal(t, 1000, c.Batching.Count)
+	assert.Equal(t, "1s", c.Batching.Period)
+	assert.Equal(t, 2, c.StreamsMin)
+	assert.Equal(t, 16, c.StreamsMax)
+	assert.Equal(t, 100.0, c.PerStreamMBps)
+	assert.Equal(t, 0.0, c.PeakMBps)
+	assert.Nil(t, c.OrderingKey)
+	assert.Equal(t, 4096, c.AckCapacity)
+	assert.Equal(t, 5*time.Minute, c.AckTimeout)
+	assert.Equal(t, "none", c.Compression)
+	assert.False(t, c.NestedToString)
+	assert.Equal(t, "us", c.EpochUnit)
+	assert.Equal(t, 30*time.Second, c.CloseTimeout)
+	assert.False(t, c.Provision)
+	assert.False(t, c.Widen)
+	assert.Equal(t, "respect", c.CommentsPolicy)
+	assert.Equal(t, RoleDerived, c.Role)
+	assert.Equal(t, 5*time.Minute, c.RecheckInterval)
+	assert.False(t, c.EndpointTLS, "http loopback endpoint is plaintext")
+	assert.Equal(t, "", c.WorkspaceID, "an IP endpoint derives no workspace id")
+}
+
+func TestConfigBatching(t *testing.T) {
+	tests := []struct {
+		name       string
+		batching   string
+		wantCount  int
+		wantPeriod string
+		wantHow    string
+	}{
+		{"absent gets default", "", 1000, "1s", "as configured"},
+		{"count without period gets a period", "batching:\n  count: 50\n", 50, "1s", "period added"},
+		{"byte_size without period gets a period", "batching:\n  byte_size: 1000\n", 0, "1s", "period added"},
+		{"explicit period kept", "batching:\n  count: 10\n  period: 50ms\n", 10, "50ms", "as configured"},
+		{"count 1 needs no period", "batching:\n  count: 1\n", 1, "", "as configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseYAML(t, minimalYAML+tt.batching)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantCount, c.Batching.Count)
+			assert.Equal(t, tt.wantPeriod, c.Batching.Period)
+			assert.Equal(t, tt.wantHow, c.batchingDefaulted)
+		})
+	}
+}
+
+func TestConfigCredentialsFromEnv(t *testing.T) {
+	t.Setenv(EnvClientID, "env-id")
+	t.Setenv(EnvClientSecret, "env-secret")
+	y := `
+endpoint: https://1234567890.zerobus.us-west-2.cloud.databricks.com
+workspace_url: https://dbc-1.cloud.databricks.com
+table: main.default.events
+`
+	c, err := parseYAML(t, y)
+	require.NoError(t, err)
+	assert.Equal(t, "env-id", c.ClientID)
+	assert.Equal(t, "env-secret", c.ClientSecret)
+	assert.True(t, c.EndpointTLS)
+	assert.Equal(t, "1234567890", c.WorkspaceID)
+
+	// Explicit values win over the environment.
+	c, err = parseYAML(t, y+"client_id: cfg-id\nclient_secret: cfg-secret\n")
+	require.NoError(t, err)
+	assert.Equal(t, "cfg-id", c.ClientID)
+	assert.Equal(t, "cfg-secret", c.ClientSecret)
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Setenv(EnvClientID, "")
+	t.Setenv(EnvClientSecret, "")
+	base := "workspace_url: http://127.0.0.1:8080\nclient_id: a\nclient_secret: b\n"
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+	}{
+		{"plaintext to a remote host", "endpoint: http://zerobus.example.com\ntable: a.b.c\n" + base, "field endpoint: plaintext http:// is only allowed for a loopback host"},
+		{"unknown scheme", "endpoint: grpc://127.0.0.1:1\ntable: a.b.c\n" + base, "field endpoint: scheme must be https"},
+		{"no host", "endpoint: 127.0.0.1\ntable: a.b.c\n" + base, "field endpoint"},
+		{"two-part table", "endpoint: http://127.0.0.1:1\ntable: a.b\n" + base, "field table: must be catalog.schema.table"},
+		{"empty table part", "endpoint: http://127.0.0.1:1\ntable: a..c\n" + base, "field table: part 2"},
+		{"remote plaintext workspace", "endpoint: http://127.0.0.1:1\ntable: a.b.c\nworkspace_url: http://dbc.example.com\nclient_id: a\nclient_secret: b\n", "field workspace_url: plaintext"},
+		{"missing credentials", "endpoint: http://127.0.0.1:1\ntable: a.b.c\nworkspace_url: http://127.0.0.1:8080\n", "field client_id: empty and DATABRICKS_CLIENT_ID is not set"},
+		{"missing secret", "endpoint: http://127.0.0.1:1\ntable: a.b.c\nworkspace_url: http://127.0.0.1:8080\nclient_id: x\n", "field client_secret: empty and DATABRICKS_CLIENT_SECRET is not set"},
+		{"streams max below min", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  min: 4\n  max: 2\n", "field streams.max: must be at least streams.min (4), got 2"},
+		{"zero per-stream bandwidth", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  per_stream_mb_per_sec: 0\n", "field streams.per_stream_mb_per_sec: must be positive"},
+		{"zero ack capacity", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "ack:\n  channel_capacity: 0\n", "field ack.channel_capacity"},
+		{"provision without warehouse", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  provision: true\n", "field catalog.warehouse_id: required"},
+		{"missing contract file", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  contract: /does/not/exist.yaml\n", "field catalog.contract"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("DATABRICKS_WAREHOUSE_ID", "")
+			_, err := parseYAML(t, tt.yaml)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+		})
+	}
+}
+
+func TestConfigOrderingKey(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML+"ordering_key: ${! this.k }\n")
+	require.NoError(t, err)
+	require.NotNil(t, c.OrderingKey)
+	msg := service.NewMessage([]byte(`{"k":"dev-7"}`))
+	key, err := c.OrderingKey.TryString(msg)
+	require.NoError(t, err)
+	assert.Equal(t, "dev-7", key)
+
+	c, err = parseYAML(t, minimalYAML+"ordering_key: \"\"\n")
+	require.NoError(t, err)
+	assert.Nil(t, c.OrderingKey, "an empty ordering key means round-robin")
+}
+
+func TestKnobsNeverContainSecret(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML)
+	require.NoError(t, err)
+	line := knobsLine(c.knobs(3))
+	assert.NotContains(t, line, "secret=secret")
+	assert.Contains(t, line, "client_secret=set")
+	assert.Contains(t, line, "pool_size=3")
+	assert.Contains(t, line, "max_in_flight=64")
+	assert.Contains(t, line, "ack.timeout=5m0s")
+}
+
+func TestDeriveWorkspaceID(t *testing.T) {
+	tests := []struct{ endpoint, want string }{
+		{"https://1234567890123456.zerobus.us-west-2.cloud.databricks.com", "1234567890123456"},
+		{"https://987.zerobus.westeurope.azuredatabricks.net:443", "987"},
+		{"http://127.0.0.1:50051", ""},
+		{"http://localhost:50051", ""},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, deriveWorkspaceID(tt.endpoint), tt.endpoint)
+	}
+}
+
+func TestLintRuleTable(t *testing.T) {
+	linter := service.GlobalEnvironment().FullConfigSchema("", "").NewStreamConfigLinter()
+	tests := []struct {
+		name     string
+		table    string
+		wantLint string
+	}{
+		{"three parts", "main.default.events", ""},
+		{"two parts", "main.events", "field table: must be catalog.schema.table"},
+		{"empty part", "main..events", "field table: must be catalog.schema.table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := "input:\n  stdin: {}\noutput:\n  zerobus:\n    endpoint: http://127.0.0.1:1\n    workspace_url: http://127.0.0.1:2\n    table: " + tt.table + "\n"
+			lints, err := linter.LintYAML([]byte(y))
+			require.NoError(t, err)
+			if tt.wantLint == "" {
+				assert.Empty(t, lints)
+				return
+			}
+			require.NotEmpty(t, lints)
+			assert.Contains(t, lints[0].What, tt.wantLint)
+		})
+	}
+}

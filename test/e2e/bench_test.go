@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
+)
+
+// Benchmarks of whole pipelines. Each iteration runs complete pipelines, so
+// run them once:
+//
+//	go test ./test/e2e/ -run '^$' -bench . -benchtime 1x -timeout 30m
+//
+// Rows per pipeline default to benchRows and can be changed with
+// ZEROBUS_BENCH_ROWS. The machine is shared, so each ratio compares the
+// best of benchReps interleaved runs of either side.
+
+const (
+	benchRows = 1_000_000
+	benchReps = 3
+)
+
+// benchOutputExtra is extra zerobus output YAML for the benchmarks (for
+// exploring knobs: ZEROBUS_BENCH_OUTPUT='max_in_flight: 128'); empty means
+// the defaults.
+func benchOutputExtra() string {
+	return strings.ReplaceAll(os.Getenv("ZEROBUS_BENCH_OUTPUT"), `\n`, "\n")
+}
+
+func rowsForBench() int {
+	var n int
+	if _, err := fmt.Sscan(os.Getenv("ZEROBUS_BENCH_ROWS"), &n); err == nil && n > 0 {
+		return n
+	}
+	return benchRows
+}
+
+// benchInput generates rows for the events table as fast as it can, in
+// input batches of 500.
+func benchInput(rows int) string {
+	return fmt.Sprintf(`
+generate:
+  count: %d
+  interval: ""
+  batch_size: 500
+  mapping: |
+    let n = counter()
+    root.id = $n
+    root.msg = "benchmark row number %%d with some payload text".format($n)
+    root.level = "info"
+    root.ts = "2026-01-02T03:04:05.123456Z"
+`, rows)
+}
+
+// runPipeline runs generate → output to completion and returns its
+// steady-state throughput in rows/s: rows acknowledged by the output
+// (the engine's output_sent) between 10% and 90% of the run, which leaves
+// out connecting at the start and the batcher's last period at the end.
+func runPipeline(b *testing.B, rows int, output string) float64 {
+	b.Helper()
+	mux := http.NewServeMux()
+	sb := service.NewStreamBuilder()
+	sb.SetHTTPMux(mux)
+	require.NoError(b, sb.SetLoggerYAML("level: warn"))
+	require.NoError(b, sb.SetMetricsYAML("prometheus:\n  add_go_metrics: false\n  add_process_metrics: false\n"))
+	require.NoError(b, sb.AddInputYAML(benchInput(rows)))
+	require.NoError(b, sb.AddOutputYAML(output))
+	s, err := sb.Build()
+	require.NoError(b, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+
+	sent := func() float64 {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		n, _ := promSum(rec.Body.String(), "output_sent")
+		return n
+	}
+	lo, hi := 0.1*float64(rows), 0.9*float64(rows)
+	var tLo, tHi time.Time
+	var nLo, nHi float64
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for tHi.IsZero() {
+		select {
+		case err := <-done:
+			require.NoError(b, err)
+			b.Fatalf("pipeline ended before 90%% of %d rows were sent", rows)
+		case <-tick.C:
+		}
+		n, now := sent(), time.Now()
+		if tLo.IsZero() && n >= lo {
+			tLo, nLo = now, n
+		}
+		if !tLo.IsZero() && n >= hi {
+			tHi, nHi = now, n
+		}
+	}
+	require.NoError(b, <-done)
+	return (nHi - nLo) / tHi.Sub(tLo).Seconds()
+}
+
+// BenchmarkPipelineVsDrop compares generate → zerobus (emulator acking
+// without storing) with generate → drop: the share of the bare pipeline's
+// throughput the output keeps. Target: x_vs_drop >= 0.7.
+func BenchmarkPipelineVsDrop(b *testing.B) {
+	rows := rowsForBench()
+	srv := startEmulator(b, emulator.Faults{AckOnly: true}, eventsTable+":"+eventsCols)
+	out := outputYAML(srv, eventsTable, benchOutputExtra())
+	// Warm up both paths (JIT-free Go still pays first-use costs: token,
+	// streams, pools).
+	runPipeline(b, rows/10, "drop: {}")
+	runPipeline(b, rows/10, out)
+	b.ResetTimer()
+	var dropRate, zbRate float64
+	for range b.N * benchReps {
+		dropRate = max(dropRate, runPipeline(b, rows, "drop: {}"))
+		zbRate = max(zbRate, runPipeline(b, rows, out))
+	}
+	b.ReportMetric(dropRate, "drop_rows/s")
+	b.ReportMetric(zbRate, "zerobus_rows/s")
+	b.ReportMetric(zbRate/dropRate, "x_vs_drop")
+}
+
+// BenchmarkAckLatencyTolerance compares throughput with 50 ms of injected
+// ack latency to throughput with none: with the ack lanes pipelining, the
+// latency is hidden. Target: x_vs_0ms >= 0.9.
+func BenchmarkAckLatencyTolerance(b *testing.B) {
+	rows := rowsForBench()
+	srv := startEmulator(b, emulator.Faults{AckOnly: true}, eventsTable+":"+eventsCols)
+	out := outputYAML(srv, eventsTable, benchOutputExtra())
+	runPipeline(b, rows/10, out)
+	b.ResetTimer()
+	var fast, slow float64
+	for range b.N * benchReps {
+		require.NoError(b, srv.SetFaults(emulator.Faults{AckOnly: true}))
+		fast = max(fast, runPipeline(b, rows, out))
+		require.NoError(b, srv.SetFaults(emulator.Faults{AckOnly: true, AckLatency: 50 * time.Millisecond}))
+		slow = max(slow, runPipeline(b, rows, out))
+	}
+	b.ReportMetric(fast, "0ms_rows/s")
+	b.ReportMetric(slow, "50ms_rows/s")
+	b.ReportMetric(slow/fast, "x_vs_0ms")
+}
+
+// BenchmarkPeakRSS runs the built binary at the output's defaults under
+// sustained load (the emulator, acking without storing, runs in this test
+// process so it is not counted) and reports the binary's peak resident set
+// (VmHWM). Target: <= 256 MiB.
+func BenchmarkPeakRSS(b *testing.B) {
+	rows := 5 * rowsForBench()
+	srv := startEmulator(b, emulator.Faults{AckOnly: true}, eventsTable+":"+eventsCols)
+	cfg := filepath.Join(b.TempDir(), "load.yaml")
+	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+http:
+  enabled: false
+logger:
+  level: warn
+input:
+%s
+output:
+%s
+`, indent(benchInput(rows)), indent(outputYAML(srv, eventsTable, "")))), 0o600))
+	var peak int64
+	var rate float64
+	for range b.N {
+		start := time.Now()
+		p := start_(b, cfg)
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+		var hwm int64
+	poll:
+		for {
+			select {
+			case err := <-done:
+				require.NoError(b, err, "load run failed:\n%s", p.out.String())
+				break poll
+			case <-time.After(50 * time.Millisecond):
+				if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
+					hwm = max(hwm, v)
+				}
+			}
+		}
+		rate = float64(rows) / time.Since(start).Seconds()
+		peak = max(peak, hwm)
+		n, err := srv.Stats().Tables[eventsTable], error(nil)
+		require.NoError(b, err)
+		require.GreaterOrEqual(b, n.RowsAcked, int64(rows))
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "peak_rss_MiB")
+	b.ReportMetric(rate, "rows/s")
+}
+
+func start_(b *testing.B, cfg string) *proc {
+	b.Helper()
+	return start(b, nil, "run", cfg)
+}
+
+func indent(s string) string {
+	var out []string
+	for _, l := range strings.Split(strings.Trim(s, "\n"), "\n") {
+		out = append(out, "  "+l)
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds cmd/benthos-zerobus once per test process and returns its
+// path.
+func binary(tb testing.TB) string {
+	tb.Helper()
+	root := repoRoot(tb)
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "benthos-zerobus-e2e-")
+		if buildErr != nil {
+			return
+		}
+		buildPath = filepath.Join(buildDir, "benthos-zerobus")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/benthos-zerobus")
+		cmd.Dir = root
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/benthos-zerobus: %v\n%s", err, out.String())
+		}
+	})
+	require.NoError(tb, buildErr)
+	return buildPath
+}
+
+// proc is a subprocess whose output is captured.
+type proc struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(tb testing.TB, env []string, args ...string) *proc {
+	tb.Helper()
+	cmd := exec.Command(binary(tb), args...)
+	cmd.Env = append(os.Environ(), env...)
+	buf := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	require.NoError(tb, cmd.Start())
+	p := &proc{cmd: cmd, out: buf}
+	tb.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		}
+	})
+	return p
+}
+
+// startEmulatorProcess runs `benthos-zerobus emulator` on free ports and
+// waits until both listeners accept.
+func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
+	tb.Helper()
+	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
+	args := append([]string{"emulator", "--http", httpAddr, "--grpc", grpcAddr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
+	p = start(tb, nil, args...)
+	require.Eventually(tb, func() bool {
+		return strings.Contains(p.out.String(), "Zerobus emulator running")
+	}, 30*time.Second, 20*time.Millisecond, "emulator did not start: %s", p.out.String())
+	return "http://" + httpAddr, "http://" + grpcAddr, p
+}
+
+type tableInfo struct {
+	FullName string `json:"full_name"`
+	RowCount int64  `json:"row_count"`
+}
+
+func readTableInfo(tb testing.TB, httpURL, table string) tableInfo {
+	tb.Helper()
+	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
+	require.NoError(tb, err)
+	defer resp.Body.Close()
+	require.Equal(tb, http.StatusOK, resp.StatusCode)
+	var ti tableInfo
+	require.NoError(tb, json.NewDecoder(resp.Body).Decode(&ti))
+	return ti
+}
+
+// quickstartTable is the table scripts/demo.sh (make demo) creates for
+// config/examples/quickstart.yaml.
+const (
+	quickstartTable = "main.default.quickstart"
+	quickstartCols  = "id BIGINT NOT NULL, device STRING, temperature DOUBLE, reading_ts TIMESTAMP, tags ARRAY<STRING>, _zb_emit_ts TIMESTAMP"
+)
+
+func TestBinaryQuickstart(t *testing.T) {
+	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", quickstartTable+":"+quickstartCols)
+	const rows = 3000
+	logs := runExample(t, httpURL, grpcURL, "quickstart.yaml", fmt.Sprintf("QUICKSTART_COUNT=%d", rows), "LOG_LEVEL=INFO")
+
+	ti := readTableInfo(t, httpURL, quickstartTable)
+	assert.Equal(t, int64(rows), ti.RowCount, "every generated row is durable once the pipeline exits")
+	got := readRows(t, httpURL, quickstartTable)
+	require.Len(t, got, rows)
+	ids := map[float64]bool{}
+	for _, r := range got {
+		ids[r["id"].(float64)] = true
+		assert.NotNil(t, r["_zb_emit_ts"], "the reserved column is stamped")
+		assert.NotNil(t, r["reading_ts"])
+		assert.Len(t, r["tags"], 2)
+	}
+	assert.Len(t, ids, rows, "each id exactly once")
+
+	// The start-up line logs every knob, with the derived pool size, and no secret.
+	assert.Contains(t, logs, "pool_size=2")
+	assert.Contains(t, logs, "max_in_flight=64")
+	assert.Contains(t, logs, "client_secret=set")
+	assert.NotContains(t, logs, "emulator-secret")
+}
+
+func TestBinaryLintsExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "examples", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	out, err := exec.Command(binary(t), append([]string{"lint"}, files...)...).CombinedOutput()
+	require.NoError(t, err, "benthos-zerobus lint:\n%s", out)
+
+	// And a broken config fails lint with the field named.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte(`
+input:
+  stdin: {}
+output:
+  zerobus:
+    endpoint: http://127.0.0.1:1
+    workspace_url: http://127.0.0.1:2
+    table: only.two
+    compression: brotli
+`), 0o600))
+	out, err = exec.Command(binary(t), "lint", bad).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "field table")
+	assert.Contains(t, string(out), "brotli")
+}
+
+// vmHWM reads the peak resident set size of pid, in bytes.
+func vmHWM(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%d kB", &kb); err != nil {
+				return 0, err
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// runExample runs one config/examples file through the binary against an
+// emulator subprocess and waits for it to finish by itself.
+func runExample(t *testing.T, httpURL, grpcURL, file string, env ...string) string {
+	t.Helper()
+	env = append(env, "ZEROBUS_ENDPOINT="+grpcURL, "DATABRICKS_HOST="+httpURL, "HTTP_ADDRESS="+freeAddr(t))
+	p := start(t, env, "run", filepath.Join(repoRoot(t), "config", "examples", file))
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "%s exited with an error:\n%s", file, p.out.String())
+	case <-time.After(90 * time.Second):
+		t.Fatalf("%s did not finish:\n%s", file, p.out.String())
+	}
+	return p.out.String()
+}
+
+func readRows(t *testing.T, httpURL, table string) []map[string]any {
+	t.Helper()
+	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table + "/rows?limit=0")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var rows []map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rows))
+	return rows
+}
+
+func TestBinaryExampleDeadLetterQueue(t *testing.T) {
+	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
+	dlq := filepath.Join(t.TempDir(), "dlq.jsonl")
+	runExample(t, httpURL, grpcURL, "dead_letter_queue.yaml", "DLQ_COUNT=1000", "DLQ_PATH="+dlq)
+
+	assert.Equal(t, int64(900), readTableInfo(t, httpURL, eventsTable).RowCount, "every row without the unknown field lands")
+	b, err := os.ReadFile(dlq)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 100, "exactly the rows with the unknown field are dead-lettered")
+	var first struct {
+		Error string         `json:"error"`
+		Row   map[string]any `json:"row"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+	assert.Contains(t, first.Error, `column "unexpected"`)
+	assert.Contains(t, first.Row, "unexpected")
+}
+
+func TestBinaryExampleOrderingByKey(t *testing.T) {
+	const table = "main.default.readings"
+	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", table+":device STRING NOT NULL, seq BIGINT NOT NULL, value DOUBLE")
+	runExample(t, httpURL, grpcURL, "ordering_by_key.yaml", "ORDERING_COUNT=4000")
+
+	rows := readRows(t, httpURL, table)
+	require.Len(t, rows, 4000)
+	last := map[string]float64{}
+	for _, r := range rows {
+		dev, seq := r["device"].(string), r["seq"].(float64)
+		if prev, ok := last[dev]; ok {
+			assert.Greater(t, seq, prev, "device %s rows out of order", dev)
+		}
+		last[dev] = seq
+	}
+	assert.Len(t, last, 8)
+}
+
+func TestBinaryExampleProvisioning(t *testing.T) {
+	const table = "main.bronze.orders"
+	httpURL, grpcURL, _ := startEmulatorProcess(t)
+	runExample(t, httpURL, grpcURL, "provisioning.yaml", "PROVISION_COUNT=1000")
+
+	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var info struct {
+		RowCount int64 `json:"row_count"`
+		Columns  []struct {
+			Name     string `json:"name"`
+			TypeName string `json:"type_name"`
+		} `json:"columns"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&info))
+	assert.Equal(t, int64(1000), info.RowCount)
+	types := map[string]string{}
+	for _, c := range info.Columns {
+		types[c.Name] = c.TypeName
+	}
+	assert.Equal(t, "LONG", types["order_id"])
+	assert.Equal(t, "STRING", types["customer"])
+	assert.Equal(t, "DOUBLE", types["amount"])
+	assert.Equal(t, "STRING", types["region"], "the field first seen mid-stream became a column")
+}

@@ -263,21 +263,38 @@ func (p *Pool) Connect(ctx context.Context) error {
 // writes round-robin over healthy members; any other key always maps to the
 // same member (FNV-1a of the key), so rows of one key stay in order, and
 // waits for that member if it is rebuilding. Write never opens a stream: it
-// waits up to PickTimeout for a healthy member. rec's schema must be the
-// pool's schema.
+// waits up to PickTimeout for a healthy member. A member whose stream turns
+// out dead at submit (nothing was accepted) is handed to its supervisor and
+// the pick is retried. rec's schema must be the pool's schema.
 func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*Ticket, error) {
 	p.start()
-	m, c, err := p.acquire(ctx, key, rec.Schema())
-	if err != nil {
-		return nil, err
-	}
-	submittedAt := time.Now()
-	span, err := c.stream.Submit(ctx, rec)
-	if err != nil {
-		if class, ok := zerobus.ClassOf(err); ok && (class == zerobus.Poison || class == zerobus.FatalConfig) {
-			c.fail(err)
+	var (
+		m           *member
+		c           *conn
+		span        zerobus.Span
+		submittedAt time.Time
+	)
+	for attempt := 1; ; attempt++ {
+		var err error
+		if m, c, err = p.acquire(ctx, key, rec.Schema()); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
+		submittedAt = time.Now()
+		if span, err = c.stream.Submit(ctx, rec); err == nil {
+			break
+		}
+		class, _ := zerobus.ClassOf(err)
+		if class != zerobus.Poison && class != zerobus.FatalConfig {
+			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
+		}
+		// The stream died, possibly while idle, so nobody noticed yet.
+		// Submit accepted nothing, so sending the rows elsewhere cannot
+		// duplicate them: mark it broken (its member rebuilds) and pick
+		// again rather than failing a write the pool can still take.
+		c.fail(err)
+		if attempt > p.size {
+			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
+		}
 	}
 	confirm, receipt := acklane.NewRawAnchor()
 	pending := acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: confirm, SubmittedAt: submittedAt}
@@ -617,7 +634,15 @@ func (p *Pool) supervise(m *member) {
 		if p.obs != nil {
 			p.obs.IncRebuild(p.table, m.index)
 		}
-		if !p.sleep(m, b.next(), &waiting) {
+		// A stream whose reconnect the service refused for concurrency
+		// fails with RetryAfter set: reopening sooner is exactly the open
+		// the service asked us not to make.
+		delay := b.next()
+		var ze *zerobus.Error
+		if errors.As(cause, &ze) {
+			delay = max(delay, ze.RetryAfter)
+		}
+		if !p.sleep(m, delay, &waiting) {
 			return
 		}
 	}

@@ -283,6 +283,17 @@ func openFlightConnOnce(ctx context.Context, p connParams, gen, base uint64) (*f
 		HeaderAuthorization, "Bearer "+tok,
 		HeaderTableName, p.table,
 	)
+	// The call outlives ctx, but until it is ready ctx bounds it: starting
+	// a call blocks while the channel connects (up to gRPC's 20 s connect
+	// deadline), which must not hold up Close or an open the caller gave
+	// up on.
+	stop := context.AfterFunc(ctx, cancel)
+	ready := false
+	defer func() {
+		if !ready {
+			stop() // the call is cancelled already; drop the hook from ctx
+		}
+	}()
 	call, err := p.client.DoPut(callCtx)
 	if err != nil {
 		cancel()
@@ -328,6 +339,9 @@ func openFlightConnOnce(ctx context.Context, p connParams, gen, base uint64) (*f
 		if r.ack.AckUpToOffset != -1 || r.ack.AckUpToRecords != 0 {
 			cancel()
 			return nil, nil, poisonf("first PutResult on %s is not the ready signal: offset %d records %d", p.table, r.ack.AckUpToOffset, r.ack.AckUpToRecords)
+		}
+		if ready = stop(); !ready { // ctx ended meanwhile and cancelled the call
+			return nil, nil, fmt.Errorf("wait for ready signal on %s: %w", p.table, ctx.Err())
 		}
 		return c, r.ack, nil
 	case <-timer.C:

@@ -42,7 +42,9 @@ type Observer interface {
 	OnReconnect(table string, reason error)
 	// OnRetry is called when a reconnect attempt failed and another follows.
 	OnRetry(table string, attempt int, err error)
-	// OnFailure is called once when a logical stream fails for good.
+	// OnFailure is called once when a logical stream fails for good, before
+	// its waiters are woken; the stream's lock is held, so it must not call
+	// back into the stream.
 	OnFailure(table string, err *Error)
 }
 

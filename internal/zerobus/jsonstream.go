@@ -44,8 +44,9 @@ type JSONStream struct {
 	bg     sync.WaitGroup
 
 	// sendMu serializes sends and call replacement, so requests go out in
-	// logical order and wire offsets are consecutive per call.
-	sendMu sync.Mutex
+	// logical order and wire offsets are consecutive per call. Recovery
+	// holds it while reconnecting, so Ingest waits for it under its ctx.
+	sendMu sendLock
 	gen    uint64                   // last call generation; under sendMu
 	cur    atomic.Pointer[jsonConn] // written under sendMu
 
@@ -172,6 +173,7 @@ func (c *Client) OpenJSONStream(ctx context.Context, table string) (*JSONStream,
 		ctx:    sctx,
 		cancel: cancel,
 		acked:  -1,
+		sendMu: newSendLock(),
 		notify: make(chan struct{}),
 	}
 	if err := s.connectFirst(ctx); err != nil {
@@ -246,6 +248,14 @@ func (s *JSONStream) openConnOnce(ctx context.Context, gen uint64) (*jsonConn, e
 		HeaderAuthorization, "Bearer "+tok,
 		HeaderTableName, s.table,
 	)
+	// Until the call is created ctx bounds it too (see openFlightConnOnce).
+	stop := context.AfterFunc(ctx, cancel)
+	ready := false
+	defer func() {
+		if !ready {
+			stop() // the call is cancelled already; drop the hook from ctx
+		}
+	}()
 	call, err := s.conn.EphemeralStream(callCtx)
 	if err != nil {
 		cancel()
@@ -293,6 +303,9 @@ func (s *JSONStream) openConnOnce(ctx context.Context, gen uint64) (*jsonConn, e
 		cancel()
 		return nil, poisonf("first response on %s is not create_stream_response: %v", s.table, resp)
 	}
+	if ready = stop(); !ready { // ctx ended meanwhile and cancelled the call
+		return nil, fmt.Errorf("wait for create_stream_response on %s: %w", s.table, ctx.Err())
+	}
 	return &jsonConn{gen: gen, call: call, cancel: cancel, streamID: created.GetStreamId(), done: make(chan struct{})}, nil
 }
 
@@ -339,7 +352,14 @@ func (s *JSONStream) Ingest(ctx context.Context, records []string) (int64, error
 		return 0, err
 	}
 
-	s.sendMu.Lock()
+	if err := s.sendMu.LockCtx(ctx); err != nil {
+		s.mu.Lock()
+		s.inflightBytes -= size
+		s.inflightReqs--
+		s.broadcastLocked()
+		s.mu.Unlock()
+		return 0, fmt.Errorf("ingest to %s: wait for the call: %w", s.table, err)
+	}
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	if err := s.acceptErrLocked(); err != nil {
@@ -465,7 +485,9 @@ func (s *JSONStream) readAcks(c *jsonConn) {
 	for {
 		resp, err := c.call.Recv()
 		if err != nil {
-			s.connEnded(c, err)
+			if !c.timedOut.Load() { // else the watchdog closed it and recovers
+				s.connEnded(c, err)
+			}
 			return
 		}
 		switch p := resp.GetPayload().(type) {
@@ -525,9 +547,12 @@ func (s *JSONStream) fail(err *Error) {
 		return
 	}
 	s.failed = err
+	// Report under mu, before any waiter can see the failure: whoever is
+	// woken by it (a lane failing its items, a test) then finds the
+	// failure already logged and counted.
+	s.obs.OnFailure(s.table, err)
 	s.broadcastLocked()
 	s.mu.Unlock()
-	s.obs.OnFailure(s.table, err)
 	s.cancel()
 	if c := s.cur.Load(); c != nil {
 		c.close()
@@ -597,6 +622,11 @@ func (s *JSONStream) watchAcks() {
 		if idle > s.cfg.AckTimeout && c.timedOut.CompareAndSwap(false, true) {
 			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
 				Err: fmt.Errorf("no ack from %s for %s with requests outstanding", s.table, idle.Round(time.Millisecond))})
+			// Recovery needs sendMu, which a Send stuck on flow control
+			// holds when the server stopped reading (overload, or a
+			// partition with the TCP connection still up): cancel the
+			// call so that Send fails and lets recovery in.
+			c.close()
 		}
 	}
 }

@@ -55,7 +55,9 @@ type ArrowStream struct {
 
 	// sendMu serializes sends and connection replacement, so frames go out
 	// in logical order and offsets are consecutive per connection.
-	sendMu sync.Mutex
+	// Recovery holds it for as long as reconnecting takes, so Submit waits
+	// for it under its ctx.
+	sendMu sendLock
 	gen    uint64                     // last connection generation; under sendMu
 	cur    atomic.Pointer[flightConn] // written under sendMu
 
@@ -90,6 +92,7 @@ func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams)
 		obs:     c.cfg.Observer,
 		ctx:     ctx,
 		cancel:  cancel,
+		sendMu:  newSendLock(),
 		notify:  make(chan struct{}),
 	}
 }
@@ -166,7 +169,10 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 		return Span{}, err
 	}
 
-	s.sendMu.Lock()
+	if err := s.sendMu.LockCtx(ctx); err != nil {
+		s.unreserve(size)
+		return Span{}, fmt.Errorf("submit to %s: wait for the connection: %w", s.table, err)
+	}
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	if err := s.acceptErrLocked(); err != nil {
@@ -182,8 +188,11 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 		rec.Retain()
 		s.pending = append(s.pending, pendingBatch{rec: rec, span: span, bytes: size})
 	} else {
+		// Nothing to wait for: give the reservation back and wake a
+		// Submit that blocked on it (no ack will).
 		s.inflightBytes -= size
 		s.inflightBatches--
+		s.broadcastLocked()
 	}
 	s.mu.Unlock()
 
@@ -222,6 +231,15 @@ func (s *ArrowStream) reserve(ctx context.Context, size int64) error {
 			return fmt.Errorf("submit to %s: wait for in-flight capacity: %w", s.table, ctx.Err())
 		}
 	}
+}
+
+// unreserve gives back a reservation that was not used.
+func (s *ArrowStream) unreserve(size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflightBytes -= size
+	s.inflightBatches--
+	s.broadcastLocked()
 }
 
 // acceptErrLocked says why Submit must refuse, or nil. The caller holds mu.
@@ -359,9 +377,12 @@ func (s *ArrowStream) fail(err *Error) {
 		return
 	}
 	s.failed = err
+	// Report under mu, before any waiter can see the failure: whoever is
+	// woken by it (a lane failing its items, a test) then finds the
+	// failure already logged and counted.
+	s.obs.OnFailure(s.table, err)
 	s.broadcastLocked()
 	s.mu.Unlock()
-	s.obs.OnFailure(s.table, err)
 	s.cancel()
 	if c := s.cur.Load(); c != nil {
 		c.close()
@@ -380,7 +401,9 @@ func (s *ArrowStream) readAcks(c *flightConn) {
 	for {
 		res, err := c.call.Recv()
 		if err != nil {
-			s.connEnded(c, err)
+			if !c.timedOut.Load() { // else the watchdog closed it and recovers
+				s.connEnded(c, err)
+			}
 			return
 		}
 		ack, perr := parseAck(res.GetAppMetadata())
@@ -485,6 +508,11 @@ func (s *ArrowStream) watchAcks() {
 		if idle > s.cfg.AckTimeout && c.timedOut.CompareAndSwap(false, true) {
 			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
 				Err: fmt.Errorf("no ack from %s for %s with rows outstanding", s.table, idle.Round(time.Millisecond))})
+			// Recovery needs sendMu, which a Send stuck on flow control
+			// holds when the server stopped reading (overload, or a
+			// partition with the TCP connection still up): cancel the
+			// call so that Send fails and lets recovery in.
+			c.close()
 		}
 	}
 }
@@ -575,21 +603,27 @@ func (s *ArrowStream) recover(gen uint64, reason *Error) {
 // reconnectLocked opens a connection based at the durable watermark and
 // resends the unacknowledged suffix on it. The caller holds sendMu.
 func (s *ArrowStream) reconnectLocked() error {
-	base := s.durable.Load()
 	s.gen++
-	c, _, err := openFlightConn(s.ctx, s.params, s.gen, base)
+	c, _, err := openFlightConn(s.ctx, s.params, s.gen, 0)
 	if err != nil {
 		return err
 	}
-	if s.stopped() {
+
+	// The base and the rows to resend are taken together, once the
+	// connection is open: a late ack from the old connection may advance
+	// durable and release batches at any time before that, and a base
+	// older than the first resent row would map this connection's acks
+	// below the rows it carries, so they would never be confirmed. Hold
+	// references while encoding so a later late ack cannot release a batch
+	// under us.
+	s.mu.Lock()
+	if s.failed != nil || s.closed {
+		s.mu.Unlock()
 		c.close()
 		return ErrStreamClosed
 	}
-	s.installLocked(c)
-
-	// Snapshot what is unacked at base; hold references while encoding so a
-	// late ack from the old connection cannot release a batch under us.
-	s.mu.Lock()
+	base := s.durable.Load()
+	c.base = base
 	resend := make([]pendingBatch, 0, len(s.pending))
 	for _, p := range s.pending {
 		if p.span.To > base {
@@ -598,6 +632,7 @@ func (s *ArrowStream) reconnectLocked() error {
 		}
 	}
 	s.mu.Unlock()
+	s.installLocked(c)
 	defer func() {
 		for _, p := range resend {
 			p.rec.Release()
@@ -623,6 +658,30 @@ func (s *ArrowStream) reconnectLocked() error {
 		}
 	}
 	return nil
+}
+
+// sendLock is a mutex whose Lock can give up when a context ends.
+type sendLock chan struct{}
+
+func newSendLock() sendLock { return make(sendLock, 1) }
+
+func (l sendLock) Lock() { l <- struct{}{} }
+
+func (l sendLock) Unlock() { <-l }
+
+// LockCtx locks l, or returns ctx's error if ctx ends first.
+func (l sendLock) LockCtx(ctx context.Context) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

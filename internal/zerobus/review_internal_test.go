@@ -1,0 +1,331 @@
+package zerobus
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+)
+
+// A late ack from the connection being replaced can land while the new one is
+// opening. The new connection's base must be the durable watermark of the
+// rows it actually resends, or its acks map to the wrong logical rows and the
+// stream stalls with rows never confirmed.
+func TestArrowStreamLateAckWhileReconnectingKeepsAckMapping(t *testing.T) {
+	var (
+		stream atomic.Pointer[ArrowStream]
+		first  atomic.Pointer[flightConn]
+	)
+	srv := &fakeFlightServer{
+		setup: func(conn int, _ metadata.MD) error {
+			if conn == 1 {
+				// The old reader delivered an ack it had already
+				// received before the call was cancelled.
+				require.Nil(t, stream.Load().advance(first.Load(), 10))
+			}
+			return nil
+		},
+		onFrame: func(ev frameEvent) reply {
+			if ev.conn.index > 0 {
+				return reply{}
+			}
+			if ev.frame == 1 {
+				return reply{noAck: true, endAfter: status.Error(codes.Unavailable, "gone")}
+			}
+			return reply{noAck: true}
+		},
+	}
+	c := testClient(t, startFake(t, srv), nil)
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	stream.Store(s)
+	first.Store(s.cur.Load())
+
+	submitAll(t, s, makeBatch(0, 10, 1), makeBatch(10, 10, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitDurable(ctx, 20), "every row durable; durable=%d", s.Durable())
+	assert.Equal(t, uint64(20), s.Durable())
+	_, _, ids := srv.conn(1).snapshot()
+	assert.Equal(t, seq(10, 20), ids, "the new connection resends the suffix past the late ack")
+}
+
+// doneHook reports when the code under test first asks for ctx.Done, which
+// in reserve means it is about to block for capacity.
+type doneHook struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *doneHook) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// An empty batch reserves in-flight capacity and gives it back at once; a
+// Submit that blocked on that reservation must be woken, or it waits for an
+// ack that will never come.
+func TestArrowStreamEmptyBatchReleasesCapacity(t *testing.T) {
+	srv := &fakeFlightServer{}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.MaxInflightBatches = 1 })
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+
+	s.sendMu.Lock() // hold the empty batch between reserve and send
+	emptyDone := make(chan error, 1)
+	go func() {
+		empty := makeBatch(0, 0, 1)
+		defer empty.Release()
+		_, err := s.Submit(context.Background(), empty)
+		emptyDone <- err
+	}()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.inflightBatches == 1
+	}, 5*time.Second, time.Millisecond)
+
+	ctx := &doneHook{Context: context.Background(), waiting: make(chan struct{})}
+	fullDone := make(chan error, 1)
+	go func() {
+		b := makeBatch(0, 1, 1)
+		defer b.Release()
+		_, err := s.Submit(ctx, b)
+		fullDone <- err
+	}()
+	<-ctx.waiting
+	s.sendMu.Unlock()
+	require.NoError(t, <-emptyDone)
+
+	select {
+	case err := <-fullDone:
+		require.NoError(t, err)
+	case <-time.After(3 * time.Second):
+		t.Fatal("Submit still waits for capacity the empty batch gave back")
+	}
+	require.NoError(t, s.WaitDurable(waitCtx(t), 1))
+}
+
+// silentEndpoint accepts TCP connections and never speaks HTTP/2, so a gRPC
+// client stays "connecting" until its own connect deadline (20 s).
+func silentEndpoint(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lis.Close() })
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	return "http://" + lis.Addr().String()
+}
+
+// Opening a connection must honour ctx (the caller's on open, the stream's
+// on reconnect, which Close cancels) from the start of the call, not only
+// while waiting for the ready signal.
+func TestOpenHonoursContextWhileConnecting(t *testing.T) {
+	for _, kind := range []string{"arrow", "json"} {
+		t.Run(kind, func(t *testing.T) {
+			c := testClient(t, silentEndpoint(t), func(cfg *Config) { cfg.RecoveryAttempts = 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			var err error
+			if kind == "arrow" {
+				_, err = c.OpenArrowStream(ctx, testTable, testSchema)
+			} else {
+				_, err = c.OpenJSONStream(ctx, testTable)
+			}
+			require.Error(t, err)
+			assert.Less(t, time.Since(start), 5*time.Second, "open returned long after its ctx ended")
+		})
+	}
+}
+
+// smallWindow keeps gRPC flow control at its 64 KiB floor (no BDP growth), so
+// a server that stops reading blocks the client's Send quickly.
+var smallWindow = []grpc.ServerOption{
+	grpc.InitialWindowSize(64 << 10), grpc.InitialConnWindowSize(64 << 10),
+	grpc.MaxRecvMsgSize(64 << 20),
+}
+
+// A server that stops reading (overloaded, or a partition with the TCP
+// connection still up) blocks a Submit in Send while it holds sendMu. The ack
+// watchdog must still replace the connection: recovery needs sendMu, so the
+// watchdog has to cut the stuck call loose itself.
+func TestArrowStreamWatchdogUnblocksSendStuckOnFlowControl(t *testing.T) {
+	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply {
+		if ev.conn.index == 0 {
+			<-ev.conn.stream.Context().Done() // stop reading until the client leaves
+			return reply{noAck: true}
+		}
+		return reply{}
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(smallWindow...)
+	flight.RegisterFlightServiceServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	srv.t = t
+
+	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+
+	const batches, rows = 8, 100
+	submitErrs := make(chan error, batches)
+	go func() {
+		defer close(submitErrs)
+		for i := range batches {
+			b := makeBatch(int64(i*rows), rows, 5000) // ~500 KB each
+			_, err := s.Submit(context.Background(), b)
+			b.Release()
+			submitErrs <- err
+		}
+	}()
+	defer func() {
+		_ = s.Close() // unblocks a stuck Submit if the test failed
+		for range submitErrs {
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitDurable(ctx, batches*rows), "durable=%d connections=%d", s.Durable(), srv.connCount())
+	for err := range submitErrs {
+		require.NoError(t, err)
+	}
+}
+
+// The JSON stream has the same watchdog and the same lock: see
+// TestArrowStreamWatchdogUnblocksSendStuckOnFlowControl.
+func TestJSONStreamWatchdogUnblocksSendStuckOnFlowControl(t *testing.T) {
+	release := make(chan struct{})
+	srv := &fakeRecordServer{fail: func(conn, n int) error {
+		if conn == 0 && n == 1 {
+			<-release // stop reading
+		}
+		return nil
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(smallWindow...)
+	zbpb.RegisterZerobusServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	t.Cleanup(func() { close(release) })
+
+	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+
+	const n = 64
+	pad := strings.Repeat("x", 64<<10)
+	ingestErrs := make(chan error, n)
+	go func() {
+		defer close(ingestErrs)
+		for i := range n {
+			_, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d,"pad":%q}`, i, pad)})
+			ingestErrs <- err
+		}
+	}()
+	defer func() {
+		_ = s.Close() // unblocks a stuck Ingest if the test failed
+		for range ingestErrs {
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitForOffset(ctx, n-1), "acked=%d calls=%d", s.Acked(), srv.calls())
+	for err := range ingestErrs {
+		require.NoError(t, err)
+	}
+}
+
+// While the stream reconnects it holds sendMu for up to RecoveryAttempts ×
+// (ReadyTimeout + RecoveryBackoff), about two minutes with the defaults. A
+// Submit waiting for it must still give up when its ctx ends, and give back
+// the capacity it reserved.
+func TestArrowStreamSubmitHonoursContextDuringReconnect(t *testing.T) {
+	srv := &fakeFlightServer{
+		noReady: func(conn int) bool { return conn > 0 },
+		onFrame: func(frameEvent) reply {
+			return reply{noAck: true, endAfter: status.Error(codes.Unavailable, "gone")}
+		},
+	}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.ReadyTimeout = 5 * time.Second })
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	submitAll(t, s, makeBatch(0, 1, 1))
+	require.Eventually(t, func() bool { return srv.connCount() >= 2 }, 5*time.Second, time.Millisecond,
+		"the stream is reconnecting")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	b := makeBatch(1, 1, 1)
+	defer b.Release()
+	_, err = s.Submit(ctx, b)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Equal(t, 1, s.inflightBatches, "the refused batch gave its reservation back")
+}
+
+// TestArrowStreamSubmitHonoursContextDuringReconnect for the JSON stream.
+func TestJSONStreamIngestHonoursContextDuringReconnect(t *testing.T) {
+	release := make(chan struct{})
+	srv := &fakeRecordServer{
+		setup: func(conn int, _ metadata.MD) error {
+			if conn > 0 {
+				<-release // no create_stream_response: the client waits for ReadyTimeout
+			}
+			return nil
+		},
+		fail: func(int, int) error { return status.Error(codes.Unavailable, "gone") },
+	}
+	endpoint := startRecordFake(t, srv)
+	t.Cleanup(func() { close(release) })
+	c := testClient(t, endpoint, func(cfg *Config) { cfg.ReadyTimeout = 5 * time.Second })
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Ingest(context.Background(), []string{`{"id":0}`})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return srv.calls() >= 2 }, 5*time.Second, time.Millisecond,
+		"the stream is reconnecting")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = s.Ingest(ctx, []string{`{"id":1}`})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Equal(t, 1, s.inflightReqs, "the refused request gave its reservation back")
+}

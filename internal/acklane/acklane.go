@@ -249,7 +249,7 @@ func (l *Lane[C]) run() {
 		l.obs.ObserveBurst(len(burst))
 		target := slices.MaxFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) }).To
 		if err := l.wait(target); err != nil {
-			l.settle(burst, err)
+			l.failBurst(burst, err)
 			continue
 		}
 		l.confirm(burst, target)
@@ -299,6 +299,30 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 		l.obs.ObserveDeliveryLatency(now.Sub(burst[i].SubmittedAt))
 	}
 	l.done(burst)
+}
+
+// durableReporter is the optional part of a Waiter that reports its durable
+// watermark (zerobus.Stream has it). It lets a failed wait still confirm the
+// items that were durable before the stream failed.
+type durableReporter interface{ Durable() uint64 }
+
+// failBurst settles a burst whose wait failed. Items at or below the stream's
+// durable watermark are durable whatever happened after them: they are
+// confirmed, since failing them would only make the input redeliver rows the
+// table already holds. The rest fail with err.
+func (l *Lane[C]) failBurst(burst []Pending[C], err error) {
+	dr, ok := l.w.(durableReporter)
+	if !ok {
+		l.settle(burst, err)
+		return
+	}
+	durable := dr.Durable()
+	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
+	n, _ := slices.BinarySearchFunc(burst, durable+1, func(p Pending[C], row uint64) int { return cmp.Compare(p.To, row) })
+	if n > 0 {
+		l.confirm(burst[:n], burst[n-1].To)
+	}
+	l.settle(burst[n:], err)
 }
 
 // settle fails every item of burst with err.

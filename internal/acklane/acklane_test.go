@@ -510,3 +510,26 @@ func TestStreamErrorIsNotConfusedWithClose(t *testing.T) {
 	assert.False(t, errors.Is(err, acklane.ErrClosed))
 	<-lane.Failed()
 }
+
+// TestFailedWaitConfirmsTheDurablePrefix checks that when a stream dies
+// mid-burst, the items it had already made durable are confirmed (failing
+// them would only cause redelivery duplicates) and only the rest fail.
+func TestFailedWaitConfirmsTheDurablePrefix(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
+	defer lane.Close()
+
+	_, r1 := submit(t, ctx, s, lane, 2)
+	_, r2 := submit(t, ctx, s, lane, 3)
+	span3, r3 := submit(t, ctx, s, lane, 4)
+
+	s.AckUpTo(5) // the first two items are durable, the third is not
+	s.Poison(zerobusfake.ErrPoison("stream died"))
+
+	require.NoError(t, r1.Wait(ctx))
+	require.NoError(t, r2.Wait(ctx))
+	require.Error(t, r3.Wait(ctx), "rows never made durable must fail, never confirm")
+	assert.Equal(t, uint64(5), lane.Delivered())
+	assert.Less(t, lane.Delivered(), span3.To)
+}

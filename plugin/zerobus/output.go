@@ -72,6 +72,13 @@ type output struct {
 	// refused holds (lower-cased) new fields the catalog refused to add or
 	// that cannot be columns; guarded by schemaMu.
 	refused map[string]bool
+	// widenRefused maps a (lower-cased) column the catalog refused to widen
+	// to the refusal, so its rows fail at once instead of re-planning every
+	// batch; written under schemaMu, read without it.
+	widenRefused sync.Map
+	// widenHinted holds the columns the "catalog.widen would widen it" hint
+	// was logged for.
+	widenHinted sync.Map
 	// spare is a pool whose Connect failed, kept for the next attempt.
 	spare atomic.Pointer[sparePool]
 

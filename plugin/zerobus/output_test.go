@@ -3,6 +3,7 @@ package zerobus
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ func clone(s *catalog.TableState) *catalog.TableState {
 	}
 	c := *s
 	c.Columns = append([]typemap.Column(nil), s.Columns...)
+	c.Properties = maps.Clone(s.Properties)
 	return &c
 }
 
@@ -71,6 +73,33 @@ func (f *fakeCatalog) Reconcile(_ context.Context, d catalog.DesiredTable) (cata
 	f.reconciles = append(f.reconciles, d)
 	live := f.tables[d.FullName]
 	n := 0
+	if live != nil {
+		// Type changes are decided by the real planner: widenings only
+		// when opted in and legal under the table's Iceberg rules.
+		p := catalog.Plan(live, d)
+		if err := p.RefusedError(); err != nil {
+			return catalog.ReconcileOutcome{Plan: p, State: clone(live)}, err
+		}
+		for _, s := range p.Steps {
+			switch s.Kind {
+			case catalog.StepWidenColumn:
+				for i := range live.Columns {
+					if strings.EqualFold(live.Columns[i].Name, s.Column) {
+						live.Columns[i].Type = s.Type
+					}
+				}
+				n++
+			case catalog.StepSetProperty:
+				if live.Properties == nil {
+					live.Properties = map[string]string{}
+				}
+				for k, v := range s.Properties {
+					live.Properties[k] = v
+				}
+				n++
+			}
+		}
+	}
 	if live == nil {
 		live = &catalog.TableState{FullName: d.FullName, TableType: "MANAGED", Properties: map[string]string{}}
 		if d.Role == catalog.RolePrimaryRaw {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -159,20 +160,72 @@ func (o *output) createFromBatch(ctx context.Context, batch service.MessageBatch
 	return st, nil
 }
 
-// evolve adds columns for the new fields of the messages that failed on an
-// unknown field, then reopens the pool on the new schema. It runs once per
-// drift: a caller that finds the state already replaced uses the new one.
-func (o *output) evolve(ctx context.Context, seen *writeState, batch service.MessageBatch, errs []arrowconv.RowError) (*writeState, error) {
+// evolve changes the table for the drift of one batch and reopens the pool
+// on the new schema: it adds columns for the new fields of the messages
+// that failed on an unknown field, and widens the columns in widen (values
+// out of range for a narrow numeric column, catalog.widen on). It runs once
+// per drift: a caller that finds the state already replaced uses the new
+// one. A change the catalog refuses is remembered and left out, the rest
+// still applied; the refused rows fail alone.
+func (o *output) evolve(ctx context.Context, seen *writeState, batch service.MessageBatch, errs []arrowconv.RowError, widen []widening) (*writeState, error) {
 	o.schemaMu.Lock()
 	defer o.schemaMu.Unlock()
 	if cur := o.st.Load(); cur != seen {
 		return cur, nil // someone else evolved the table meanwhile
 	}
+	add := o.columnsToAdd(seen, batch, errs)
+	widen = o.pendingWidenings(widen) // a refusal may have landed meanwhile
+	for len(add) > 0 || len(widen) > 0 {
+		cols := append([]typemap.Column{}, seen.columns...)
+		for _, w := range widen {
+			cols[columnIndex(cols, w.column)].Type = w.to
+		}
+		d, err := o.desiredFromColumns(append(cols, add...))
+		if err != nil {
+			return nil, err
+		}
+		what := describeChanges(add, widen)
+		o.log.Infof("table %s: %s", o.cfg.Table, what)
+		out, err := o.cat.Reconcile(ctx, d)
+		var refused *catalog.RefusedError
+		if errors.As(err, &refused) {
+			// Retrying cannot help: remember what was refused, let its rows
+			// fail alone (a fallback output dead-letters them), and apply
+			// the rest.
+			add, widen = o.dropRefused(refused, add, widen)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("evolve table %s (%s): %w", o.cfg.Table, what, err)
+		}
+		state := out.State
+		if state == nil {
+			if state, err = o.cat.Describe(ctx, o.cfg.Table); err != nil || state == nil {
+				return nil, fmt.Errorf("describe table %s after evolving: %v", o.cfg.Table, err)
+			}
+		}
+		next, err := o.buildState(ctx, seen.gen+1, state.Columns, seen.pool)
+		if err != nil {
+			return nil, err
+		}
+		o.st.Store(next)
+		return next, nil
+	}
+	return seen, nil
+}
+
+// columnsToAdd infers the columns for the new fields of the messages that
+// failed on an unknown field, leaving out (and remembering) fields that
+// cannot be columns.
+func (o *output) columnsToAdd(seen *writeState, batch service.MessageBatch, errs []arrowconv.RowError) []typemap.Column {
 	var idx []int
 	for _, e := range errs {
 		if errors.Is(e.Err, arrowconv.ErrUnknownField) {
 			idx = append(idx, e.Index)
 		}
+	}
+	if len(idx) == 0 {
+		return nil
 	}
 	known := func(n string) bool { return seen.names[strings.ToLower(n)] || o.refused[strings.ToLower(n)] }
 	fields, conflicts := inferFields(known, structured(batch, idx))
@@ -180,7 +233,6 @@ func (o *output) evolve(ctx context.Context, seen *writeState, batch service.Mes
 		o.log.Warnf("table %s: cannot infer a column type for a new field: %v", o.cfg.Table, c)
 	}
 	add := make([]typemap.Column, 0, len(fields))
-	var names []string
 	for _, f := range fields {
 		t, err := typemap.FromArrow(f.Type)
 		if !typemap.ValidIdentifier(f.Name) || err != nil {
@@ -189,42 +241,77 @@ func (o *output) evolve(ctx context.Context, seen *writeState, batch service.Mes
 			continue
 		}
 		add = append(add, typemap.Column{Name: f.Name, Type: t, Nullable: true})
-		names = append(names, f.Name)
 	}
-	if len(add) == 0 {
-		return seen, nil
+	return add
+}
+
+// dropRefused records the catalog's refusals and returns the changes it
+// did not refuse. A refusal naming none of the changes (a table-level one)
+// refuses them all: nothing could be applied.
+func (o *output) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening) ([]typemap.Column, []widening) {
+	reasons := map[string]string{}
+	for _, r := range refused.Refusals {
+		reasons[strings.ToLower(r.Column)] = r.Reason
 	}
-	d, err := o.desiredFromColumns(append(append([]typemap.Column{}, seen.columns...), add...))
-	if err != nil {
-		return nil, err
-	}
-	o.log.Infof("table %s: messages carry new fields %v: adding columns", o.cfg.Table, names)
-	out, err := o.cat.Reconcile(ctx, d)
-	var refused *catalog.RefusedError
-	if errors.As(err, &refused) {
-		// Retrying cannot help: remember the fields, let their rows fail
-		// alone (a fallback output dead-letters them), keep writing.
-		o.log.Errorf("table %s: %v; rows carrying %v fail", o.cfg.Table, err, names)
-		for _, n := range names {
-			o.refused[strings.ToLower(n)] = true
+	var keepAdd []typemap.Column
+	var keepWiden []widening
+	var dropped []string
+	for _, c := range add {
+		if _, ok := reasons[strings.ToLower(c.Name)]; ok {
+			dropped = append(dropped, c.Name)
+			continue
 		}
-		return seen, nil
+		keepAdd = append(keepAdd, c)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("add columns %v to %s: %w", names, o.cfg.Table, err)
+	for _, w := range widen {
+		if _, ok := reasons[strings.ToLower(w.column)]; ok {
+			dropped = append(dropped, w.column)
+			continue
+		}
+		keepWiden = append(keepWiden, w)
 	}
-	state := out.State
-	if state == nil {
-		if state, err = o.cat.Describe(ctx, o.cfg.Table); err != nil || state == nil {
-			return nil, fmt.Errorf("describe table %s after evolving: %v", o.cfg.Table, err)
+	if len(dropped) == 0 {
+		keepAdd, keepWiden = nil, nil
+		for _, c := range add {
+			dropped = append(dropped, c.Name)
+		}
+		for _, w := range widen {
+			dropped = append(dropped, w.column)
 		}
 	}
-	next, err := o.buildState(ctx, seen.gen+1, state.Columns, seen.pool)
-	if err != nil {
-		return nil, err
+	for _, c := range add {
+		if !slices.ContainsFunc(keepAdd, func(k typemap.Column) bool { return k.Name == c.Name }) {
+			o.refused[strings.ToLower(c.Name)] = true
+		}
 	}
-	o.st.Store(next)
-	return next, nil
+	for _, w := range widen {
+		if !slices.ContainsFunc(keepWiden, func(k widening) bool { return k.column == w.column }) {
+			reason, ok := reasons[strings.ToLower(w.column)]
+			if !ok {
+				reason = refused.Error()
+			}
+			o.widenRefused.Store(strings.ToLower(w.column), reason)
+		}
+	}
+	o.log.Errorf("table %s: %v; rows needing %v fail", o.cfg.Table, refused, dropped)
+	return keepAdd, keepWiden
+}
+
+// describeChanges is the log line of an evolution.
+func describeChanges(add []typemap.Column, widen []widening) string {
+	var parts []string
+	if len(add) > 0 {
+		names := make([]string, len(add))
+		for i, c := range add {
+			names[i] = c.Name
+		}
+		parts = append(parts, fmt.Sprintf("messages carry new fields %v: adding columns", names))
+	}
+	for _, w := range widen {
+		parts = append(parts, fmt.Sprintf("value %s (message %d) is out of range for column %q %s: widening it to %s",
+			w.sample, w.rows[0], w.column, sqlType(w.from), sqlType(w.to)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // redescribe handles a SCHEMA_VALIDATION_FAILED from the service: the table

@@ -197,7 +197,7 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 					Description("The SQL warehouse DDL statements run on. Empty means the `DATABRICKS_WAREHOUSE_ID` environment variable.").
 					Default(""),
 				service.NewBoolField(fWiden).
-					Description("Allow lossless column type widenings (for example INT to BIGINT) when provisioning.").
+					Description("Allow lossless column type widenings when provisioning: a value out of range for a TINYINT, SMALLINT or INT column widens it to the narrowest integer type that holds the batch's values (a FLOAT column to DOUBLE), once, before the rows are written. A table with Iceberg reads on only widens INT to BIGINT and FLOAT to DOUBLE; a refused widening is logged, naming the column, and its rows fail alone. When false such rows fail, naming the column.").
 					Default(false),
 				service.NewStringEnumField(fCommentsPol, "respect", "restore").
 					Description("What to do with a managed column comment a human has edited: keep the edit (`respect`) or write the contract's text back (`restore`).").

@@ -116,21 +116,42 @@ func (o *output) convert(ctx context.Context, st *writeState, batch service.Mess
 	if err != nil {
 		return res, st, err
 	}
-	if !o.cfg.Provision || !hasUnknownField(res.RowErrors) {
-		return res, st, nil
-	}
-	next, err := o.evolve(ctx, st, batch, res.RowErrors)
-	if err != nil {
+	// A batch that meets a state another batch's evolution replaced is
+	// reconverted and looked at again: that evolution may not have covered
+	// this batch's drift. Each round either evolves or moves to a newer
+	// state, so a few rounds settle it.
+	for round := 0; ; round++ {
+		widen := widenings(st, batch, res.RowErrors)
+		if !o.cfg.Provision || !o.cfg.Widen {
+			o.hintWidening(widen)
+			widen = nil
+		}
+		pending := o.pendingWidenings(widen)
+		if round == maxEvolveRounds || !o.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {
+			o.annotateRefusedWidenings(res.RowErrors, widen)
+			return res, st, nil
+		}
+		next, err := o.evolve(ctx, st, batch, res.RowErrors, pending)
+		if err != nil {
+			res.Record.Release()
+			return arrowconv.Result{}, st, err
+		}
+		if next == st {
+			// Nothing could be added or widened: the row errors stand,
+			// with the catalog's refusal where it refused.
+			o.annotateRefusedWidenings(res.RowErrors, widen)
+			return res, st, nil
+		}
 		res.Record.Release()
-		return arrowconv.Result{}, st, err
+		st = next
+		if res, err = conv(st); err != nil {
+			return res, st, err
+		}
 	}
-	if next == st {
-		return res, st, nil // nothing could be added: the row errors stand
-	}
-	res.Record.Release()
-	res, err = conv(next)
-	return res, next, err
 }
+
+// maxEvolveRounds bounds the evolutions one batch conversion drives.
+const maxEvolveRounds = 3
 
 func hasUnknownField(errs []arrowconv.RowError) bool {
 	for _, e := range errs {

@@ -105,6 +105,10 @@ func asInt64(v any) (int64, bool) {
 		return int64(x), true
 	case int32:
 		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int8:
+		return int64(x), true
 	case float64:
 		return int64(x), true
 	}

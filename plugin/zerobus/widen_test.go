@@ -1,0 +1,251 @@
+package zerobus
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
+)
+
+func TestTypeForPicksNarrowestWiderType(t *testing.T) {
+	tests := []struct {
+		name string
+		from typemap.Kind
+		v    any
+		want typemap.Kind // "": no wider type holds v
+	}{
+		{"int overflow to bigint", typemap.Int, json.Number("3000000000"), typemap.Long},
+		{"int underflow to bigint", typemap.Int, json.Number("-2147483649"), typemap.Long},
+		{"exponent spelling is an exact integer", typemap.Int, json.Number("3e9"), typemap.Long},
+		{"tinyint to smallint", typemap.Byte, json.Number("200"), typemap.Short},
+		{"tinyint to int, skipping smallint", typemap.Byte, json.Number("40000"), typemap.Int},
+		{"smallint to int", typemap.Short, json.Number("-40000"), typemap.Int},
+		{"bigint max fits bigint", typemap.Int, json.Number("9223372036854775807"), typemap.Long},
+		{"beyond bigint has no integer type", typemap.Int, json.Number("9223372036854775808"), ""},
+		{"a fraction is not an integer", typemap.Int, json.Number("3000000000.5"), ""},
+		{"structured int64", typemap.Int, int64(3000000000), typemap.Long},
+		{"structured uint64 beyond bigint", typemap.Int, uint64(math.MaxUint64), ""},
+		{"structured integral float", typemap.Short, float64(70000), typemap.Int},
+		{"float overflow to double", typemap.Float, json.Number("1e39"), typemap.Double},
+		{"beyond double stays", typemap.Float, json.Number("1e400"), ""},
+		{"structured float64 to double", typemap.Float, float64(1e39), typemap.Double},
+		{"a string is not a number", typemap.Int, "3000000000", ""},
+		{"bigint has no wider integer", typemap.Long, json.Number("9223372036854775808"), ""},
+		{"a string column is not widened", typemap.String, json.Number("1"), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := typeFor(typemap.Primitive(tc.from), tc.v)
+			if tc.want == "" {
+				assert.False(t, ok, "got %s", got.Text())
+				return
+			}
+			require.True(t, ok)
+			assert.Equal(t, tc.want, got.Kind)
+		})
+	}
+}
+
+const widenYAML = "catalog:\n  provision: true\n  warehouse_id: wh\n  widen: true\n"
+
+// submittedColumn returns the values of column name over every record the
+// fake received, as strings, and the Arrow type it was sent as last.
+func submittedColumn(t *testing.T, op *zerobusfake.Opener, name string) ([]string, arrow.DataType) {
+	t.Helper()
+	var vals []string
+	var dt arrow.DataType
+	for _, s := range op.Streams() {
+		for _, rec := range s.Records() {
+			idx := rec.Schema().FieldIndices(name)
+			if len(idx) == 0 {
+				continue
+			}
+			col := rec.Column(idx[0])
+			dt = col.DataType()
+			for r := 0; r < int(rec.NumRows()); r++ {
+				if col.IsValid(r) {
+					vals = append(vals, col.ValueStr(r))
+				} else {
+					vals = append(vals, "<null>")
+				}
+			}
+		}
+	}
+	return vals, dt
+}
+
+// failedRows maps the failed message indices of a WriteBatch error to
+// their error text.
+func failedRows(t *testing.T, err error) map[int]string {
+	t.Helper()
+	failed := map[int]string{}
+	if err == nil {
+		return failed
+	}
+	var berr *service.BatchError
+	require.ErrorAs(t, err, &berr)
+	berr.WalkMessages(func(i int, _ *service.Message, err error) bool {
+		if err != nil {
+			failed[i] = err.Error()
+		}
+		return true
+	})
+	return failed
+}
+
+func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
+	icebergProps := func() map[string]string { return catalog.PrimaryRawProperties() }
+	tests := []struct {
+		name    string
+		cols    string
+		props   map[string]string
+		yaml    string
+		bodies  []string
+		col     string
+		wantCol string // the column's type afterwards
+		// wantFailed maps a failing message index to substrings its error has.
+		wantFailed map[int][]string
+		wantSent   []string // the column's values that landed
+		evolutions int      // reconciles the batch causes
+		hinted     bool     // the "catalog.widen would widen it" hint was logged
+	}{
+		{
+			name: "int to bigint", cols: "id BIGINT NOT NULL, n INT", yaml: widenYAML, col: "n",
+			bodies:  []string{`{"id":1,"n":7}`, `{"id":2,"n":3000000000}`},
+			wantCol: "bigint", wantSent: []string{"7", "3000000000"}, evolutions: 1,
+		},
+		{
+			name: "narrowest type that holds every value", cols: "id BIGINT NOT NULL, n TINYINT", yaml: widenYAML, col: "n",
+			bodies:  []string{`{"id":1,"n":200}`, `{"id":2,"n":-40000}`, `{"id":3,"n":5}`},
+			wantCol: "int", wantSent: []string{"200", "-40000", "5"}, evolutions: 1,
+		},
+		{
+			name: "field name matched case-insensitively", cols: "id BIGINT NOT NULL, n SMALLINT", yaml: widenYAML, col: "n",
+			bodies:  []string{`{"id":1,"N":70000}`},
+			wantCol: "int", wantSent: []string{"70000"}, evolutions: 1,
+		},
+		{
+			name: "float to double", cols: "id BIGINT NOT NULL, f FLOAT", yaml: widenYAML, col: "f",
+			bodies:  []string{`{"id":1,"f":1e39}`},
+			wantCol: "double", wantSent: []string{"1e+39"}, evolutions: 1,
+		},
+		{
+			name: "without widen the row fails alone, naming the column", cols: "id BIGINT NOT NULL, n INT",
+			yaml: "catalog:\n  provision: true\n  warehouse_id: wh\n", col: "n",
+			bodies:  []string{`{"id":1,"n":7}`, `{"id":2,"n":3000000000}`, `{"id":3,"n":8}`},
+			wantCol: "int", wantSent: []string{"7", "8"},
+			wantFailed: map[int][]string{1: {"message 1", `column "n"`, "out of range for INT"}},
+			hinted:     true,
+		},
+		{
+			name: "without provisioning the row fails alone", cols: "id BIGINT NOT NULL, n INT", yaml: "", col: "n",
+			bodies:  []string{`{"id":1,"n":3000000000}`, `{"id":2,"n":8}`},
+			wantCol: "int", wantSent: []string{"8"},
+			wantFailed: map[int][]string{0: {"message 0", `column "n"`}},
+			hinted:     true,
+		},
+		{
+			name: "iceberg reads refuse smallint to bigint", cols: "id BIGINT NOT NULL, n SMALLINT", props: icebergProps(),
+			yaml: widenYAML, col: "n",
+			bodies:  []string{`{"id":1,"n":3000000000}`, `{"id":2,"n":8}`},
+			wantCol: "smallint", wantSent: []string{"8"},
+			wantFailed: map[int][]string{0: {"message 0", `column "n"`, "widening column \"n\" to BIGINT refused", "Iceberg reads on"}},
+			evolutions: 1,
+		},
+		{
+			name: "beyond bigint nothing is widened", cols: "id BIGINT NOT NULL, n INT", yaml: widenYAML, col: "n",
+			bodies:  []string{`{"id":1,"n":99999999999999999999}`, `{"id":2,"n":8}`},
+			wantCol: "int", wantSent: []string{"8"},
+			wantFailed: map[int][]string{0: {"message 0", `column "n"`, "out of range"}},
+		},
+		{
+			name: "a refused widening does not hold back a new column", cols: "id BIGINT NOT NULL, n SMALLINT", props: icebergProps(),
+			yaml: widenYAML, col: "region",
+			bodies:  []string{`{"id":1,"n":3000000000,"region":"eu"}`, `{"id":2,"n":8,"region":"us"}`},
+			wantCol: "string", wantSent: []string{"us"},
+			wantFailed: map[int][]string{0: {"message 0", `column "n"`, "refused"}},
+			evolutions: 2, // refused together, then the column alone
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, zerobusfake.Config{KeepRecords: true}, tc.yaml, func(c *fakeCatalog) {
+				c.put(testTable, tc.cols, tc.props)
+			})
+			h.connect(t)
+			before := h.cat.reconcileCount()
+
+			err := h.out.WriteBatch(context.Background(), msgs(tc.bodies...))
+			failed := failedRows(t, err)
+			require.Len(t, failed, len(tc.wantFailed), "failed rows: %v", failed)
+			for i, subs := range tc.wantFailed {
+				for _, sub := range subs {
+					assert.Contains(t, failed[i], sub)
+				}
+			}
+			assert.Equal(t, tc.evolutions, h.cat.reconcileCount()-before, "reconciles")
+			st, _ := h.cat.Describe(context.Background(), testTable)
+			c, ok := st.Column(tc.col)
+			require.True(t, ok)
+			assert.Equal(t, tc.wantCol, c.Type.Text())
+			sent, _ := submittedColumn(t, h.opener, tc.col)
+			assert.ElementsMatch(t, tc.wantSent, sent)
+			_, hinted := h.out.widenHinted.Load("n")
+			assert.Equal(t, tc.hinted, hinted)
+
+			// The same drift again: a done widening needs no reconcile, a
+			// refused one is remembered, not re-planned.
+			after := h.cat.reconcileCount()
+			err = h.out.WriteBatch(context.Background(), msgs(tc.bodies...))
+			assert.Len(t, failedRows(t, err), len(tc.wantFailed))
+			assert.Equal(t, after, h.cat.reconcileCount(), "the second batch reconciles nothing")
+		})
+	}
+}
+
+func TestWideningOnceUnderConcurrentBatches(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
+		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
+	})
+	h.connect(t)
+	before := h.cat.reconcileCount()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.out.WriteBatch(context.Background(), msgs(`{"id":`+itoa(int64(i))+`,"n":`+itoa(int64(3000000000+i))+`}`))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, before+1, h.cat.reconcileCount(), "one drift, one reconcile")
+	sent, dt := submittedColumn(t, h.opener, "n")
+	assert.Len(t, sent, 8)
+	assert.Equal(t, arrow.INT64, dt.ID(), "the rows were sent on the widened schema")
+}
+
+func TestWideningReadsStructuredMessages(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
+		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
+	})
+	h.connect(t)
+	m := service.NewMessage(nil)
+	m.SetStructured(map[string]any{"id": int64(1), "n": int64(-3000000000)})
+	require.NoError(t, h.out.WriteBatch(context.Background(), service.MessageBatch{m}))
+	sent, _ := submittedColumn(t, h.opener, "n")
+	assert.Equal(t, []string{"-3000000000"}, sent)
+}

@@ -30,7 +30,7 @@ import (
 const DefaultCapacity = 2048
 
 // ErrClosed is returned by Enqueue after Drain or Close, and is the failure
-// of items still pending when the lane is closed.
+// of items still pending when a lane whose stream did not fail is closed.
 var ErrClosed = errors.New("acklane: lane closed")
 
 // Waiter is the part of a stream the lane needs; zerobus.Stream satisfies it.
@@ -77,7 +77,7 @@ type Lane[C Confirmation] struct {
 	delivered atomic.Uint64 // largest To confirmed; never decreases
 	closing   atomic.Bool   // set by Drain and Close: no new items
 
-	ctx      context.Context // cancelled by Close; aborts WaitDurable
+	ctx      context.Context // cancelled by Close and by a failure; aborts WaitDurable
 	cancel   context.CancelFunc
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
@@ -159,8 +159,9 @@ func (l *Lane[C]) Delivered() uint64 { return l.delivered.Load() }
 // the pending gauge and is never used to decide durability.
 func (l *Lane[C]) Pending() int64 { return l.pending.Load() }
 
-// Failed returns a channel closed when the lane's stream failed; Err then
-// returns the failure. The pool watches it to rebuild the stream.
+// Failed returns a channel closed when the lane's stream failed (seen by the
+// lane, or reported by Fail); Err then returns the failure. The pool watches
+// it to rebuild the stream.
 func (l *Lane[C]) Failed() <-chan struct{} { return l.failed }
 
 // Err returns the stream failure that failed the lane, or nil.
@@ -192,9 +193,21 @@ func (l *Lane[C]) Drain(ctx context.Context) error {
 	}
 }
 
+// Fail fails the lane for a failure of its stream noticed outside the lane,
+// typically by a writer whose Submit found the stream dead: the current wait
+// is aborted, unsettled items fail with err (except those the stream had
+// already made durable, which are confirmed), and Enqueue refuses new ones.
+// A stream dies once, whichever path notices it first: the failure is
+// counted as poisoned only if the lane had not already seen one, and only
+// the first failure is kept.
+func (l *Lane[C]) Fail(err error) {
+	l.setFailed(fmt.Errorf("acklane: stream failed: %w", err))
+}
+
 // Close stops the lane: it aborts the current wait, fails every unsettled
-// item with ErrClosed, and returns once the goroutine has exited. It does not
-// close the stream. Close is idempotent.
+// item (with the lane's failure if it failed, ErrClosed otherwise), and
+// returns once the goroutine has exited. It does not close the stream. Close
+// is idempotent.
 func (l *Lane[C]) Close() {
 	l.closing.Store(true)
 	l.stopOnce.Do(func() {
@@ -209,11 +222,25 @@ func (l *Lane[C]) release(n int64) {
 	l.settled.notify()
 }
 
+// setFailed records the lane's failure, counts it and stops the current
+// wait. Counting here, once per lane, is what makes a stream death count
+// once whether the lane's wait or Fail saw it first.
 func (l *Lane[C]) setFailed(err error) {
 	l.failOnce.Do(func() {
 		l.err = err
+		l.obs.IncPoisoned()
 		close(l.failed)
+		l.cancel()
 	})
+}
+
+// stopErr is what items fail with once the lane stopped waiting: its failure
+// if the stream failed, so the writer learns why, or ErrClosed.
+func (l *Lane[C]) stopErr() error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
 }
 
 // run is the lane's only goroutine: the only place confirmations fire.
@@ -238,11 +265,11 @@ func (l *Lane[C]) run() {
 			}
 		}
 		if err := l.Err(); err != nil {
-			l.settle(burst, err)
+			l.failBurst(burst, err)
 			continue
 		}
 		if l.ctx.Err() != nil { // closed: fail, never confirm, what is left
-			l.settle(burst, ErrClosed)
+			l.settle(burst, l.stopErr())
 			continue
 		}
 		l.obs.SetPending(l.pending.Load())
@@ -270,16 +297,14 @@ func (l *Lane[C]) wait(target uint64) error {
 		switch {
 		case err == nil:
 			return nil
-		case l.ctx.Err() != nil:
-			return ErrClosed
+		case l.ctx.Err() != nil: // closed, or failed by Fail
+			return l.stopErr()
 		case timedOut:
 			l.obs.IncRetry()
 			continue
 		}
-		err = fmt.Errorf("acklane: stream failed before row %d was durable: %w", target, err)
-		l.obs.IncPoisoned()
-		l.setFailed(err)
-		return err
+		l.setFailed(fmt.Errorf("acklane: stream failed before row %d was durable: %w", target, err))
+		return l.Err() // Fail may have got there first
 	}
 }
 
@@ -349,7 +374,7 @@ func (l *Lane[C]) flush() {
 		}
 		select {
 		case p := <-l.ch:
-			p.Confirm.receipt().settle(ErrClosed)
+			p.Confirm.receipt().settle(l.stopErr())
 			l.release(1)
 		case <-wake:
 		}

@@ -533,3 +533,73 @@ func TestFailedWaitConfirmsTheDurablePrefix(t *testing.T) {
 	assert.Equal(t, uint64(5), lane.Delivered())
 	assert.Less(t, lane.Delivered(), span3.To)
 }
+
+// TestFailReportsTheStreamDeathOnce checks Fail, the path by which the pool
+// reports a stream death a writer noticed before the lane: pending items fail
+// with the stream's error (the durable prefix still confirms), later ones are
+// refused with it, Close keeps it rather than ErrClosed, and the death counts
+// as poisoned exactly once whichever path saw it first.
+func TestFailReportsTheStreamDeathOnce(t *testing.T) {
+	died := zerobusfake.ErrPoison("stream state lost")
+
+	t.Run("Fail first", func(t *testing.T) {
+		ctx := testCtx(t)
+		s := openStream(t, zerobusfake.Config{ManualAck: true}) // healthy: the lane cannot see the death
+		obs := &recorder{}
+		lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
+		defer lane.Close()
+		_, durable := submit(t, ctx, s, lane, 2)
+		_, lost := submit(t, ctx, s, lane, 3)
+		s.AckUpTo(2)
+
+		lane.Fail(died)
+		require.NoError(t, durable.Wait(ctx), "rows durable before the death are confirmed")
+		err := lost.Wait(ctx)
+		require.ErrorIs(t, err, died)
+		assert.NotErrorIs(t, err, acklane.ErrClosed)
+		<-lane.Failed()
+		assert.ErrorIs(t, lane.Err(), died)
+		c, r := acklane.NewRawAnchor()
+		require.ErrorIs(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: 10, Confirm: c}), died)
+		assert.False(t, r.Settled())
+
+		lane.Fail(zerobusfake.ErrPoison("seen again"))
+		lane.Close()
+		_, _, _, _, poisoned := obs.snapshot()
+		assert.Equal(t, 1, poisoned)
+		assert.ErrorIs(t, lane.Err(), died, "only the first failure is kept")
+		assert.Zero(t, lane.Pending())
+	})
+
+	t.Run("lane first", func(t *testing.T) {
+		ctx := testCtx(t)
+		s := openStream(t, zerobusfake.Config{ManualAck: true})
+		obs := &recorder{}
+		lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
+		defer lane.Close()
+		_, r := submit(t, ctx, s, lane, 2)
+		s.Poison(died)
+		require.ErrorIs(t, r.Wait(ctx), died)
+		<-lane.Failed()
+
+		lane.Fail(died) // a writer noticed too
+		_, _, _, _, poisoned := obs.snapshot()
+		assert.Equal(t, 1, poisoned)
+	})
+
+	t.Run("Close after Fail", func(t *testing.T) {
+		ctx := testCtx(t)
+		s := openStream(t, zerobusfake.Config{ManualAck: true})
+		lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
+		var rs []*acklane.Receipt
+		for range 5 {
+			_, r := submit(t, ctx, s, lane, 1)
+			rs = append(rs, r)
+		}
+		lane.Fail(died)
+		lane.Close()
+		for i, r := range rs {
+			assert.ErrorIs(t, r.Wait(ctx), died, "item %d", i)
+		}
+	})
+}

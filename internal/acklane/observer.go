@@ -18,7 +18,9 @@ type Observer interface {
 	// IncRetry counts a WaitDurable attempt that hit AckTimeout while the
 	// stream was healthy: the slow-ack symptom.
 	IncRetry()
-	// IncPoisoned counts a stream failure seen by the lane: the cause.
+	// IncPoisoned counts the failure of the lane's stream: the cause. It is
+	// called once per lane, whether the lane's wait saw the failure or Fail
+	// reported it.
 	IncPoisoned()
 }
 

@@ -651,11 +651,30 @@ func (p *Pool) supervise(m *member) {
 // serve watches a healthy stream until it fails (cause), Reopen replaces it
 // (nil cause), or the pool closes (stop). It always leaves c torn down.
 func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, stop bool) {
+	// A stream that can say it died is watched too: idle, it has no wait
+	// on its lane to report the death, and would pass for healthy until a
+	// Write found it dead. A nil channel (a stream that cannot say) never
+	// fires.
+	var died <-chan struct{}
+	fn, _ := c.stream.(zerobus.FailureNotifier)
+	if fn != nil {
+		died = fn.Failed()
+	}
 	select {
+	case <-died:
+		err := fn.Err()
+		c.lane.Fail(err) // as for c.broken below
+		p.teardown(m, c)
+		return err, false
 	case <-c.lane.Failed():
 		p.teardown(m, c)
 		return c.lane.Err(), false
 	case <-c.broken:
+		// A writer found the stream dead before its lane did. Fail the
+		// lane with the stream's error before closing it: its pending
+		// items then say why they failed, and the death is counted as
+		// poisoned once, as if the lane had seen it.
+		c.lane.Fail(c.breakErr)
 		p.teardown(m, c)
 		return c.breakErr, false
 	case req := <-m.reopen:

@@ -206,9 +206,12 @@ type flightConn struct {
 	rotating   atomic.Bool   // close_stream_duration_ms seen: send nothing more
 	broken     atomic.Bool   // a Send failed: the reader will see why
 	halfClosed atomic.Bool
-	timedOut   atomic.Bool   // the ack watchdog gave up on this connection
-	done       chan struct{} // closed when the reader exits
-	closeOnce  sync.Once
+	// abandoned is set by whoever cancels the call to replace it (the ack
+	// watchdog, a rotation cutting a stuck Send): they recover, the reader
+	// does not.
+	abandoned atomic.Bool
+	done      chan struct{} // closed when the reader exits
+	closeOnce sync.Once
 }
 
 func (c *flightConn) usable() bool { return !c.rotating.Load() && !c.broken.Load() }

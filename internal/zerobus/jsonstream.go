@@ -87,7 +87,7 @@ type jsonConn struct {
 	rotating   atomic.Bool  // close_stream_signal seen
 	closeDur   atomic.Int64 // announced close_stream_signal duration
 	broken     atomic.Bool  // a Send failed; the reader sees the status
-	timedOut   atomic.Bool  // the ack watchdog gave up on it
+	abandoned  atomic.Bool  // cut by the watchdog or a rotation, which recover it
 	halfClosed atomic.Bool
 	closeOnce  sync.Once
 	done       chan struct{} // closed when the reader exits
@@ -485,7 +485,7 @@ func (s *JSONStream) readAcks(c *jsonConn) {
 	for {
 		resp, err := c.call.Recv()
 		if err != nil {
-			if !c.timedOut.Load() { // else the watchdog closed it and recovers
+			if !c.abandoned.Load() { // else whoever cut it recovers
 				s.connEnded(c, err)
 			}
 			return
@@ -619,7 +619,7 @@ func (s *JSONStream) watchAcks() {
 			continue
 		}
 		idle := time.Since(time.Unix(0, s.lastProgress.Load()))
-		if idle > s.cfg.AckTimeout && c.timedOut.CompareAndSwap(false, true) {
+		if idle > s.cfg.AckTimeout && c.abandoned.CompareAndSwap(false, true) {
 			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
 				Err: fmt.Errorf("no ack from %s for %s with requests outstanding", s.table, idle.Round(time.Millisecond))})
 			// Recovery needs sendMu, which a Send stuck on flow control
@@ -655,8 +655,13 @@ func (s *JSONStream) rotate(c *jsonConn, wait time.Duration) {
 		}
 		break
 	}
-	s.sendMu.Lock()
-	c.halfClose() // never concurrently with a Send on c
+	// Half-closing needs sendMu, which a Send stuck on flow control may
+	// hold: cut it loose after closeGrace (see ArrowStream.rotate).
+	s.sendMu.lockOrCut(closeGrace, func() {
+		c.abandoned.Store(true)
+		c.close()
+	})
+	c.halfClose()
 	s.sendMu.Unlock()
 	s.recover(c.gen, rotationReason)
 }
@@ -765,19 +770,11 @@ func (s *JSONStream) Close() error {
 	// the current call under sendMu: CloseSend must not race a Send. A Send
 	// stuck on flow control is cut loose by cancelling its call.
 	s.cancel()
-	locked := make(chan struct{})
-	go func() {
-		s.sendMu.Lock()
-		close(locked)
-	}()
-	select {
-	case <-locked:
-	case <-time.After(closeGrace):
+	s.sendMu.lockOrCut(closeGrace, func() {
 		if c := s.cur.Load(); c != nil {
 			c.close()
 		}
-		<-locked
-	}
+	})
 	c := s.cur.Load()
 	if c != nil {
 		c.halfClose()

@@ -35,6 +35,10 @@ type fakeRecordServer struct {
 	// fail, if set, is asked after the n-th request (from 1) of call conn is
 	// recorded and before it is acked; a non-nil error ends the call with it.
 	fail func(conn, n int) error
+	// during, if set, runs just before fail with the call's stream, so a
+	// test can send responses of its own (a close signal, say) or stop
+	// reading.
+	during func(conn, n int, stream zbpb.Zerobus_EphemeralStreamServer)
 
 	mu      sync.Mutex
 	conns   int
@@ -135,6 +139,9 @@ func (s *fakeRecordServer) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSe
 		s.offsets = append(s.offsets, offset)
 		s.connOf = append(s.connOf, conn)
 		s.mu.Unlock()
+		if s.during != nil {
+			s.during(conn, n, stream)
+		}
 		if s.fail != nil {
 			if err := s.fail(conn, n); err != nil {
 				return err

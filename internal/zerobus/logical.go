@@ -73,13 +73,17 @@ type ArrowStream struct {
 	inflightBytes   int64
 	inflightBatches int
 	failed          *Error
+	dead            chan struct{} // closed by fail, never by Close
 	draining        bool
 	closed          bool
 	notify          chan struct{} // closed and replaced on every state change
 	reconnects      int
 }
 
-var _ Stream = (*ArrowStream)(nil)
+var (
+	_ Stream          = (*ArrowStream)(nil)
+	_ FailureNotifier = (*ArrowStream)(nil)
+)
 
 func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams) *ArrowStream {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -93,6 +97,7 @@ func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams)
 		ctx:     ctx,
 		cancel:  cancel,
 		sendMu:  newSendLock(),
+		dead:    make(chan struct{}),
 		notify:  make(chan struct{}),
 	}
 }
@@ -299,6 +304,22 @@ func (s *ArrowStream) WaitDurable(ctx context.Context, row uint64) error {
 	}
 }
 
+// Failed returns a channel closed once the stream has failed: recovery gave
+// up or the error was not recoverable. Close does not close it.
+func (s *ArrowStream) Failed() <-chan struct{} { return s.dead }
+
+// Err returns the stream's failure once Failed is closed, else nil.
+func (s *ArrowStream) Err() error {
+	select {
+	case <-s.dead:
+	default:
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
 // Drain stops accepting submits and waits until every submitted row is
 // durable, the stream fails, or ctx is done.
 func (s *ArrowStream) Drain(ctx context.Context) error {
@@ -336,19 +357,11 @@ func (s *ArrowStream) Close() error {
 	// the current call under sendMu: CloseSend must not race a Send. A Send
 	// stuck on flow control is cut loose by cancelling its call.
 	s.cancel()
-	locked := make(chan struct{})
-	go func() {
-		s.sendMu.Lock()
-		close(locked)
-	}()
-	select {
-	case <-locked:
-	case <-time.After(closeGrace):
+	s.sendMu.lockOrCut(closeGrace, func() {
 		if c := s.cur.Load(); c != nil {
 			c.close()
 		}
-		<-locked
-	}
+	})
 	c := s.cur.Load()
 	if c != nil {
 		c.halfClose()
@@ -381,6 +394,7 @@ func (s *ArrowStream) fail(err *Error) {
 	// woken by it (a lane failing its items, a test) then finds the
 	// failure already logged and counted.
 	s.obs.OnFailure(s.table, err)
+	close(s.dead)
 	s.broadcastLocked()
 	s.mu.Unlock()
 	s.cancel()
@@ -401,7 +415,7 @@ func (s *ArrowStream) readAcks(c *flightConn) {
 	for {
 		res, err := c.call.Recv()
 		if err != nil {
-			if !c.timedOut.Load() { // else the watchdog closed it and recovers
+			if !c.abandoned.Load() { // else whoever cut it recovers
 				s.connEnded(c, err)
 			}
 			return
@@ -505,7 +519,7 @@ func (s *ArrowStream) watchAcks() {
 			continue
 		}
 		idle := time.Since(time.Unix(0, s.lastProgress.Load()))
-		if idle > s.cfg.AckTimeout && c.timedOut.CompareAndSwap(false, true) {
+		if idle > s.cfg.AckTimeout && c.abandoned.CompareAndSwap(false, true) {
 			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
 				Err: fmt.Errorf("no ack from %s for %s with rows outstanding", s.table, idle.Round(time.Millisecond))})
 			// Recovery needs sendMu, which a Send stuck on flow control
@@ -541,8 +555,17 @@ func (s *ArrowStream) rotate(c *flightConn, wait time.Duration) {
 		}
 		break
 	}
-	s.sendMu.Lock()
-	c.halfClose() // never concurrently with a Send on c
+	// Half-closing needs sendMu (never CloseSend concurrently with a Send),
+	// which a Send stuck on flow control holds when the server stopped
+	// reading, and the watchdog leaves rotating connections alone: give
+	// the Send closeGrace, then cancel the call so it fails and lets go.
+	// The reader must then leave recovery to us, or it would recover
+	// with a cancellation as the reason and back off first.
+	s.sendMu.lockOrCut(closeGrace, func() {
+		c.abandoned.Store(true)
+		c.close()
+	})
+	c.halfClose()
 	s.sendMu.Unlock()
 	s.recover(c.gen, rotationReason)
 }
@@ -668,6 +691,27 @@ func newSendLock() sendLock { return make(sendLock, 1) }
 func (l sendLock) Lock() { l <- struct{}{} }
 
 func (l sendLock) Unlock() { <-l }
+
+// lockOrCut locks l, waiting at most grace before calling cut and then
+// waiting for as long as it takes. The holder it waits for may be a Send
+// blocked on flow control by a server that stopped reading; cut cancels that
+// Send's call so it fails and unlocks.
+func (l sendLock) lockOrCut(grace time.Duration, cut func()) {
+	select {
+	case l <- struct{}{}:
+		return
+	default:
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case l <- struct{}{}:
+		return
+	case <-t.C:
+	}
+	cut()
+	l.Lock()
+}
 
 // LockCtx locks l, or returns ctx's error if ctx ends first.
 func (l sendLock) LockCtx(ctx context.Context) error {

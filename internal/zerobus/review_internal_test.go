@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
 )
@@ -328,4 +329,183 @@ func TestJSONStreamIngestHonoursContextDuringReconnect(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	assert.Equal(t, 1, s.inflightReqs, "the refused request gave its reservation back")
+}
+
+// The server announces rotation while a Submit is stuck in Send on flow
+// control: it stopped reading (overload, or a partition with the TCP
+// connection still up) and the stuck Send holds sendMu, which rotation needs
+// to half-close. The ack watchdog leaves rotating connections alone, so
+// rotation itself must cut the call loose after closeGrace and recover, or
+// the stream hangs until the service ends the call.
+func TestArrowStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
+	const batches, rows = 6, 100
+	var stream atomic.Pointer[ArrowStream]
+	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply {
+		if ev.conn.index > 0 {
+			return reply{}
+		}
+		if ev.frame == 0 {
+			// Once this handler stops reading, the second batch (~500 KB)
+			// cannot get past the 64 KiB window, so the Send of the third
+			// never returns. Announce rotation only when that Send has
+			// started: rowsSent is counted before Send, under sendMu.
+			ctx := ev.conn.stream.Context()
+			for stream.Load().cur.Load().rowsSent.Load() < 3*rows {
+				select {
+				case <-ctx.Done():
+					return reply{noAck: true}
+				case <-time.After(time.Millisecond):
+				}
+			}
+			_ = ev.conn.sendAck(0, rows, uint64p(50))
+			<-ctx.Done() // stop reading until the client leaves
+		}
+		return reply{noAck: true}
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(smallWindow...)
+	flight.RegisterFlightServiceServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	srv.t = t
+
+	obs := &recordingObserver{}
+	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.Observer = obs })
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	stream.Store(s)
+
+	submitErrs := make(chan error, batches)
+	go func() {
+		defer close(submitErrs)
+		for i := range batches {
+			b := makeBatch(int64(i*rows), rows, 5000) // ~500 KB each
+			_, err := s.Submit(context.Background(), b)
+			b.Release()
+			submitErrs <- err
+		}
+	}()
+	defer func() {
+		_ = s.Close() // unblocks a stuck Submit if the test failed
+		for range submitErrs {
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace+5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitDurable(ctx, batches*rows), "durable=%d connections=%d", s.Durable(), srv.connCount())
+	for err := range submitErrs {
+		require.NoError(t, err)
+	}
+	_, _, ids := srv.conn(1).snapshot()
+	assert.Equal(t, seq(rows, batches*rows), ids, "the new connection resends everything past the ack")
+	rotations, reconnects, _, failures := obs.counts()
+	assert.Equal(t, 1, rotations)
+	assert.Zero(t, failures)
+	if assert.Equal(t, 1, reconnects) {
+		assert.True(t, Classify(obs.reconnects[0]).IsRotation(),
+			"the rotation recovers the cut call itself: %v", obs.reconnects[0])
+	}
+}
+
+// TestArrowStreamRotationUnblocksSendStuckOnFlowControl for the JSON stream.
+func TestJSONStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
+	const n = 6
+	var stream atomic.Pointer[JSONStream]
+	srv := &fakeRecordServer{during: func(conn, n int, ss zbpb.Zerobus_EphemeralStreamServer) {
+		if conn > 0 || n > 1 {
+			return
+		}
+		// As in the Arrow test: the second request (~256 KB) cannot get
+		// past the window once this handler stops reading, so the Send of
+		// the third never returns. sent is raised before Send, under
+		// sendMu.
+		ctx := ss.Context()
+		for stream.Load().cur.Load().sent.Load() < 3 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+		_ = ss.Send(&zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_CloseStreamSignal{
+			CloseStreamSignal: &zbpb.CloseStreamSignal{Duration: durationpb.New(50 * time.Millisecond)},
+		}})
+		<-ctx.Done() // stop reading until the client leaves
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(smallWindow...)
+	zbpb.RegisterZerobusServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+
+	obs := &recordingObserver{}
+	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.Observer = obs })
+	s, err := c.OpenJSONStream(waitCtx(t), testTable)
+	require.NoError(t, err)
+	stream.Store(s)
+
+	pad := strings.Repeat("x", 256<<10)
+	ingestErrs := make(chan error, n)
+	go func() {
+		defer close(ingestErrs)
+		for i := range n {
+			_, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d,"pad":%q}`, i, pad)})
+			ingestErrs <- err
+		}
+	}()
+	defer func() {
+		_ = s.Close() // unblocks a stuck Ingest if the test failed
+		for range ingestErrs {
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace+5*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitForOffset(ctx, n-1), "acked=%d calls=%d", s.Acked(), srv.calls())
+	for err := range ingestErrs {
+		require.NoError(t, err)
+	}
+	rotations, reconnects, _, failures := obs.counts()
+	assert.Equal(t, 1, rotations)
+	assert.Zero(t, failures)
+	if assert.Equal(t, 1, reconnects) {
+		assert.True(t, Classify(obs.reconnects[0]).IsRotation(),
+			"the rotation recovers the cut call itself: %v", obs.reconnects[0])
+	}
+}
+
+// Failed lets the pool learn that an idle stream died (no WaitDurable is
+// there to return the error): it closes when the stream fails, with Err the
+// failure, and never because of Close.
+func TestArrowStreamFailedChannel(t *testing.T) {
+	t.Run("failure", func(t *testing.T) {
+		srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply { return reply{ackRows: uint64p(ev.rows + 1)} }}
+		c := testClient(t, startFake(t, srv), nil)
+		s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+		require.NoError(t, err)
+		defer s.Close()
+		require.NoError(t, s.Err())
+		submitAll(t, s, makeBatch(0, 4, 1))
+		select {
+		case <-s.Failed():
+		case <-waitCtx(t).Done():
+			t.Fatal("Failed not closed after the stream failed")
+		}
+		class, ok := ClassOf(s.Err())
+		require.True(t, ok, "Err is the *Error: %v", s.Err())
+		assert.Equal(t, Poison, class)
+	})
+	t.Run("close", func(t *testing.T) {
+		c := testClient(t, startFake(t, &fakeFlightServer{}), nil)
+		s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		select {
+		case <-s.Failed():
+			t.Fatal("Close is not a failure")
+		default:
+		}
+		assert.NoError(t, s.Err())
+	})
 }

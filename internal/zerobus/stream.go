@@ -50,6 +50,18 @@ type Stream interface {
 	Close() error
 }
 
+// FailureNotifier is the optional part of a Stream that reports its failure
+// without being asked. The pool watches it so that a stream that dies while
+// idle (nothing pending, so no WaitDurable returns the error) is counted and
+// rebuilt at once, instead of passing for healthy until a Write finds it dead.
+type FailureNotifier interface {
+	// Failed returns a channel closed once the stream has failed: what
+	// WaitDurable would report. Close does not close it.
+	Failed() <-chan struct{}
+	// Err returns the failure (an *Error) once Failed is closed, else nil.
+	Err() error
+}
+
 // Opener opens logical streams. It is the only way the layers above create
 // streams, which makes "never open a stream on the hot path" checkable.
 type Opener interface {

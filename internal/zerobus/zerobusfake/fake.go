@@ -153,6 +153,7 @@ func (o *Opener) Open(ctx context.Context, table string, schema *arrow.Schema) (
 		table:   table,
 		schema:  schema,
 		cfg:     o.cfg,
+		dead:    make(chan struct{}),
 		changed: make(chan struct{}),
 	}
 	o.streams = append(o.streams, s)
@@ -268,13 +269,17 @@ type Stream struct {
 	records     []arrow.RecordBatch
 	waitTargets []uint64
 	err         error
+	dead        chan struct{} // closed by the first Poison
 	draining    bool
 	closed      bool
 	closeCalls  int
 	changed     chan struct{}
 }
 
-var _ zerobus.Stream = (*Stream)(nil)
+var (
+	_ zerobus.Stream          = (*Stream)(nil)
+	_ zerobus.FailureNotifier = (*Stream)(nil)
+)
 
 // Submit implements zerobus.Stream: it assigns the next row span and, in
 // auto-ack mode, schedules its durability.
@@ -413,9 +418,14 @@ func (s *Stream) Poison(err error) {
 	defer s.mu.Unlock()
 	if s.err == nil {
 		s.err = err
+		close(s.dead)
 	}
 	s.notifyLocked()
 }
+
+// Failed implements zerobus.FailureNotifier: the channel is closed by the
+// first Poison, never by Close.
+func (s *Stream) Failed() <-chan struct{} { return s.dead }
 
 // Index returns the stream's position in the Opener's opening order.
 func (s *Stream) Index() int { return s.index }
@@ -485,7 +495,8 @@ func (s *Stream) Closed() bool {
 	return s.closed
 }
 
-// Err returns the error the stream was poisoned with, or nil.
+// Err returns the error the stream was poisoned with, or nil. It implements
+// zerobus.FailureNotifier.
 func (s *Stream) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -64,6 +64,9 @@ type nodeResult struct {
 	Seconds       float64 `json:"seconds"`
 	OpenSeconds   float64 `json:"open_seconds"`
 	IngestSeconds float64 `json:"ingest_seconds"`
+	// CloseError is the SDK's close() failure when a rotation was announced
+	// right after flush() resolved (see closeAfterFlush in lib.js).
+	CloseError string `json:"close_error"`
 	// ElapsedMS is measured inside the script (from its start, node's own
 	// boot excluded); set on failures.
 	ElapsedMS int64 `json:"elapsed_ms"`
@@ -107,6 +110,14 @@ func runNode(t testing.TB, timeout time.Duration, script string, flags map[strin
 	}
 	if res.OK != (res.Exit == 0) {
 		t.Fatalf("node %s: result ok=%v but exit code %d: %s", script, res.OK, res.Exit, last)
+	}
+	// Only a scenario that rotates streams on purpose may see close() race a
+	// rotation; anywhere else a failed close is a failure.
+	if res.CloseError != "" {
+		if flags["recovery"] != "true" {
+			t.Fatalf("node %s: close failed without any rotation fault: %s", script, res.CloseError)
+		}
+		t.Logf("node %s: every row was flushed, then close() met a rotation: %s", script, res.CloseError)
 	}
 	return res
 }

@@ -118,9 +118,9 @@ async function main() {
   await stream.flush();
   const ingestSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
   const unacked = await stream.getUnackedBatches().catch(() => null);
-  await stream.close();
+  const closeError = await L.closeAfterFlush(stream);
   L.emit({
-    ok: true, rows, batches: batches.length, ipc_bytes: bytes, last_offset: lastOffset,
+    ok: true, close_error: closeError, rows, batches: batches.length, ipc_bytes: bytes, last_offset: lastOffset,
     unacked: unacked ? unacked.length : 0, open_seconds: openSeconds, ingest_seconds: ingestSeconds,
   });
 }

@@ -29,8 +29,8 @@ async function main() {
   }
   await stream.flush();
   const unacked = await stream.getUnackedRecords().catch(() => null);
-  await stream.close();
-  L.emit({ ok: true, rows, requests, last_offset: lastOffset, unacked: unacked ? unacked.length : 0, seconds: (Date.now() - t0) / 1000 });
+  const closeError = await L.closeAfterFlush(stream);
+  L.emit({ ok: true, close_error: closeError, rows, requests, last_offset: lastOffset, unacked: unacked ? unacked.length : 0, seconds: (Date.now() - t0) / 1000 });
 }
 
 main().catch((e) => L.fail(e));

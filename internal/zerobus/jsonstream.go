@@ -684,37 +684,9 @@ func (s *JSONStream) recover(gen uint64, reason *Error) {
 	s.obs.OnReconnect(s.table, reason)
 	old.close()
 
-	last := reason
-	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
-		if attempt > 1 || !reason.IsRotation() {
-			if sleepCtx(s.ctx, s.cfg.RecoveryBackoff) != nil {
-				return
-			}
-		}
-		err := s.reconnectLocked()
-		if err == nil {
-			return
-		}
-		if s.stopped() {
-			return
-		}
-		last = Classify(err)
-		if last.Class == FatalConfig || last.Class == Poison {
-			s.fail(last)
-			return
-		}
-		if last.Class == ConcurrencyReject {
-			s.fail(&Error{Class: Poison, Code: last.Code, ServiceCode: last.ServiceCode,
-				RetryAfter: last.RetryAfter, Err: fmt.Errorf("reconnect refused: %w", last)})
-			return
-		}
-		if attempt < s.cfg.RecoveryAttempts {
-			s.obs.OnRetry(s.table, attempt, last)
-		}
+	if err := retryReconnect(s.ctx, s.cfg, s.table, s.obs, reason, s.reconnectLocked, s.stopped); err != nil {
+		s.fail(err)
 	}
-	poisoned := exhausted(s.cfg.RecoveryAttempts, last)
-	poisoned.RetryAfter = last.RetryAfter
-	s.fail(poisoned)
 }
 
 // reconnectLocked opens a new call based at the first unacknowledged logical

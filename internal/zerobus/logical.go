@@ -588,39 +588,9 @@ func (s *ArrowStream) recover(gen uint64, reason *Error) {
 	s.obs.OnReconnect(s.table, reason)
 	old.close()
 
-	last := reason
-	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
-		if attempt > 1 || !reason.IsRotation() {
-			if sleepCtx(s.ctx, s.cfg.RecoveryBackoff) != nil {
-				return
-			}
-		}
-		err := s.reconnectLocked()
-		if err == nil {
-			return
-		}
-		if s.stopped() {
-			return
-		}
-		last = Classify(err)
-		if last.Class == FatalConfig || last.Class == Poison {
-			s.fail(last)
-			return
-		}
-		if last.Class == ConcurrencyReject {
-			// Never hammer a service that refuses streams: give up now and
-			// let the pool rebuild after RetryAfter.
-			s.fail(&Error{Class: Poison, Code: last.Code, ServiceCode: last.ServiceCode,
-				RetryAfter: last.RetryAfter, Err: fmt.Errorf("reconnect refused: %w", last)})
-			return
-		}
-		if attempt < s.cfg.RecoveryAttempts {
-			s.obs.OnRetry(s.table, attempt, last)
-		}
+	if err := retryReconnect(s.ctx, s.cfg, s.table, s.obs, reason, s.reconnectLocked, s.stopped); err != nil {
+		s.fail(err)
 	}
-	poisoned := exhausted(s.cfg.RecoveryAttempts, last)
-	poisoned.RetryAfter = last.RetryAfter
-	s.fail(poisoned)
 }
 
 // reconnectLocked opens a connection based at the durable watermark and
@@ -726,6 +696,43 @@ func (l sendLock) LockCtx(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// retryReconnect runs the recovery budget both stream kinds share: it calls
+// reconnect until it succeeds, sleeping RecoveryBackoff before each attempt
+// except the first after a rotation (which is planned, not a failure). It
+// returns nil on success or once the stream stopped (stopped, or ctx done),
+// else the error the stream must fail with: a fatal or poison error at once;
+// a concurrency reject at once as Poison with RetryAfter, so the pool backs
+// off before rebuilding instead of this stream hammering a service that
+// refuses streams; Poison when the budget is exhausted.
+func retryReconnect(ctx context.Context, cfg Config, table string, obs Observer, reason *Error, reconnect func() error, stopped func() bool) *Error {
+	last := reason
+	for attempt := 1; attempt <= cfg.RecoveryAttempts; attempt++ {
+		if attempt > 1 || !reason.IsRotation() {
+			if sleepCtx(ctx, cfg.RecoveryBackoff) != nil {
+				return nil
+			}
+		}
+		err := reconnect()
+		if err == nil || stopped() {
+			return nil
+		}
+		last = Classify(err)
+		switch last.Class {
+		case FatalConfig, Poison:
+			return last
+		case ConcurrencyReject:
+			return &Error{Class: Poison, Code: last.Code, ServiceCode: last.ServiceCode,
+				RetryAfter: last.RetryAfter, Err: fmt.Errorf("reconnect refused: %w", last)}
+		}
+		if attempt < cfg.RecoveryAttempts {
+			obs.OnRetry(table, attempt, last)
+		}
+	}
+	poisoned := exhausted(cfg.RecoveryAttempts, last)
+	poisoned.RetryAfter = last.RetryAfter
+	return poisoned
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -84,7 +84,7 @@ func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
 		return nil, nil
 	}
 	chunks := int64(1)
-	if est := recordBytes(rec); est > int64(e.maxBytes) {
+	if est := RecordBytes(rec); est > int64(e.maxBytes) {
 		// Aim a little under the cap so most chunks need no second pass.
 		target := int64(e.maxBytes) * 9 / 10
 		chunks = (est + target - 1) / target
@@ -147,10 +147,10 @@ func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, 
 	return frame{header: bytes.Clone(meta.Bytes()), body: body.Bytes(), rows: hi - lo}, nil
 }
 
-// recordBytes estimates the in-memory size of rec from its buffers. Buffers
+// RecordBytes estimates the in-memory size of rec from its buffers. Buffers
 // shared with a larger parent count in full, so slices are overestimated;
 // encodeRange corrects with the real encoded size.
-func recordBytes(rec arrow.RecordBatch) int64 {
+func RecordBytes(rec arrow.RecordBatch) int64 {
 	var n int64
 	for _, col := range rec.Columns() {
 		n += dataBytes(col.Data())

@@ -232,7 +232,7 @@ func (o *output) onWriteErr(ctx context.Context, st *writeState, err error) {
 func split(res arrowconv.Result, lay layout) []part {
 	n := int(res.Record.NumRows())
 	// Bytes are the Arrow size of the record, shared pro rata among slices.
-	total := recordBytes(res.Record)
+	total := zb.RecordBytes(res.Record)
 	var parts []part
 	for lo := 0; lo < n; {
 		hi, g := lo, -1
@@ -251,24 +251,4 @@ func split(res arrowconv.Result, lay layout) []part {
 		lo = hi
 	}
 	return parts
-}
-
-// recordBytes is the size of the buffers of rec's columns.
-func recordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	var walk func(d arrow.ArrayData)
-	walk = func(d arrow.ArrayData) {
-		for _, b := range d.Buffers() {
-			if b != nil {
-				n += int64(b.Len())
-			}
-		}
-		for _, c := range d.Children() {
-			walk(c)
-		}
-	}
-	for _, col := range rec.Columns() {
-		walk(col.Data())
-	}
-	return n
 }

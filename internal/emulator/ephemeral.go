@@ -74,15 +74,11 @@ func (zs *zerobusService) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSer
 	}
 	name := workspace.NormalizeName(t.FullName)
 	f := s.currentFaults()
-	release, err := s.openStreamSlot(name, f)
+	release, ts, err := s.admitStream(name, f)
 	if err != nil {
 		return err
 	}
 	defer release()
-	ts, err := s.store(name)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open table storage: %v", err)
-	}
 
 	ss := newSession(ctx, s, name)
 	ss.sendAck = func(off int64, _ uint64) error {

@@ -21,6 +21,21 @@ type flightService struct {
 	srv *Server
 }
 
+// admitStream takes a stream slot for the table (the concurrency cap) and
+// opens its storage; release frees the slot. Both ingest paths start here.
+func (s *Server) admitStream(name string, f *Faults) (release func(), ts *tableStore, err error) {
+	release, err = s.openStreamSlot(name, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err = s.store(name)
+	if err != nil {
+		release()
+		return nil, nil, status.Errorf(codes.Internal, "open table storage: %v", err)
+	}
+	return release, ts, nil
+}
+
 // openStreamSlot applies the per-table concurrency cap and counts the open
 // stream; the returned func releases the slot.
 func (s *Server) openStreamSlot(table string, f *Faults) (func(), error) {
@@ -46,15 +61,11 @@ func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
 	}
 	name := workspace.NormalizeName(t.FullName)
 	f := s.currentFaults()
-	release, err := s.openStreamSlot(name, f)
+	release, ts, err := s.admitStream(name, f)
 	if err != nil {
 		return err
 	}
 	defer release()
-	ts, err := s.store(name)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open table storage: %v", err)
-	}
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 )
 
 // Metadata keys every Zerobus call carries.
@@ -194,27 +192,15 @@ type ackMessage struct {
 // wire offsets and row counts start at 0. Sends are serialized by the owning
 // logical stream; the reader goroutine delivers acks to it.
 type flightConn struct {
-	gen    uint64
-	call   flight.FlightService_DoPutClient
-	cancel context.CancelFunc
+	connState
+	call flight.FlightService_DoPutClient
 	// base is the logical row position of the first row sent on this
 	// connection: rows durable before it opened.
 	base uint64
 
 	nextOffset int64         // next offset_id; guarded by the stream's sendMu
 	rowsSent   atomic.Uint64 // rows handed to Send, counted before Send
-	rotating   atomic.Bool   // close_stream_duration_ms seen: send nothing more
-	broken     atomic.Bool   // a Send failed: the reader will see why
-	halfClosed atomic.Bool
-	// abandoned is set by whoever cancels the call to replace it (the ack
-	// watchdog, a rotation cutting a stuck Send): they recover, the reader
-	// does not.
-	abandoned atomic.Bool
-	done      chan struct{} // closed when the reader exits
-	closeOnce sync.Once
 }
-
-func (c *flightConn) usable() bool { return !c.rotating.Load() && !c.broken.Load() }
 
 // sentUpTo is the logical position after the last row sent on c.
 func (c *flightConn) sentUpTo() uint64 { return c.base + c.rowsSent.Load() }
@@ -236,18 +222,6 @@ func (c *flightConn) send(frames []frame) error {
 		c.nextOffset++
 	}
 	return nil
-}
-
-// halfClose ends the client side of the call once.
-func (c *flightConn) halfClose() {
-	if c.halfClosed.CompareAndSwap(false, true) {
-		_ = c.call.CloseSend()
-	}
-}
-
-// close cancels the call; the reader exits.
-func (c *flightConn) close() {
-	c.closeOnce.Do(c.cancel)
 }
 
 // connParams are what opening one connection needs.
@@ -277,20 +251,10 @@ func openFlightConn(ctx context.Context, p connParams, gen, base uint64) (*fligh
 }
 
 func openFlightConnOnce(ctx context.Context, p connParams, gen, base uint64) (*flightConn, *ackMessage, error) {
-	tok, err := p.token.Token(ctx)
+	callCtx, cancel, stop, err := callContext(ctx, p.token, p.table)
 	if err != nil {
-		return nil, nil, fmt.Errorf("token for %s: %w", p.table, &tokenSourceError{err})
+		return nil, nil, err
 	}
-	callCtx, cancel := context.WithCancel(context.Background())
-	callCtx = metadata.AppendToOutgoingContext(callCtx,
-		HeaderAuthorization, "Bearer "+tok,
-		HeaderTableName, p.table,
-	)
-	// The call outlives ctx, but until it is ready ctx bounds it: starting
-	// a call blocks while the channel connects (up to gRPC's 20 s connect
-	// deadline), which must not hold up Close or an open the caller gave
-	// up on.
-	stop := context.AfterFunc(ctx, cancel)
 	ready := false
 	defer func() {
 		if !ready {
@@ -302,7 +266,11 @@ func openFlightConnOnce(ctx context.Context, p connParams, gen, base uint64) (*f
 		cancel()
 		return nil, nil, fmt.Errorf("start DoPut for %s: %w", p.table, err)
 	}
-	c := &flightConn{gen: gen, call: call, cancel: cancel, base: base, done: make(chan struct{})}
+	c := &flightConn{
+		connState: connState{gen: gen, cancel: cancel, closeSend: call.CloseSend, done: make(chan struct{})},
+		call:      call,
+		base:      base,
+	}
 	if err := call.Send(&flight.FlightData{DataHeader: p.schemaFrame}); err != nil {
 		// The status, if any, comes from Recv.
 		_, rerr := call.Recv()

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
@@ -33,37 +31,15 @@ import (
 // fatal error, the stream fails and WaitForOffset and Ingest return the
 // *Error. Its methods are safe for concurrent use.
 type JSONStream struct {
-	cfg   Config
-	table string
-	conn  zbpb.ZerobusClient
-	token TokenSource
-	obs   Observer
+	streamCore // its mu guards pending, next and acked
+	conn       zbpb.ZerobusClient
+	token      TokenSource
 
-	ctx    context.Context // cancelled by fail and Close
-	cancel context.CancelFunc
-	bg     sync.WaitGroup
+	cur atomic.Pointer[jsonConn] // written under sendMu
 
-	// sendMu serializes sends and call replacement, so requests go out in
-	// logical order and wire offsets are consecutive per call. Recovery
-	// holds it while reconnecting, so Ingest waits for it under its ctx.
-	sendMu sendLock
-	gen    uint64                   // last call generation; under sendMu
-	cur    atomic.Pointer[jsonConn] // written under sendMu
-
-	// lastProgress (unix nanos) is when the ack clock last restarted; the
-	// ack watchdog measures from it (see ArrowStream.lastProgress).
-	lastProgress atomic.Int64
-
-	mu            sync.Mutex
-	pending       []jsonRequest // unacknowledged requests, logical order
-	next          int64         // next logical offset to assign
-	acked         int64         // highest durable logical offset, -1 before any
-	inflightBytes int64         // reserved by Ingest, released by acks
-	inflightReqs  int
-	failed        *Error
-	closed        bool
-	notify        chan struct{} // closed and replaced on every state change
-	reconnects    int
+	pending []jsonRequest // unacknowledged requests, logical order
+	next    int64         // next logical offset to assign
+	acked   int64         // highest durable logical offset, -1 before any
 }
 
 // jsonRequest is an ingested request kept until it is durable.
@@ -76,24 +52,15 @@ type jsonRequest struct {
 // jsonConn is one EphemeralStream call. Its wire offsets start at 0; base is
 // the logical offset that wire offset 0 stands for.
 type jsonConn struct {
-	gen      uint64
+	connState
 	call     zbpb.Zerobus_EphemeralStreamClient
-	cancel   context.CancelFunc
 	streamID string
 	base     int64
 	// sent counts requests sent on this call: the next wire offset. It is
 	// raised before Send so that a fast ack is never "above sent".
-	sent       atomic.Int64
-	rotating   atomic.Bool  // close_stream_signal seen
-	closeDur   atomic.Int64 // announced close_stream_signal duration
-	broken     atomic.Bool  // a Send failed; the reader sees the status
-	abandoned  atomic.Bool  // cut by the watchdog or a rotation, which recover it
-	halfClosed atomic.Bool
-	closeOnce  sync.Once
-	done       chan struct{} // closed when the reader exits
+	sent     atomic.Int64
+	closeDur atomic.Int64 // announced close_stream_signal duration
 }
-
-func (c *jsonConn) usable() bool { return !c.rotating.Load() && !c.broken.Load() }
 
 // lastSent is the logical offset of the last request sent on c (base-1 when
 // none was).
@@ -110,16 +77,6 @@ func (c *jsonConn) send(req jsonRequest) error {
 	}
 	return nil
 }
-
-// halfClose ends the sending side once. The caller holds sendMu.
-func (c *jsonConn) halfClose() {
-	if c.halfClosed.CompareAndSwap(false, true) {
-		_ = c.call.CloseSend()
-	}
-}
-
-// close cancels the call; the reader exits.
-func (c *jsonConn) close() { c.closeOnce.Do(c.cancel) }
 
 // createStreamRequest is the first message of a JSON stream.
 func createStreamRequest(table string) *zbpb.EphemeralStreamRequest {
@@ -163,19 +120,12 @@ func (c *Client) OpenJSONStream(ctx context.Context, table string) (*JSONStream,
 	if err != nil {
 		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: err}
 	}
-	sctx, cancel := context.WithCancel(context.Background())
 	s := &JSONStream{
-		cfg:    c.cfg,
-		table:  table,
-		conn:   zbpb.NewZerobusClient(c.conn),
-		token:  ts,
-		obs:    c.cfg.Observer,
-		ctx:    sctx,
-		cancel: cancel,
-		acked:  -1,
-		sendMu: newSendLock(),
-		notify: make(chan struct{}),
+		conn:  zbpb.NewZerobusClient(c.conn),
+		token: ts,
+		acked: -1,
 	}
+	s.init(c.cfg, table, s, "ingest", "requests")
 	if err := s.connectFirst(ctx); err != nil {
 		return nil, fmt.Errorf("open JSON stream to %s: %w", table, err)
 	}
@@ -184,41 +134,15 @@ func (c *Client) OpenJSONStream(ctx context.Context, table string) (*JSONStream,
 
 // connectFirst opens the first call, retrying transient failures within the
 // recovery budget, and starts the ack watchdog.
-func (s *JSONStream) connectFirst(ctx context.Context) (err error) {
-	defer func() {
+func (s *JSONStream) connectFirst(ctx context.Context) error {
+	return s.streamCore.connectFirst(ctx, func(ctx context.Context, gen uint64) error {
+		c, err := s.openConn(ctx, gen)
 		if err != nil {
-			s.cancel() // the stream is discarded; release its context
+			return err
 		}
-	}()
-	var last *Error
-	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
-		if attempt > 1 {
-			s.obs.OnRetry(s.table, attempt-1, last)
-			if err := sleepCtx(ctx, s.cfg.RecoveryBackoff); err != nil {
-				return Classify(err)
-			}
-		}
-		s.sendMu.Lock()
-		s.gen++
-		c, err := s.openConn(ctx, s.gen)
-		if err == nil {
-			s.installLocked(c)
-			s.sendMu.Unlock()
-			s.bg.Add(1)
-			go func() {
-				defer s.bg.Done()
-				s.watchAcks()
-			}()
-			return nil
-		}
-		s.sendMu.Unlock()
-		last = Classify(err)
-		if last.Class != Transient || ctx.Err() != nil {
-			return last
-		}
-	}
-	return &Error{Class: Transient, Code: last.Code, ServiceCode: last.ServiceCode,
-		Err: fmt.Errorf("%d connection attempts failed: %w", s.cfg.RecoveryAttempts, last)}
+		s.installLocked(c)
+		return nil
+	})
 }
 
 // openConn starts one call, dropping the token and trying once more when
@@ -239,17 +163,11 @@ func (s *JSONStream) openConn(ctx context.Context, gen uint64) (*jsonConn, error
 // for create_stream_response. The call outlives ctx, which bounds only the
 // wait.
 func (s *JSONStream) openConnOnce(ctx context.Context, gen uint64) (*jsonConn, error) {
-	tok, err := s.token.Token(ctx)
+	// Until the call is created ctx bounds it too (see callContext).
+	callCtx, cancel, stop, err := callContext(ctx, s.token, s.table)
 	if err != nil {
-		return nil, fmt.Errorf("token for %s: %w", s.table, &tokenSourceError{err})
+		return nil, err
 	}
-	callCtx, cancel := context.WithCancel(context.Background())
-	callCtx = metadata.AppendToOutgoingContext(callCtx,
-		HeaderAuthorization, "Bearer "+tok,
-		HeaderTableName, s.table,
-	)
-	// Until the call is created ctx bounds it too (see openFlightConnOnce).
-	stop := context.AfterFunc(ctx, cancel)
 	ready := false
 	defer func() {
 		if !ready {
@@ -306,7 +224,11 @@ func (s *JSONStream) openConnOnce(ctx context.Context, gen uint64) (*jsonConn, e
 	if ready = stop(); !ready { // ctx ended meanwhile and cancelled the call
 		return nil, fmt.Errorf("wait for create_stream_response on %s: %w", s.table, ctx.Err())
 	}
-	return &jsonConn{gen: gen, call: call, cancel: cancel, streamID: created.GetStreamId(), done: make(chan struct{})}, nil
+	return &jsonConn{
+		connState: connState{gen: gen, cancel: cancel, closeSend: call.CloseSend, done: make(chan struct{})},
+		call:      call,
+		streamID:  created.GetStreamId(),
+	}, nil
 }
 
 // installLocked makes c the current call and starts its ack reader. The
@@ -314,11 +236,24 @@ func (s *JSONStream) openConnOnce(ctx context.Context, gen uint64) (*jsonConn, e
 func (s *JSONStream) installLocked(c *jsonConn) {
 	s.lastProgress.Store(time.Now().UnixNano())
 	s.cur.Store(c)
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		s.readAcks(c)
-	}()
+	s.spawn(func() { s.readAcks(c) })
+}
+
+// current, outstanding, connEnded and reconnectLocked make JSONStream a
+// streamKind.
+func (s *JSONStream) current() *connState {
+	if c := s.cur.Load(); c != nil {
+		return &c.connState
+	}
+	return nil
+}
+
+func (s *JSONStream) outstanding() (*connState, bool) {
+	c := s.cur.Load()
+	if c == nil {
+		return nil, false
+	}
+	return &c.connState, s.Acked() < c.lastSent()
 }
 
 // StreamID returns the id the service assigned to the current call in
@@ -348,24 +283,18 @@ func (s *JSONStream) Ingest(ctx context.Context, records []string) (int64, error
 	for _, r := range records {
 		size += int64(len(r))
 	}
-	if err := s.reserve(ctx, size); err != nil {
+	if err := s.reserve(ctx, size, s.acceptErrLocked); err != nil {
 		return 0, err
 	}
 
 	if err := s.sendMu.LockCtx(ctx); err != nil {
-		s.mu.Lock()
-		s.inflightBytes -= size
-		s.inflightReqs--
-		s.broadcastLocked()
-		s.mu.Unlock()
+		s.unreserve(size)
 		return 0, fmt.Errorf("ingest to %s: wait for the call: %w", s.table, err)
 	}
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	if err := s.acceptErrLocked(); err != nil {
-		s.inflightBytes -= size
-		s.inflightReqs--
-		s.broadcastLocked()
+		s.unreserveLocked(size)
 		s.mu.Unlock()
 		return 0, err
 	}
@@ -388,32 +317,6 @@ func (s *JSONStream) Ingest(ctx context.Context, records []string) (int64, error
 	return req.offset, nil
 }
 
-// reserve blocks until the stream has room for one more request of size
-// bytes. A request always fits when nothing is unacknowledged.
-func (s *JSONStream) reserve(ctx context.Context, size int64) error {
-	for {
-		s.mu.Lock()
-		if err := s.acceptErrLocked(); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		if s.inflightReqs == 0 ||
-			(s.inflightBytes+size <= s.cfg.MaxInflightBytes && s.inflightReqs < s.cfg.MaxInflightBatches) {
-			s.inflightBytes += size
-			s.inflightReqs++
-			s.mu.Unlock()
-			return nil
-		}
-		ch := s.notify
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("ingest to %s: wait for in-flight capacity: %w", s.table, ctx.Err())
-		}
-	}
-}
-
 // acceptErrLocked says why Ingest must refuse, or nil. The caller holds mu.
 func (s *JSONStream) acceptErrLocked() error {
 	switch {
@@ -423,11 +326,6 @@ func (s *JSONStream) acceptErrLocked() error {
 		return &Error{Class: Poison, Code: codes.Canceled, Err: ErrStreamClosed}
 	}
 	return nil
-}
-
-func (s *JSONStream) broadcastLocked() {
-	close(s.notify)
-	s.notify = make(chan struct{})
 }
 
 // Acked returns the highest durable logical offset, -1 before the first ack.
@@ -448,35 +346,10 @@ func (s *JSONStream) Closing() (bool, time.Duration) {
 	return true, time.Duration(c.closeDur.Load())
 }
 
-// Reconnects returns how many times the stream replaced its call.
-func (s *JSONStream) Reconnects() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reconnects
-}
-
 // WaitForOffset blocks until every request up to the logical offset is
 // durable, the stream fails, or ctx is done.
 func (s *JSONStream) WaitForOffset(ctx context.Context, offset int64) error {
-	for {
-		s.mu.Lock()
-		if s.acked >= offset {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.failed != nil {
-			err := s.failed
-			s.mu.Unlock()
-			return err
-		}
-		ch := s.notify
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.waitUntil(ctx, func() bool { return s.acked >= offset })
 }
 
 // readAcks reads the responses of one call until it ends.
@@ -486,14 +359,14 @@ func (s *JSONStream) readAcks(c *jsonConn) {
 		resp, err := c.call.Recv()
 		if err != nil {
 			if !c.abandoned.Load() { // else whoever cut it recovers
-				s.connEnded(c, err)
+				s.connEnded(&c.connState, err)
 			}
 			return
 		}
 		switch p := resp.GetPayload().(type) {
 		case *zbpb.EphemeralStreamResponse_IngestRecordResponse:
 			if err := s.advance(c, p.IngestRecordResponse.GetDurabilityAckUpToOffset()); err != nil {
-				s.failFrom(c, err)
+				s.failFrom(&c.connState, err)
 				return
 			}
 		case *zbpb.EphemeralStreamResponse_CloseStreamSignal:
@@ -501,11 +374,7 @@ func (s *JSONStream) readAcks(c *jsonConn) {
 			if c.rotating.CompareAndSwap(false, true) {
 				s.obs.OnRotation(s.table)
 				wait := time.Duration(c.closeDur.Load())
-				s.bg.Add(1)
-				go func() {
-					defer s.bg.Done()
-					s.rotate(c, wait)
-				}()
+				s.spawn(func() { s.rotate(c, wait) })
 			}
 		}
 	}
@@ -529,7 +398,7 @@ func (s *JSONStream) advance(c *jsonConn, wire int64) *Error {
 	released := 0
 	for released < len(s.pending) && s.pending[released].offset <= pos {
 		s.inflightBytes -= s.pending[released].bytes
-		s.inflightReqs--
+		s.inflight--
 		s.pending[released] = jsonRequest{}
 		released++
 	}
@@ -538,48 +407,8 @@ func (s *JSONStream) advance(c *jsonConn, wire int64) *Error {
 	return nil
 }
 
-// fail records the stream's terminal error, wakes every waiter and stops the
-// call. Only the first failure counts.
-func (s *JSONStream) fail(err *Error) {
-	s.mu.Lock()
-	if s.failed != nil {
-		s.mu.Unlock()
-		return
-	}
-	s.failed = err
-	// Report under mu, before any waiter can see the failure: whoever is
-	// woken by it (a lane failing its items, a test) then finds the
-	// failure already logged and counted.
-	s.obs.OnFailure(s.table, err)
-	s.broadcastLocked()
-	s.mu.Unlock()
-	s.cancel()
-	if c := s.cur.Load(); c != nil {
-		c.close()
-	}
-}
-
-// failFrom fails the stream for an error seen on c, unless c was already
-// replaced (a late error from an old call changes nothing).
-func (s *JSONStream) failFrom(c *jsonConn, err *Error) {
-	if s.cur.Load() != c {
-		c.close()
-		return
-	}
-	s.fail(err)
-}
-
-func (s *JSONStream) stopped() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failed != nil || s.closed
-}
-
 // connEnded handles the end of a call's response stream.
-func (s *JSONStream) connEnded(c *jsonConn, err error) {
-	if s.stopped() || s.cur.Load() != c {
-		return
-	}
+func (s *JSONStream) connEnded(c *connState, err error) {
 	var ce *Error
 	switch {
 	case errors.Is(err, io.EOF) && c.rotating.Load():
@@ -589,104 +418,13 @@ func (s *JSONStream) connEnded(c *jsonConn, err error) {
 	default:
 		ce = Classify(fmt.Errorf("JSON stream to %s: %w", s.table, err))
 	}
-	switch ce.Class {
-	case FatalConfig, Poison:
-		s.fail(ce)
-	default:
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			s.recover(c.gen, ce)
-		}()
-	}
+	s.endCall(c, ce)
 }
 
-// watchAcks replaces a call that has requests outstanding but sent no ack
-// for AckTimeout (see ArrowStream.watchAcks). Rotating calls have their own
-// deadline and are left alone.
-func (s *JSONStream) watchAcks() {
-	tick := max(s.cfg.AckTimeout/4, 5*time.Millisecond)
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		c := s.cur.Load()
-		if c == nil || c.rotating.Load() || s.Acked() >= c.lastSent() {
-			continue
-		}
-		idle := time.Since(time.Unix(0, s.lastProgress.Load()))
-		if idle > s.cfg.AckTimeout && c.abandoned.CompareAndSwap(false, true) {
-			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
-				Err: fmt.Errorf("no ack from %s for %s with requests outstanding", s.table, idle.Round(time.Millisecond))})
-			// Recovery needs sendMu, which a Send stuck on flow control
-			// holds when the server stopped reading (overload, or a
-			// partition with the TCP connection still up): cancel the
-			// call so that Send fails and lets recovery in.
-			c.close()
-		}
-	}
-}
-
-// rotate honours close_stream_signal: nothing more is sent on c (it is
-// marked rotating), outstanding requests get up to wait to be acked, then the
-// call is half-closed and replaced.
+// rotate honours close_stream_signal: see streamCore.rotate.
 func (s *JSONStream) rotate(c *jsonConn, wait time.Duration) {
 	target := c.lastSent()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		s.mu.Lock()
-		acked, ch := s.acked, s.notify
-		s.mu.Unlock()
-		if acked >= target {
-			break
-		}
-		select {
-		case <-ch:
-			continue
-		case <-timer.C:
-		case <-c.done:
-		case <-s.ctx.Done():
-			return
-		}
-		break
-	}
-	// Half-closing needs sendMu, which a Send stuck on flow control may
-	// hold: cut it loose after closeGrace (see ArrowStream.rotate).
-	s.sendMu.lockOrCut(closeGrace, func() {
-		c.abandoned.Store(true)
-		c.close()
-	})
-	c.halfClose()
-	s.sendMu.Unlock()
-	s.recover(c.gen, rotationReason)
-}
-
-// recover replaces call gen (if it is still the current one) and resends
-// every unacknowledged request, retrying transient failures within the
-// budget, as ArrowStream.recover does: the stream fails when the budget runs
-// out (Poison), at once on a fatal error, and at once on a concurrency reject
-// (Poison with RetryAfter, so the caller backs off before rebuilding).
-func (s *JSONStream) recover(gen uint64, reason *Error) {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	old := s.cur.Load()
-	if old == nil || old.gen != gen || s.stopped() {
-		return
-	}
-	s.mu.Lock()
-	s.reconnects++
-	s.mu.Unlock()
-	s.obs.OnReconnect(s.table, reason)
-	old.close()
-
-	if err := retryReconnect(s.ctx, s.cfg, s.table, s.obs, reason, s.reconnectLocked, s.stopped); err != nil {
-		s.fail(err)
-	}
+	s.streamCore.rotate(&c.connState, wait, func() bool { return s.acked >= target })
 }
 
 // reconnectLocked opens a new call based at the first unacknowledged logical
@@ -701,7 +439,7 @@ func (s *JSONStream) reconnectLocked() error {
 	// The base and the requests to resend are taken together, so a late
 	// ack from the old call cannot shift one against the other.
 	s.mu.Lock()
-	if s.failed != nil || s.closed {
+	if s.stoppedLocked() {
 		s.mu.Unlock()
 		c.close()
 		return ErrStreamClosed
@@ -724,41 +462,6 @@ func (s *JSONStream) reconnectLocked() error {
 // and releases the stream. Requests not yet acked are abandoned: their
 // waiters get an *Error wrapping ErrStreamClosed.
 func (s *JSONStream) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	if s.failed == nil {
-		s.failed = &Error{Class: Poison, Code: codes.Canceled, Err: ErrStreamClosed}
-	}
-	s.pending = nil
-	s.inflightBytes, s.inflightReqs = 0, 0
-	s.broadcastLocked()
-	s.mu.Unlock()
-
-	// Stop recovery first (its sleeps and opens watch ctx), then half-close
-	// the current call under sendMu: CloseSend must not race a Send. A Send
-	// stuck on flow control is cut loose by cancelling its call.
-	s.cancel()
-	s.sendMu.lockOrCut(closeGrace, func() {
-		if c := s.cur.Load(); c != nil {
-			c.close()
-		}
-	})
-	c := s.cur.Load()
-	if c != nil {
-		c.halfClose()
-	}
-	s.sendMu.Unlock()
-	if c != nil {
-		select {
-		case <-c.done:
-		case <-time.After(closeGrace):
-		}
-		c.close()
-	}
-	s.bg.Wait()
+	s.shutdown(func() { s.pending = nil })
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,42 +41,17 @@ type pendingBatch struct {
 // reconnects it performs on transient errors and rotation, and it resends the
 // unacknowledged row suffix on each new connection. It implements Stream.
 type ArrowStream struct {
-	cfg     Config
-	encoder *frameEncoder
-	table   string
-	schema  *arrow.Schema
-	params  connParams
-	obs     Observer
+	streamCore // its mu guards pending, submitted and draining
+	encoder    *frameEncoder
+	schema     *arrow.Schema
+	params     connParams
 
-	ctx    context.Context // cancelled by fail and Close
-	cancel context.CancelFunc
-	bg     sync.WaitGroup
-
-	// sendMu serializes sends and connection replacement, so frames go out
-	// in logical order and offsets are consecutive per connection.
-	// Recovery holds it for as long as reconnecting takes, so Submit waits
-	// for it under its ctx.
-	sendMu sendLock
-	gen    uint64                     // last connection generation; under sendMu
-	cur    atomic.Pointer[flightConn] // written under sendMu
-
+	cur     atomic.Pointer[flightConn] // written under sendMu
 	durable atomic.Uint64
-	// lastProgress (unix nanos) is when the ack clock last restarted: an ack
-	// advanced the watermark, a connection was installed, or rows were sent
-	// while nothing was outstanding. The ack watchdog measures from it.
-	lastProgress atomic.Int64
 
-	mu              sync.Mutex
-	pending         []pendingBatch
-	submitted       uint64
-	inflightBytes   int64
-	inflightBatches int
-	failed          *Error
-	dead            chan struct{} // closed by fail, never by Close
-	draining        bool
-	closed          bool
-	notify          chan struct{} // closed and replaced on every state change
-	reconnects      int
+	pending   []pendingBatch
+	submitted uint64
+	draining  bool
 }
 
 var (
@@ -86,59 +60,23 @@ var (
 )
 
 func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams) *ArrowStream {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &ArrowStream{
-		cfg:     c.cfg,
-		encoder: c.encoder,
-		table:   table,
-		schema:  schema,
-		params:  p,
-		obs:     c.cfg.Observer,
-		ctx:     ctx,
-		cancel:  cancel,
-		sendMu:  newSendLock(),
-		dead:    make(chan struct{}),
-		notify:  make(chan struct{}),
-	}
+	s := &ArrowStream{encoder: c.encoder, schema: schema, params: p}
+	s.init(c.cfg, table, s, "submit", "rows")
+	s.dead = make(chan struct{})
+	return s
 }
 
 // connectFirst opens the first connection, retrying transient failures
 // within the recovery budget.
-func (s *ArrowStream) connectFirst(ctx context.Context) (err error) {
-	defer func() {
+func (s *ArrowStream) connectFirst(ctx context.Context) error {
+	return s.streamCore.connectFirst(ctx, func(ctx context.Context, gen uint64) error {
+		c, _, err := openFlightConn(ctx, s.params, gen, 0)
 		if err != nil {
-			s.cancel() // the stream is discarded; release its context
+			return err
 		}
-	}()
-	var last *Error
-	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
-		if attempt > 1 {
-			s.obs.OnRetry(s.table, attempt-1, last)
-			if err := sleepCtx(ctx, s.cfg.RecoveryBackoff); err != nil {
-				return Classify(err)
-			}
-		}
-		s.sendMu.Lock()
-		s.gen++
-		c, _, err := openFlightConn(ctx, s.params, s.gen, 0)
-		if err == nil {
-			s.installLocked(c)
-			s.sendMu.Unlock()
-			s.bg.Add(1)
-			go func() {
-				defer s.bg.Done()
-				s.watchAcks()
-			}()
-			return nil
-		}
-		s.sendMu.Unlock()
-		last = Classify(err)
-		if last.Class != Transient || ctx.Err() != nil {
-			return last
-		}
-	}
-	return &Error{Class: Transient, Code: last.Code, ServiceCode: last.ServiceCode,
-		Err: fmt.Errorf("%d connection attempts failed: %w", s.cfg.RecoveryAttempts, last)}
+		s.installLocked(c)
+		return nil
+	})
 }
 
 // installLocked makes c the current connection and starts its ack reader.
@@ -146,11 +84,24 @@ func (s *ArrowStream) connectFirst(ctx context.Context) (err error) {
 func (s *ArrowStream) installLocked(c *flightConn) {
 	s.lastProgress.Store(time.Now().UnixNano())
 	s.cur.Store(c)
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		s.readAcks(c)
-	}()
+	s.spawn(func() { s.readAcks(c) })
+}
+
+// current, outstanding, connEnded and reconnectLocked make ArrowStream a
+// streamKind.
+func (s *ArrowStream) current() *connState {
+	if c := s.cur.Load(); c != nil {
+		return &c.connState
+	}
+	return nil
+}
+
+func (s *ArrowStream) outstanding() (*connState, bool) {
+	c := s.cur.Load()
+	if c == nil {
+		return nil, false
+	}
+	return &c.connState, s.durable.Load() < c.sentUpTo()
 }
 
 // Submit encodes rec (splitting it above the frame cap), waits for in-flight
@@ -170,7 +121,7 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	for _, f := range frames {
 		size += int64(f.size())
 	}
-	if err := s.reserve(ctx, size); err != nil {
+	if err := s.reserve(ctx, size, s.acceptErrLocked); err != nil {
 		return Span{}, err
 	}
 
@@ -181,9 +132,7 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	if err := s.acceptErrLocked(); err != nil {
-		s.inflightBytes -= size
-		s.inflightBatches--
-		s.broadcastLocked()
+		s.unreserveLocked(size)
 		s.mu.Unlock()
 		return Span{}, err
 	}
@@ -195,9 +144,7 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	} else {
 		// Nothing to wait for: give the reservation back and wake a
 		// Submit that blocked on it (no ack will).
-		s.inflightBytes -= size
-		s.inflightBatches--
-		s.broadcastLocked()
+		s.unreserveLocked(size)
 	}
 	s.mu.Unlock()
 
@@ -212,41 +159,6 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	return span, nil
 }
 
-// reserve blocks until the stream has room for one more batch of size bytes.
-// A batch always fits when nothing is in flight, however large it is.
-func (s *ArrowStream) reserve(ctx context.Context, size int64) error {
-	for {
-		s.mu.Lock()
-		if err := s.acceptErrLocked(); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		if s.inflightBatches == 0 ||
-			(s.inflightBytes+size <= s.cfg.MaxInflightBytes && s.inflightBatches < s.cfg.MaxInflightBatches) {
-			s.inflightBytes += size
-			s.inflightBatches++
-			s.mu.Unlock()
-			return nil
-		}
-		ch := s.notify
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("submit to %s: wait for in-flight capacity: %w", s.table, ctx.Err())
-		}
-	}
-}
-
-// unreserve gives back a reservation that was not used.
-func (s *ArrowStream) unreserve(size int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inflightBytes -= size
-	s.inflightBatches--
-	s.broadcastLocked()
-}
-
 // acceptErrLocked says why Submit must refuse, or nil. The caller holds mu.
 func (s *ArrowStream) acceptErrLocked() error {
 	switch {
@@ -256,11 +168,6 @@ func (s *ArrowStream) acceptErrLocked() error {
 		return fmt.Errorf("submit to %s: %w", s.table, ErrStreamClosed)
 	}
 	return nil
-}
-
-func (s *ArrowStream) broadcastLocked() {
-	close(s.notify)
-	s.notify = make(chan struct{})
 }
 
 // Durable returns the logical durable watermark.
@@ -274,34 +181,9 @@ func (s *ArrowStream) Submitted() uint64 {
 	return s.submitted
 }
 
-// Reconnects returns how many times the stream replaced its connection.
-func (s *ArrowStream) Reconnects() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reconnects
-}
-
 // WaitDurable blocks until Durable() >= row, the stream fails, or ctx is done.
 func (s *ArrowStream) WaitDurable(ctx context.Context, row uint64) error {
-	for {
-		s.mu.Lock()
-		if s.durable.Load() >= row {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.failed != nil {
-			err := s.failed
-			s.mu.Unlock()
-			return err
-		}
-		ch := s.notify
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.waitUntil(ctx, func() bool { return s.durable.Load() >= row })
 }
 
 // Failed returns a channel closed once the stream has failed: recovery gave
@@ -338,75 +220,13 @@ func (s *ArrowStream) Drain(ctx context.Context) error {
 // and releases everything. Rows not yet durable are abandoned: their waiters
 // get an *Error wrapping ErrStreamClosed.
 func (s *ArrowStream) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	if s.failed == nil {
-		s.failed = &Error{Class: Poison, Code: codes.Canceled, Err: ErrStreamClosed}
-	}
-	pending := s.pending
-	s.pending = nil
-	s.inflightBytes, s.inflightBatches = 0, 0
-	s.broadcastLocked()
-	s.mu.Unlock()
-
-	// Stop recovery first (its sleeps and opens watch ctx), then half-close
-	// the current call under sendMu: CloseSend must not race a Send. A Send
-	// stuck on flow control is cut loose by cancelling its call.
-	s.cancel()
-	s.sendMu.lockOrCut(closeGrace, func() {
-		if c := s.cur.Load(); c != nil {
-			c.close()
+	var pending []pendingBatch
+	if s.shutdown(func() { pending, s.pending = s.pending, nil }) {
+		for _, p := range pending {
+			p.rec.Release()
 		}
-	})
-	c := s.cur.Load()
-	if c != nil {
-		c.halfClose()
-	}
-	s.sendMu.Unlock()
-	if c != nil {
-		select {
-		case <-c.done:
-		case <-time.After(closeGrace):
-		}
-		c.close()
-	}
-	s.bg.Wait()
-	for _, p := range pending {
-		p.rec.Release()
 	}
 	return nil
-}
-
-// fail records the stream's terminal error, wakes every waiter and stops the
-// connection. Only the first failure counts.
-func (s *ArrowStream) fail(err *Error) {
-	s.mu.Lock()
-	if s.failed != nil {
-		s.mu.Unlock()
-		return
-	}
-	s.failed = err
-	// Report under mu, before any waiter can see the failure: whoever is
-	// woken by it (a lane failing its items, a test) then finds the
-	// failure already logged and counted.
-	s.obs.OnFailure(s.table, err)
-	close(s.dead)
-	s.broadcastLocked()
-	s.mu.Unlock()
-	s.cancel()
-	if c := s.cur.Load(); c != nil {
-		c.close()
-	}
-}
-
-func (s *ArrowStream) stopped() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failed != nil || s.closed
 }
 
 // readAcks reads PutResults of one connection until it ends.
@@ -416,27 +236,23 @@ func (s *ArrowStream) readAcks(c *flightConn) {
 		res, err := c.call.Recv()
 		if err != nil {
 			if !c.abandoned.Load() { // else whoever cut it recovers
-				s.connEnded(c, err)
+				s.connEnded(&c.connState, err)
 			}
 			return
 		}
 		ack, perr := parseAck(res.GetAppMetadata())
 		if perr != nil {
-			s.failFrom(c, Classify(perr))
+			s.failFrom(&c.connState, Classify(perr))
 			return
 		}
 		if err := s.advance(c, ack.AckUpToRecords); err != nil {
-			s.failFrom(c, err)
+			s.failFrom(&c.connState, err)
 			return
 		}
 		if ack.CloseStreamDurationMs != nil && c.rotating.CompareAndSwap(false, true) {
 			s.obs.OnRotation(s.table)
 			wait := time.Duration(*ack.CloseStreamDurationMs) * time.Millisecond
-			s.bg.Add(1)
-			go func() {
-				defer s.bg.Done()
-				s.rotate(c, wait)
-			}()
+			s.spawn(func() { s.rotate(c, wait) })
 		}
 	}
 }
@@ -461,7 +277,7 @@ func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
 		p := s.pending[released]
 		p.rec.Release()
 		s.inflightBytes -= p.bytes
-		s.inflightBatches--
+		s.inflight--
 		s.pending[released] = pendingBatch{}
 		released++
 	}
@@ -470,127 +286,13 @@ func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
 	return nil
 }
 
-// failFrom fails the stream for an error seen on c, unless c was already
-// replaced (a late error from an old connection changes nothing).
-func (s *ArrowStream) failFrom(c *flightConn, err *Error) {
-	if s.cur.Load() != c {
-		c.close()
-		return
-	}
-	s.fail(err)
-}
-
 // connEnded handles the end of a connection's ack stream.
-func (s *ArrowStream) connEnded(c *flightConn, err error) {
-	if s.stopped() || s.cur.Load() != c {
-		return
-	}
-	ce := Classify(err)
-	switch ce.Class {
-	case FatalConfig, Poison:
-		s.fail(ce)
-	default:
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			s.recover(c.gen, ce)
-		}()
-	}
-}
+func (s *ArrowStream) connEnded(c *connState, err error) { s.endCall(c, Classify(err)) }
 
-// watchAcks replaces a connection that has rows outstanding but sent no ack
-// for AckTimeout, like the SDKs' server_lack_of_ack_timeout. Rotating
-// connections have their own deadline and are left alone.
-func (s *ArrowStream) watchAcks() {
-	tick := s.cfg.AckTimeout / 4
-	if tick < 5*time.Millisecond {
-		tick = 5 * time.Millisecond
-	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		c := s.cur.Load()
-		if c == nil || c.rotating.Load() || s.durable.Load() >= c.sentUpTo() {
-			continue
-		}
-		idle := time.Since(time.Unix(0, s.lastProgress.Load()))
-		if idle > s.cfg.AckTimeout && c.abandoned.CompareAndSwap(false, true) {
-			s.connEnded(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
-				Err: fmt.Errorf("no ack from %s for %s with rows outstanding", s.table, idle.Round(time.Millisecond))})
-			// Recovery needs sendMu, which a Send stuck on flow control
-			// holds when the server stopped reading (overload, or a
-			// partition with the TCP connection still up): cancel the
-			// call so that Send fails and lets recovery in.
-			c.close()
-		}
-	}
-}
-
-// rotate honours close_stream_duration_ms: nothing more is sent on c (it is
-// marked rotating), outstanding rows get up to wait to be acked, then the call
-// is half-closed and replaced.
+// rotate honours close_stream_duration_ms: see streamCore.rotate.
 func (s *ArrowStream) rotate(c *flightConn, wait time.Duration) {
-	target := c.base + c.rowsSent.Load()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for s.durable.Load() < target {
-		s.mu.Lock()
-		ch := s.notify
-		s.mu.Unlock()
-		if s.durable.Load() >= target {
-			break
-		}
-		select {
-		case <-ch:
-			continue
-		case <-timer.C:
-		case <-c.done:
-		case <-s.ctx.Done():
-			return
-		}
-		break
-	}
-	// Half-closing needs sendMu (never CloseSend concurrently with a Send),
-	// which a Send stuck on flow control holds when the server stopped
-	// reading, and the watchdog leaves rotating connections alone: give
-	// the Send closeGrace, then cancel the call so it fails and lets go.
-	// The reader must then leave recovery to us, or it would recover
-	// with a cancellation as the reason and back off first.
-	s.sendMu.lockOrCut(closeGrace, func() {
-		c.abandoned.Store(true)
-		c.close()
-	})
-	c.halfClose()
-	s.sendMu.Unlock()
-	s.recover(c.gen, rotationReason)
-}
-
-// recover replaces connection gen (if it is still the current one) and
-// resends every unacknowledged row, retrying transient failures within the
-// budget. When the budget runs out the stream is poisoned; a fatal error fails
-// it at once; a concurrency reject poisons it at once with RetryAfter set, so
-// the pool backs off before rebuilding instead of this stream retrying.
-func (s *ArrowStream) recover(gen uint64, reason *Error) {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	old := s.cur.Load()
-	if old == nil || old.gen != gen || s.stopped() {
-		return
-	}
-	s.mu.Lock()
-	s.reconnects++
-	s.mu.Unlock()
-	s.obs.OnReconnect(s.table, reason)
-	old.close()
-
-	if err := retryReconnect(s.ctx, s.cfg, s.table, s.obs, reason, s.reconnectLocked, s.stopped); err != nil {
-		s.fail(err)
-	}
+	target := c.sentUpTo()
+	s.streamCore.rotate(&c.connState, wait, func() bool { return s.durable.Load() >= target })
 }
 
 // reconnectLocked opens a connection based at the durable watermark and
@@ -610,7 +312,7 @@ func (s *ArrowStream) reconnectLocked() error {
 	// references while encoding so a later late ack cannot release a batch
 	// under us.
 	s.mu.Lock()
-	if s.failed != nil || s.closed {
+	if s.stoppedLocked() {
 		s.mu.Unlock()
 		c.close()
 		return ErrStreamClosed

@@ -100,7 +100,7 @@ func TestArrowStreamEmptyBatchReleasesCapacity(t *testing.T) {
 	require.Eventually(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.inflightBatches == 1
+		return s.inflight == 1
 	}, 5*time.Second, time.Millisecond)
 
 	ctx := &doneHook{Context: context.Background(), waiting: make(chan struct{})}
@@ -294,7 +294,7 @@ func TestArrowStreamSubmitHonoursContextDuringReconnect(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	assert.Equal(t, 1, s.inflightBatches, "the refused batch gave its reservation back")
+	assert.Equal(t, 1, s.inflight, "the refused batch gave its reservation back")
 }
 
 // TestArrowStreamSubmitHonoursContextDuringReconnect for the JSON stream.
@@ -328,7 +328,7 @@ func TestJSONStreamIngestHonoursContextDuringReconnect(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	assert.Equal(t, 1, s.inflightReqs, "the refused request gave its reservation back")
+	assert.Equal(t, 1, s.inflight, "the refused request gave its reservation back")
 }
 
 // The server announces rotation while a Submit is stuck in Send on flow

@@ -10,7 +10,7 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/zerobus/... ./plugin/...
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test unit race conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
+.PHONY: all build test conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
 
 all: build
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
-	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 )
 
 // Stamped at build time: -ldflags "-X main.version=... -X main.dateBuilt=...".
@@ -23,6 +23,8 @@ var (
 )
 
 func main() {
+	// One version: the output's user agent reports the binary's.
+	zerobus.Version = version
 	service.RunCLI(
 		context.Background(),
 		service.CLIOptSetBinaryName("benthos-zerobus"),

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -296,10 +295,6 @@ func (r *recorder) only(t *testing.T, method string) *recordedCall {
 		t.Fatalf("want exactly one %s call, got %d (other calls: %v)", method, len(got), others)
 	}
 	return got[0]
-}
-
-func basicAuth(user, pass string) string {
-	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 }
 
 // sliceStream replays recorded frames to a flight.Reader.

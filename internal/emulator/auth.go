@@ -311,18 +311,12 @@ func (s *Server) validResource(resource string) bool {
 	return false
 }
 
-func writeOAuthError(w http.ResponseWriter, code int, errCode, desc string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": errCode, "error_description": desc})
-}
-
 // handleToken is POST /oidc/v1/token: OAuth client_credentials with HTTP
 // Basic (or form) client authentication.
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	fail := func(code int, errCode, desc string) {
 		s.stats.add(&s.stats.tokenFails, 1)
-		writeOAuthError(w, code, errCode, desc)
+		workspace.WriteJSON(w, code, map[string]string{"error": errCode, "error_description": desc})
 	}
 	if err := r.ParseForm(); err != nil {
 		fail(http.StatusBadRequest, "invalid_request", "malformed form body")
@@ -376,9 +370,8 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.stats.add(&s.stats.tokens, 1)
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(map[string]any{
+	workspace.WriteJSON(w, http.StatusOK, map[string]any{
 		"access_token": tok,
 		"token_type":   "Bearer",
 		"expires_in":   int64(s.cfg.TokenTTL / time.Second),

@@ -3,7 +3,6 @@ package emulator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -89,7 +88,7 @@ func (zs *zerobusService) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSer
 		return stream.Send(&zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_CloseStreamSignal{
 			CloseStreamSignal: &zbpb.CloseStreamSignal{Duration: durationpb.New(grace)}}})
 	}
-	streamID := fmt.Sprintf("%s-%s-%s-%s-%s", randomHex(4), randomHex(2), randomHex(2), randomHex(2), randomHex(6))
+	streamID := workspace.NewUUID()
 	s.stats.streamReady(name)
 	if err := stream.Send(&zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_CreateStreamResponse{
 		CreateStreamResponse: &zbpb.CreateIngestStreamResponse{StreamId: proto.String(streamID)}}}); err != nil {

@@ -24,26 +24,17 @@ type flightService struct {
 // admitStream takes a stream slot for the table (the concurrency cap) and
 // opens its storage; release frees the slot. Both ingest paths start here.
 func (s *Server) admitStream(name string, f *Faults) (release func(), ts *tableStore, err error) {
-	release, err = s.openStreamSlot(name, f)
-	if err != nil {
-		return nil, nil, err
+	if !s.stats.openStream(name, f.MaxStreamsPerTable) {
+		return nil, nil, status.Errorf(codes.ResourceExhausted,
+			"too many concurrent streams for table %s (limit %d)", name, f.MaxStreamsPerTable)
 	}
+	release = func() { s.stats.closeStream(name) }
 	ts, err = s.store(name)
 	if err != nil {
 		release()
 		return nil, nil, status.Errorf(codes.Internal, "open table storage: %v", err)
 	}
 	return release, ts, nil
-}
-
-// openStreamSlot applies the per-table concurrency cap and counts the open
-// stream; the returned func releases the slot.
-func (s *Server) openStreamSlot(table string, f *Faults) (func(), error) {
-	if !s.stats.openStream(table, f.MaxStreamsPerTable) {
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"too many concurrent streams for table %s (limit %d)", table, f.MaxStreamsPerTable)
-	}
-	return func() { s.stats.closeStream(table) }, nil
 }
 
 // DoPut serves one Zerobus Arrow stream: headers are checked, the schema

@@ -36,21 +36,10 @@ func (s *Server) httpHandler() http.Handler {
 	return mux
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// writeAPIError writes the Databricks REST error shape.
-func writeAPIError(w http.ResponseWriter, code int, errCode, msg string) {
-	writeJSON(w, code, map[string]any{"error_code": errCode, "message": msg})
-}
-
 func baseURL(r *http.Request) string { return "http://" + r.Host }
 
 func (s *Server) handleDatabricksConfig(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	workspace.WriteJSON(w, http.StatusOK, map[string]any{
 		"oidc_endpoint": baseURL(r) + "/oidc",
 		"workspace_id":  s.cfg.WorkspaceID,
 		"host":          baseURL(r),
@@ -59,7 +48,7 @@ func (s *Server) handleDatabricksConfig(w http.ResponseWriter, r *http.Request) 
 
 func (s *Server) handleOAuthMetadata(w http.ResponseWriter, r *http.Request) {
 	base := baseURL(r) + "/oidc"
-	writeJSON(w, http.StatusOK, map[string]any{
+	workspace.WriteJSON(w, http.StatusOK, map[string]any{
 		"issuer":                                base,
 		"authorization_endpoint":                base + "/v1/authorize",
 		"token_endpoint":                        base + "/v1/token",
@@ -102,15 +91,15 @@ func (s *Server) handleTableInfo(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	t, ok := s.reg.Get(name)
 	if !ok {
-		writeAPIError(w, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", "Table '"+name+"' does not exist.")
+		workspace.WriteError(w, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", "Table '"+name+"' does not exist.")
 		return
 	}
 	info, err := s.tableInfo(t)
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
+		workspace.WriteError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	workspace.WriteJSON(w, http.StatusOK, info)
 }
 
 // handleListTables is GET /emulator/v1/tables: every table with its count.
@@ -119,12 +108,12 @@ func (s *Server) handleListTables(w http.ResponseWriter, _ *http.Request) {
 	for _, t := range s.reg.List() {
 		info, err := s.tableInfo(t)
 		if err != nil {
-			writeAPIError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
+			workspace.WriteError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 			return
 		}
 		out = append(out, info)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
+	workspace.WriteJSON(w, http.StatusOK, map[string]any{"tables": out})
 }
 
 func (s *Server) handleTableRows(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +122,7 @@ func (s *Server) handleTableRows(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			writeAPIError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "limit must be an integer")
+			workspace.WriteError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "limit must be an integer")
 			return
 		}
 		limit = n
@@ -141,41 +130,41 @@ func (s *Server) handleTableRows(w http.ResponseWriter, r *http.Request) {
 	rows, err := s.TableRows(name, limit)
 	switch {
 	case errors.Is(err, workspace.ErrNotFound):
-		writeAPIError(w, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", "Table '"+name+"' does not exist.")
+		workspace.WriteError(w, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", "Table '"+name+"' does not exist.")
 		return
 	case err != nil:
-		writeAPIError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
+		workspace.WriteError(w, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return
 	}
 	if rows == nil {
 		rows = []map[string]any{}
 	}
-	writeJSON(w, http.StatusOK, rows)
+	workspace.WriteJSON(w, http.StatusOK, rows)
 }
 
 func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.Faults())
+	workspace.WriteJSON(w, http.StatusOK, s.Faults())
 }
 
 func (s *Server) handlePutFaults(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		writeAPIError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
+		workspace.WriteError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
 		return
 	}
 	var f Faults
 	if err := json.Unmarshal(body, &f); err != nil {
-		writeAPIError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
+		workspace.WriteError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
 		return
 	}
 	if err := s.SetFaults(f); err != nil {
-		writeAPIError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
+		workspace.WriteError(w, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
 		return
 	}
 	s.log.Info("faults changed", "faults", string(body))
-	writeJSON(w, http.StatusOK, s.Faults())
+	workspace.WriteJSON(w, http.StatusOK, s.Faults())
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.Stats())
+	workspace.WriteJSON(w, http.StatusOK, s.Stats())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -42,8 +43,11 @@ type session struct {
 	sendMu    sync.Mutex
 	sendAck   func(offset int64, records uint64) error
 	sendClose func(offset int64, records uint64, grace time.Duration) error
-	lastOff   int64
-	records   uint64
+	// lastOff and records are the cumulative ack position. They change only
+	// with sendMu held; end reads them without it, so a Send blocked by a
+	// client that stopped reading cannot hold up the end of the handler.
+	lastOff atomic.Int64
+	records atomic.Uint64
 
 	queue   chan *pending
 	failed  chan error
@@ -51,15 +55,16 @@ type session struct {
 }
 
 func newSession(ctx context.Context, srv *Server, table string) *session {
-	return &session{
+	ss := &session{
 		srv:     srv,
 		table:   table,
 		ctx:     ctx,
-		lastOff: -1,
 		queue:   make(chan *pending, 4096),
 		failed:  make(chan error, 1),
 		drained: make(chan struct{}),
 	}
+	ss.lastOff.Store(-1)
+	return ss
 }
 
 // enqueue hands a received request to the ack loop; it blocks (flow control)
@@ -177,9 +182,8 @@ func (ss *session) ackLoop() {
 			}
 		}
 		ss.sendMu.Lock()
-		ss.lastOff = last
-		ss.records += uint64(rows)
-		err := ss.sendAck(ss.lastOff, ss.records)
+		ss.lastOff.Store(last)
+		err := ss.sendAck(last, ss.records.Add(uint64(rows)))
 		ss.sendMu.Unlock()
 		if err != nil {
 			ss.fail(err)
@@ -219,7 +223,7 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 		case <-lifetime:
 			lifetime = nil
 			ss.sendMu.Lock()
-			err := ss.sendClose(ss.lastOff, ss.records, grace)
+			err := ss.sendClose(ss.lastOff.Load(), ss.records.Load(), grace)
 			ss.sendMu.Unlock()
 			if err != nil {
 				return err
@@ -238,11 +242,8 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 
 // end logs how the stream ended and passes its status through.
 func (ss *session) end(err error) error {
-	ss.sendMu.Lock()
-	off, recs := ss.lastOff, ss.records
-	ss.sendMu.Unlock()
 	ss.srv.log.Debug("stream ended", "table", ss.table, "code", status.Code(err).String(),
-		"err", err, "acked_offset", off, "acked_records", recs)
+		"err", err, "acked_offset", ss.lastOff.Load(), "acked_records", ss.records.Load())
 	return err
 }
 

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,12 +43,6 @@ const (
 
 var logName = regexp.MustCompile(`^(\d{20})\.json$`)
 
-// dataFile is one Parquet file live in the table's Delta log.
-type dataFile struct {
-	path string // relative to the table directory
-	rows int64
-}
-
 type writeReq struct {
 	rec  arrow.RecordBatch // owned by the store once queued
 	size int64
@@ -84,7 +76,7 @@ type tableStore struct {
 
 	// Guarded by mu; written only by the commit loop after replay.
 	nextVersion int64
-	files       []dataFile
+	files       []string // live Parquet files, relative to dir, in commit order
 	rows        int64
 	commits     int64  // data commits made since this store was opened
 	dataCommits int64  // data commits in the whole log, replayed ones included
@@ -201,7 +193,7 @@ func (ts *tableStore) replay() error {
 	ts.nextVersion = int64(len(versions))
 	for _, p := range order {
 		if n, ok := live[p]; ok {
-			ts.files = append(ts.files, dataFile{path: p, rows: n})
+			ts.files = append(ts.files, p)
 			ts.rows += n
 		}
 	}
@@ -354,12 +346,6 @@ func (ts *tableStore) dataCommitCount() int64 {
 	return ts.dataCommits
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // commit makes one Delta version out of the queued batches.
 func (ts *tableStore) commit(batch []writeReq) error {
 	t, ok := ts.reg.Get(ts.fullName)
@@ -393,7 +379,6 @@ func (ts *tableStore) commit(batch []writeReq) error {
 	now := time.Now()
 	var (
 		actions []deltaAction
-		added   []dataFile
 		written []string
 		total   int64
 	)
@@ -406,14 +391,13 @@ func (ts *tableStore) commit(batch []writeReq) error {
 		if g.rows == 0 {
 			continue
 		}
-		name := fmt.Sprintf("part-%05d-%s-c000.zstd.parquet", i, randomHex(16))
+		name := fmt.Sprintf("part-%05d-%s-c000.zstd.parquet", i, workspace.RandomHex(16))
 		size, err := writeParquet(filepath.Join(ts.dir, name), g.schema, g.recs)
 		if err != nil {
 			cleanup()
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		written = append(written, name)
-		added = append(added, dataFile{path: name, rows: g.rows})
 		total += g.rows
 		actions = append(actions, deltaAction{Add: &deltaAdd{
 			Path:             name,
@@ -437,7 +421,7 @@ func (ts *tableStore) commit(batch []writeReq) error {
 		return err
 	}
 	ts.mu.Lock()
-	ts.files = append(ts.files, added...)
+	ts.files = append(ts.files, written...)
 	ts.rows += total
 	ts.commits++
 	ts.dataCommits++
@@ -500,7 +484,7 @@ func (ts *tableStore) writeLog(version int64, actions []deltaAction) error {
 		}
 	}
 	logDir := filepath.Join(ts.dir, "_delta_log")
-	tmp := filepath.Join(logDir, ".tmp-"+randomHex(8))
+	tmp := filepath.Join(logDir, ".tmp-"+workspace.RandomHex(8))
 	if err := writeFileSync(tmp, buf.Bytes()); err != nil {
 		return err
 	}
@@ -583,51 +567,21 @@ func writeParquet(path string, schema *arrow.Schema, recs []arrow.RecordBatch) (
 func protocolFor(t workspace.Table) *deltaProtocol {
 	var features []string
 	for _, c := range t.Columns {
-		if typeHas(c.Type, typemap.TimestampNTZ) {
+		if c.Type.Contains(typemap.TimestampNTZ) {
 			features = append(features, "timestampNtz")
 			break
 		}
 	}
-	if propertyTrue(t.Properties, "delta.enableDeletionVectors") {
+	if t.PropertyTrue(workspace.PropDeletionVectors) {
 		features = append(features, "deletionVectors")
 	}
-	if propertyTrue(t.Properties, "delta.enableTypeWidening") {
+	if t.PropertyTrue(workspace.PropTypeWidening) {
 		features = append(features, "typeWidening")
 	}
 	if len(features) > 0 {
 		return &deltaProtocol{MinReaderVersion: 3, MinWriterVersion: 7, ReaderFeatures: features, WriterFeatures: features}
 	}
 	return &deltaProtocol{MinReaderVersion: 1, MinWriterVersion: 2}
-}
-
-// propertyTrue reports whether a delta.* property is "true"; Delta matches
-// these keys ignoring case.
-func propertyTrue(props map[string]string, key string) bool {
-	for k, v := range props {
-		if strings.EqualFold(k, key) && strings.EqualFold(strings.TrimSpace(v), "true") {
-			return true
-		}
-	}
-	return false
-}
-
-func typeHas(t typemap.Type, k typemap.Kind) bool {
-	if t.Kind == k {
-		return true
-	}
-	switch t.Kind {
-	case typemap.Array:
-		return typeHas(*t.Elem, k)
-	case typemap.Map:
-		return typeHas(*t.Key, k) || typeHas(*t.Value, k)
-	case typemap.Struct:
-		for _, f := range t.Fields {
-			if typeHas(f.Type, k) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // metaDataFor renders the table's Delta metaData. Properties that describe
@@ -661,16 +615,16 @@ func metaDataFor(t workspace.Table) *deltaMetaData {
 // a file lacks read as null.
 func (ts *tableStore) readRows(cols []typemap.Column, limit int) ([]map[string]any, error) {
 	ts.mu.Lock()
-	files := append([]dataFile(nil), ts.files...)
+	files := append([]string(nil), ts.files...)
 	ts.mu.Unlock()
 	var out []map[string]any
 	for _, f := range files {
 		if limit > 0 && len(out) >= limit {
 			break
 		}
-		rows, err := readParquetRows(filepath.Join(ts.dir, f.path), cols, limit-len(out), limit > 0)
+		rows, err := readParquetRows(filepath.Join(ts.dir, f), cols, limit-len(out), limit > 0)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", f.path, err)
+			return nil, fmt.Errorf("read %s: %w", f, err)
 		}
 		out = append(out, rows...)
 	}

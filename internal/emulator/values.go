@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,19 +71,9 @@ func jsonValue(arr arrow.Array, i int) any {
 		}
 		return m
 	case *array.List:
-		start, end := a.ValueOffsets(i)
-		out := make([]any, 0, end-start)
-		for j := int(start); j < int(end); j++ {
-			out = append(out, jsonValue(a.ListValues(), j))
-		}
-		return out
+		return listJSON(a, i)
 	case *array.LargeList:
-		start, end := a.ValueOffsets(i)
-		out := make([]any, 0, end-start)
-		for j := int(start); j < int(end); j++ {
-			out = append(out, jsonValue(a.ListValues(), j))
-		}
-		return out
+		return listJSON(a, i)
 	case *array.Struct:
 		st := a.DataType().(*arrow.StructType)
 		m := make(map[string]any, a.NumField())
@@ -92,6 +83,16 @@ func jsonValue(arr arrow.Array, i int) any {
 		return m
 	}
 	return arr.ValueStr(i)
+}
+
+func listJSON(a array.ListLike, i int) []any {
+	start, end := a.ValueOffsets(i)
+	values := a.ListValues()
+	out := make([]any, 0, end-start)
+	for j := int(start); j < int(end); j++ {
+		out = append(out, jsonValue(values, j))
+	}
+	return out
 }
 
 func floatJSON(f float64) any {
@@ -120,7 +121,7 @@ func newStorageConverter(cols []typemap.Column, in *arrow.Schema) *storageConver
 	fields := append([]arrow.Field(nil), in.Fields()...)
 	for i, f := range fields {
 		c, ok := byName[f.Name]
-		if !ok || !typeHas(c.Type, typemap.Decimal) {
+		if !ok || !c.Type.Contains(typemap.Decimal) {
 			continue
 		}
 		sc.decimalCols[i] = c.Type
@@ -204,7 +205,7 @@ func (sc *storageConverter) convert(rec arrow.RecordBatch) (arrow.RecordBatch, e
 // convertData rebuilds d (transport form of UC type t) as target, parsing
 // decimal strings wherever they sit. The result is a new reference.
 func convertData(d arrow.ArrayData, t typemap.Type, target arrow.DataType) (arrow.ArrayData, error) {
-	if !typeHas(t, typemap.Decimal) {
+	if !t.Contains(typemap.Decimal) {
 		d.Retain()
 		return d, nil
 	}
@@ -374,19 +375,26 @@ func appendJSON(b array.Builder, t typemap.Type, v any) error {
 		if err != nil {
 			return err
 		}
-		bits := map[typemap.Kind]int{typemap.Byte: 8, typemap.Short: 16, typemap.Int: 32, typemap.Long: 64}[t.Kind]
-		if bits < 64 && (n < -(1<<(bits-1)) || n >= 1<<(bits-1)) {
-			return fmt.Errorf("%d out of range for %s", n, t.Text())
-		}
+		var inRange bool
 		switch bb := b.(type) {
 		case *array.Int8Builder:
-			bb.Append(int8(n))
+			if inRange = n == int64(int8(n)); inRange {
+				bb.Append(int8(n))
+			}
 		case *array.Int16Builder:
-			bb.Append(int16(n))
+			if inRange = n == int64(int16(n)); inRange {
+				bb.Append(int16(n))
+			}
 		case *array.Int32Builder:
-			bb.Append(int32(n))
+			if inRange = n == int64(int32(n)); inRange {
+				bb.Append(int32(n))
+			}
 		case *array.Int64Builder:
+			inRange = true
 			bb.Append(n)
+		}
+		if !inRange {
+			return fmt.Errorf("%d out of range for %s", n, t.Text())
 		}
 	case typemap.Float, typemap.Double:
 		var f float64
@@ -520,12 +528,8 @@ func appendJSON(b array.Builder, t typemap.Type, v any) error {
 			return fmt.Errorf("want an object, got %T", v)
 		}
 		sb := b.(*array.StructBuilder)
-		known := map[string]bool{}
-		for _, f := range t.Fields {
-			known[f.Name] = true
-		}
 		for k := range obj {
-			if !known[k] {
+			if !slices.ContainsFunc(t.Fields, func(f typemap.Field) bool { return f.Name == k }) {
 				return fmt.Errorf("struct field %q does not exist", k)
 			}
 		}

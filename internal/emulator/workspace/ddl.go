@@ -48,6 +48,10 @@ func prop(props map[string]string, key string) string {
 	return ""
 }
 
+// PropertyTrue reports whether the table property key is "true" (delta.*
+// keys matched ignoring case, as Delta does).
+func (t Table) PropertyTrue(key string) bool { return propTrue(t.Properties, key) }
+
 func propTrue(props map[string]string, key string) bool {
 	return strings.EqualFold(strings.TrimSpace(prop(props, key)), "true")
 }
@@ -228,14 +232,14 @@ func (w *Workspace) execute(st *statement, catalog, schema string) *sqlError {
 	if st.Kind == KindCreateTable {
 		return w.create(name, st)
 	}
-	if _, ok := w.reg.Get(name); !ok {
+	before, ok := w.reg.Get(name)
+	if !ok {
 		return notFound(name)
 	}
 	if st.Kind == KindRepairSyncMetadata {
 		w.forceIceberg(name)
 		return nil
 	}
-	before, _ := w.reg.Get(name)
 	after, err := w.reg.Update(name, func(t *Table) error {
 		if serr := alter(t, st); serr != nil {
 			return serr

@@ -1,13 +1,6 @@
 package workspace
 
-import (
-	"time"
-
-	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-)
-
-// columnTypeJSON renders UC's type_json for a column.
-func columnTypeJSON(c typemap.Column) string { return typemap.ColumnTypeJSON(c) }
+import "time"
 
 // icebergState tracks the asynchronous Iceberg (UniForm) conversion of one
 // table. Delta versions count commits from 0 (the CREATE): a metadata change

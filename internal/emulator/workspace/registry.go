@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -235,7 +236,7 @@ func (r *Registry) Create(t Table) (Table, error) {
 	t = t.Clone()
 	t.FullName = NormalizeName(t.FullName)
 	if t.TableID == "" {
-		t.TableID = newUUID()
+		t.TableID = NewUUID()
 	}
 	if t.TableType == "" {
 		t.TableType = "MANAGED"
@@ -274,8 +275,8 @@ func (r *Registry) Update(fullName string, fn func(*Table) error) (Table, error)
 	}
 	next.FullName, next.TableID, next.CreatedAt = cur.FullName, cur.TableID, cur.CreatedAt
 	next.Version, next.UpdatedAt = cur.Version, cur.UpdatedAt
-	schemaChanged := !reflect.DeepEqual(next.Columns, cur.Columns) || !mapsEqual(next.Properties, cur.Properties)
-	if !schemaChanged && mapsEqual(next.Tags, cur.Tags) && next.Comment == cur.Comment &&
+	schemaChanged := !reflect.DeepEqual(next.Columns, cur.Columns) || !maps.Equal(next.Properties, cur.Properties)
+	if !schemaChanged && maps.Equal(next.Tags, cur.Tags) && next.Comment == cur.Comment &&
 		next.Owner == cur.Owner && next.TableType == cur.TableType {
 		return next, nil
 	}
@@ -288,18 +289,6 @@ func (r *Registry) Update(fullName string, fn func(*Table) error) (Table, error)
 	}
 	r.tables[key] = &next
 	return next.Clone(), nil
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // persist writes t atomically: temp file, fsync, rename, fsync of the
@@ -403,8 +392,8 @@ func decodeTable(b []byte) (Table, error) {
 	return t, nil
 }
 
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
+// NewUUID returns a random (version 4) UUID.
+func NewUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	b[6] = b[6]&0x0f | 0x40

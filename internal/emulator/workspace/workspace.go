@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // Options configures a Workspace. The zero value is usable.
@@ -173,12 +175,12 @@ func (w *Workspace) Handler() http.Handler {
 	mux.HandleFunc("GET /api/2.0/sql/statements/{statement_id}", w.handleGetStatement)
 	mux.HandleFunc("POST /api/2.0/unity-catalog/temporary-table-credentials", w.handleCredentials)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
-		writeError(rw, http.StatusNotFound, "ENDPOINT_NOT_FOUND", fmt.Sprintf("No API found for '%s %s'", r.Method, r.URL.Path))
+		WriteError(rw, http.StatusNotFound, "ENDPOINT_NOT_FOUND", fmt.Sprintf("No API found for '%s %s'", r.Method, r.URL.Path))
 	})
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if w.opts.Authorize != nil && strings.HasPrefix(r.URL.Path, "/api/") {
 			if err := w.opts.Authorize(r); err != nil {
-				writeError(rw, http.StatusUnauthorized, "UNAUTHENTICATED", fmt.Sprintf("Credential was not sent or was of an unsupported type for this API: %v", err))
+				WriteError(rw, http.StatusUnauthorized, "UNAUTHENTICATED", fmt.Sprintf("Credential was not sent or was of an unsupported type for this API: %v", err))
 				return
 			}
 		}
@@ -193,11 +195,14 @@ type apiError struct {
 	Details   []any  `json:"details,omitempty"`
 }
 
-func writeError(rw http.ResponseWriter, status int, code, msg string) {
-	writeJSON(rw, status, apiError{ErrorCode: code, Message: msg})
+// WriteError writes the Databricks REST error body {"error_code","message"}
+// with the given HTTP status.
+func WriteError(rw http.ResponseWriter, status int, code, msg string) {
+	WriteJSON(rw, status, apiError{ErrorCode: code, Message: msg})
 }
 
-func writeJSON(rw http.ResponseWriter, status int, v any) {
+// WriteJSON writes v as a JSON response with the given HTTP status.
+func WriteJSON(rw http.ResponseWriter, status int, v any) {
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(status)
 	_ = json.NewEncoder(rw).Encode(v) // the client went away; nothing to do
@@ -217,8 +222,8 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
-// randomID returns n random bytes, hex-encoded.
-func randomID(n int) string {
+// RandomHex returns n random bytes, hex-encoded.
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
 	return hex.EncodeToString(b)
@@ -288,20 +293,20 @@ func parseWaitTimeout(s string) (time.Duration, error) {
 func (w *Workspace) handleExecute(rw http.ResponseWriter, r *http.Request) {
 	var req executeRequest
 	if err := decodeBody(r, &req); err != nil {
-		writeError(rw, http.StatusBadRequest, "MALFORMED_REQUEST", err.Error())
+		WriteError(rw, http.StatusBadRequest, "MALFORMED_REQUEST", err.Error())
 		return
 	}
 	if req.WarehouseID == "" {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "warehouse_id is required")
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "warehouse_id is required")
 		return
 	}
 	if req.Statement == "" {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "statement is required")
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "statement is required")
 		return
 	}
 	wait, err := parseWaitTimeout(req.WaitTimeout)
 	if err != nil {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", err.Error())
 		return
 	}
 	rec := w.run(req)
@@ -311,10 +316,10 @@ func (w *Workspace) handleExecute(rw http.ResponseWriter, r *http.Request) {
 		w.mu.Lock()
 		rec.deferred = true
 		w.mu.Unlock()
-		writeJSON(rw, http.StatusOK, statementResponse{StatementID: rec.exec.ID, Status: statementStatus{State: "PENDING"}})
+		WriteJSON(rw, http.StatusOK, statementResponse{StatementID: rec.exec.ID, Status: statementStatus{State: "PENDING"}})
 		return
 	}
-	writeJSON(rw, http.StatusOK, responseFor(rec.exec))
+	WriteJSON(rw, http.StatusOK, responseFor(rec.exec))
 }
 
 func (w *Workspace) handleGetStatement(rw http.ResponseWriter, r *http.Request) {
@@ -334,14 +339,14 @@ func (w *Workspace) handleGetStatement(rw http.ResponseWriter, r *http.Request) 
 	}
 	w.mu.Unlock()
 	if !ok {
-		writeError(rw, http.StatusNotFound, "RESOURCE_DOES_NOT_EXIST", fmt.Sprintf("statement %q does not exist", id))
+		WriteError(rw, http.StatusNotFound, "RESOURCE_DOES_NOT_EXIST", fmt.Sprintf("statement %q does not exist", id))
 		return
 	}
 	if running {
-		writeJSON(rw, http.StatusOK, statementResponse{StatementID: id, Status: statementStatus{State: "RUNNING"}})
+		WriteJSON(rw, http.StatusOK, statementResponse{StatementID: id, Status: statementStatus{State: "RUNNING"}})
 		return
 	}
-	writeJSON(rw, http.StatusOK, responseFor(exec))
+	WriteJSON(rw, http.StatusOK, responseFor(exec))
 }
 
 func responseFor(e ExecutedStatement) statementResponse {
@@ -358,7 +363,7 @@ func responseFor(e ExecutedStatement) statementResponse {
 
 // run parses and executes one statement, records it and counts it.
 func (w *Workspace) run(req executeRequest) *statementRecord {
-	exec := ExecutedStatement{ID: newUUID(), Text: req.Statement, State: "SUCCEEDED"}
+	exec := ExecutedStatement{ID: NewUUID(), Text: req.Statement, State: "SUCCEEDED"}
 	var serr *sqlError
 	if len(req.Parameters) > 0 {
 		exec.Kind = KindUnsupported
@@ -441,21 +446,21 @@ func (w *Workspace) handleGetTable(rw http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("full_name")
 	t, ok := w.reg.Get(name)
 	if !ok {
-		writeError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
+		WriteError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
 		return
 	}
-	writeJSON(rw, http.StatusOK, w.describe(t))
+	WriteJSON(rw, http.StatusOK, w.describe(t))
 }
 
 func (w *Workspace) handleTableExists(rw http.ResponseWriter, r *http.Request) {
 	_, ok := w.reg.Get(r.PathValue("full_name"))
-	writeJSON(rw, http.StatusOK, map[string]bool{"table_exists": ok})
+	WriteJSON(rw, http.StatusOK, map[string]bool{"table_exists": ok})
 }
 
 func (w *Workspace) handleListTables(rw http.ResponseWriter, r *http.Request) {
 	cat, sch := strings.ToLower(r.URL.Query().Get("catalog_name")), strings.ToLower(r.URL.Query().Get("schema_name"))
 	if cat == "" || sch == "" {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "catalog_name and schema_name are required")
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "catalog_name and schema_name are required")
 		return
 	}
 	out := []tableJSON{}
@@ -464,7 +469,7 @@ func (w *Workspace) handleListTables(rw http.ResponseWriter, r *http.Request) {
 			out = append(out, w.describe(t))
 		}
 	}
-	writeJSON(rw, http.StatusOK, map[string]any{"tables": out})
+	WriteJSON(rw, http.StatusOK, map[string]any{"tables": out})
 }
 
 // describe renders t as UC's TableInfo.
@@ -483,7 +488,7 @@ func (w *Workspace) describe(t Table) tableJSON {
 	for i, c := range t.Columns {
 		out.Columns[i] = columnJSON{
 			Name: c.Name, Position: i, Nullable: c.Nullable, Comment: c.Comment,
-			TypeName: string(c.Type.Kind), TypeText: c.Type.Text(), TypeJSON: columnTypeJSON(c),
+			TypeName: string(c.Type.Kind), TypeText: c.Type.Text(), TypeJSON: typemap.ColumnTypeJSON(c),
 			TypePrecision: c.Type.Precision, TypeScale: c.Type.Scale,
 		}
 	}
@@ -509,12 +514,12 @@ type tagAssignmentJSON struct {
 func (w *Workspace) handleListTags(rw http.ResponseWriter, r *http.Request) {
 	typ, name := r.PathValue("entity_type"), r.PathValue("entity_name")
 	if typ != "tables" {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", fmt.Sprintf("entity_type %q: the emulator serves tags of tables only", typ))
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", fmt.Sprintf("entity_type %q: the emulator serves tags of tables only", typ))
 		return
 	}
 	t, ok := w.reg.Get(name)
 	if !ok {
-		writeError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
+		WriteError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
 		return
 	}
 	keys := make([]string, 0, len(t.Tags))
@@ -526,7 +531,7 @@ func (w *Workspace) handleListTags(rw http.ResponseWriter, r *http.Request) {
 	for _, k := range keys {
 		out = append(out, tagAssignmentJSON{EntityName: t.FullName, EntityType: typ, TagKey: k, TagValue: t.Tags[k]})
 	}
-	writeJSON(rw, http.StatusOK, map[string]any{"tag_assignments": out})
+	WriteJSON(rw, http.StatusOK, map[string]any{"tag_assignments": out})
 }
 
 // --- temporary table credentials ---
@@ -555,35 +560,35 @@ type credentialsResponse struct {
 func (w *Workspace) handleCredentials(rw http.ResponseWriter, r *http.Request) {
 	var req credentialsRequest
 	if err := decodeBody(r, &req); err != nil {
-		writeError(rw, http.StatusBadRequest, "MALFORMED_REQUEST", err.Error())
+		WriteError(rw, http.StatusBadRequest, "MALFORMED_REQUEST", err.Error())
 		return
 	}
 	if req.TableID == "" {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "table_id is required")
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "table_id is required")
 		return
 	}
 	if req.Operation != "READ" && req.Operation != "READ_WRITE" {
-		writeError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", fmt.Sprintf("operation %q: must be READ or READ_WRITE", req.Operation))
+		WriteError(rw, http.StatusBadRequest, "INVALID_PARAMETER_VALUE", fmt.Sprintf("operation %q: must be READ or READ_WRITE", req.Operation))
 		return
 	}
 	t, ok := w.reg.GetByID(req.TableID)
 	if !ok {
-		writeError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table with id '%s' does not exist.", req.TableID))
+		WriteError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table with id '%s' does not exist.", req.TableID))
 		return
 	}
 	if w.opts.DenyExternalAccess {
-		writeError(rw, http.StatusForbidden, "PERMISSION_DENIED", fmt.Sprintf("Credential vending for table '%s' is not allowed: the metastore does not allow external data access or the principal lacks EXTERNAL USE SCHEMA.", t.FullName))
+		WriteError(rw, http.StatusForbidden, "PERMISSION_DENIED", fmt.Sprintf("Credential vending for table '%s' is not allowed: the metastore does not allow external data access or the principal lacks EXTERNAL USE SCHEMA.", t.FullName))
 		return
 	}
 	if req.Operation == "READ_WRITE" && t.TableType == "MANAGED" {
-		writeError(rw, http.StatusForbidden, "PERMISSION_DENIED", fmt.Sprintf("READ_WRITE temporary credentials are not supported for managed table '%s'; only READ is vended for managed tables.", t.FullName))
+		WriteError(rw, http.StatusForbidden, "PERMISSION_DENIED", fmt.Sprintf("READ_WRITE temporary credentials are not supported for managed table '%s'; only READ is vended for managed tables.", t.FullName))
 		return
 	}
-	writeJSON(rw, http.StatusOK, credentialsResponse{
+	WriteJSON(rw, http.StatusOK, credentialsResponse{
 		AwsTempCredentials: awsCredentials{
-			AccessKeyID:     "ASIAEMULATOR" + strings.ToUpper(randomID(4)),
-			SecretAccessKey: randomID(20),
-			SessionToken:    "emulator-session-" + randomID(32),
+			AccessKeyID:     "ASIAEMULATOR" + strings.ToUpper(RandomHex(4)),
+			SecretAccessKey: RandomHex(20),
+			SessionToken:    "emulator-session-" + RandomHex(32),
 		},
 		ExpirationTime: w.opts.Now().Add(w.opts.CredentialTTL).UnixMilli(),
 		URL:            w.opts.StorageLocation(t),

@@ -83,12 +83,12 @@ var Version = "dev"
 // buildState makes the converter for columns and, unless prev is given to
 // be reopened, a new connected pool. It maps connect failures: a concurrency
 // reject asks the engine to back off for the service's hint.
-func (o *output) buildState(ctx context.Context, gen int, cols []typemap.Column, prev *pool.Pool) (*writeState, error) {
+func (o *output) buildState(ctx context.Context, cols []typemap.Column, prev *pool.Pool) (*writeState, error) {
 	conv, err := arrowconv.New(cols, arrowconv.Options{NestedToString: o.cfg.NestedToString, EpochUnit: o.cfg.EpochUnit})
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", o.cfg.Table, err)
 	}
-	st := &writeState{gen: gen, columns: cols, names: map[string]bool{}, conv: conv}
+	st := &writeState{columns: cols, names: map[string]bool{}, conv: conv}
 	for _, c := range cols {
 		st.names[strings.ToLower(c.Name)] = true
 	}

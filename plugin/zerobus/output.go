@@ -95,7 +95,6 @@ type output struct {
 // writeState is the immutable target the write path uses: replaced as a
 // whole (copy on write) when the table schema changes.
 type writeState struct {
-	gen     int
 	columns []typemap.Column
 	names   map[string]bool // lower-cased column names
 	conv    *arrowconv.Converter
@@ -159,7 +158,7 @@ func (o *output) Connect(ctx context.Context) error {
 	if err := o.checkPrimaryRaw(state); err != nil {
 		return err
 	}
-	st, err := o.buildState(ctx, 0, state.Columns, nil)
+	st, err := o.buildState(ctx, state.Columns, nil)
 	if err != nil {
 		return err
 	}

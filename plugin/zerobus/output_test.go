@@ -171,6 +171,22 @@ func (h *harness) connect(t *testing.T) {
 	require.NoError(t, h.out.Connect(ctx))
 }
 
+// writeConcurrently writes n one-message batches at once, body(i) the
+// message of the i-th, and returns their WriteBatch results.
+func (h *harness) writeConcurrently(n int, body func(i int) string) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.out.WriteBatch(context.Background(), msgs(body(i)))
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
 func msgs(bodies ...string) service.MessageBatch {
 	b := make(service.MessageBatch, len(bodies))
 	for i, s := range bodies {
@@ -255,15 +271,7 @@ func TestWriteBatchBadRowsFailAlone(t *testing.T) {
 	}
 	err := <-done
 	require.Error(t, err)
-	var berr *service.BatchError
-	require.ErrorAs(t, err, &berr)
-	failed := map[int]string{}
-	berr.WalkMessages(func(i int, _ *service.Message, err error) bool {
-		if err != nil {
-			failed[i] = err.Error()
-		}
-		return true
-	})
+	failed := failedRows(t, err) // requires a *service.BatchError
 	require.Len(t, failed, 2)
 	assert.Contains(t, failed[1], "message 1")
 	assert.Contains(t, failed[1], "nope")
@@ -389,16 +397,9 @@ func TestProvisionAddsColumnOnDrift(t *testing.T) {
 	reconcilesBefore := h.cat.reconcileCount()
 
 	// Concurrent batches all carrying the new field: one evolution.
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = h.out.WriteBatch(context.Background(), msgs(`{"id":`+itoa(int64(10+i))+`,"msg":"new","region":"eu"}`))
-		}()
-	}
-	wg.Wait()
+	errs := h.writeConcurrently(8, func(i int) string {
+		return `{"id":` + itoa(int64(10+i)) + `,"msg":"new","region":"eu"}`
+	})
 	for _, err := range errs {
 		require.NoError(t, err)
 	}

@@ -147,7 +147,7 @@ func (o *output) createFromBatch(ctx context.Context, batch service.MessageBatch
 	if err := o.checkPrimaryRaw(state); err != nil {
 		return nil, err
 	}
-	st, err := o.buildState(ctx, 1, state.Columns, nil)
+	st, err := o.buildState(ctx, state.Columns, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func (o *output) evolve(ctx context.Context, seen *writeState, batch service.Mes
 				return nil, fmt.Errorf("describe table %s after evolving: %v", o.cfg.Table, err)
 			}
 		}
-		next, err := o.buildState(ctx, seen.gen+1, state.Columns, seen.pool)
+		next, err := o.buildState(ctx, state.Columns, seen.pool)
 		if err != nil {
 			return nil, err
 		}
@@ -253,45 +253,31 @@ func (o *output) dropRefused(refused *catalog.RefusedError, add []typemap.Column
 	for _, r := range refused.Refusals {
 		reasons[strings.ToLower(r.Column)] = r.Reason
 	}
+	named := func(column string) bool { _, ok := reasons[strings.ToLower(column)]; return ok }
+	all := !slices.ContainsFunc(add, func(c typemap.Column) bool { return named(c.Name) }) &&
+		!slices.ContainsFunc(widen, func(w widening) bool { return named(w.column) })
 	var keepAdd []typemap.Column
 	var keepWiden []widening
 	var dropped []string
 	for _, c := range add {
-		if _, ok := reasons[strings.ToLower(c.Name)]; ok {
-			dropped = append(dropped, c.Name)
+		if !all && !named(c.Name) {
+			keepAdd = append(keepAdd, c)
 			continue
 		}
-		keepAdd = append(keepAdd, c)
+		o.refused[strings.ToLower(c.Name)] = true
+		dropped = append(dropped, c.Name)
 	}
 	for _, w := range widen {
-		if _, ok := reasons[strings.ToLower(w.column)]; ok {
-			dropped = append(dropped, w.column)
+		if !all && !named(w.column) {
+			keepWiden = append(keepWiden, w)
 			continue
 		}
-		keepWiden = append(keepWiden, w)
-	}
-	if len(dropped) == 0 {
-		keepAdd, keepWiden = nil, nil
-		for _, c := range add {
-			dropped = append(dropped, c.Name)
+		reason, ok := reasons[strings.ToLower(w.column)]
+		if !ok {
+			reason = refused.Error()
 		}
-		for _, w := range widen {
-			dropped = append(dropped, w.column)
-		}
-	}
-	for _, c := range add {
-		if !slices.ContainsFunc(keepAdd, func(k typemap.Column) bool { return k.Name == c.Name }) {
-			o.refused[strings.ToLower(c.Name)] = true
-		}
-	}
-	for _, w := range widen {
-		if !slices.ContainsFunc(keepWiden, func(k widening) bool { return k.column == w.column }) {
-			reason, ok := reasons[strings.ToLower(w.column)]
-			if !ok {
-				reason = refused.Error()
-			}
-			o.widenRefused.Store(strings.ToLower(w.column), reason)
-		}
+		o.widenRefused.Store(strings.ToLower(w.column), reason)
+		dropped = append(dropped, w.column)
 	}
 	o.log.Errorf("table %s: %v; rows needing %v fail", o.cfg.Table, refused, dropped)
 	return keepAdd, keepWiden
@@ -332,7 +318,7 @@ func (o *output) redescribe(ctx context.Context, seen *writeState) {
 	if sameColumns(state.Columns, seen.columns) {
 		return
 	}
-	next, err := o.buildState(ctx, seen.gen+1, state.Columns, seen.pool)
+	next, err := o.buildState(ctx, state.Columns, seen.pool)
 	if err != nil {
 		o.log.Errorf("reopen streams of %s on the re-described schema: %v", o.cfg.Table, err)
 		return

@@ -54,8 +54,10 @@ func widenable(t typemap.Type) bool {
 // of range for a narrow top-level numeric column of st, and for each such
 // column the narrowest wider type that holds all of them. Values nothing
 // wider can hold (beyond BIGINT, or a float beyond DOUBLE) are left out:
-// their rows fail as they are. The result is in table column order.
-func widenings(st *writeState, batch service.MessageBatch, errs []arrowconv.RowError) []widening {
+// their rows fail as they are. Columns skip reports true for (nil: none)
+// are left out before any message is decoded. The result is in table
+// column order.
+func widenings(st *writeState, batch service.MessageBatch, errs []arrowconv.RowError, skip func(column string) bool) []widening {
 	var out []widening
 	at := map[string]int{} // column name → index in out
 	for _, e := range errs {
@@ -64,8 +66,11 @@ func widenings(st *writeState, batch service.MessageBatch, errs []arrowconv.RowE
 		}
 		// A top-level column's error is named by the column itself; a path
 		// ("s.n", "xs[1]") points into a nested value, which is left alone.
-		i := slices.IndexFunc(st.columns, func(c typemap.Column) bool { return c.Name == e.Column })
+		i := columnIndex(st.columns, e.Column)
 		if i < 0 || !widenable(st.columns[i].Type) || e.Index < 0 || e.Index >= len(batch) {
+			continue
+		}
+		if skip != nil && skip(e.Column) {
 			continue
 		}
 		col := st.columns[i]
@@ -257,6 +262,13 @@ func (o *output) pendingWidenings(ws []widening) []widening {
 		}
 	}
 	return out
+}
+
+// hinted reports whether the widening hint was logged for column already:
+// its rows then fail without being decoded again only to build it.
+func (o *output) hinted(column string) bool {
+	_, done := o.widenHinted.Load(strings.ToLower(column))
+	return done
 }
 
 // hintWidening logs, once per column, that catalog.widen (with provisioning)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
@@ -219,16 +219,9 @@ func TestWideningOnceUnderConcurrentBatches(t *testing.T) {
 	})
 	h.connect(t)
 	before := h.cat.reconcileCount()
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = h.out.WriteBatch(context.Background(), msgs(`{"id":`+itoa(int64(i))+`,"n":`+itoa(int64(3000000000+i))+`}`))
-		}()
-	}
-	wg.Wait()
+	errs := h.writeConcurrently(8, func(i int) string {
+		return `{"id":` + itoa(int64(i)) + `,"n":` + itoa(int64(3000000000+i)) + `}`
+	})
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
@@ -248,4 +241,20 @@ func TestWideningReadsStructuredMessages(t *testing.T) {
 	require.NoError(t, h.out.WriteBatch(context.Background(), service.MessageBatch{m}))
 	sent, _ := submittedColumn(t, h.opener, "n")
 	assert.Equal(t, []string{"-3000000000"}, sent)
+}
+
+func TestHintedColumnIsNotDecodedAgain(t *testing.T) {
+	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(c *fakeCatalog) {
+		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
+	})
+	h.connect(t)
+	batch := msgs(`{"id":1,"n":3000000000}`)
+	errs := []arrowconv.RowError{{Index: 0, Column: "n", Err: arrowconv.ErrOutOfRange}}
+	st := h.out.st.Load()
+	require.Len(t, widenings(st, batch, errs, h.out.hinted), 1, "not hinted yet: the row is looked at")
+
+	require.Len(t, failedRows(t, h.out.WriteBatch(context.Background(), batch)), 1)
+	assert.True(t, h.out.hinted("n"))
+	assert.Empty(t, widenings(h.out.st.Load(), batch, errs, h.out.hinted), "once hinted, the column is skipped")
+	assert.Len(t, widenings(h.out.st.Load(), batch, errs, nil), 1)
 }

@@ -121,10 +121,12 @@ func (o *output) convert(ctx context.Context, st *writeState, batch service.Mess
 	// this batch's drift. Each round either evolves or moves to a newer
 	// state, so a few rounds settle it.
 	for round := 0; ; round++ {
-		widen := widenings(st, batch, res.RowErrors)
-		if !o.cfg.Provision || !o.cfg.Widen {
-			o.hintWidening(widen)
-			widen = nil
+		var widen []widening
+		if o.cfg.Provision && o.cfg.Widen {
+			widen = widenings(st, batch, res.RowErrors, nil)
+		} else {
+			// Only for the hint: a column hinted already is not looked at.
+			o.hintWidening(widenings(st, batch, res.RowErrors, o.hinted))
 		}
 		pending := o.pendingWidenings(widen)
 		if round == maxEvolveRounds || !o.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {

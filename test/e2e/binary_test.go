@@ -119,6 +119,10 @@ func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL stri
 type tableInfo struct {
 	FullName string `json:"full_name"`
 	RowCount int64  `json:"row_count"`
+	Columns  []struct {
+		Name     string `json:"name"`
+		TypeName string `json:"type_name"`
+	} `json:"columns"`
 }
 
 func readTableInfo(tb testing.TB, httpURL, table string) tableInfo {
@@ -248,10 +252,7 @@ func TestBinaryExampleDeadLetterQueue(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	require.Len(t, lines, 100, "exactly the rows with the unknown field are dead-lettered")
-	var first struct {
-		Error string         `json:"error"`
-		Row   map[string]any `json:"row"`
-	}
+	var first deadLetter
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
 	assert.Contains(t, first.Error, `column "unexpected"`)
 	assert.Contains(t, first.Row, "unexpected")
@@ -280,17 +281,7 @@ func TestBinaryExampleProvisioning(t *testing.T) {
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
 	runExample(t, httpURL, grpcURL, "provisioning.yaml", "PROVISION_COUNT=1000")
 
-	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var info struct {
-		RowCount int64 `json:"row_count"`
-		Columns  []struct {
-			Name     string `json:"name"`
-			TypeName string `json:"type_name"`
-		} `json:"columns"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&info))
+	info := readTableInfo(t, httpURL, table)
 	assert.Equal(t, int64(1000), info.RowCount)
 	types := map[string]string{}
 	for _, c := range info.Columns {

@@ -4,12 +4,15 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,14 +65,99 @@ func outputYAML(srv *emulator.Server, table, extra string) string {
 	return y
 }
 
-// runStream builds and runs a stream until it ends by itself or timeout.
-func runStream(tb testing.TB, b *service.StreamBuilder, timeout time.Duration) {
+// newStream is a stream builder logging at warn level, with output as its
+// output.
+func newStream(tb testing.TB, output string) *service.StreamBuilder {
+	tb.Helper()
+	b := service.NewStreamBuilder()
+	require.NoError(tb, b.SetLoggerYAML("level: warn"))
+	require.NoError(tb, b.AddOutputYAML(output))
+	return b
+}
+
+// startStream builds b and runs the stream in the background, bounded by
+// the returned context (90s). stop stops it within 15s, waits for it to end
+// and returns the error of stopping; the test's cleanup stops it too.
+func startStream(tb testing.TB, b *service.StreamBuilder) (ctx context.Context, stop func() error) {
 	tb.Helper()
 	s, err := b.Build()
 	require.NoError(tb, err)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	require.NoError(tb, s.Run(ctx))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.Run(ctx) }()
+	var once sync.Once
+	var stopErr error
+	stop = func() error {
+		once.Do(func() {
+			stopErr = s.StopWithin(15 * time.Second)
+			cancel()
+			<-runDone
+		})
+		return stopErr
+	}
+	tb.Cleanup(func() { _ = stop() })
+	return ctx, stop
+}
+
+// startProducer is startStream for a stream fed through a batch producer.
+func startProducer(tb testing.TB, b *service.StreamBuilder) (service.MessageBatchHandlerFunc, context.Context, func() error) {
+	tb.Helper()
+	produce, err := b.AddBatchProducerFunc()
+	require.NoError(tb, err)
+	ctx, stop := startStream(tb, b)
+	return produce, ctx, stop
+}
+
+// dlqBatching turns the output's own batching off. The engine's output
+// batcher reduces a per-row batch error to one error for each upstream
+// transaction, so a row-level dead-letter queue needs the rows batched
+// before the output (at the input) and passed through unbatched.
+const dlqBatching = "batching:\n  count: 0\n  period: \"\"\n"
+
+// deadLetter is a row the fallback output received, with the error the
+// zerobus output failed it with.
+type deadLetter struct {
+	Error string         `json:"error"`
+	Row   map[string]any `json:"row"`
+}
+
+// writeWithFallback runs a pipeline whose zerobus output (with extra
+// output YAML) falls back to a file, sends each batch in turn, stops the
+// pipeline and returns the dead letters.
+func writeWithFallback(t *testing.T, srv *emulator.Server, table, extra string, batches ...service.MessageBatch) []deadLetter {
+	t.Helper()
+	dlq := filepath.Join(t.TempDir(), "dlq.jsonl")
+	produce, ctx, stop := startProducer(t, newStream(t, fmt.Sprintf(`
+fallback:
+  - %s
+  - file:
+      path: %s
+      codec: lines
+    processors:
+      - mapping: |
+          root.error = @fallback_error
+          root.row = this
+`, strings.ReplaceAll(outputYAML(srv, table, dlqBatching+extra), "\n", "\n    "), dlq)))
+	for _, batch := range batches {
+		require.NoError(t, produce(ctx, batch))
+	}
+	require.NoError(t, stop())
+
+	f, err := os.Open(dlq)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	var dead []deadLetter
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var d deadLetter
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &d), sc.Text())
+		dead = append(dead, d)
+	}
+	require.NoError(t, sc.Err())
+	return dead
 }
 
 // repoRoot finds the module root from this file's location.

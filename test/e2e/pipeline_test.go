@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,17 +30,7 @@ func TestRowsLandExactlyAsSent(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{},
 		exactTable+":id BIGINT NOT NULL, msg STRING, score DOUBLE, ok BOOLEAN, ts TIMESTAMP, tags ARRAY<STRING>")
 
-	b := service.NewStreamBuilder()
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
-	require.NoError(t, b.AddOutputYAML(outputYAML(srv, exactTable, "max_in_flight: 8\nbatching:\n  count: 37\n  period: 20ms\n")))
-	produce, err := b.AddBatchProducerFunc()
-	require.NoError(t, err)
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
+	produce, ctx, stop := startProducer(t, newStream(t, outputYAML(srv, exactTable, "max_in_flight: 8\nbatching:\n  count: 37\n  period: 20ms\n")))
 
 	const batches, perBatch = 20, 50
 	want := map[int64]map[string]any{}
@@ -90,8 +79,7 @@ func TestRowsLandExactlyAsSent(t *testing.T) {
 		assert.True(t, wantTS.Equal(gotTS), "row %d ts: want %s got %s", id, wantTS, gotTS)
 		assert.Equal(t, w["tags"], g["tags"], "row %d tags", id)
 	}
-	require.NoError(t, s.StopWithin(10*time.Second))
-	<-runDone
+	require.NoError(t, stop())
 }
 
 func toFloat(v any) any {
@@ -142,16 +130,7 @@ input:
 output:
   %s
 `, addr, strings.ReplaceAll(outputYAML(srv, eventsTable, "batching:\n  count: 100\n  period: 5ms\n"), "\n", "\n  "))))
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		_ = s.StopWithin(10 * time.Second)
-		<-runDone
-	})
+	startStream(t, b) // stopped by the test's cleanup
 
 	url := "http://" + addr + "/ingest"
 	require.Eventually(t, func() bool {
@@ -188,70 +167,25 @@ output:
 	assert.Contains(t, string(msg), "id")
 }
 
-// dlqBatching turns the output's own batching off. The engine's output
-// batcher reduces a per-row batch error to one error for each upstream
-// transaction, so a row-level dead-letter queue needs the rows batched
-// before the output (at the input) and passed through unbatched.
-const dlqBatching = "batching:\n  count: 0\n  period: \"\"\n"
-
 func TestFallbackReceivesBadRowsWithError(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
-	dlq := filepath.Join(t.TempDir(), "dlq.jsonl")
-
-	b := service.NewStreamBuilder()
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
-	require.NoError(t, b.AddOutputYAML(fmt.Sprintf(`
-fallback:
-  - %s
-  - file:
-      path: %s
-      codec: lines
-    processors:
-      - mapping: |
-          root.error = @fallback_error
-          root.row = this
-`, strings.ReplaceAll(outputYAML(srv, eventsTable, dlqBatching), "\n", "\n    "), dlq)))
-	produce, err := b.AddBatchProducerFunc()
-	require.NoError(t, err)
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
-
-	batch := service.MessageBatch{
+	dead := writeWithFallback(t, srv, eventsTable, "", service.MessageBatch{
 		service.NewMessage([]byte(`{"id":1,"msg":"good"}`)),
 		service.NewMessage([]byte(`{"id":2,"msg":"bad","colour":"red"}`)),
 		service.NewMessage([]byte(`{"id":3,"msg":"good too","level":"warn"}`)),
 		service.NewMessage([]byte(`{"msg":"missing id"}`)),
 		service.NewMessage([]byte(`{"id":99999999999999999999}`)),
-	}
-	require.NoError(t, produce(ctx, batch))
-	require.NoError(t, s.StopWithin(10*time.Second))
-	<-runDone
+	})
 
 	got := rowsByID(t, srv, eventsTable)
 	assert.Len(t, got, 2)
 	assert.Contains(t, got, int64(1))
 	assert.Contains(t, got, int64(3))
 
-	f, err := os.Open(dlq)
-	require.NoError(t, err)
-	defer f.Close()
-	var dead []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
-		dead = append(dead, m)
-	}
 	require.Len(t, dead, 3)
 	byMsg := map[string]string{}
 	for _, d := range dead {
-		row, _ := d["row"].(map[string]any)
-		key := fmt.Sprint(row["msg"])
-		byMsg[key] = fmt.Sprint(d["error"])
+		byMsg[fmt.Sprint(d.Row["msg"])] = d.Error
 	}
 	assert.Contains(t, byMsg["bad"], "colour")
 	assert.Contains(t, byMsg["bad"], "message 1")
@@ -263,22 +197,12 @@ func TestProvisioningCreatesAndEvolves(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{})
 	const table = "main.bronze.orders"
 
-	b := service.NewStreamBuilder()
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
-	require.NoError(t, b.AddOutputYAML(outputYAML(srv, table, `catalog:
+	produce, ctx, stop := startProducer(t, newStream(t, outputYAML(srv, table, `catalog:
   provision: true
   warehouse_id: wh-e2e
   column_descriptions:
     order_id: Order number.
 `)))
-	produce, err := b.AddBatchProducerFunc()
-	require.NoError(t, err)
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
 
 	_, exists := srv.Registry().Get(table)
 	require.False(t, exists)
@@ -325,8 +249,7 @@ func TestProvisioningCreatesAndEvolves(t *testing.T) {
 	}
 	assert.True(t, found, "the row with the new field landed")
 
-	require.NoError(t, s.StopWithin(10*time.Second))
-	<-runDone
+	require.NoError(t, stop())
 }
 
 // stripManaged removes a managed-comment marker the catalog may append.
@@ -384,19 +307,10 @@ func TestMetricsShowPipelining(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{AckLatency: 100 * time.Millisecond}, eventsTable+":"+eventsCols)
 	mux := http.NewServeMux()
 
-	b := service.NewStreamBuilder()
+	b := newStream(t, outputYAML(srv, eventsTable, "batching:\n  count: 0\n"))
 	b.SetHTTPMux(mux)
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
 	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
-	require.NoError(t, b.AddOutputYAML(outputYAML(srv, eventsTable, "batching:\n  count: 0\n")))
-	produce, err := b.AddBatchProducerFunc()
-	require.NoError(t, err)
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
+	produce, ctx, stop := startProducer(t, b)
 
 	const writers, rounds, perBatch = 32, 4, 25
 	var wg sync.WaitGroup
@@ -442,8 +356,7 @@ func TestMetricsShowPipelining(t *testing.T) {
 	rowErrs, _ := promSum(text, "zerobus_row_errors_total")
 	assert.Equal(t, 0.0, rowErrs)
 
-	require.NoError(t, s.StopWithin(10*time.Second))
-	<-runDone
+	require.NoError(t, stop())
 }
 
 // produceIDs sends rows with ids [from, to) in batches of size per through
@@ -468,23 +381,12 @@ func produceIDs(t *testing.T, ctx context.Context, produce service.MessageBatchH
 	wg.Wait()
 }
 
+// buildProducer starts a pipeline writing to output through a batch
+// producer; stop stops it, asserting a clean stop.
 func buildProducer(t *testing.T, output string) (service.MessageBatchHandlerFunc, context.Context, func()) {
 	t.Helper()
-	b := service.NewStreamBuilder()
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
-	require.NoError(t, b.AddOutputYAML(output))
-	produce, err := b.AddBatchProducerFunc()
-	require.NoError(t, err)
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
-	return produce, ctx, func() {
-		assert.NoError(t, s.StopWithin(15*time.Second))
-		<-runDone
-		cancel()
-	}
+	produce, ctx, stop := startProducer(t, newStream(t, output))
+	return produce, ctx, func() { assert.NoError(t, stop()) }
 }
 
 func TestNoRowLostAcrossStreamRotation(t *testing.T) {

@@ -1,18 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
@@ -94,62 +88,6 @@ func ucColumnTypes(t *testing.T, srv *emulator.Server, token, table string) map[
 		out[c.Name] = c.TypeText
 	}
 	return out
-}
-
-// deadLetter is a row the fallback output received, with the error the
-// zerobus output failed it with.
-type deadLetter struct {
-	Error string         `json:"error"`
-	Row   map[string]any `json:"row"`
-}
-
-// writeWithFallback runs a pipeline whose zerobus output falls back to a
-// file, sends each batch in turn and returns the dead letters.
-func writeWithFallback(t *testing.T, srv *emulator.Server, table, catalogYAML string, batches ...service.MessageBatch) []deadLetter {
-	t.Helper()
-	dlq := filepath.Join(t.TempDir(), "dlq.jsonl")
-	b := service.NewStreamBuilder()
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
-	require.NoError(t, b.AddOutputYAML(fmt.Sprintf(`
-fallback:
-  - %s
-  - file:
-      path: %s
-      codec: lines
-    processors:
-      - mapping: |
-          root.error = @fallback_error
-          root.row = this
-`, strings.ReplaceAll(outputYAML(srv, table, dlqBatching+catalogYAML), "\n", "\n    "), dlq)))
-	produce, err := b.AddBatchProducerFunc()
-	require.NoError(t, err)
-	s, err := b.Build()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
-	for _, batch := range batches {
-		require.NoError(t, produce(ctx, batch))
-	}
-	require.NoError(t, s.StopWithin(10*time.Second))
-	<-runDone
-
-	f, err := os.Open(dlq)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	require.NoError(t, err)
-	defer f.Close()
-	var dead []deadLetter
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var d deadLetter
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &d), sc.Text())
-		dead = append(dead, d)
-	}
-	require.NoError(t, sc.Err())
-	return dead
 }
 
 func TestOutOfRangeValueWidensColumn(t *testing.T) {

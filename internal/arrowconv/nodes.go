@@ -52,6 +52,7 @@ type state struct {
 	scanner
 	root           *structNode
 	num            []byte
+	text           []byte // spells structured numbers for the text parsers
 	fold           []byte
 	keySet         map[string]struct{}
 	emitUS         int64
@@ -66,9 +67,9 @@ func (c *Converter) newState() (*state, error) {
 	st := &state{epochExp: c.epochExp, nestedToString: c.opts.NestedToString}
 	fields := make([]typemap.Field, len(c.cols))
 	for i, col := range c.cols {
-		fields[i] = typemap.Field{Name: col.Name, Type: col.Type, Nullable: col.Nullable}
+		fields[i] = typemap.Field(col)
 	}
-	root, err := newStruct(st, fields, false, arrow.StructOf(c.schema.Fields()...), true)
+	root, err := newStruct(fields, false, arrow.StructOf(c.schema.Fields()...), true)
 	if err != nil {
 		return nil, err
 	}
@@ -117,23 +118,22 @@ func (st *state) putRow(v any) error {
 	return st.root.putObject(st, m)
 }
 
-func newNode(st *state, t typemap.Type, dt arrow.DataType, nullable bool) (node, error) {
+func newNode(t typemap.Type, dt arrow.DataType, nullable bool) (node, error) {
 	name := strings.ToUpper(t.Text())
 	b := base{nullable: nullable, name: name, dt: dt}
 	switch t.Kind {
 	case typemap.Byte:
-		return &intNode[int8]{base: b, min: math.MinInt8, max: math.MaxInt8}, nil
+		return &intNode[int8]{fixedNode: fixedNode[int8]{base: b}, min: math.MinInt8, max: math.MaxInt8}, nil
 	case typemap.Short:
-		return &intNode[int16]{base: b, min: math.MinInt16, max: math.MaxInt16}, nil
+		return &intNode[int16]{fixedNode: fixedNode[int16]{base: b}, min: math.MinInt16, max: math.MaxInt16}, nil
 	case typemap.Int:
-		return &intNode[int32]{base: b, min: math.MinInt32, max: math.MaxInt32}, nil
+		return &intNode[int32]{fixedNode: fixedNode[int32]{base: b}, min: math.MinInt32, max: math.MaxInt32}, nil
 	case typemap.Long:
-		b.name = "BIGINT"
-		return &intNode[int64]{base: b, min: math.MinInt64, max: math.MaxInt64}, nil
+		return &intNode[int64]{fixedNode: fixedNode[int64]{base: b}, min: math.MinInt64, max: math.MaxInt64}, nil
 	case typemap.Float:
-		return &floatNode[float32]{base: b, bits: 32}, nil
+		return &floatNode[float32]{fixedNode: fixedNode[float32]{base: b}, bits: 32}, nil
 	case typemap.Double:
-		return &floatNode[float64]{base: b, bits: 64}, nil
+		return &floatNode[float64]{fixedNode: fixedNode[float64]{base: b}, bits: 64}, nil
 	case typemap.Boolean:
 		return &boolNode{base: b}, nil
 	case typemap.String:
@@ -145,19 +145,19 @@ func newNode(st *state, t typemap.Type, dt arrow.DataType, nullable bool) (node,
 	case typemap.Decimal:
 		return &strNode{base: b, mode: modeDecimal, precision: t.Precision, scale: t.Scale}, nil
 	case typemap.Date:
-		return &dateNode{base: b}, nil
+		return &dateNode{fixedNode[int32]{base: b}}, nil
 	case typemap.Timestamp, typemap.TimestampNTZ:
-		return &tsNode{base: b, ntz: t.Kind == typemap.TimestampNTZ}, nil
+		return &tsNode{fixedNode: fixedNode[int64]{base: b}, ntz: t.Kind == typemap.TimestampNTZ}, nil
 	case typemap.Array:
 		lt := dt.(*arrow.ListType)
-		elem, err := newNode(st, *t.Elem, lt.Elem(), true)
+		elem, err := newNode(*t.Elem, lt.Elem(), true)
 		if err != nil {
 			return nil, err
 		}
-		return &listNode{base: b, elem: elem}, nil
+		return &listNode{offsetsNode: offsetsNode{base: b}, elem: elem}, nil
 	case typemap.Map:
 		mt := dt.(*arrow.MapType)
-		k, err := newNode(st, *t.Key, mt.KeyType(), false)
+		k, err := newNode(*t.Key, mt.KeyType(), false)
 		if err != nil {
 			return nil, err
 		}
@@ -165,13 +165,13 @@ func newNode(st *state, t typemap.Type, dt arrow.DataType, nullable bool) (node,
 		if !ok {
 			return nil, fmt.Errorf("map key type %s is not supported", t.Key.Text())
 		}
-		v, err := newNode(st, *t.Value, mt.ItemType(), true)
+		v, err := newNode(*t.Value, mt.ItemType(), true)
 		if err != nil {
 			return nil, err
 		}
-		return &mapNode{base: b, keys: kn, vals: v}, nil
+		return &mapNode{offsetsNode: offsetsNode{base: b}, keys: kn, vals: v}, nil
 	case typemap.Struct:
-		return newStruct(st, t.Fields, nullable, dt.(*arrow.StructType), false)
+		return newStruct(t.Fields, nullable, dt.(*arrow.StructType), false)
 	}
 	return nil, fmt.Errorf("no conversion for type %s", t.Text())
 }
@@ -283,17 +283,30 @@ func (v *validity) takeBits() (*memory.Buffer, int) {
 	return buf, nulls
 }
 
-func fixedData[T arrow.FixedWidthType](dt arrow.DataType, v *validity, vals []T) arrow.ArrayData {
-	n := v.n
-	bits, nulls := v.takeBits()
-	return array.NewData(dt, n, []*memory.Buffer{bits, memory.NewBufferBytes(arrow.GetBytes(vals))}, nil, nulls, 0)
+// fixedNode holds the values of a fixed-width column, one per row beside the
+// validity bitmap. The typed nodes embed it and add their decoders.
+type fixedNode[T int8 | int16 | int32 | int64 | float32 | float64] struct {
+	base
+	vals []T
+}
+
+func (n *fixedNode[T]) push(v T)       { n.vals = append(n.vals, v); n.validity.add(true) }
+func (n *fixedNode[T]) appendNull()    { n.vals = append(n.vals, 0); n.validity.add(false) }
+func (n *fixedNode[T]) appendEmpty()   { n.vals = append(n.vals, 0); n.validity.add(true) }
+func (n *fixedNode[T]) truncate(k int) { n.vals = n.vals[:k]; n.truncateBits(k) }
+func (n *fixedNode[T]) reset(c int)    { n.vals = make([]T, 0, c); n.resetBits(c) }
+func (n *fixedNode[T]) build() (arrow.ArrayData, error) {
+	size := n.n
+	bits, nulls := n.takeBits()
+	vals := memory.NewBufferBytes(arrow.GetBytes(n.vals))
+	n.vals = nil
+	return array.NewData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls, 0), nil
 }
 
 // intNode holds an integral column. Values are parsed exactly and range
 // checked against [min, max].
 type intNode[T int8 | int16 | int32 | int64] struct {
-	base
-	vals     []T
+	fixedNode[T]
 	min, max int64
 }
 
@@ -341,8 +354,7 @@ func (n *intNode[T]) add(v int64, text []byte) error {
 		}
 		return kerr(ErrOutOfRange, "value %s out of range for %s", text, n.name)
 	}
-	n.vals = append(n.vals, T(v))
-	n.validity.add(true)
+	n.push(T(v))
 	return nil
 }
 
@@ -381,22 +393,21 @@ func (n *intNode[T]) put(st *state, v any) error {
 }
 
 func (n *intNode[T]) putUint(u uint64) error {
-	text := strconv.AppendUint(nil, u, 10)
 	if u > math.MaxInt64 {
-		return kerr(ErrOutOfRange, "value %s out of range for %s", text, n.name)
+		return kerr(ErrOutOfRange, "value %d out of range for %s", u, n.name)
 	}
-	return n.add(int64(u), text)
+	return n.add(int64(u), nil)
 }
 
+// putFloat spells f only on failure, so a valid value costs no allocation.
 func (n *intNode[T]) putFloat(f float64) error {
-	text := strconv.AppendFloat(nil, f, 'g', -1, 64)
-	if math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f) {
-		return kerr(ErrTypeMismatch, "value %s is not an integer, as %s needs", text, n.name)
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f):
+		return kerr(ErrTypeMismatch, "value %s is not an integer, as %s needs", strconv.AppendFloat(nil, f, 'g', -1, 64), n.name)
+	case f < -(1<<63) || f >= 1<<63 || int64(f) < n.min || int64(f) > n.max:
+		return kerr(ErrOutOfRange, "value %s out of range for %s", strconv.AppendFloat(nil, f, 'g', -1, 64), n.name)
 	}
-	if f < -(1<<63) || f >= 1<<63 {
-		return kerr(ErrOutOfRange, "value %s out of range for %s", text, n.name)
-	}
-	return n.add(int64(f), text)
+	return n.add(int64(f), nil)
 }
 
 // addKey converts a map key (JSON object keys are strings) to an integer.
@@ -415,20 +426,10 @@ func (n *intNode[T]) addKey(st *state, k []byte) error {
 
 func (n *intNode[T]) keyText(i int) string   { return strconv.FormatInt(int64(n.vals[i]), 10) }
 func (n *intNode[T]) keyEqual(i, j int) bool { return n.vals[i] == n.vals[j] }
-func (n *intNode[T]) appendNull()            { n.vals = append(n.vals, 0); n.validity.add(false) }
-func (n *intNode[T]) appendEmpty()           { n.vals = append(n.vals, 0); n.validity.add(true) }
-func (n *intNode[T]) truncate(k int)         { n.vals = n.vals[:k]; n.truncateBits(k) }
-func (n *intNode[T]) reset(c int)            { n.vals = make([]T, 0, c); n.resetBits(c) }
-func (n *intNode[T]) build() (arrow.ArrayData, error) {
-	d := fixedData(n.dt, &n.validity, n.vals)
-	n.vals = nil
-	return d, nil
-}
 
 // floatNode holds a FLOAT or DOUBLE column.
 type floatNode[T float32 | float64] struct {
-	base
-	vals []T
+	fixedNode[T]
 	bits int
 }
 
@@ -471,8 +472,7 @@ func (n *floatNode[T]) addSpecial(s string) error {
 }
 
 func (n *floatNode[T]) add(f float64) error {
-	n.vals = append(n.vals, T(f))
-	n.validity.add(true)
+	n.push(T(f))
 	return nil
 }
 
@@ -517,16 +517,6 @@ func (n *floatNode[T]) put(st *state, v any) error {
 		return n.addSpecial(v)
 	}
 	return n.mismatchGo("a number", v)
-}
-
-func (n *floatNode[T]) appendNull()    { n.vals = append(n.vals, 0); n.validity.add(false) }
-func (n *floatNode[T]) appendEmpty()   { n.vals = append(n.vals, 0); n.validity.add(true) }
-func (n *floatNode[T]) truncate(k int) { n.vals = n.vals[:k]; n.truncateBits(k) }
-func (n *floatNode[T]) reset(c int)    { n.vals = make([]T, 0, c); n.resetBits(c) }
-func (n *floatNode[T]) build() (arrow.ArrayData, error) {
-	d := fixedData(n.dt, &n.validity, n.vals)
-	n.vals = nil
-	return d, nil
 }
 
 // boolNode holds a BOOLEAN column; values is a second bitmap.
@@ -780,14 +770,17 @@ func (n *strNode) put(st *state, v any) error {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				return kerr(ErrInvalidValue, "value %v is not a decimal number for %s", v, n.name)
 			}
-			return n.addDecimal(st, strconv.AppendFloat(nil, v, 'g', -1, 64), false)
+			st.text = strconv.AppendFloat(st.text[:0], v, 'g', -1, 64)
+			return n.addDecimal(st, st.text, false)
 		case float32:
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				return kerr(ErrInvalidValue, "value %v is not a decimal number for %s", v, n.name)
 			}
-			return n.addDecimal(st, strconv.AppendFloat(nil, float64(v), 'g', -1, 32), false)
+			st.text = strconv.AppendFloat(st.text[:0], float64(v), 'g', -1, 32)
+			return n.addDecimal(st, st.text, false)
 		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-			return n.addDecimal(st, fmt.Appendf(nil, "%d", v), false)
+			st.text, _ = appendJSON(st.text[:0], v, 0) // an integer: never fails
+			return n.addDecimal(st, st.text, false)
 		}
 		return n.mismatchGo("a number or numeric string", v)
 	}
@@ -824,14 +817,13 @@ func (n *strNode) build() (arrow.ArrayData, error) {
 	data := memory.NewBufferBytes(n.data)
 	n.dataHint = len(n.data)
 	bits, nulls := n.takeBits()
-	n.offsets, n.data = []int64{0}, nil
+	n.offsets, n.data = nil, nil
 	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs, data}, nil, nulls, 0), nil
 }
 
 // dateNode holds a DATE column as days since the epoch.
 type dateNode struct {
-	base
-	vals []int32
+	fixedNode[int32]
 }
 
 func (n *dateNode) decode(st *state) error {
@@ -886,8 +878,7 @@ func (n *dateNode) add(d int64) error {
 	if d < minDays || d > maxDays {
 		return kerr(ErrOutOfRange, "day %d out of range for DATE (0001-01-01..9999-12-31)", d)
 	}
-	n.vals = append(n.vals, int32(d))
-	n.validity.add(true)
+	n.push(int32(d))
 	return nil
 }
 
@@ -923,22 +914,11 @@ func (n *dateNode) put(st *state, v any) error {
 	return n.mismatchGo(`a "2006-01-02" string, a time or epoch days`, v)
 }
 
-func (n *dateNode) appendNull()    { n.vals = append(n.vals, 0); n.validity.add(false) }
-func (n *dateNode) appendEmpty()   { n.vals = append(n.vals, 0); n.validity.add(true) }
-func (n *dateNode) truncate(k int) { n.vals = n.vals[:k]; n.truncateBits(k) }
-func (n *dateNode) reset(c int)    { n.vals = make([]int32, 0, c); n.resetBits(c) }
-func (n *dateNode) build() (arrow.ArrayData, error) {
-	d := fixedData(n.dt, &n.validity, n.vals)
-	n.vals = nil
-	return d, nil
-}
-
 // tsNode holds a TIMESTAMP (ntz false) or TIMESTAMP_NTZ column as
 // microseconds. emit, when set, is the batch's emit time: this is the
 // reserved _zb_emit_ts column, stamped when a row has no value for it.
 type tsNode struct {
-	base
-	vals []int64
+	fixedNode[int64]
 	ntz  bool
 	emit *int64
 }
@@ -1000,8 +980,7 @@ func (n *tsNode) addEpoch(st *state, text []byte) error {
 }
 
 func (n *tsNode) add(us int64) error {
-	n.vals = append(n.vals, us)
-	n.validity.add(true)
+	n.push(us)
 	return nil
 }
 
@@ -1023,45 +1002,72 @@ func (n *tsNode) put(st *state, v any) error {
 	case json.Number:
 		return n.addEpoch(st, []byte(v))
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		return n.addEpoch(st, fmt.Appendf(nil, "%d", v))
+		st.text, _ = appendJSON(st.text[:0], v, 0) // an integer: never fails
+		return n.addEpoch(st, st.text)
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return kerr(ErrInvalidValue, "epoch value %v is not finite", v)
 		}
-		return n.addEpoch(st, strconv.AppendFloat(nil, v, 'g', -1, 64))
+		st.text = strconv.AppendFloat(st.text[:0], v, 'g', -1, 64)
+		return n.addEpoch(st, st.text)
 	}
 	return n.mismatchGo("a time, an RFC 3339 string or an epoch number", v)
 }
 
-func (n *tsNode) appendNull()    { n.vals = append(n.vals, 0); n.validity.add(false) }
-func (n *tsNode) appendEmpty()   { n.vals = append(n.vals, 0); n.validity.add(true) }
-func (n *tsNode) truncate(k int) { n.vals = n.vals[:k]; n.truncateBits(k) }
-func (n *tsNode) reset(c int)    { n.vals = make([]int64, 0, c); n.resetBits(c) }
-func (n *tsNode) build() (arrow.ArrayData, error) {
-	d := fixedData(n.dt, &n.validity, n.vals)
-	n.vals = nil
-	return d, nil
+// offsetsNode is what lists and maps share: per value, the end offset of its
+// entries in the child nodes.
+type offsetsNode struct {
+	base
+	offsets []int32
 }
 
-// int32Offsets hands list/map offsets over as an Arrow buffer.
-func int32Offsets(offs []int32) *memory.Buffer {
-	return memory.NewBufferBytes(arrow.GetBytes(offs))
-}
-
-// appendOffset appends a list/map end offset, failing when the batch's nested
-// values overflow Arrow's 32-bit offsets.
-func appendOffset(offs []int32, n int) ([]int32, error) {
-	if n > math.MaxInt32 {
-		return offs, fmt.Errorf("more than %d nested values in one batch", math.MaxInt32)
+// end ends a valid value whose entries end at child index childLen, failing
+// when the batch's nested values overflow Arrow's 32-bit offsets.
+func (n *offsetsNode) end(childLen int) error {
+	if childLen > math.MaxInt32 {
+		return fmt.Errorf("more than %d nested values in one batch", math.MaxInt32)
 	}
-	return append(offs, int32(n)), nil
+	n.offsets = append(n.offsets, int32(childLen))
+	n.validity.add(true)
+	return nil
+}
+
+func (n *offsetsNode) appendNull() {
+	n.offsets = append(n.offsets, n.offsets[len(n.offsets)-1])
+	n.validity.add(false)
+}
+
+func (n *offsetsNode) appendEmpty() {
+	n.offsets = append(n.offsets, n.offsets[len(n.offsets)-1])
+	n.validity.add(true)
+}
+
+// truncateOffsets keeps the first k values and returns how many child
+// entries they hold.
+func (n *offsetsNode) truncateOffsets(k int) int {
+	n.offsets = n.offsets[:k+1]
+	n.truncateBits(k)
+	return int(n.offsets[k])
+}
+
+func (n *offsetsNode) resetOffsets(c int) {
+	n.offsets = append(make([]int32, 0, c+1), 0)
+	n.resetBits(c)
+}
+
+// buildOffsets hands the values over as Arrow data with the given child.
+func (n *offsetsNode) buildOffsets(child arrow.ArrayData) arrow.ArrayData {
+	size := n.n
+	offs := memory.NewBufferBytes(arrow.GetBytes(n.offsets))
+	bits, nulls := n.takeBits()
+	n.offsets = nil
+	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{child}, nulls, 0)
 }
 
 // listNode holds an ARRAY column.
 type listNode struct {
-	base
-	offsets []int32
-	elem    node
+	offsetsNode
+	elem node
 	// elemHint is the element count of the previous batch, to size the next.
 	elemHint int
 }
@@ -1095,14 +1101,7 @@ func (n *listNode) decode(st *state) error {
 	}
 }
 
-func (n *listNode) commit() error {
-	var err error
-	if n.offsets, err = appendOffset(n.offsets, n.elem.length()); err != nil {
-		return err
-	}
-	n.validity.add(true)
-	return nil
-}
+func (n *listNode) commit() error { return n.end(n.elem.length()) }
 
 func (n *listNode) put(st *state, v any) error {
 	switch v := v.(type) {
@@ -1130,22 +1129,9 @@ func (n *listNode) put(st *state, v any) error {
 	return n.commit()
 }
 
-func (n *listNode) appendNull() {
-	n.offsets = append(n.offsets, n.offsets[len(n.offsets)-1])
-	n.validity.add(false)
-}
-func (n *listNode) appendEmpty() {
-	n.offsets = append(n.offsets, n.offsets[len(n.offsets)-1])
-	n.validity.add(true)
-}
-func (n *listNode) truncate(k int) {
-	n.offsets = n.offsets[:k+1]
-	n.elem.truncate(int(n.offsets[k]))
-	n.truncateBits(k)
-}
+func (n *listNode) truncate(k int) { n.elem.truncate(n.truncateOffsets(k)) }
 func (n *listNode) reset(c int) {
-	n.offsets = append(make([]int32, 0, c+1), 0)
-	n.resetBits(c)
+	n.resetOffsets(c)
 	n.elem.reset(n.elemHint)
 }
 func (n *listNode) build() (arrow.ArrayData, error) {
@@ -1155,11 +1141,7 @@ func (n *listNode) build() (arrow.ArrayData, error) {
 	}
 	defer child.Release()
 	n.elemHint = child.Len()
-	size := n.n
-	offs := int32Offsets(n.offsets)
-	bits, nulls := n.takeBits()
-	n.offsets = []int32{0}
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{child}, nulls, 0), nil
+	return n.buildOffsets(child), nil
 }
 
 // keyNode is a node that can take map keys, which JSON spells as strings.
@@ -1174,10 +1156,9 @@ type keyNode interface {
 
 // mapNode holds a MAP column: offsets into parallel key and value children.
 type mapNode struct {
-	base
-	offsets []int32
-	keys    keyNode
-	vals    node
+	offsetsNode
+	keys keyNode
+	vals node
 	// entryHint is the entry count of the previous batch, to size the next.
 	entryHint int
 }
@@ -1254,12 +1235,7 @@ func (n *mapNode) commit(st *state) error {
 			}
 		}
 	}
-	var err error
-	if n.offsets, err = appendOffset(n.offsets, end); err != nil {
-		return err
-	}
-	n.validity.add(true)
-	return nil
+	return n.end(end)
 }
 
 func (n *mapNode) put(st *state, v any) error {
@@ -1288,24 +1264,13 @@ func (n *mapNode) put(st *state, v any) error {
 	return n.mismatchGo("an object", v)
 }
 
-func (n *mapNode) appendNull() {
-	n.offsets = append(n.offsets, n.offsets[len(n.offsets)-1])
-	n.validity.add(false)
-}
-func (n *mapNode) appendEmpty() {
-	n.offsets = append(n.offsets, n.offsets[len(n.offsets)-1])
-	n.validity.add(true)
-}
 func (n *mapNode) truncate(k int) {
-	n.offsets = n.offsets[:k+1]
-	e := int(n.offsets[k])
+	e := n.truncateOffsets(k)
 	n.keys.truncate(e)
 	n.vals.truncate(e)
-	n.truncateBits(k)
 }
 func (n *mapNode) reset(c int) {
-	n.offsets = append(make([]int32, 0, c+1), 0)
-	n.resetBits(c)
+	n.resetOffsets(c)
 	n.keys.reset(n.entryHint)
 	n.vals.reset(n.entryHint)
 }
@@ -1325,11 +1290,7 @@ func (n *mapNode) build() (arrow.ArrayData, error) {
 	mt := n.dt.(*arrow.MapType)
 	sd := array.NewData(mt.Elem(), entries, []*memory.Buffer{nil}, []arrow.ArrayData{kd, vd}, 0, 0)
 	defer sd.Release()
-	size := n.n
-	offs := int32Offsets(n.offsets)
-	bits, nulls := n.takeBits()
-	n.offsets = []int32{0}
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{sd}, nulls, 0), nil
+	return n.buildOffsets(sd), nil
 }
 
 // structNode holds a STRUCT column, or (root) the row itself.
@@ -1348,7 +1309,7 @@ type structNode struct {
 	follow []int
 }
 
-func newStruct(st *state, fs []typemap.Field, nullable bool, dt *arrow.StructType, root bool) (*structNode, error) {
+func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root bool) (*structNode, error) {
 	n := &structNode{
 		base:     base{nullable: nullable, name: "STRUCT", dt: dt},
 		root:     root,
@@ -1362,7 +1323,7 @@ func newStruct(st *state, fs []typemap.Field, nullable bool, dt *arrow.StructTyp
 	}
 	folded := map[string]int{}
 	for i, f := range fs {
-		child, err := newNode(st, f.Type, dt.Field(i).Type, f.Nullable)
+		child, err := newNode(f.Type, dt.Field(i).Type, f.Nullable)
 		if err != nil {
 			return nil, fmt.Errorf("arrowconv: field %q: %w", f.Name, err)
 		}

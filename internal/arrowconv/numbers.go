@@ -110,26 +110,10 @@ var (
 
 // int64 returns the exact integer value of n.
 func (n numLit) int64() (int64, error) {
-	if n.isZero() {
-		return 0, nil
-	}
-	if n.exp < 0 {
+	if n.exp < 0 { // digits has no trailing zeros, so n has a fraction
 		return 0, errNotInteger
 	}
-	if len(n.digits)+n.exp > 19 {
-		return 0, errOverflow
-	}
-	var u uint64
-	for _, c := range n.digits {
-		u = u*10 + uint64(c-'0')
-	}
-	for range n.exp {
-		if u > math.MaxUint64/10 {
-			return 0, errOverflow
-		}
-		u *= 10
-	}
-	return signed(u, n.neg)
+	return n.scaleFloor(0)
 }
 
 func signed(u uint64, neg bool) (int64, error) {

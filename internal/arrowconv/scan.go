@@ -127,49 +127,35 @@ func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
 				s.pos = i
 				return nil, s.errorf("unterminated string")
 			}
-			switch e := d[i+1]; e {
-			case '"', '\\', '/':
-				b = append(b, e)
+			e := d[i+1]
+			if u := simpleEscapes[e]; u != 0 {
+				b = append(b, u)
 				i += 2
-			case 'b':
-				b = append(b, '\b')
-				i += 2
-			case 'f':
-				b = append(b, '\f')
-				i += 2
-			case 'n':
-				b = append(b, '\n')
-				i += 2
-			case 'r':
-				b = append(b, '\r')
-				i += 2
-			case 't':
-				b = append(b, '\t')
-				i += 2
-			case 'u':
-				r, ok := hex4(d, i+2)
-				if !ok {
-					s.pos = i
-					return nil, s.errorf("invalid \\u escape")
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					r2, ok2 := rune(-1), false
-					if i+1 < len(d) && d[i] == '\\' && d[i+1] == 'u' {
-						r2, ok2 = hex4(d, i+2)
-					}
-					if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
-						r = dec
-						i += 6
-					} else {
-						r = utf8.RuneError
-					}
-				}
-				b = utf8.AppendRune(b, r)
-			default:
+				continue
+			}
+			if e != 'u' {
 				s.pos = i
 				return nil, s.errorf("invalid escape \\%c", e)
 			}
+			r, ok := hex4(d, i+2)
+			if !ok {
+				s.pos = i
+				return nil, s.errorf("invalid \\u escape")
+			}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if i+1 < len(d) && d[i] == '\\' && d[i+1] == 'u' {
+					r2, ok2 = hex4(d, i+2)
+				}
+				if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+					r = dec
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			b = utf8.AppendRune(b, r)
 		case c < 0x20:
 			s.pos = i
 			return nil, s.errorf("control character %#x in string", c)
@@ -185,6 +171,10 @@ func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
 	s.buf = b
 	return nil, s.errorf("unterminated string")
 }
+
+// simpleEscapes maps the byte after a backslash to the byte it stands for;
+// zero for \u and invalid escapes.
+var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 func hex4(d []byte, i int) (rune, bool) {
 	if i+4 > len(d) {

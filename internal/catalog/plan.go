@@ -349,9 +349,13 @@ func planEvolve(live *TableState, d DesiredTable) ReconcilePlan {
 			}
 			continue
 		}
-		if !sameShape(lc.Type, c.Type) && d.AcceptNarrowerInput && typemap.CanWiden(c.Type, lc.Type, false) {
+		// Nullability is not compared: a nullable live field accepts non-null
+		// values, and a NOT NULL one is the writer's per-row concern.
+		switch {
+		case lc.Type.SameShape(c.Type):
+		case d.AcceptNarrowerInput && typemap.CanWiden(c.Type, lc.Type, false):
 			p.Notes = append(p.Notes, fmt.Sprintf("column %q: incoming %s is written as the live %s", lc.Name, c.Type.Text(), lc.Type.Text()))
-		} else if !sameShape(lc.Type, c.Type) {
+		default:
 			step, widen := typeChange(lc, c, iceberg, d.AllowWidening)
 			if !widen {
 				refusals = append(refusals, step)
@@ -470,33 +474,6 @@ func syncComment(p *ReconcilePlan, key, want, cur string, stored, hashes map[str
 	}
 	hashes[key] = wantHash
 	return Step{Kind: StepSetComment, Column: key, Comment: want}, true
-}
-
-// sameShape compares types ignoring nullability and comments: a nullable live
-// field accepts non-null values, and a NOT NULL one is the writer's per-row
-// concern, not a schema change.
-func sameShape(a, b typemap.Type) bool {
-	if a.Kind != b.Kind {
-		return false
-	}
-	switch a.Kind {
-	case typemap.Decimal:
-		return a.Precision == b.Precision && a.Scale == b.Scale
-	case typemap.Array:
-		return sameShape(*a.Elem, *b.Elem)
-	case typemap.Map:
-		return sameShape(*a.Key, *b.Key) && sameShape(*a.Value, *b.Value)
-	case typemap.Struct:
-		if len(a.Fields) != len(b.Fields) {
-			return false
-		}
-		for i := range a.Fields {
-			if !strings.EqualFold(a.Fields[i].Name, b.Fields[i].Name) || !sameShape(a.Fields[i].Type, b.Fields[i].Type) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // needsColumnMapping reports whether Delta accepts a column name only with

@@ -63,7 +63,7 @@ func CheckPrimaryRaw(state *TableState) []Unmet {
 		out = append(out, Unmet{PreIcebergReads, fmt.Sprintf("want %s containing iceberg and %s=true, have %q and %q",
 			PropUniversalFormats, PropIcebergCompatV2, p[PropUniversalFormats], p[PropIcebergCompatV2])})
 	}
-	if m := strings.ToLower(p[PropColumnMappingMode]); m != "name" && m != "id" {
+	if !columnMappingOn(p) {
 		out = append(out, Unmet{PreColumnMapping, fmt.Sprintf("want %s name or id, have %q", PropColumnMappingMode, p[PropColumnMappingMode])})
 	}
 	r, rerr := strconv.Atoi(p[PropMinReaderVersion])

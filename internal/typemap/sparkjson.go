@@ -12,34 +12,8 @@ import (
 // primitives ("long", "decimal(10,2)") and an object for nested types.
 func (t Type) SparkJSON() any {
 	switch t.Kind {
-	case Boolean:
-		return "boolean"
-	case Byte:
-		return "byte"
-	case Short:
-		return "short"
-	case Int:
-		return "integer"
-	case Long:
-		return "long"
-	case Float:
-		return "float"
-	case Double:
-		return "double"
 	case Decimal:
 		return fmt.Sprintf("decimal(%d,%d)", t.Precision, t.Scale)
-	case String:
-		return "string"
-	case Binary:
-		return "binary"
-	case Date:
-		return "date"
-	case Timestamp:
-		return "timestamp"
-	case TimestampNTZ:
-		return "timestamp_ntz"
-	case Variant:
-		return "variant"
 	case Array:
 		return map[string]any{"type": "array", "elementType": t.Elem.SparkJSON(), "containsNull": true}
 	case Map:
@@ -51,8 +25,36 @@ func (t Type) SparkJSON() any {
 		}
 		return map[string]any{"type": "struct", "fields": fields}
 	}
+	if name, ok := sparkNames[t.Kind]; ok {
+		return name
+	}
 	return string(t.Kind)
 }
+
+// sparkNames are Spark's names of the primitive kinds; sparkKinds inverts it.
+var sparkNames = map[Kind]string{
+	Boolean:      "boolean",
+	Byte:         "byte",
+	Short:        "short",
+	Int:          "integer",
+	Long:         "long",
+	Float:        "float",
+	Double:       "double",
+	String:       "string",
+	Binary:       "binary",
+	Date:         "date",
+	Timestamp:    "timestamp",
+	TimestampNTZ: "timestamp_ntz",
+	Variant:      "variant",
+}
+
+var sparkKinds = func() map[string]Kind {
+	m := make(map[string]Kind, len(sparkNames))
+	for k, name := range sparkNames {
+		m[name] = k
+	}
+	return m
+}()
 
 func sparkField(name string, t Type, nullable bool, comment string) map[string]any {
 	meta := map[string]any{}
@@ -83,21 +85,33 @@ func SchemaString(cols []Column) string {
 // ParseColumnTypeJSON parses UC's type_json back into a Column. Unlike
 // type_text it keeps the nullability of nested struct fields.
 func ParseColumnTypeJSON(s string) (Column, error) {
-	var raw struct {
-		Name     string          `json:"name"`
-		Type     json.RawMessage `json:"type"`
-		Nullable bool            `json:"nullable"`
-		Metadata map[string]any  `json:"metadata"`
-	}
+	var raw sparkStructField
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		return Column{}, fmt.Errorf("parse type_json: %w", err)
 	}
-	t, err := parseSparkType(raw.Type)
+	f, err := raw.field()
 	if err != nil {
 		return Column{}, fmt.Errorf("parse type_json of %q: %w", raw.Name, err)
 	}
-	comment, _ := raw.Metadata["comment"].(string)
-	return Column{Name: raw.Name, Type: t, Nullable: raw.Nullable, Comment: comment}, nil
+	return Column(f), nil
+}
+
+// sparkStructField is a Spark StructField as JSON: a type_json value or a
+// member of a struct type.
+type sparkStructField struct {
+	Name     string          `json:"name"`
+	Type     json.RawMessage `json:"type"`
+	Nullable bool            `json:"nullable"`
+	Metadata map[string]any  `json:"metadata"`
+}
+
+func (f sparkStructField) field() (Field, error) {
+	t, err := parseSparkType(f.Type)
+	if err != nil {
+		return Field{}, err
+	}
+	comment, _ := f.Metadata["comment"].(string)
+	return Field{Name: f.Name, Type: t, Nullable: f.Nullable, Comment: comment}, nil
 }
 
 var sparkDecimalRE = regexp.MustCompile(`^decimal\((\d+),\s*(\d+)\)$`)
@@ -105,34 +119,10 @@ var sparkDecimalRE = regexp.MustCompile(`^decimal\((\d+),\s*(\d+)\)$`)
 func parseSparkType(raw json.RawMessage) (Type, error) {
 	var name string
 	if err := json.Unmarshal(raw, &name); err == nil {
-		switch name {
-		case "boolean":
-			return Primitive(Boolean), nil
-		case "byte":
-			return Primitive(Byte), nil
-		case "short":
-			return Primitive(Short), nil
-		case "integer":
-			return Primitive(Int), nil
-		case "long":
-			return Primitive(Long), nil
-		case "float":
-			return Primitive(Float), nil
-		case "double":
-			return Primitive(Double), nil
-		case "string":
-			return Primitive(String), nil
-		case "binary":
-			return Primitive(Binary), nil
-		case "date":
-			return Primitive(Date), nil
-		case "timestamp":
-			return Primitive(Timestamp), nil
-		case "timestamp_ntz":
-			return Primitive(TimestampNTZ), nil
-		case "variant":
-			return Primitive(Variant), nil
-		case "decimal":
+		if k, ok := sparkKinds[name]; ok {
+			return Primitive(k), nil
+		}
+		if name == "decimal" {
 			return DecimalOf(10, 0), nil
 		}
 		if m := sparkDecimalRE.FindStringSubmatch(name); m != nil {
@@ -143,16 +133,11 @@ func parseSparkType(raw json.RawMessage) (Type, error) {
 		return Type{}, fmt.Errorf("unknown spark type %q", name)
 	}
 	var obj struct {
-		Type        string          `json:"type"`
-		ElementType json.RawMessage `json:"elementType"`
-		KeyType     json.RawMessage `json:"keyType"`
-		ValueType   json.RawMessage `json:"valueType"`
-		Fields      []struct {
-			Name     string          `json:"name"`
-			Type     json.RawMessage `json:"type"`
-			Nullable bool            `json:"nullable"`
-			Metadata map[string]any  `json:"metadata"`
-		} `json:"fields"`
+		Type        string             `json:"type"`
+		ElementType json.RawMessage    `json:"elementType"`
+		KeyType     json.RawMessage    `json:"keyType"`
+		ValueType   json.RawMessage    `json:"valueType"`
+		Fields      []sparkStructField `json:"fields"`
 	}
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return Type{}, fmt.Errorf("spark type %s: %w", raw, err)
@@ -177,12 +162,10 @@ func parseSparkType(raw json.RawMessage) (Type, error) {
 	case "struct":
 		fields := make([]Field, len(obj.Fields))
 		for i, f := range obj.Fields {
-			ft, err := parseSparkType(f.Type)
-			if err != nil {
+			var err error
+			if fields[i], err = f.field(); err != nil {
 				return Type{}, fmt.Errorf("field %q: %w", f.Name, err)
 			}
-			comment, _ := f.Metadata["comment"].(string)
-			fields[i] = Field{Name: f.Name, Type: ft, Nullable: f.Nullable, Comment: comment}
 		}
 		return StructOf(fields...), nil
 	}

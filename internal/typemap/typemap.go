@@ -119,7 +119,14 @@ func (t Type) IsIntegral() bool {
 
 // Equal reports whether two types are identical, nested nullability and
 // field names included (comments are ignored).
-func (t Type) Equal(o Type) bool {
+func (t Type) Equal(o Type) bool { return t.equal(o, false) }
+
+// SameShape reports whether two types hold the same values: like Equal, but
+// nested nullability is ignored and struct field names compare
+// case-insensitively, as Delta resolves them.
+func (t Type) SameShape(o Type) bool { return t.equal(o, true) }
+
+func (t Type) equal(o Type, shape bool) bool {
 	if t.Kind != o.Kind {
 		return false
 	}
@@ -127,16 +134,23 @@ func (t Type) Equal(o Type) bool {
 	case Decimal:
 		return t.Precision == o.Precision && t.Scale == o.Scale
 	case Array:
-		return t.Elem.Equal(*o.Elem)
+		return t.Elem.equal(*o.Elem, shape)
 	case Map:
-		return t.Key.Equal(*o.Key) && t.Value.Equal(*o.Value)
+		return t.Key.equal(*o.Key, shape) && t.Value.equal(*o.Value, shape)
 	case Struct:
 		if len(t.Fields) != len(o.Fields) {
 			return false
 		}
 		for i := range t.Fields {
 			a, b := t.Fields[i], o.Fields[i]
-			if a.Name != b.Name || a.Nullable != b.Nullable || !a.Type.Equal(b.Type) {
+			if shape {
+				if !strings.EqualFold(a.Name, b.Name) {
+					return false
+				}
+			} else if a.Name != b.Name || a.Nullable != b.Nullable {
+				return false
+			}
+			if !a.Type.equal(b.Type, shape) {
 				return false
 			}
 		}

@@ -197,3 +197,12 @@ func TestContainsLooksThroughNesting(t *testing.T) {
 	assert.False(t, typ.Contains(Variant))
 	assert.False(t, MustParse("array<string>").Contains(Map))
 }
+
+func TestSameShapeIgnoresNullabilityAndNameCase(t *testing.T) {
+	a := MustParse("array<struct<Id:bigint NOT NULL,tags:map<string,int>>>")
+	b := MustParse("array<struct<id:bigint,tags:map<string,int>>>")
+	assert.False(t, a.Equal(b))
+	assert.True(t, a.SameShape(b))
+	assert.False(t, a.SameShape(MustParse("array<struct<id:int,tags:map<string,int>>>")))
+	assert.False(t, a.SameShape(MustParse("array<struct<other:bigint,tags:map<string,int>>>")))
+}

@@ -382,22 +382,29 @@ func (l *Lane[C]) flush() {
 }
 
 // signal is a broadcast: wait returns a channel closed by the next notify.
+// The channel is made only when someone waits, so that notify, which every
+// settled burst calls, costs no allocation while nobody does.
 type signal struct {
 	mu sync.Mutex
-	ch chan struct{}
+	ch chan struct{} // nil while nobody waits
 }
 
-func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+func newSignal() *signal { return &signal{} }
 
 func (s *signal) wait() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
 	return s.ch
 }
 
 func (s *signal) notify() {
 	s.mu.Lock()
-	close(s.ch)
-	s.ch = make(chan struct{})
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
 	s.mu.Unlock()
 }

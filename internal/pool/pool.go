@@ -120,7 +120,6 @@ type Pool struct {
 	table  string
 	cfg    Config
 	obs    Observer
-	size   int
 
 	ctx       context.Context // cancelled by Close: stops the supervisors
 	cancel    context.CancelFunc
@@ -131,10 +130,13 @@ type Pool struct {
 	rr                                        atomic.Uint64
 	openAttempts, opens, rebuilds, rejections atomic.Int64
 
+	// members is fixed by New (its length is the pool's size); the fields
+	// of each member are guarded by mu.
+	members []*member
+
 	mu      sync.RWMutex
 	schema  *arrow.Schema
 	epoch   uint64 // incremented by every Reopen
-	members []*member
 	started bool
 	closed  bool
 	fatal   error
@@ -189,13 +191,12 @@ func New(opener zerobus.Opener, table string, schema *arrow.Schema, cfg Config, 
 		table:   table,
 		cfg:     cfg,
 		obs:     obs,
-		size:    Size(cfg),
 		ctx:     ctx,
 		cancel:  cancel,
 		schema:  schema,
 		changed: make(chan struct{}),
 	}
-	for i := range p.size {
+	for i := range Size(cfg) {
 		m := &member{index: i, reopen: make(chan reopenReq)}
 		if obs != nil {
 			m.obs = obs.StreamObserver(table, i)
@@ -206,7 +207,7 @@ func New(opener zerobus.Opener, table string, schema *arrow.Schema, cfg Config, 
 }
 
 // Size returns the number of members.
-func (p *Pool) Size() int { return p.size }
+func (p *Pool) Size() int { return len(p.members) }
 
 // Config returns the effective configuration, defaults applied.
 func (p *Pool) Config() Config { return p.cfg }
@@ -292,7 +293,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 		// duplicate them: mark it broken (its member rebuilds) and pick
 		// again rather than failing a write the pool can still take.
 		c.fail(err)
-		if attempt > p.size {
+		if attempt > len(p.members) {
 			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
 		}
 	}
@@ -311,7 +312,7 @@ func (p *Pool) Pick(key string) int {
 	if key == "" {
 		return -1
 	}
-	return keyIndex(key, p.size)
+	return keyIndex(key, len(p.members))
 }
 
 func keyIndex(key string, n int) int {
@@ -504,7 +505,7 @@ func (p *Pool) Stats() Stats {
 	defer p.mu.RUnlock()
 	s := Stats{
 		Table:              p.table,
-		Size:               p.size,
+		Size:               len(p.members),
 		OpenAttempts:       p.openAttempts.Load(),
 		Opens:              p.opens.Load(),
 		Rebuilds:           p.rebuilds.Load(),

@@ -14,7 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"google.golang.org/grpc/codes"
 )
 
 // Metadata keys every Zerobus call carries.
@@ -234,95 +233,40 @@ type connParams struct {
 }
 
 // openFlightConn starts a DoPut call, sends the schema frame and waits for the
-// ready signal. On UNAUTHENTICATED or PERMISSION_DENIED it drops the token and
-// tries once more. Errors are classified *Error.
-func openFlightConn(ctx context.Context, p connParams, gen, base uint64) (*flightConn, *ackMessage, error) {
-	c, ready, err := openFlightConnOnce(ctx, p, gen, base)
-	if err != nil {
-		if serviceRejectedToken(err) {
-			p.token.Invalidate()
-			c, ready, err = openFlightConnOnce(ctx, p, gen, base)
-		}
-	}
-	if err != nil {
-		return nil, nil, Classify(err)
-	}
-	return c, ready, nil
+// ready signal. Errors are classified *Error (see withFreshToken).
+func openFlightConn(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
+	return withFreshToken(p.token, func() (*flightConn, error) { return openFlightConnOnce(ctx, p, gen) })
 }
 
-func openFlightConnOnce(ctx context.Context, p connParams, gen, base uint64) (*flightConn, *ackMessage, error) {
+func openFlightConnOnce(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
 	callCtx, cancel, stop, err := callContext(ctx, p.token, p.table)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	ready := false
-	defer func() {
-		if !ready {
-			stop() // the call is cancelled already; drop the hook from ctx
-		}
-	}()
 	call, err := p.client.DoPut(callCtx)
 	if err != nil {
 		cancel()
-		return nil, nil, fmt.Errorf("start DoPut for %s: %w", p.table, err)
+		stop()
+		return nil, fmt.Errorf("start DoPut for %s: %w", p.table, err)
 	}
-	c := &flightConn{
+	isReady := func(res *flight.PutResult) error {
+		ack, err := parseAck(res.GetAppMetadata())
+		if err != nil {
+			return err
+		}
+		if ack.AckUpToOffset != -1 || ack.AckUpToRecords != 0 {
+			return poisonf("first PutResult on %s is not the ready signal: offset %d records %d", p.table, ack.AckUpToOffset, ack.AckUpToRecords)
+		}
+		return nil
+	}
+	if _, err := firstResponse(ctx, call, &flight.FlightData{DataHeader: p.schemaFrame}, isReady,
+		cancel, stop, p.ready, p.table, "schema", "ready signal"); err != nil {
+		return nil, err
+	}
+	return &flightConn{
 		connState: connState{gen: gen, cancel: cancel, closeSend: call.CloseSend, done: make(chan struct{})},
 		call:      call,
-		base:      base,
-	}
-	if err := call.Send(&flight.FlightData{DataHeader: p.schemaFrame}); err != nil {
-		// The status, if any, comes from Recv.
-		_, rerr := call.Recv()
-		cancel()
-		if rerr != nil {
-			err = rerr
-		}
-		return nil, nil, fmt.Errorf("send schema for %s: %w", p.table, err)
-	}
-
-	type result struct {
-		ack *ackMessage
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		res, err := call.Recv()
-		if err != nil {
-			got <- result{err: err}
-			return
-		}
-		ack, err := parseAck(res.GetAppMetadata())
-		got <- result{ack: ack, err: err}
-	}()
-	timeout := p.ready
-	if timeout <= 0 {
-		timeout = DefaultReadyTimeout
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case r := <-got:
-		if r.err != nil {
-			cancel()
-			return nil, nil, fmt.Errorf("wait for ready signal on %s: %w", p.table, r.err)
-		}
-		if r.ack.AckUpToOffset != -1 || r.ack.AckUpToRecords != 0 {
-			cancel()
-			return nil, nil, poisonf("first PutResult on %s is not the ready signal: offset %d records %d", p.table, r.ack.AckUpToOffset, r.ack.AckUpToRecords)
-		}
-		if ready = stop(); !ready { // ctx ended meanwhile and cancelled the call
-			return nil, nil, fmt.Errorf("wait for ready signal on %s: %w", p.table, ctx.Err())
-		}
-		return c, r.ack, nil
-	case <-timer.C:
-		cancel()
-		return nil, nil, &Error{Class: Transient, Code: codes.DeadlineExceeded,
-			Err: fmt.Errorf("no ready signal on %s within %s", p.table, timeout)}
-	case <-ctx.Done():
-		cancel()
-		return nil, nil, fmt.Errorf("wait for ready signal on %s: %w", p.table, ctx.Err())
-	}
+	}, nil
 }
 
 func parseAck(b []byte) (*ackMessage, error) {

@@ -210,13 +210,14 @@ func (s *fakeFlightServer) allIDs() []int64 {
 	return out
 }
 
-// startFake serves srv on a loopback port and returns its http:// endpoint.
-func startFake(t *testing.T, srv *fakeFlightServer) string {
+// startFake serves srv on a loopback port, with opts after its own, and
+// returns its http:// endpoint.
+func startFake(t *testing.T, srv *fakeFlightServer, opts ...grpc.ServerOption) string {
 	t.Helper()
 	srv.t = t
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, opts...)...)
 	flight.RegisterFlightServiceServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

@@ -145,89 +145,39 @@ func (s *JSONStream) connectFirst(ctx context.Context) error {
 	})
 }
 
-// openConn starts one call, dropping the token and trying once more when
-// the service refuses it. Errors are *Error.
+// openConn starts an EphemeralStream call, sends create_stream and waits for
+// create_stream_response. The call outlives ctx, which bounds only the wait.
+// Errors are classified *Error (see withFreshToken).
 func (s *JSONStream) openConn(ctx context.Context, gen uint64) (*jsonConn, error) {
-	c, err := s.openConnOnce(ctx, gen)
-	if err != nil && serviceRejectedToken(err) {
-		s.token.Invalidate()
-		c, err = s.openConnOnce(ctx, gen)
-	}
-	if err != nil {
-		return nil, Classify(err)
-	}
-	return c, nil
+	return withFreshToken(s.token, func() (*jsonConn, error) { return s.openConnOnce(ctx, gen) })
 }
 
-// openConnOnce starts an EphemeralStream call, sends create_stream and waits
-// for create_stream_response. The call outlives ctx, which bounds only the
-// wait.
 func (s *JSONStream) openConnOnce(ctx context.Context, gen uint64) (*jsonConn, error) {
-	// Until the call is created ctx bounds it too (see callContext).
 	callCtx, cancel, stop, err := callContext(ctx, s.token, s.table)
 	if err != nil {
 		return nil, err
 	}
-	ready := false
-	defer func() {
-		if !ready {
-			stop() // the call is cancelled already; drop the hook from ctx
-		}
-	}()
 	call, err := s.conn.EphemeralStream(callCtx)
 	if err != nil {
 		cancel()
+		stop()
 		return nil, fmt.Errorf("start EphemeralStream for %s: %w", s.table, err)
 	}
-	if err := call.Send(createStreamRequest(s.table)); err != nil {
-		// The status, if any, comes from Recv.
-		_, rerr := call.Recv()
-		cancel()
-		if rerr != nil {
-			err = rerr
+	isCreated := func(resp *zbpb.EphemeralStreamResponse) error {
+		if resp.GetCreateStreamResponse() == nil {
+			return poisonf("first response on %s is not create_stream_response: %v", s.table, resp)
 		}
-		return nil, fmt.Errorf("send create_stream for %s: %w", s.table, err)
+		return nil
 	}
-
-	type result struct {
-		resp *zbpb.EphemeralStreamResponse
-		err  error
-	}
-	got := make(chan result, 1)
-	go func() {
-		resp, err := call.Recv()
-		got <- result{resp, err}
-	}()
-	timer := time.NewTimer(s.cfg.ReadyTimeout)
-	defer timer.Stop()
-	var resp *zbpb.EphemeralStreamResponse
-	select {
-	case r := <-got:
-		if r.err != nil {
-			cancel()
-			return nil, fmt.Errorf("wait for create_stream_response on %s: %w", s.table, r.err)
-		}
-		resp = r.resp
-	case <-timer.C:
-		cancel()
-		return nil, &Error{Class: Transient, Code: codes.DeadlineExceeded,
-			Err: fmt.Errorf("no create_stream_response on %s within %s", s.table, s.cfg.ReadyTimeout)}
-	case <-ctx.Done():
-		cancel()
-		return nil, fmt.Errorf("wait for create_stream_response on %s: %w", s.table, ctx.Err())
-	}
-	created := resp.GetCreateStreamResponse()
-	if created == nil {
-		cancel()
-		return nil, poisonf("first response on %s is not create_stream_response: %v", s.table, resp)
-	}
-	if ready = stop(); !ready { // ctx ended meanwhile and cancelled the call
-		return nil, fmt.Errorf("wait for create_stream_response on %s: %w", s.table, ctx.Err())
+	resp, err := firstResponse(ctx, call, createStreamRequest(s.table), isCreated,
+		cancel, stop, s.cfg.ReadyTimeout, s.table, "create_stream", "create_stream_response")
+	if err != nil {
+		return nil, err
 	}
 	return &jsonConn{
 		connState: connState{gen: gen, cancel: cancel, closeSend: call.CloseSend, done: make(chan struct{})},
 		call:      call,
-		streamID:  created.GetStreamId(),
+		streamID:  resp.GetCreateStreamResponse().GetStreamId(),
 	}, nil
 }
 
@@ -239,8 +189,8 @@ func (s *JSONStream) installLocked(c *jsonConn) {
 	s.spawn(func() { s.readAcks(c) })
 }
 
-// current, outstanding, connEnded and reconnectLocked make JSONStream a
-// streamKind.
+// current, outstanding, connEnded, reconnectLocked and acceptErrLocked make
+// JSONStream a streamKind.
 func (s *JSONStream) current() *connState {
 	if c := s.cur.Load(); c != nil {
 		return &c.connState
@@ -283,21 +233,10 @@ func (s *JSONStream) Ingest(ctx context.Context, records []string) (int64, error
 	for _, r := range records {
 		size += int64(len(r))
 	}
-	if err := s.reserve(ctx, size, s.acceptErrLocked); err != nil {
+	if err := s.admit(ctx, size); err != nil {
 		return 0, err
-	}
-
-	if err := s.sendMu.LockCtx(ctx); err != nil {
-		s.unreserve(size)
-		return 0, fmt.Errorf("ingest to %s: wait for the call: %w", s.table, err)
 	}
 	defer s.sendMu.Unlock()
-	s.mu.Lock()
-	if err := s.acceptErrLocked(); err != nil {
-		s.unreserveLocked(size)
-		s.mu.Unlock()
-		return 0, err
-	}
 	// The stream may resend the request long after Ingest returns: keep a
 	// copy the caller cannot change under it.
 	req := jsonRequest{offset: s.next, records: slices.Clone(records), bytes: size}

@@ -170,11 +170,11 @@ func (s *fakeRecordServer) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSe
 	}
 }
 
-func startRecordFake(t *testing.T, srv *fakeRecordServer) string {
+func startRecordFake(t *testing.T, srv *fakeRecordServer, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	zbpb.RegisterZerobusServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

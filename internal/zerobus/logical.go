@@ -70,7 +70,7 @@ func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams)
 // within the recovery budget.
 func (s *ArrowStream) connectFirst(ctx context.Context) error {
 	return s.streamCore.connectFirst(ctx, func(ctx context.Context, gen uint64) error {
-		c, _, err := openFlightConn(ctx, s.params, gen, 0)
+		c, err := openFlightConn(ctx, s.params, gen)
 		if err != nil {
 			return err
 		}
@@ -87,8 +87,8 @@ func (s *ArrowStream) installLocked(c *flightConn) {
 	s.spawn(func() { s.readAcks(c) })
 }
 
-// current, outstanding, connEnded and reconnectLocked make ArrowStream a
-// streamKind.
+// current, outstanding, connEnded, reconnectLocked and acceptErrLocked make
+// ArrowStream a streamKind.
 func (s *ArrowStream) current() *connState {
 	if c := s.cur.Load(); c != nil {
 		return &c.connState
@@ -121,21 +121,10 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	for _, f := range frames {
 		size += int64(f.size())
 	}
-	if err := s.reserve(ctx, size, s.acceptErrLocked); err != nil {
+	if err := s.admit(ctx, size); err != nil {
 		return Span{}, err
-	}
-
-	if err := s.sendMu.LockCtx(ctx); err != nil {
-		s.unreserve(size)
-		return Span{}, fmt.Errorf("submit to %s: wait for the connection: %w", s.table, err)
 	}
 	defer s.sendMu.Unlock()
-	s.mu.Lock()
-	if err := s.acceptErrLocked(); err != nil {
-		s.unreserveLocked(size)
-		s.mu.Unlock()
-		return Span{}, err
-	}
 	span := Span{From: s.submitted, To: s.submitted + rows}
 	s.submitted = span.To
 	if rows > 0 {
@@ -299,7 +288,7 @@ func (s *ArrowStream) rotate(c *flightConn, wait time.Duration) {
 // resends the unacknowledged suffix on it. The caller holds sendMu.
 func (s *ArrowStream) reconnectLocked() error {
 	s.gen++
-	c, _, err := openFlightConn(s.ctx, s.params, s.gen, 0)
+	c, err := openFlightConn(s.ctx, s.params, s.gen)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -184,34 +183,14 @@ func TestArrowStreamWatchdogUnblocksSendStuckOnFlowControl(t *testing.T) {
 		}
 		return reply{}
 	}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(smallWindow...)
-	flight.RegisterFlightServiceServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	srv.t = t
+	endpoint := startFake(t, srv, smallWindow...)
 
-	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
+	c := testClient(t, endpoint, func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
 	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
 	require.NoError(t, err)
 
 	const batches, rows = 8, 100
-	submitErrs := make(chan error, batches)
-	go func() {
-		defer close(submitErrs)
-		for i := range batches {
-			b := makeBatch(int64(i*rows), rows, 5000) // ~500 KB each
-			_, err := s.Submit(context.Background(), b)
-			b.Release()
-			submitErrs <- err
-		}
-	}()
-	defer func() {
-		_ = s.Close() // unblocks a stuck Submit if the test failed
-		for range submitErrs {
-		}
-	}()
+	submitErrs := submitInBackground(t, s, batches, rows)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, s.WaitDurable(ctx, batches*rows), "durable=%d connections=%d", s.Durable(), srv.connCount())
@@ -230,33 +209,16 @@ func TestJSONStreamWatchdogUnblocksSendStuckOnFlowControl(t *testing.T) {
 		}
 		return nil
 	}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(smallWindow...)
-	zbpb.RegisterZerobusServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	endpoint := startRecordFake(t, srv, smallWindow...)
 	t.Cleanup(func() { close(release) })
 
-	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
+	c := testClient(t, endpoint, func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
 	s, err := c.OpenJSONStream(waitCtx(t), testTable)
 	require.NoError(t, err)
 
 	const n = 64
 	pad := strings.Repeat("x", 64<<10)
-	ingestErrs := make(chan error, n)
-	go func() {
-		defer close(ingestErrs)
-		for i := range n {
-			_, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d,"pad":%q}`, i, pad)})
-			ingestErrs <- err
-		}
-	}()
-	defer func() {
-		_ = s.Close() // unblocks a stuck Ingest if the test failed
-		for range ingestErrs {
-		}
-	}()
+	ingestErrs := ingestInBackground(t, s, n, pad)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, s.WaitForOffset(ctx, n-1), "acked=%d calls=%d", s.Acked(), srv.calls())
@@ -362,35 +324,15 @@ func TestArrowStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
 		}
 		return reply{noAck: true}
 	}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(smallWindow...)
-	flight.RegisterFlightServiceServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	srv.t = t
+	endpoint := startFake(t, srv, smallWindow...)
 
 	obs := &recordingObserver{}
-	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.Observer = obs })
+	c := testClient(t, endpoint, func(cfg *Config) { cfg.Observer = obs })
 	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
 	require.NoError(t, err)
 	stream.Store(s)
 
-	submitErrs := make(chan error, batches)
-	go func() {
-		defer close(submitErrs)
-		for i := range batches {
-			b := makeBatch(int64(i*rows), rows, 5000) // ~500 KB each
-			_, err := s.Submit(context.Background(), b)
-			b.Release()
-			submitErrs <- err
-		}
-	}()
-	defer func() {
-		_ = s.Close() // unblocks a stuck Submit if the test failed
-		for range submitErrs {
-		}
-	}()
+	submitErrs := submitInBackground(t, s, batches, rows)
 	ctx, cancel := context.WithTimeout(context.Background(), closeGrace+5*time.Second)
 	defer cancel()
 	require.NoError(t, s.WaitDurable(ctx, batches*rows), "durable=%d connections=%d", s.Durable(), srv.connCount())
@@ -399,13 +341,7 @@ func TestArrowStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
 	}
 	_, _, ids := srv.conn(1).snapshot()
 	assert.Equal(t, seq(rows, batches*rows), ids, "the new connection resends everything past the ack")
-	rotations, reconnects, _, failures := obs.counts()
-	assert.Equal(t, 1, rotations)
-	assert.Zero(t, failures)
-	if assert.Equal(t, 1, reconnects) {
-		assert.True(t, Classify(obs.reconnects[0]).IsRotation(),
-			"the rotation recovers the cut call itself: %v", obs.reconnects[0])
-	}
+	assertRecoveredFromOneRotation(t, obs)
 }
 
 // TestArrowStreamRotationUnblocksSendStuckOnFlowControl for the JSON stream.
@@ -433,46 +369,23 @@ func TestJSONStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
 		}})
 		<-ctx.Done() // stop reading until the client leaves
 	}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(smallWindow...)
-	zbpb.RegisterZerobusServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	endpoint := startRecordFake(t, srv, smallWindow...)
 
 	obs := &recordingObserver{}
-	c := testClient(t, "http://"+lis.Addr().String(), func(cfg *Config) { cfg.Observer = obs })
+	c := testClient(t, endpoint, func(cfg *Config) { cfg.Observer = obs })
 	s, err := c.OpenJSONStream(waitCtx(t), testTable)
 	require.NoError(t, err)
 	stream.Store(s)
 
 	pad := strings.Repeat("x", 256<<10)
-	ingestErrs := make(chan error, n)
-	go func() {
-		defer close(ingestErrs)
-		for i := range n {
-			_, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d,"pad":%q}`, i, pad)})
-			ingestErrs <- err
-		}
-	}()
-	defer func() {
-		_ = s.Close() // unblocks a stuck Ingest if the test failed
-		for range ingestErrs {
-		}
-	}()
+	ingestErrs := ingestInBackground(t, s, n, pad)
 	ctx, cancel := context.WithTimeout(context.Background(), closeGrace+5*time.Second)
 	defer cancel()
 	require.NoError(t, s.WaitForOffset(ctx, n-1), "acked=%d calls=%d", s.Acked(), srv.calls())
 	for err := range ingestErrs {
 		require.NoError(t, err)
 	}
-	rotations, reconnects, _, failures := obs.counts()
-	assert.Equal(t, 1, rotations)
-	assert.Zero(t, failures)
-	if assert.Equal(t, 1, reconnects) {
-		assert.True(t, Classify(obs.reconnects[0]).IsRotation(),
-			"the rotation recovers the cut call itself: %v", obs.reconnects[0])
-	}
+	assertRecoveredFromOneRotation(t, obs)
 }
 
 // Failed lets the pool learn that an idle stream died (no WaitDurable is
@@ -508,4 +421,62 @@ func TestArrowStreamFailedChannel(t *testing.T) {
 		}
 		assert.NoError(t, s.Err())
 	})
+}
+
+// submitInBackground submits batches batches of rows rows (~500 KB each) to s
+// from a goroutine and returns their errors on a channel closed after the
+// last. At cleanup it closes s, which unblocks a Submit stuck if the test
+// failed, and waits for the goroutine.
+func submitInBackground(t *testing.T, s *ArrowStream, batches, rows int) <-chan error {
+	errs := make(chan error, batches)
+	go func() {
+		defer close(errs)
+		for i := range batches {
+			b := makeBatch(int64(i*rows), int64(rows), 5000)
+			_, err := s.Submit(context.Background(), b)
+			b.Release()
+			errs <- err
+		}
+	}()
+	t.Cleanup(func() {
+		_ = s.Close()
+		for range errs {
+		}
+	})
+	return errs
+}
+
+// ingestInBackground ingests n records of {"id":i,"pad":pad} to s, one per
+// request, from a goroutine and returns their errors on a channel closed after
+// the last. At cleanup it closes s, which unblocks an Ingest stuck if the test
+// failed, and waits for the goroutine.
+func ingestInBackground(t *testing.T, s *JSONStream, n int, pad string) <-chan error {
+	errs := make(chan error, n)
+	go func() {
+		defer close(errs)
+		for i := range n {
+			_, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d,"pad":%q}`, i, pad)})
+			errs <- err
+		}
+	}()
+	t.Cleanup(func() {
+		_ = s.Close()
+		for range errs {
+		}
+	})
+	return errs
+}
+
+// assertRecoveredFromOneRotation asserts that obs saw one rotation, no
+// failure, and one reconnect, with the rotation as its reason: the rotation
+// recovered the call it cut itself.
+func assertRecoveredFromOneRotation(t *testing.T, obs *recordingObserver) {
+	t.Helper()
+	rotations, reconnects, _, failures := obs.counts()
+	assert.Equal(t, 1, rotations)
+	assert.Zero(t, failures)
+	if assert.Equal(t, 1, reconnects) {
+		assert.True(t, Classify(obs.reconnects[0]).IsRotation(),
+			"the rotation recovers the cut call itself: %v", obs.reconnects[0])
+	}
 }

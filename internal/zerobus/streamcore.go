@@ -48,7 +48,7 @@ type streamCore struct {
 	failed        *Error
 	dead          chan struct{} // closed by fail, never by Close; nil if the kind has none
 	closed        bool
-	notify        chan struct{} // closed and replaced on every state change
+	notify        chan struct{} // see changedLocked; nil while nobody waits
 	reconnects    int
 }
 
@@ -65,6 +65,9 @@ type streamKind interface {
 	// reconnectLocked opens a new call and resends what is not yet
 	// durable. The caller holds sendMu.
 	reconnectLocked() error
+	// acceptErrLocked says why the stream refuses data, or nil. The
+	// caller holds mu.
+	acceptErrLocked() error
 }
 
 // init sets the stream up for table; kind is the stream embedding b.
@@ -77,7 +80,6 @@ func (b *streamCore) init(cfg Config, table string, kind streamKind, verb, unit 
 	b.unit = unit
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.sendMu = newSendLock()
-	b.notify = make(chan struct{})
 }
 
 // connState is the part of one call both stream kinds share.
@@ -136,6 +138,81 @@ func callContext(ctx context.Context, ts TokenSource, table string) (callCtx con
 	return callCtx, cancel, context.AfterFunc(ctx, cancel), nil
 }
 
+// withFreshToken runs open and, when the service refused the token (see
+// serviceRejectedToken), drops it and runs open once more. Errors are
+// classified *Error.
+func withFreshToken[C any](ts TokenSource, open func() (C, error)) (C, error) {
+	c, err := open()
+	if err != nil && serviceRejectedToken(err) {
+		ts.Invalidate()
+		c, err = open()
+	}
+	if err != nil {
+		var zero C
+		return zero, Classify(err)
+	}
+	return c, nil
+}
+
+// clientStream is the client side of a bidirectional call.
+type clientStream[Req, Resp any] interface {
+	Send(Req) error
+	Recv() (Resp, error)
+}
+
+// firstResponse sends first, the opening message (sent names it), on a new
+// call and waits up to timeout for the service's first response (want names
+// it), which check vets. cancel and stop are the call's, from callContext: on
+// success the call is detached from ctx, on failure it is cancelled.
+func firstResponse[Req, Resp any](ctx context.Context, call clientStream[Req, Resp], first Req, check func(Resp) error,
+	cancel context.CancelFunc, stop func() bool, timeout time.Duration, table, sent, want string,
+) (resp Resp, err error) {
+	ready := false
+	defer func() {
+		if !ready {
+			cancel()
+			stop() // the call is cancelled already; drop the hook from ctx
+		}
+	}()
+	if err := call.Send(first); err != nil {
+		// The status, if any, comes from Recv.
+		if _, rerr := call.Recv(); rerr != nil {
+			err = rerr
+		}
+		return resp, fmt.Errorf("send %s for %s: %w", sent, table, err)
+	}
+
+	type result struct {
+		resp Resp
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := call.Recv()
+		if err == nil {
+			err = check(resp)
+		}
+		got <- result{resp, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return resp, fmt.Errorf("wait for %s on %s: %w", want, table, r.err)
+		}
+		if ready = stop(); !ready { // ctx ended meanwhile and cancelled the call
+			return resp, fmt.Errorf("wait for %s on %s: %w", want, table, ctx.Err())
+		}
+		return r.resp, nil
+	case <-timer.C:
+		return resp, &Error{Class: Transient, Code: codes.DeadlineExceeded,
+			Err: fmt.Errorf("no %s on %s within %s", want, table, timeout)}
+	case <-ctx.Done():
+		return resp, fmt.Errorf("wait for %s on %s: %w", want, table, ctx.Err())
+	}
+}
+
 // connectFirst opens the first call with open, retrying transient failures
 // within the recovery budget, and starts the ack watchdog. open runs under
 // sendMu and installs the call it opened.
@@ -170,13 +247,35 @@ func (b *streamCore) connectFirst(ctx context.Context, open func(ctx context.Con
 		Err: fmt.Errorf("%d connection attempts failed: %w", b.cfg.RecoveryAttempts, last)}
 }
 
+// admit lets a sender in: it reserves room for size bytes (see reserve), then
+// takes sendMu and mu and checks again that the stream accepts data, so that
+// what the sender assigns under mu goes out in that order under sendMu. On
+// nil the caller holds sendMu and mu and owns the reservation; on an error it
+// holds neither and the reservation is given back.
+func (b *streamCore) admit(ctx context.Context, size int64) error {
+	if err := b.reserve(ctx, size); err != nil {
+		return err
+	}
+	if err := b.sendMu.LockCtx(ctx); err != nil {
+		b.unreserve(size)
+		return fmt.Errorf("%s to %s: wait to send: %w", b.verb, b.table, err)
+	}
+	b.mu.Lock()
+	if err := b.kind.acceptErrLocked(); err != nil {
+		b.unreserveLocked(size)
+		b.mu.Unlock()
+		b.sendMu.Unlock()
+		return err
+	}
+	return nil
+}
+
 // reserve blocks until the stream has room for one more batch or request of
 // size bytes. One always fits when nothing is in flight, however large it is.
-// acceptErrLocked says why the stream refuses, or nil; it runs under mu.
-func (b *streamCore) reserve(ctx context.Context, size int64, acceptErrLocked func() error) error {
+func (b *streamCore) reserve(ctx context.Context, size int64) error {
 	for {
 		b.mu.Lock()
-		if err := acceptErrLocked(); err != nil {
+		if err := b.kind.acceptErrLocked(); err != nil {
 			b.mu.Unlock()
 			return err
 		}
@@ -187,7 +286,7 @@ func (b *streamCore) reserve(ctx context.Context, size int64, acceptErrLocked fu
 			b.mu.Unlock()
 			return nil
 		}
-		ch := b.notify
+		ch := b.changedLocked()
 		b.mu.Unlock()
 		select {
 		case <-ch:
@@ -212,9 +311,22 @@ func (b *streamCore) unreserve(size int64) {
 	b.unreserveLocked(size)
 }
 
+// changedLocked returns a channel closed by the next state change. It is
+// made only when someone waits, so that broadcastLocked, which every ack
+// calls, costs no allocation while nobody does. The caller holds mu.
+func (b *streamCore) changedLocked() <-chan struct{} {
+	if b.notify == nil {
+		b.notify = make(chan struct{})
+	}
+	return b.notify
+}
+
+// broadcastLocked wakes every waiter of changedLocked. The caller holds mu.
 func (b *streamCore) broadcastLocked() {
-	close(b.notify)
-	b.notify = make(chan struct{})
+	if b.notify != nil {
+		close(b.notify)
+		b.notify = nil
+	}
 }
 
 // Reconnects returns how many times the stream replaced its call.
@@ -238,7 +350,7 @@ func (b *streamCore) waitUntil(ctx context.Context, reached func() bool) error {
 			b.mu.Unlock()
 			return err
 		}
-		ch := b.notify
+		ch := b.changedLocked()
 		b.mu.Unlock()
 		select {
 		case <-ch:
@@ -346,7 +458,7 @@ func (b *streamCore) rotate(c *connState, wait time.Duration, reached func() boo
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
-		done, ch := reached(), b.notify
+		done, ch := reached(), b.changedLocked()
 		b.mu.Unlock()
 		if done {
 			break

@@ -2,6 +2,7 @@
 # Everything the tests need (npm packages, the emulator) is installed or started from here.
 
 BIN        ?= bin/benthos-zerobus
+EMU        ?= bin/zerobus-emulator
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 DATE       ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.dateBuilt=$(DATE)
@@ -14,8 +15,10 @@ TEST_TIMEOUT ?= 12m
 
 all: build
 
+## build: the product binary and, beside it, the emulator's own binary.
 build:
 	$(GOFLAGS_BUILD) -o $(BIN) ./cmd/benthos-zerobus
+	$(GOFLAGS_BUILD) -o $(EMU) ./cmd/zerobus-emulator
 
 ## test: everything CI runs — format, vet, the binary, example lint, all tests (race on concurrency packages), SDK conformance.
 test: fmt-check vet build conformance-deps lint-examples
@@ -44,11 +47,11 @@ bench-transport: conformance-deps
 
 ## demo: start the emulator, run the quickstart pipeline into it, print what landed.
 demo: build
-	./scripts/demo.sh $(BIN)
+	./scripts/demo.sh $(BIN) $(EMU)
 
 ## emulator: run the local Zerobus + workspace emulator in the foreground.
 emulator: build
-	$(BIN) emulator
+	$(EMU)
 
 docker:
 	docker build --build-arg VERSION=$(VERSION) -t benthos-zerobus:$(VERSION) .

@@ -14,7 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 const benchTable = "main.default.bench"
@@ -71,7 +71,7 @@ func BenchmarkTransport(b *testing.B) {
 	b.Logf("%d batches x %d rows, %d columns, %.1f MB Arrow IPC (%.0f B/row)",
 		nBatches, batchRows, len(benchSchema.Fields()), float64(ipcBytes)/1e6, float64(ipcBytes)/float64(rows))
 
-	client, err := zerobus.NewClient(zerobus.Config{
+	client, err := ingest.NewClient(ingest.Config{
 		Endpoint: srv.GRPCURL(), WorkspaceURL: srv.HTTPURL(), ClientID: confClientID, ClientSecret: confSecret,
 	})
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // TestFramesMatchOfficialSDK sends the same Arrow batch through the official
@@ -54,7 +54,7 @@ func TestFramesMatchOfficialSDK(t *testing.T) {
 
 			// Our client.
 			ourRec := startRecorder(t)
-			c, err := zerobus.NewClient(zerobus.Config{
+			c, err := ingest.NewClient(ingest.Config{
 				Endpoint: "http://" + ourRec.grpcAddr, WorkspaceURL: ourRec.httpURL,
 				ClientID: confClientID, ClientSecret: confSecret, Compression: tc.ours,
 			})
@@ -295,7 +295,7 @@ func TestJSONFramesMatchOfficialSDK(t *testing.T) {
 			}
 
 			ourRec := startRecorder(t)
-			c, err := zerobus.NewClient(zerobus.Config{
+			c, err := ingest.NewClient(ingest.Config{
 				Endpoint: "http://" + ourRec.grpcAddr, WorkspaceURL: ourRec.httpURL,
 				ClientID: confClientID, ClientSecret: confSecret,
 			})

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 // scenarioJSON is row id of the scenario table as a JSON record, byte for
@@ -31,8 +31,8 @@ func scenarioJSON(id int64) string {
 // unacked requests in order (offsets restart at 0 per stream).
 type jsonPusher struct {
 	t       testing.TB
-	c       *zerobus.Client
-	s       *zerobus.JSONStream
+	c       *ingest.Client
+	s       *ingest.JSONStream
 	pending []pendingReq
 	streams int
 }
@@ -53,7 +53,7 @@ func (p *jsonPusher) open(ctx context.Context) {
 			return
 		}
 		last = err
-		if c, _ := zerobus.ClassOf(err); c != zerobus.Transient {
+		if c, _ := ingest.ClassOf(err); c != ingest.Transient {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -65,7 +65,7 @@ func (p *jsonPusher) open(ctx context.Context) {
 // they cover, and resends the rest on a new stream.
 func (p *jsonPusher) recover(ctx context.Context, cause error) {
 	p.t.Helper()
-	if c, ok := zerobus.ClassOf(cause); ok && c != zerobus.Transient {
+	if c, ok := ingest.ClassOf(cause); ok && c != ingest.Transient {
 		p.t.Fatalf("non-transient JSON stream error: %v", cause)
 	}
 	if n := len(p.pending); n > 0 {
@@ -80,7 +80,7 @@ func (p *jsonPusher) recover(ctx context.Context, cause error) {
 		p.open(ctx)
 		if err := p.resend(ctx); err == nil {
 			return
-		} else if c, _ := zerobus.ClassOf(err); c != zerobus.Transient {
+		} else if c, _ := ingest.ClassOf(err); c != ingest.Transient {
 			p.t.Fatalf("resend: %v", err)
 		}
 		_ = p.s.Close()
@@ -138,7 +138,7 @@ func (p *jsonPusher) flush(ctx context.Context) {
 	_ = p.s.Close()
 }
 
-func pushJSON(t testing.TB, c *zerobus.Client, rows, perRequest int64, pace time.Duration) *jsonPusher {
+func pushJSON(t testing.TB, c *ingest.Client, rows, perRequest int64, pace time.Duration) *jsonPusher {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -188,9 +188,9 @@ func TestOursWrongSecretJSON(t *testing.T) {
 		_ = s.Close()
 		t.Fatal("our client opened a JSON stream with a wrong client secret")
 	}
-	var ze *zerobus.Error
-	if !errors.As(err, &ze) || ze.Class != zerobus.FatalConfig {
-		t.Fatalf("wrong secret: want a fatal_config *zerobus.Error, got %T %v", err, err)
+	var ze *ingest.Error
+	if !errors.As(err, &ze) || ze.Class != ingest.FatalConfig {
+		t.Fatalf("wrong secret: want a fatal_config *ingest.Error, got %T %v", err, err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "401") && !strings.Contains(msg, "invalid_client") {
 		t.Fatalf("error does not say the credentials were refused: %q", msg)

@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 // Our Go client through the same scenarios as the official SDK, against the
 // same emulator, judged by the same read-back.
 
-func ourClient(t testing.TB, srv *emulator.Server, secret string, tweak func(*zerobus.Config)) *zerobus.Client {
+func ourClient(t testing.TB, srv *emulator.Server, secret string, tweak func(*ingest.Config)) *ingest.Client {
 	t.Helper()
-	cfg := zerobus.Config{
+	cfg := ingest.Config{
 		Endpoint:     srv.GRPCURL(),
 		WorkspaceURL: srv.HTTPURL(),
 		ClientID:     confClientID,
@@ -25,7 +25,7 @@ func ourClient(t testing.TB, srv *emulator.Server, secret string, tweak func(*ze
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	c, err := zerobus.NewClient(cfg)
+	c, err := ingest.NewClient(cfg)
 	if err != nil {
 		t.Fatalf("new client: %v", err)
 	}
@@ -35,7 +35,7 @@ func ourClient(t testing.TB, srv *emulator.Server, secret string, tweak func(*ze
 
 // pushArrow opens a stream, submits rows [0, rows) in batches of batchRows
 // (pausing pace between batches), drains and closes.
-func pushArrow(t testing.TB, c *zerobus.Client, rows, batchRows int64, pace time.Duration) *zerobus.ArrowStream {
+func pushArrow(t testing.TB, c *ingest.Client, rows, batchRows int64, pace time.Duration) *ingest.ArrowStream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -43,7 +43,7 @@ func pushArrow(t testing.TB, c *zerobus.Client, rows, batchRows int64, pace time
 	if err != nil {
 		t.Fatalf("open stream: %v", err)
 	}
-	var last zerobus.Span
+	var last ingest.Span
 	for from := int64(0); from < rows; from += batchRows {
 		rec := scenarioBatch(from, min(batchRows, rows-from))
 		span, err := s.Submit(ctx, rec)
@@ -85,7 +85,7 @@ func TestOursArrowStream(t *testing.T) {
 
 func TestOursRecoveryArrow(t *testing.T) {
 	srv := startEmulator(t, rotationFaults)
-	c := ourClient(t, srv, confSecret, func(c *zerobus.Config) {
+	c := ourClient(t, srv, confSecret, func(c *ingest.Config) {
 		c.RecoveryBackoff = 100 * time.Millisecond
 		c.RecoveryAttempts = 10
 	})
@@ -101,7 +101,7 @@ func TestOursRecoveryArrow(t *testing.T) {
 
 func TestOursWrongSecret(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{})
-	c := ourClient(t, srv, "wrong-secret", func(c *zerobus.Config) { c.RecoveryBackoff = sdkBackoff })
+	c := ourClient(t, srv, "wrong-secret", func(c *ingest.Config) { c.RecoveryBackoff = sdkBackoff })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -111,11 +111,11 @@ func TestOursWrongSecret(t *testing.T) {
 		_ = s.Close()
 		t.Fatal("our client opened a stream with a wrong client secret")
 	}
-	var ze *zerobus.Error
+	var ze *ingest.Error
 	if !errors.As(err, &ze) {
-		t.Fatalf("error is not a classified *zerobus.Error: %T %v", err, err)
+		t.Fatalf("error is not a classified *ingest.Error: %T %v", err, err)
 	}
-	if ze.Class != zerobus.FatalConfig {
+	if ze.Class != ingest.FatalConfig {
 		t.Fatalf("wrong secret classified %v, want fatal_config: %v", ze.Class, err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "401") && !strings.Contains(msg, "invalid_client") {

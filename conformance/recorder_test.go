@@ -15,7 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	flatbuffers "github.com/google/flatbuffers/go"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"

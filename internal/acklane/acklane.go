@@ -33,7 +33,7 @@ const DefaultCapacity = 2048
 // of items still pending when a lane whose stream did not fail is closed.
 var ErrClosed = errors.New("acklane: lane closed")
 
-// Waiter is the part of a stream the lane needs; zerobus.Stream satisfies it.
+// Waiter is the part of a stream the lane needs; ingest.Stream satisfies it.
 type Waiter interface {
 	// WaitDurable blocks until every row below row is durable, the stream
 	// fails, or ctx is done.
@@ -327,7 +327,7 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 }
 
 // durableReporter is the optional part of a Waiter that reports its durable
-// watermark (zerobus.Stream has it). It lets a failed wait still confirm the
+// watermark (ingest.Stream has it). It lets a failed wait still confirm the
 // items that were durable before the stream failed.
 type durableReporter interface{ Durable() uint64 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
 // recorder is an Observer that keeps everything for assertions.
@@ -73,17 +73,17 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func openStream(t *testing.T, cfg zerobusfake.Config) *zerobusfake.Stream {
+func openStream(t *testing.T, cfg ingestfake.Config) *ingestfake.Stream {
 	t.Helper()
-	s, err := zerobusfake.NewOpener(cfg).Open(testCtx(t), "main.default.t", zerobusfake.TestSchema)
+	s, err := ingestfake.NewOpener(cfg).Open(testCtx(t), "main.default.t", ingestfake.TestSchema)
 	require.NoError(t, err)
-	return s.(*zerobusfake.Stream)
+	return s.(*ingestfake.Stream)
 }
 
 // submit submits rows rows and enqueues their confirmation on lane.
-func submit(t *testing.T, ctx context.Context, s *zerobusfake.Stream, lane *acklane.Lane[acklane.RawAnchor], rows int) (zerobus.Span, *acklane.Receipt) {
+func submit(t *testing.T, ctx context.Context, s *ingestfake.Stream, lane *acklane.Lane[acklane.RawAnchor], rows int) (ingest.Span, *acklane.Receipt) {
 	t.Helper()
-	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, rows)
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, rows)
 	defer rec.Release()
 	span, err := s.Submit(ctx, rec)
 	require.NoError(t, err)
@@ -103,7 +103,7 @@ func TestOneWaitConfirmsEveryLesserItem(t *testing.T) {
 	for _, n := range []int{2, 10, 100} {
 		t.Run(fmt.Sprintf("burst of %d", n), func(t *testing.T) {
 			ctx := testCtx(t)
-			s := openStream(t, zerobusfake.Config{ManualAck: true})
+			s := openStream(t, ingestfake.Config{ManualAck: true})
 			obs := &recorder{}
 			lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: n}, obs)
 			defer lane.Close()
@@ -140,11 +140,11 @@ func TestOneWaitConfirmsEveryLesserItem(t *testing.T) {
 
 func TestConfirmsOnlyAfterDurableAckNeverOnSubmit(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
 	defer lane.Close()
 
-	var spans []zerobus.Span
+	var spans []ingest.Span
 	var rs []*acklane.Receipt
 	for i := range 5 {
 		span, r := submit(t, ctx, s, lane, 2)
@@ -182,7 +182,7 @@ func TestDeliveredNeverDecreases(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(round)))
 			ctx := testCtx(t)
 			latency := time.Duration(rng.IntN(300)) * time.Microsecond
-			s := openStream(t, zerobusfake.Config{AckLatency: latency})
+			s := openStream(t, ingestfake.Config{AckLatency: latency})
 			lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 1 + rng.IntN(16)}, nil)
 			defer lane.Close()
 
@@ -214,7 +214,7 @@ func TestDeliveredNeverDecreases(t *testing.T) {
 				wg.Go(func() {
 					rows := 1 + (w % 5)
 					for range perWriter {
-						rec := zerobusfake.NewRecord(zerobusfake.TestSchema, rows)
+						rec := ingestfake.NewRecord(ingestfake.TestSchema, rows)
 						span, err := s.Submit(ctx, rec)
 						rec.Release()
 						if !assert.NoError(t, err) {
@@ -257,7 +257,7 @@ func TestPoisonFailsPendingItemsAndConfirmsNone(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			s := openStream(t, zerobusfake.Config{ManualAck: true})
+			s := openStream(t, ingestfake.Config{ManualAck: true})
 			obs := &recorder{}
 			lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
 			defer lane.Close()
@@ -272,14 +272,14 @@ func TestPoisonFailsPendingItemsAndConfirmsNone(t *testing.T) {
 			if tc.partialAck {
 				s.AckUpTo(2) // below the first item's end: it must not confirm
 			}
-			s.Poison(zerobusfake.ErrPoison("connection state lost"))
+			s.Poison(ingestfake.ErrPoison("connection state lost"))
 
 			for i, r := range append([]*acklane.Receipt{first}, rs...) {
 				err := r.Wait(ctx)
 				require.Error(t, err, "receipt %d confirmed on a dead stream", i)
-				class, ok := zerobus.ClassOf(err)
+				class, ok := ingest.ClassOf(err)
 				assert.True(t, ok, "the stream error is kept: %v", err)
-				assert.Equal(t, zerobus.Poison, class)
+				assert.Equal(t, ingest.Poison, class)
 			}
 			<-lane.Failed()
 			assert.Error(t, lane.Err())
@@ -300,7 +300,7 @@ func TestPoisonFailsPendingItemsAndConfirmsNone(t *testing.T) {
 
 func TestFullChannelIsBackpressure(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 2}, nil)
 	defer lane.Close()
 
@@ -329,7 +329,7 @@ func TestFullChannelIsBackpressure(t *testing.T) {
 
 func TestAckTimeoutRetriesWithoutSettling(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	obs := &recorder{}
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{AckTimeout: time.Millisecond}, obs)
 	defer lane.Close()
@@ -352,7 +352,7 @@ func TestAckTimeoutRetriesWithoutSettling(t *testing.T) {
 
 func TestDrainWaitsForEverySettlement(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
 	defer lane.Close()
 
@@ -380,7 +380,7 @@ func TestDrainWaitsForEverySettlement(t *testing.T) {
 // receipt: nothing hangs and nothing unacked is confirmed.
 func TestCloseFailsUnsettledItems(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 4}, nil)
 
 	_, r := submit(t, ctx, s, lane, 1)
@@ -435,10 +435,10 @@ func TestReceiptWait(t *testing.T) {
 
 	d, dr := acklane.NewDerivedCoverage()
 	assert.Same(t, dr, d.Receipt())
-	s := openStream(t, zerobusfake.Config{})
+	s := openStream(t, ingestfake.Config{})
 	lane := acklane.New[acklane.DerivedCoverage](s, acklane.Config{}, nil)
 	defer lane.Close()
-	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 2)
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, 2)
 	defer rec.Release()
 	span, err := s.Submit(ctx, rec)
 	require.NoError(t, err)
@@ -453,7 +453,7 @@ func TestReceiptWait(t *testing.T) {
 // pending item and every burst would be 1.
 func TestSoakPipelines(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{AckLatency: 2 * time.Millisecond})
+	s := openStream(t, ingestfake.Config{AckLatency: 2 * time.Millisecond})
 	obs := &recorder{}
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 256}, obs)
 	defer lane.Close()
@@ -463,7 +463,7 @@ func TestSoakPipelines(t *testing.T) {
 	for range writers {
 		wg.Go(func() {
 			for range perWriter {
-				rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 10)
+				rec := ingestfake.NewRecord(ingestfake.TestSchema, 10)
 				span, err := s.Submit(ctx, rec)
 				rec.Release()
 				if !assert.NoError(t, err) {
@@ -499,14 +499,14 @@ func TestSoakPipelines(t *testing.T) {
 
 func TestStreamErrorIsNotConfusedWithClose(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
 	defer lane.Close()
 	_, r := submit(t, ctx, s, lane, 1)
 	require.NoError(t, s.WaitWaitCalls(ctx, 1))
 	require.NoError(t, s.Close()) // the stream goes away under the lane
 	err := r.Wait(ctx)
-	require.ErrorIs(t, err, zerobusfake.ErrClosed)
+	require.ErrorIs(t, err, ingestfake.ErrClosed)
 	assert.False(t, errors.Is(err, acklane.ErrClosed))
 	<-lane.Failed()
 }
@@ -516,7 +516,7 @@ func TestStreamErrorIsNotConfusedWithClose(t *testing.T) {
 // them would only cause redelivery duplicates) and only the rest fail.
 func TestFailedWaitConfirmsTheDurablePrefix(t *testing.T) {
 	ctx := testCtx(t)
-	s := openStream(t, zerobusfake.Config{ManualAck: true})
+	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
 	defer lane.Close()
 
@@ -525,7 +525,7 @@ func TestFailedWaitConfirmsTheDurablePrefix(t *testing.T) {
 	span3, r3 := submit(t, ctx, s, lane, 4)
 
 	s.AckUpTo(5) // the first two items are durable, the third is not
-	s.Poison(zerobusfake.ErrPoison("stream died"))
+	s.Poison(ingestfake.ErrPoison("stream died"))
 
 	require.NoError(t, r1.Wait(ctx))
 	require.NoError(t, r2.Wait(ctx))
@@ -540,11 +540,11 @@ func TestFailedWaitConfirmsTheDurablePrefix(t *testing.T) {
 // refused with it, Close keeps it rather than ErrClosed, and the death counts
 // as poisoned exactly once whichever path saw it first.
 func TestFailReportsTheStreamDeathOnce(t *testing.T) {
-	died := zerobusfake.ErrPoison("stream state lost")
+	died := ingestfake.ErrPoison("stream state lost")
 
 	t.Run("Fail first", func(t *testing.T) {
 		ctx := testCtx(t)
-		s := openStream(t, zerobusfake.Config{ManualAck: true}) // healthy: the lane cannot see the death
+		s := openStream(t, ingestfake.Config{ManualAck: true}) // healthy: the lane cannot see the death
 		obs := &recorder{}
 		lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
 		defer lane.Close()
@@ -563,7 +563,7 @@ func TestFailReportsTheStreamDeathOnce(t *testing.T) {
 		require.ErrorIs(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: 10, Confirm: c}), died)
 		assert.False(t, r.Settled())
 
-		lane.Fail(zerobusfake.ErrPoison("seen again"))
+		lane.Fail(ingestfake.ErrPoison("seen again"))
 		lane.Close()
 		_, _, _, _, poisoned := obs.snapshot()
 		assert.Equal(t, 1, poisoned)
@@ -573,7 +573,7 @@ func TestFailReportsTheStreamDeathOnce(t *testing.T) {
 
 	t.Run("lane first", func(t *testing.T) {
 		ctx := testCtx(t)
-		s := openStream(t, zerobusfake.Config{ManualAck: true})
+		s := openStream(t, ingestfake.Config{ManualAck: true})
 		obs := &recorder{}
 		lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
 		defer lane.Close()
@@ -589,7 +589,7 @@ func TestFailReportsTheStreamDeathOnce(t *testing.T) {
 
 	t.Run("Close after Fail", func(t *testing.T) {
 		ctx := testCtx(t)
-		s := openStream(t, zerobusfake.Config{ManualAck: true})
+		s := openStream(t, ingestfake.Config{ManualAck: true})
 		lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
 		var rs []*acklane.Receipt
 		for range 5 {

@@ -19,12 +19,13 @@ import (
 // DefaultDataDir is where the command keeps tables when --data is not given.
 func DefaultDataDir() string { return filepath.Join(os.TempDir(), "zerobus-emulator-data") }
 
-// Command is the `emulator` subcommand (for service.CLIOptAddCommand): it
-// starts an emulator, prints how to reach it, and runs until SIGINT/SIGTERM.
-func Command() *cli.Command {
-	return &cli.Command{
-		Name:  "emulator",
-		Usage: "Run a local Databricks workspace + Zerobus ingest emulator",
+// App is the zerobus-emulator command line (cmd/zerobus-emulator): it starts
+// an emulator, prints how to reach it, and runs until SIGINT/SIGTERM.
+func App(version string) *cli.App {
+	return &cli.App{
+		Name:    "zerobus-emulator",
+		Version: version,
+		Usage:   "Run a local Databricks workspace + Zerobus ingest emulator",
 		Description: "Serves OAuth M2M, Unity Catalog and SQL statements over HTTP, and Zerobus " +
 			"(Arrow Flight DoPut and the JSON EphemeralStream) over gRPC, storing tables as " +
 			"Parquet + Delta log under --data. Every flag has a loopback default.",

@@ -51,7 +51,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // Defaults used when the corresponding Config field is empty.

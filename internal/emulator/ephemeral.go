@@ -14,7 +14,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // zerobusService is the record path, databricks.zerobus.Zerobus. Only JSON

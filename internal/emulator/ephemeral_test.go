@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 func openEphemeral(t *testing.T, srv endpoints, token, table string, rt zbpb.RecordType) (zbpb.Zerobus_EphemeralStreamClient, *zbpb.EphemeralStreamResponse, error) {

@@ -72,14 +72,13 @@ func TestFaultsJSONAndCodes(t *testing.T) {
 
 func TestCommandFlags(t *testing.T) {
 	var got Config
-	cmd := Command()
-	cmd.Action = func(c *cli.Context) error {
+	app := App("test")
+	app.Action = func(c *cli.Context) error {
 		var err error
 		got, err = configFromFlags(c)
 		return err
 	}
-	app := &cli.App{Commands: []*cli.Command{cmd}}
-	require.NoError(t, app.Run([]string{"benthos-zerobus", "emulator",
+	require.NoError(t, app.Run([]string{"zerobus-emulator",
 		"--http", "127.0.0.1:0", "--table", "a.b.c:id BIGINT NOT NULL, v STRING", "--table", "a.b.d:x STRING",
 		"--ack-latency", "20ms", "--error-rate", "unavailable=0.1", "--max-streams-per-table", "4", "--ack-only", "--iceberg-lag", "-1s"}))
 	assert.Equal(t, "127.0.0.1:0", got.HTTPAddr)
@@ -94,7 +93,7 @@ func TestCommandFlags(t *testing.T) {
 	assert.True(t, got.Faults.AckOnly)
 	assert.Equal(t, -time.Second, got.IcebergLag)
 
-	err := app.Run([]string{"benthos-zerobus", "emulator", "--error-rate", "BOGUS=1"})
+	err := app.Run([]string{"zerobus-emulator", "--error-rate", "BOGUS=1"})
 	assert.Error(t, err)
 }
 

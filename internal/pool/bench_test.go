@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
 )
 
 // BenchmarkWriteWait measures the pool's own cost per batch (pick, submit to
@@ -16,12 +16,12 @@ func BenchmarkWriteWait(b *testing.B) {
 	for _, latency := range []time.Duration{0, 5 * time.Millisecond} {
 		b.Run("ack latency "+latency.String(), func(b *testing.B) {
 			ctx := context.Background()
-			o := zerobusfake.NewOpener(zerobusfake.Config{AckLatency: latency})
-			p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+			o := ingestfake.NewOpener(ingestfake.Config{AckLatency: latency})
+			p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 			if err := p.Connect(ctx); err != nil {
 				b.Fatal(err)
 			}
-			rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 100)
+			rec := ingestfake.NewRecord(ingestfake.TestSchema, 100)
 			defer rec.Release()
 			b.SetParallelism(32) // 32 × GOMAXPROCS writers, like max_in_flight
 			b.ResetTimer()

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
 // TestChaosPoisonUnderLoad poisons random streams while many writers Write
@@ -26,18 +26,18 @@ func TestChaosPoisonUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	o := zerobusfake.NewOpener(zerobusfake.Config{AckLatency: 200 * time.Microsecond})
+	o := ingestfake.NewOpener(ingestfake.Config{AckLatency: 200 * time.Microsecond})
 	cfg := DefaultConfig()
 	cfg.MinStreams, cfg.MaxStreams = 3, 3
 	cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
 	cfg.RebuildBudget = 1000
 	cfg.PickTimeout = 20 * time.Second
-	p := New(o, "main.default.chaos", zerobusfake.TestSchema, cfg, nil)
+	p := New(o, "main.default.chaos", ingestfake.TestSchema, cfg, nil)
 	require.NoError(t, p.Connect(ctx))
 
 	type key struct {
-		stream zerobus.Stream
-		span   zerobus.Span
+		stream ingest.Stream
+		span   ingest.Span
 	}
 	var (
 		mu        sync.Mutex
@@ -57,7 +57,7 @@ func TestChaosPoisonUnderLoad(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					k = fmt.Sprintf("key-%d", rng.IntN(8))
 				}
-				rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 1+rng.IntN(4))
+				rec := ingestfake.NewRecord(ingestfake.TestSchema, 1+rng.IntN(4))
 				tk, err := p.Write(ctx, k, rec)
 				rec.Release()
 				if err != nil {
@@ -71,7 +71,7 @@ func TestChaosPoisonUnderLoad(t *testing.T) {
 					failed.Add(1)
 					continue
 				}
-				fs := tk.stream.(*zerobusfake.Stream)
+				fs := tk.stream.(*ingestfake.Stream)
 				assert.GreaterOrEqual(t, fs.Durable(), tk.Span.To, "confirmed beyond the durable ack")
 				mu.Lock()
 				kk := key{tk.stream, tk.Span}
@@ -102,7 +102,7 @@ func TestChaosPoisonUnderLoad(t *testing.T) {
 			streams := o.Streams()
 			s := streams[len(streams)-1-rng.IntN(min(3, len(streams)))]
 			if !s.Closed() {
-				s.Poison(zerobusfake.ErrPoison("chaos"))
+				s.Poison(ingestfake.ErrPoison("chaos"))
 				poisons++
 			}
 			if ok.Load() >= writers*perWriter*3/4 {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
 )
 
 // Example shows the calls an output makes: Connect once, then per batch
@@ -14,18 +14,18 @@ import (
 // and Close with the close timeout.
 func Example() {
 	ctx := context.Background()
-	opener := zerobusfake.NewOpener(zerobusfake.Config{AckLatency: time.Millisecond})
+	opener := ingestfake.NewOpener(ingestfake.Config{AckLatency: time.Millisecond})
 
 	cfg := pool.DefaultConfig()
 	cfg.PeakMBps = 150 // 15 KB rows at 10,000 rows/s
-	p := pool.New(opener, "main.default.events", zerobusfake.TestSchema, cfg, nil)
+	p := pool.New(opener, "main.default.events", ingestfake.TestSchema, cfg, nil)
 	fmt.Println("streams:", p.Size())
 	if err := p.Connect(ctx); err != nil {
 		fmt.Println("connect:", err)
 		return
 	}
 
-	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 3)
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, 3)
 	defer rec.Release()
 	ticket, err := p.Write(ctx, "", rec)
 	if err != nil {

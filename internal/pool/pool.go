@@ -27,7 +27,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 // ErrClosed is returned by Write, Connect and Reopen after Close.
@@ -61,10 +61,10 @@ type Ticket struct {
 	// Generation numbers the member's streams from 1; a rebuild increments it.
 	Generation uint64
 	// Span is the rows' logical span on that stream.
-	Span zerobus.Span
+	Span ingest.Span
 
 	receipt *acklane.Receipt
-	stream  zerobus.Stream // for tests: the stream the rows went to
+	stream  ingest.Stream // for tests: the stream the rows went to
 }
 
 // Wait blocks until the rows are durable (nil), or their stream failed or
@@ -116,7 +116,7 @@ type MemberStats struct {
 
 // Pool is the stream pool of one table.
 type Pool struct {
-	opener zerobus.Opener
+	opener ingest.Opener
 	table  string
 	cfg    Config
 	obs    Observer
@@ -159,7 +159,7 @@ type member struct {
 
 // conn is one stream of a member with its lane.
 type conn struct {
-	stream    zerobus.Stream
+	stream    ingest.Stream
 	lane      *acklane.Lane[acklane.RawAnchor]
 	schema    *arrow.Schema
 	epoch     uint64 // the pool's epoch when it was opened
@@ -183,7 +183,7 @@ type reopenReq struct {
 
 // New returns a pool for table that opens its streams with opener and
 // schema once Connect or the first Write asks for them. obs may be nil.
-func New(opener zerobus.Opener, table string, schema *arrow.Schema, cfg Config, obs Observer) *Pool {
+func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, obs Observer) *Pool {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
@@ -272,7 +272,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 	var (
 		m           *member
 		c           *conn
-		span        zerobus.Span
+		span        ingest.Span
 		submittedAt time.Time
 	)
 	for attempt := 1; ; attempt++ {
@@ -284,8 +284,8 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 		if span, err = c.stream.Submit(ctx, rec); err == nil {
 			break
 		}
-		class, _ := zerobus.ClassOf(err)
-		if class != zerobus.Poison && class != zerobus.FatalConfig {
+		class, _ := ingest.ClassOf(err)
+		if class != ingest.Poison && class != ingest.FatalConfig {
 			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
 		}
 		// The stream died, possibly while idle, so nobody noticed yet.
@@ -612,7 +612,7 @@ func (p *Pool) supervise(m *member) {
 		}
 		failures++
 		fatal := false
-		if class, _ := zerobus.ClassOf(cause); class == zerobus.FatalConfig {
+		if class, _ := ingest.ClassOf(cause); class == ingest.FatalConfig {
 			// A stream opened before a Reopen failing (typically its
 			// schema rejected) is being replaced anyway: rebuild it on
 			// the current schema rather than stopping the pool.
@@ -639,7 +639,7 @@ func (p *Pool) supervise(m *member) {
 		// fails with RetryAfter set: reopening sooner is exactly the open
 		// the service asked us not to make.
 		delay := b.next()
-		var ze *zerobus.Error
+		var ze *ingest.Error
 		if errors.As(cause, &ze) {
 			delay = max(delay, ze.RetryAfter)
 		}
@@ -657,7 +657,7 @@ func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, sto
 	// Write found it dead. A nil channel (a stream that cannot say) never
 	// fires.
 	var died <-chan struct{}
-	fn, _ := c.stream.(zerobus.FailureNotifier)
+	fn, _ := c.stream.(ingest.FailureNotifier)
 	if fn != nil {
 		died = fn.Failed()
 	}
@@ -704,26 +704,26 @@ func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, sto
 // openFailed classifies an open error and returns how long to back off, or
 // down when the member must give up.
 func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *backoff) (delay time.Duration, down bool) {
-	zerr := zerobus.Classify(err)
+	zerr := ingest.Classify(err)
 	p.mu.Lock()
 	m.attempted = true
 	m.lastErr = err
 	p.notifyLocked()
 	p.mu.Unlock()
 	switch zerr.Class {
-	case zerobus.FatalConfig:
+	case ingest.FatalConfig:
 		if !p.setFatal(epoch, err) { // Reopen came meanwhile: retry on its schema
 			return b.next(), false
 		}
 		p.setDown(m, err)
 		return 0, true
-	case zerobus.ConcurrencyReject:
+	case ingest.ConcurrencyReject:
 		p.rejections.Add(1)
 		if p.obs != nil {
 			p.obs.IncConcurrencyReject(p.table)
 		}
 		return max(b.next(), zerr.RetryAfter), false
-	case zerobus.Poison:
+	case ingest.Poison:
 		*failures++
 		if *failures > p.cfg.RebuildBudget {
 			p.setDown(m, err)
@@ -736,7 +736,7 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 }
 
 // install makes a freshly opened stream m's healthy connection.
-func (p *Pool) install(m *member, s zerobus.Stream, schema *arrow.Schema, epoch uint64) *conn {
+func (p *Pool) install(m *member, s ingest.Stream, schema *arrow.Schema, epoch uint64) *conn {
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{
 		Capacity:   p.cfg.AckChannelCapacity,
 		AckTimeout: p.cfg.AckTimeout,

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
 )
 
 const table = "main.default.events"
@@ -129,7 +129,7 @@ func closeNow(p *pool.Pool) {
 	_ = p.Close(ctx)
 }
 
-func rec(rows int) arrow.RecordBatch { return zerobusfake.NewRecord(zerobusfake.TestSchema, rows) }
+func rec(rows int) arrow.RecordBatch { return ingestfake.NewRecord(ingestfake.TestSchema, rows) }
 
 func write(t *testing.T, ctx context.Context, p *pool.Pool, key string, rows int) *pool.Ticket {
 	t.Helper()
@@ -154,9 +154,9 @@ func keyFor(t *testing.T, p *pool.Pool, index int) string {
 
 // bind writes one batch with a distinctive row count to every member and
 // returns the fake stream behind each member.
-func bind(t *testing.T, ctx context.Context, p *pool.Pool, o *zerobusfake.Opener) (map[int]*zerobusfake.Stream, []*pool.Ticket) {
+func bind(t *testing.T, ctx context.Context, p *pool.Pool, o *ingestfake.Opener) (map[int]*ingestfake.Stream, []*pool.Ticket) {
 	t.Helper()
-	streams := map[int]*zerobusfake.Stream{}
+	streams := map[int]*ingestfake.Stream{}
 	var tickets []*pool.Ticket
 	for i := range p.Size() {
 		rows := 1000 + i
@@ -195,7 +195,7 @@ func TestSize(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, pool.Size(tc.cfg))
-			p := pool.New(zerobusfake.NewOpener(zerobusfake.Config{}), table, zerobusfake.TestSchema, tc.cfg, nil)
+			p := pool.New(ingestfake.NewOpener(ingestfake.Config{}), table, ingestfake.TestSchema, tc.cfg, nil)
 			assert.Equal(t, tc.want, p.Size())
 			require.NoError(t, p.Close(testCtx(t)))
 		})
@@ -210,7 +210,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	assert.Equal(t, acklane.DefaultCapacity, d.AckChannelCapacity)
 	assert.Positive(t, d.RebuildBudget)
 	assert.Positive(t, d.PickTimeout)
-	assert.GreaterOrEqual(t, d.OpenBackoffMax, zerobus.PipelineBlockedBackoff, "back-off can reach a pipeline-blocked wait")
+	assert.GreaterOrEqual(t, d.OpenBackoffMax, ingest.PipelineBlockedBackoff, "back-off can reach a pipeline-blocked wait")
 
 	bad := []struct {
 		name string
@@ -230,14 +230,14 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	}
 	assert.NoError(t, pool.Config{}.Validate(), "unset fields take defaults")
 
-	p := pool.New(zerobusfake.NewOpener(zerobusfake.Config{}), table, zerobusfake.TestSchema, pool.Config{}, nil)
+	p := pool.New(ingestfake.NewOpener(ingestfake.Config{}), table, ingestfake.TestSchema, pool.Config{}, nil)
 	assert.Equal(t, d, p.Config())
 }
 
 func TestStreamsOpenLazilyAndOnce(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(3), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(3), nil)
 	assert.Zero(t, o.OpenAttempts(), "nothing opens before the first write")
 
 	for range 50 {
@@ -252,8 +252,8 @@ func TestStreamsOpenLazilyAndOnce(t *testing.T) {
 
 func TestSelection(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(4), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(4), nil)
 	defer p.Close(ctx)
 	require.NoError(t, p.Connect(ctx))
 
@@ -286,7 +286,7 @@ func TestSelection(t *testing.T) {
 	})
 
 	t.Run("the mapping is a pure function of key and size", func(t *testing.T) {
-		other := pool.New(zerobusfake.NewOpener(zerobusfake.Config{}), table, zerobusfake.TestSchema, fastConfig(4), nil)
+		other := pool.New(ingestfake.NewOpener(ingestfake.Config{}), table, ingestfake.TestSchema, fastConfig(4), nil)
 		defer other.Close(ctx)
 		for i := range 100 {
 			key := fmt.Sprintf("k%d", i)
@@ -297,8 +297,8 @@ func TestSelection(t *testing.T) {
 
 func TestTicketConfirmsOnlyAfterDurableAck(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 	defer closeNow(p)
 	require.NoError(t, p.Connect(ctx))
 	streams, tickets := bind(t, ctx, p, o)
@@ -337,9 +337,9 @@ func TestTicketConfirmsOnlyAfterDurableAck(t *testing.T) {
 // row span is confirmed twice or without a durable ack.
 func TestPoisonRebuildsWhileOthersServe(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
 	obs := newObserver()
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(3), obs)
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(3), obs)
 	defer p.Close(ctx)
 	require.NoError(t, p.Connect(ctx))
 	streams, first := bind(t, ctx, p, o)
@@ -358,10 +358,10 @@ func TestPoisonRebuildsWhileOthersServe(t *testing.T) {
 	type confirmed struct {
 		stream int
 		gen    uint64
-		span   zerobus.Span
+		span   ingest.Span
 	}
 	seen := map[confirmed]bool{}
-	confirm := func(tk *pool.Ticket, s *zerobusfake.Stream) {
+	confirm := func(tk *pool.Ticket, s *ingestfake.Stream) {
 		t.Helper()
 		require.NoError(t, tk.Wait(ctx))
 		c := confirmed{tk.Stream, tk.Generation, tk.Span}
@@ -371,12 +371,12 @@ func TestPoisonRebuildsWhileOthersServe(t *testing.T) {
 	}
 
 	victim := streams[1]
-	victim.Poison(zerobusfake.ErrPoison("stream state lost"))
+	victim.Poison(ingestfake.ErrPoison("stream state lost"))
 	err := first[1].Wait(ctx)
 	require.Error(t, err)
-	class, ok := zerobus.ClassOf(err)
+	class, ok := ingest.ClassOf(err)
 	require.True(t, ok)
-	assert.Equal(t, zerobus.Poison, class)
+	assert.Equal(t, ingest.Poison, class)
 	require.NoError(t, victim.WaitClosed(ctx), "the dead stream is torn down")
 	require.NoError(t, o.WaitOpenAttempts(ctx, 4), "a rebuild is under way")
 
@@ -413,7 +413,7 @@ func TestPoisonRebuildsWhileOthersServe(t *testing.T) {
 	assert.Equal(t, uint64(2), tk.Generation)
 	all := o.Streams()
 	rebuilt := all[len(all)-1]
-	assert.Equal(t, zerobus.Span{From: 0, To: 5}, tk.Span, "a rebuilt stream starts its own positions")
+	assert.Equal(t, ingest.Span{From: 0, To: 5}, tk.Span, "a rebuilt stream starts its own positions")
 	rebuilt.AckAll()
 	confirm(tk, rebuilt)
 
@@ -434,11 +434,11 @@ func TestConcurrencyRejectBacksOffWithoutStorm(t *testing.T) {
 
 	t.Run("reject then recover", func(t *testing.T) {
 		ctx := testCtx(t)
-		o := zerobusfake.NewOpener(zerobusfake.Config{})
+		o := ingestfake.NewOpener(ingestfake.Config{})
 		// The first open succeeds, the other member is refused twice.
-		o.FailNextOpens(nil, zerobusfake.ErrConcurrencyReject(retryAfter), zerobusfake.ErrConcurrencyReject(retryAfter))
+		o.FailNextOpens(nil, ingestfake.ErrConcurrencyReject(retryAfter), ingestfake.ErrConcurrencyReject(retryAfter))
 		obs := newObserver()
-		p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), obs)
+		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), obs)
 		defer p.Close(ctx)
 		require.NoError(t, p.Connect(ctx), "one healthy member is enough to serve")
 
@@ -461,14 +461,14 @@ func TestConcurrencyRejectBacksOffWithoutStorm(t *testing.T) {
 
 	t.Run("persistent rejects never storm", func(t *testing.T) {
 		ctx := testCtx(t)
-		o := zerobusfake.NewOpener(zerobusfake.Config{})
+		o := ingestfake.NewOpener(ingestfake.Config{})
 		o.SetOpenHook(func(_ context.Context, attempt int, _ string, _ *arrow.Schema) error {
 			if attempt == 1 {
 				return nil
 			}
-			return zerobusfake.ErrConcurrencyReject(retryAfter)
+			return ingestfake.ErrConcurrencyReject(retryAfter)
 		})
-		p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(3), nil)
+		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(3), nil)
 		defer p.Close(ctx)
 		require.NoError(t, p.Connect(ctx))
 
@@ -499,13 +499,13 @@ func TestConcurrencyRejectBacksOffWithoutStorm(t *testing.T) {
 
 func TestWriteWaitsBoundedWhenNoStreamIsUp(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
+	o := ingestfake.NewOpener(ingestfake.Config{})
 	o.SetOpenHook(func(context.Context, int, string, *arrow.Schema) error {
-		return zerobusfake.ErrConcurrencyReject(time.Hour)
+		return ingestfake.ErrConcurrencyReject(time.Hour)
 	})
 	cfg := fastConfig(2)
 	cfg.PickTimeout = 30 * time.Millisecond
-	p := pool.New(o, table, zerobusfake.TestSchema, cfg, nil)
+	p := pool.New(o, table, ingestfake.TestSchema, cfg, nil)
 	defer p.Close(ctx)
 
 	var wg sync.WaitGroup
@@ -529,19 +529,19 @@ func TestWriteWaitsBoundedWhenNoStreamIsUp(t *testing.T) {
 func TestFatalConfigStopsWritesUntilReopen(t *testing.T) {
 	t.Run("at open", func(t *testing.T) {
 		ctx := testCtx(t)
-		o := zerobusfake.NewOpener(zerobusfake.Config{})
-		o.FailNextOpens(zerobusfake.ErrFatalConfig("permission denied"), zerobusfake.ErrFatalConfig("permission denied"))
-		p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+		o := ingestfake.NewOpener(ingestfake.Config{})
+		o.FailNextOpens(ingestfake.ErrFatalConfig("permission denied"), ingestfake.ErrFatalConfig("permission denied"))
+		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 		defer p.Close(ctx)
 
 		err := p.Connect(ctx)
-		class, _ := zerobus.ClassOf(err)
-		assert.Equal(t, zerobus.FatalConfig, class, "%v", err)
+		class, _ := ingest.ClassOf(err)
+		assert.Equal(t, ingest.FatalConfig, class, "%v", err)
 		r := rec(1)
 		defer r.Release()
 		_, err = p.Write(ctx, "", r)
-		class, _ = zerobus.ClassOf(err)
-		assert.Equal(t, zerobus.FatalConfig, class, "%v", err)
+		class, _ = ingest.ClassOf(err)
+		assert.Equal(t, ingest.FatalConfig, class, "%v", err)
 		assert.Error(t, p.Stats().Fatal)
 		require.Eventually(t, func() bool {
 			st := p.Stats()
@@ -549,7 +549,7 @@ func TestFatalConfigStopsWritesUntilReopen(t *testing.T) {
 		}, 10*time.Second, time.Millisecond)
 		assert.Equal(t, 2, o.OpenAttempts(), "fatal errors are not retried")
 
-		require.NoError(t, p.Reopen(ctx, zerobusfake.TestSchema))
+		require.NoError(t, p.Reopen(ctx, ingestfake.TestSchema))
 		require.NoError(t, p.Connect(ctx))
 		require.NoError(t, write(t, ctx, p, "", 1).Wait(ctx))
 		assert.NoError(t, p.Stats().Fatal)
@@ -557,33 +557,33 @@ func TestFatalConfigStopsWritesUntilReopen(t *testing.T) {
 
 	t.Run("from a durability wait", func(t *testing.T) {
 		ctx := testCtx(t)
-		o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-		p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+		o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 		defer closeNow(p)
 		require.NoError(t, p.Connect(ctx))
 		streams, tickets := bind(t, ctx, p, o)
-		streams[0].Poison(zerobusfake.ErrFatalConfig("schema mismatch"))
+		streams[0].Poison(ingestfake.ErrFatalConfig("schema mismatch"))
 		require.Error(t, tickets[0].Wait(ctx))
 		require.Eventually(t, func() bool { return p.Stats().Fatal != nil }, 10*time.Second, time.Millisecond)
 		r := rec(1)
 		defer r.Release()
 		_, err := p.Write(ctx, "", r)
-		class, _ := zerobus.ClassOf(err)
-		assert.Equal(t, zerobus.FatalConfig, class, "%v", err)
+		class, _ := ingest.ClassOf(err)
+		assert.Equal(t, ingest.FatalConfig, class, "%v", err)
 	})
 }
 
 func TestRebuildBudgetIsBounded(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
+	o := ingestfake.NewOpener(ingestfake.Config{})
 	cfg := fastConfig(1)
 	cfg.RebuildBudget = 2
-	p := pool.New(o, table, zerobusfake.TestSchema, cfg, nil)
+	p := pool.New(o, table, ingestfake.TestSchema, cfg, nil)
 	defer p.Close(ctx)
 	require.NoError(t, p.Connect(ctx))
 
 	o.SetOpenHook(func(context.Context, int, string, *arrow.Schema) error {
-		return zerobusfake.ErrPoison("cannot set up stream")
+		return ingestfake.ErrPoison("cannot set up stream")
 	})
 	o.Streams()[0].Poison(nil)
 	r := rec(1)
@@ -603,20 +603,20 @@ func TestRebuildBudgetIsBounded(t *testing.T) {
 	assert.Equal(t, 3, o.OpenAttempts(), "no attempts after giving up")
 
 	o.SetOpenHook(nil)
-	require.NoError(t, p.Reopen(ctx, zerobusfake.TestSchema))
+	require.NoError(t, p.Reopen(ctx, ingestfake.TestSchema))
 	require.NoError(t, write(t, ctx, p, "", 1).Wait(ctx))
 	assert.False(t, p.Stats().Members[0].Down)
 }
 
 func TestReopenReplacesOneAtATime(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(3), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(3), nil)
 	defer p.Close(ctx)
 	require.NoError(t, p.Connect(ctx))
 	streams, tickets := bind(t, ctx, p, o)
 
-	wider := arrow.NewSchema(append(zerobusfake.TestSchema.Fields(),
+	wider := arrow.NewSchema(append(ingestfake.TestSchema.Fields(),
 		arrow.Field{Name: "note", Type: arrow.BinaryTypes.String, Nullable: true}), nil)
 	reopened := make(chan error, 1)
 	go func() { reopened <- p.Reopen(ctx, wider) }()
@@ -635,7 +635,7 @@ func TestReopenReplacesOneAtATime(t *testing.T) {
 		assert.True(t, streams[i].Closed())
 	}
 
-	nr := zerobusfake.NewRecord(wider, 2)
+	nr := ingestfake.NewRecord(wider, 2)
 	defer nr.Release()
 	tk, err := p.Write(ctx, "", nr)
 	require.NoError(t, err)
@@ -655,8 +655,8 @@ func TestReopenReplacesOneAtATime(t *testing.T) {
 func TestCloseDrainsAndNacksTheRest(t *testing.T) {
 	t.Run("acks arrive while closing", func(t *testing.T) {
 		ctx := testCtx(t)
-		o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-		p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+		o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 		require.NoError(t, p.Connect(ctx))
 		streams, tickets := bind(t, ctx, p, o)
 		for range 10 {
@@ -681,8 +681,8 @@ func TestCloseDrainsAndNacksTheRest(t *testing.T) {
 
 	t.Run("bounded by ctx when acks stall", func(t *testing.T) {
 		ctx := testCtx(t)
-		o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-		p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+		o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 		require.NoError(t, p.Connect(ctx))
 		streams, tickets := bind(t, ctx, p, o)
 		streams[0].AckAll() // stream 0 is durable, stream 1 never acks
@@ -719,9 +719,9 @@ func TestCloseDrainsAndNacksTheRest(t *testing.T) {
 // latency must keep several items pending per lane and coalesce them.
 func TestSoakPipelines(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{AckLatency: 2 * time.Millisecond})
+	o := ingestfake.NewOpener(ingestfake.Config{AckLatency: 2 * time.Millisecond})
 	obs := newObserver()
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), obs)
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), obs)
 	require.NoError(t, p.Connect(ctx))
 
 	const writers, perWriter, rows = 64, 25, 10
@@ -770,8 +770,8 @@ func TestSoakPipelines(t *testing.T) {
 
 func TestWriteErrors(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 	require.NoError(t, p.Connect(ctx))
 
 	cancelled, cancel := context.WithCancel(ctx)
@@ -781,7 +781,7 @@ func TestWriteErrors(t *testing.T) {
 	_, err := p.Write(cancelled, "", r)
 	assert.ErrorIs(t, err, context.Canceled)
 
-	other := zerobusfake.NewRecord(arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.BinaryTypes.String}}, nil), 1)
+	other := ingestfake.NewRecord(arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.BinaryTypes.String}}, nil), 1)
 	defer other.Release()
 	_, err = p.Write(ctx, "", other)
 	assert.ErrorIs(t, err, pool.ErrSchemaMismatch)
@@ -790,7 +790,7 @@ func TestWriteErrors(t *testing.T) {
 	_, err = p.Write(ctx, "", r)
 	assert.ErrorIs(t, err, pool.ErrClosed)
 	assert.ErrorIs(t, p.Connect(ctx), pool.ErrClosed)
-	assert.ErrorIs(t, p.Reopen(ctx, zerobusfake.TestSchema), pool.ErrClosed)
+	assert.ErrorIs(t, p.Reopen(ctx, ingestfake.TestSchema), pool.ErrClosed)
 	assert.True(t, errors.Is(err, pool.ErrClosed))
 }
 
@@ -799,20 +799,20 @@ func TestWriteErrors(t *testing.T) {
 // new schema instead of stopping the pool.
 func TestStaleFatalDuringReopenIsNotFatal(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(2), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 	defer closeNow(p)
 	require.NoError(t, p.Connect(ctx))
 	streams, tickets := bind(t, ctx, p, o)
 
-	wider := arrow.NewSchema(append(zerobusfake.TestSchema.Fields(),
+	wider := arrow.NewSchema(append(ingestfake.TestSchema.Fields(),
 		arrow.Field{Name: "note", Type: arrow.BinaryTypes.String, Nullable: true}), nil)
 	reopened := make(chan error, 1)
 	go func() { reopened <- p.Reopen(ctx, wider) }()
 	// Member 0 is draining for the Reopen: the pool is on the new schema.
 	require.Eventually(t, func() bool { return !p.Stats().Members[0].Healthy }, 10*time.Second, time.Millisecond)
 
-	streams[1].Poison(zerobusfake.ErrFatalConfig("schema mismatch"))
+	streams[1].Poison(ingestfake.ErrFatalConfig("schema mismatch"))
 	require.Error(t, tickets[1].Wait(ctx), "its rows were not durable")
 	opened, err := o.WaitOpens(ctx, 3)
 	require.NoError(t, err)
@@ -824,7 +824,7 @@ func TestStaleFatalDuringReopenIsNotFatal(t *testing.T) {
 	require.NoError(t, <-reopened)
 	assert.NoError(t, p.Stats().Fatal)
 
-	nr := zerobusfake.NewRecord(wider, 1)
+	nr := ingestfake.NewRecord(wider, 1)
 	defer nr.Release()
 	tk, err := p.Write(ctx, "", nr)
 	require.NoError(t, err)

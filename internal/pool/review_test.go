@@ -12,26 +12,26 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
 )
 
 // A stream whose reconnect the service refused for concurrency fails as
-// Poison with RetryAfter (see zerobus.ArrowStream.recover): the member must
+// Poison with RetryAfter (see ingest.ArrowStream.recover): the member must
 // not open a replacement before RetryAfter, or every reject costs one more
 // open at the service that just asked us to back off.
 func TestRebuildAfterRefusedReconnectHonoursRetryAfter(t *testing.T) {
 	const retryAfter = 300 * time.Millisecond
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(1), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(1), nil)
 	defer closeNow(p)
 	require.NoError(t, p.Connect(ctx))
 	tk := write(t, ctx, p, "", 5)
 
-	refused := &zerobus.Error{Class: zerobus.Poison, Code: codes.ResourceExhausted,
-		ServiceCode: zerobus.ServiceCodePipelineBlocked, RetryAfter: retryAfter,
+	refused := &ingest.Error{Class: ingest.Poison, Code: codes.ResourceExhausted,
+		ServiceCode: ingest.ServiceCodePipelineBlocked, RetryAfter: retryAfter,
 		Err: errors.New("reconnect refused")}
 	failedAt := time.Now()
 	o.Streams()[0].Poison(refused)
@@ -48,8 +48,8 @@ func TestRebuildAfterRefusedReconnectHonoursRetryAfter(t *testing.T) {
 // retries on a healthy or rebuilt member instead of failing the batch.
 func TestWriteAfterIdleStreamDiedUsesARebuiltStream(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(1), nil)
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(1), nil)
 	defer closeNow(p)
 	require.NoError(t, p.Connect(ctx))
 	o.Streams()[0].Poison(nil)
@@ -63,9 +63,9 @@ func TestWriteAfterIdleStreamDiedUsesARebuiltStream(t *testing.T) {
 // gatedStream holds every WaitDurable until gate closes, so a test decides
 // which path sees a stream's death first: its lane's wait, or a writer's
 // Submit. It embeds the interface, not the fake, so it does not offer
-// zerobus.FailureNotifier: the pool cannot learn of the death by itself.
+// ingest.FailureNotifier: the pool cannot learn of the death by itself.
 type gatedStream struct {
-	zerobus.Stream
+	ingest.Stream
 	gate <-chan struct{}
 }
 
@@ -80,11 +80,11 @@ func (s gatedStream) WaitDurable(ctx context.Context, row uint64) error {
 
 // gatedOpener opens gatedStreams.
 type gatedOpener struct {
-	*zerobusfake.Opener
+	*ingestfake.Opener
 	gate <-chan struct{}
 }
 
-func (o gatedOpener) Open(ctx context.Context, table string, schema *arrow.Schema) (zerobus.Stream, error) {
+func (o gatedOpener) Open(ctx context.Context, table string, schema *arrow.Schema) (ingest.Stream, error) {
 	s, err := o.Opener.Open(ctx, table, schema)
 	if err != nil {
 		return nil, err
@@ -102,14 +102,14 @@ func TestStreamDeathSeenByWriterFirstCountsAsPoisoned(t *testing.T) {
 	t.Run("with items pending", func(t *testing.T) {
 		ctx := testCtx(t)
 		gate := make(chan struct{}) // never opened: the lane never sees the death itself
-		o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
+		o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
 		obs := newObserver()
-		p := pool.New(gatedOpener{o, gate}, table, zerobusfake.TestSchema, fastConfig(1), obs)
+		p := pool.New(gatedOpener{o, gate}, table, ingestfake.TestSchema, fastConfig(1), obs)
 		defer closeNow(p)
 		require.NoError(t, p.Connect(ctx))
 		pending := write(t, ctx, p, "", 3)
 
-		died := zerobusfake.ErrPoison("stream state lost")
+		died := ingestfake.ErrPoison("stream state lost")
 		o.Streams()[0].Poison(died)
 		next := write(t, ctx, p, "", 2)
 		assert.Equal(t, uint64(2), next.Generation, "the write went to the rebuilt stream")
@@ -124,9 +124,9 @@ func TestStreamDeathSeenByWriterFirstCountsAsPoisoned(t *testing.T) {
 		ctx := testCtx(t)
 		gate := make(chan struct{})
 		close(gate) // waits work; only the notifier is hidden
-		o := zerobusfake.NewOpener(zerobusfake.Config{})
+		o := ingestfake.NewOpener(ingestfake.Config{})
 		obs := newObserver()
-		p := pool.New(gatedOpener{o, gate}, table, zerobusfake.TestSchema, fastConfig(1), obs)
+		p := pool.New(gatedOpener{o, gate}, table, ingestfake.TestSchema, fastConfig(1), obs)
 		defer closeNow(p)
 		require.NoError(t, p.Connect(ctx))
 		o.Streams()[0].Poison(nil)
@@ -143,9 +143,9 @@ func TestStreamDeathSeenByWriterFirstCountsAsPoisoned(t *testing.T) {
 // the stream itself, counts it once and rebuilds at once.
 func TestIdleStreamDeathRebuildsWithoutAWrite(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
+	o := ingestfake.NewOpener(ingestfake.Config{})
 	obs := newObserver()
-	p := pool.New(o, table, zerobusfake.TestSchema, fastConfig(1), obs)
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(1), obs)
 	defer closeNow(p)
 	require.NoError(t, p.Connect(ctx))
 	o.Streams()[0].Poison(nil)

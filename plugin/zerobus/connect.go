@@ -14,9 +14,9 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-	zb "github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
 )
 
 // poolConfig maps the output's knobs onto the pool's.
@@ -40,14 +40,14 @@ func (o *output) ensureClients() error {
 		if o.deps.opener != nil {
 			o.opener = o.deps.opener
 		} else {
-			c, err := zb.NewClient(zb.Config{
+			c, err := ingest.NewClient(ingest.Config{
 				Endpoint:     o.cfg.Endpoint,
 				WorkspaceURL: o.cfg.WorkspaceURL,
 				WorkspaceID:  o.cfg.WorkspaceID,
 				ClientID:     o.cfg.ClientID,
 				ClientSecret: o.cfg.ClientSecret,
 				Compression:  o.cfg.Compression,
-				UserAgent:    "benthos-zerobus/" + Version,
+				UserAgent:    userAgent(o.version),
 				Observer:     clientObserver{log: o.log},
 			})
 			if err != nil {
@@ -77,8 +77,14 @@ func (o *output) ensureClients() error {
 	return nil
 }
 
-// Version is stamped into the user agent.
-var Version = "dev"
+// userAgent names the product and the binary's version (the engine version
+// the binary stamped through service.CLIOptSetVersion).
+func userAgent(version string) string {
+	if version == "" {
+		version = "dev"
+	}
+	return "benthos-zerobus/" + version
+}
 
 // buildState makes the converter for columns and, unless prev is given to
 // be reopened, a new connected pool. It maps connect failures: a concurrency
@@ -121,8 +127,8 @@ func (o *output) buildState(ctx context.Context, cols []typemap.Column, prev *po
 		}
 		o.spare.Store(&sparePool{pool: p, schema: conv.Schema()})
 		err = fmt.Errorf("open streams to %s: %w", o.cfg.Table, err)
-		if zb.Classify(err).Class != zb.FatalConfig && p.Stats().ConcurrencyRejects > 0 {
-			return nil, service.NewErrBackOff(err, zb.ResourceExhaustedBackoff)
+		if ingest.Classify(err).Class != ingest.FatalConfig && p.Stats().ConcurrencyRejects > 0 {
+			return nil, service.NewErrBackOff(err, ingest.ResourceExhaustedBackoff)
 		}
 		return nil, mapConnectErr(err)
 	}
@@ -146,10 +152,10 @@ func sameSchema(a, b *arrow.Schema) bool { return a == b || (a != nil && b != ni
 // mapConnectErr turns a concurrency reject into a backoff request and leaves
 // everything else (fatal config errors included, which must be loud) as is.
 func mapConnectErr(err error) error {
-	if ze := zb.Classify(err); ze != nil && ze.Class == zb.ConcurrencyReject {
+	if ze := ingest.Classify(err); ze != nil && ze.Class == ingest.ConcurrencyReject {
 		wait := ze.RetryAfter
 		if wait <= 0 {
-			wait = zb.ResourceExhaustedBackoff
+			wait = ingest.ResourceExhaustedBackoff
 		}
 		return service.NewErrBackOff(err, wait)
 	}
@@ -172,6 +178,6 @@ func (c clientObserver) OnRetry(table string, attempt int, err error) {
 	c.log.Warnf("zerobus stream to %s: reconnect attempt %d failed: %v", table, attempt, err)
 }
 
-func (c clientObserver) OnFailure(table string, err *zb.Error) {
+func (c clientObserver) OnFailure(table string, err *ingest.Error) {
 	c.log.Errorf("zerobus stream to %s failed: %v", table, err)
 }

@@ -21,9 +21,9 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-	zb "github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
 )
 
 func init() {
@@ -41,9 +41,9 @@ func newOutputFromConfig(conf *service.ParsedConfig, mgr *service.Resources) (se
 }
 
 // deps are the collaborators the output builds for itself in production and
-// that tests replace: the stream opener (zerobusfake) and the catalog.
+// that tests replace: the stream opener (ingestfake) and the catalog.
 type deps struct {
-	opener  zb.Opener
+	opener  ingest.Opener
 	catalog catalog.TableCatalog
 }
 
@@ -55,11 +55,13 @@ type output struct {
 	met  *metrics
 	id   string
 	deps deps
+	// version is the binary's, for the user agent.
+	version string
 
 	// connMu serialises Connect and Close. Lock order: connMu, then
 	// schemaMu, then watchMu; never the other way round.
 	connMu sync.Mutex
-	opener zb.Opener
+	opener ingest.Opener
 	cat    catalog.TableCatalog
 	closed atomic.Bool
 
@@ -109,11 +111,12 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) *output {
 		id = "zerobus"
 	}
 	return &output{
-		cfg:  cfg,
-		log:  mgr.Logger(),
-		met:  newMetrics(mgr.Metrics(), cfg.Table),
-		id:   id,
-		deps: d,
+		cfg:     cfg,
+		log:     mgr.Logger(),
+		met:     newMetrics(mgr.Metrics(), cfg.Table),
+		id:      id,
+		deps:    d,
+		version: mgr.EngineVersion(),
 
 		refused: map[string]bool{},
 	}

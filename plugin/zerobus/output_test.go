@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-	zb "github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
 )
 
 // fakeCatalog is an in-memory catalog.TableCatalog: enough to drive the
@@ -138,13 +138,13 @@ const testTable = "main.default.events"
 
 type harness struct {
 	out    *output
-	opener *zerobusfake.Opener
+	opener *ingestfake.Opener
 	cat    *fakeCatalog
 }
 
 // newHarness builds a connected output over a fake opener and catalog.
 // extraYAML is appended to a minimal config.
-func newHarness(t *testing.T, fc zerobusfake.Config, extraYAML string, setup func(*fakeCatalog)) *harness {
+func newHarness(t *testing.T, fc ingestfake.Config, extraYAML string, setup func(*fakeCatalog)) *harness {
 	t.Helper()
 	cfg, err := parseYAML(t, minimalYAML+extraYAML)
 	require.NoError(t, err)
@@ -154,7 +154,7 @@ func newHarness(t *testing.T, fc zerobusfake.Config, extraYAML string, setup fun
 	} else {
 		cat.put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
 	}
-	opener := zerobusfake.NewOpener(fc)
+	opener := ingestfake.NewOpener(fc)
 	o := newOutput(cfg, service.MockResources(), deps{opener: opener, catalog: cat})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -204,7 +204,7 @@ func writeAsync(ctx context.Context, o *output, b service.MessageBatch) <-chan e
 
 // submittedRows returns, over every stream the fake opened, the rows of the
 // given int64 and string columns that were submitted.
-func submittedRows(t *testing.T, op *zerobusfake.Opener) []string {
+func submittedRows(t *testing.T, op *ingestfake.Opener) []string {
 	t.Helper()
 	var out []string
 	for _, s := range op.Streams() {
@@ -226,7 +226,7 @@ func submittedRows(t *testing.T, op *zerobusfake.Opener) []string {
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 func TestWriteBatchAcksOnlyAfterDurable(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
 	h.connect(t)
 
 	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b"}`))
@@ -250,7 +250,7 @@ func TestWriteBatchAcksOnlyAfterDurable(t *testing.T) {
 }
 
 func TestWriteBatchBadRowsFailAlone(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
 	h.connect(t)
 
 	batch := msgs(
@@ -281,7 +281,7 @@ func TestWriteBatchBadRowsFailAlone(t *testing.T) {
 }
 
 func TestWriteBatchAllRowsBad(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "", nil)
 	h.connect(t)
 	err := h.out.WriteBatch(context.Background(), msgs(`{"x":1}`, `not json`))
 	var berr *service.BatchError
@@ -291,7 +291,7 @@ func TestWriteBatchAllRowsBad(t *testing.T) {
 }
 
 func TestWriteBatchCancelledIsNack(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{ManualAck: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, "", nil)
 	h.connect(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -313,7 +313,7 @@ func TestWriteBatchCancelledIsNack(t *testing.T) {
 func TestWriteBatchPipelinesConcurrentBatches(t *testing.T) {
 	// With acks held back, many batches must be submitted at once: nothing
 	// on the write path waits for one batch before accepting the next.
-	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
 	h.connect(t)
 
 	const n = 16
@@ -332,7 +332,7 @@ func TestWriteBatchPipelinesConcurrentBatches(t *testing.T) {
 }
 
 func TestOrderingKeyPinsKeysToStreams(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "ordering_key: ${! this.msg }\nstreams:\n  min: 4\n", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "ordering_key: ${! this.msg }\nstreams:\n  min: 4\n", nil)
 	h.connect(t)
 
 	for round := 0; round < 3; round++ {
@@ -365,7 +365,7 @@ func TestOrderingKeyPinsKeysToStreams(t *testing.T) {
 }
 
 func TestConnectMissingTableWithoutProvisioning(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{}, "", func(*fakeCatalog) {})
+	h := newHarness(t, ingestfake.Config{}, "", func(*fakeCatalog) {})
 	err := h.out.Connect(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "main.default.events does not exist and catalog.provision is false")
@@ -373,7 +373,7 @@ func TestConnectMissingTableWithoutProvisioning(t *testing.T) {
 }
 
 func TestProvisionCreatesTableFromFirstBatch(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(*fakeCatalog) {})
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(*fakeCatalog) {})
 	h.connect(t)
 	assert.Equal(t, 0, h.opener.Opens(), "streams wait for the table to exist")
 
@@ -390,7 +390,7 @@ func TestProvisionCreatesTableFromFirstBatch(t *testing.T) {
 }
 
 func TestProvisionAddsColumnOnDrift(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", nil)
 	h.connect(t)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"old"}`)))
 	opensBefore := h.opener.Opens()
@@ -423,7 +423,7 @@ func TestProvisionAddsColumnOnDrift(t *testing.T) {
 }
 
 func TestDriftWithoutProvisioningIsRowError(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "", nil)
 	h.connect(t)
 	err := h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a","region":"eu"}`))
 	var berr *service.BatchError
@@ -436,7 +436,7 @@ func TestDriftWithoutProvisioningIsRowError(t *testing.T) {
 func primaryRawOK() map[string]string { return catalog.PrimaryRawProperties() }
 
 func TestPrimaryRawRefusesLoudly(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{}, "catalog:\n  role: primary_raw\n  recheck_interval: 20ms\n", func(c *fakeCatalog) {
+	h := newHarness(t, ingestfake.Config{}, "catalog:\n  role: primary_raw\n  recheck_interval: 20ms\n", func(c *fakeCatalog) {
 		props := primaryRawOK()
 		props["delta.enableDeletionVectors"] = "true"
 		c.put(testTable, "id BIGINT NOT NULL, msg STRING", props)
@@ -470,7 +470,7 @@ func TestPrimaryRawRefusesLoudly(t *testing.T) {
 }
 
 func TestCloseIsBoundedAndNacksPending(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{ManualAck: true}, "close_timeout: 200ms\n", nil)
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, "close_timeout: 200ms\n", nil)
 	h.connect(t)
 	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"never acked"}`))
 	time.Sleep(50 * time.Millisecond)
@@ -487,9 +487,9 @@ func TestCloseIsBoundedAndNacksPending(t *testing.T) {
 }
 
 func TestConnectConcurrencyRejectBacksOffWithoutStorm(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{}, "", nil)
+	h := newHarness(t, ingestfake.Config{}, "", nil)
 	// Every member is refused at first.
-	h.opener.FailNextOpens(zerobusfake.ErrConcurrencyReject(100*time.Millisecond), zerobusfake.ErrConcurrencyReject(100*time.Millisecond))
+	h.opener.FailNextOpens(ingestfake.ErrConcurrencyReject(100*time.Millisecond), ingestfake.ErrConcurrencyReject(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err := h.out.Connect(ctx)
 	cancel()
@@ -508,17 +508,17 @@ func TestConnectConcurrencyRejectBacksOffWithoutStorm(t *testing.T) {
 }
 
 func TestSchemaRejectionRedescribesTable(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
+	h := newHarness(t, ingestfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
 	h.connect(t)
 	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"a"}`))
 	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 1 }, 5*time.Second, 5*time.Millisecond)
 
 	// Streams opened from now on acknowledge by themselves.
-	h.opener.SetConfig(zerobusfake.Config{KeepRecords: true})
+	h.opener.SetConfig(ingestfake.Config{KeepRecords: true})
 	// Someone adds a column; the service then rejects the stream's schema.
 	h.cat.put(testTable, "id BIGINT NOT NULL, msg STRING, region STRING", nil)
 	for _, s := range h.opener.Streams() {
-		s.Poison(&zb.Error{Class: zb.FatalConfig, ServiceCode: zb.ServiceCodeSchemaMismatch,
+		s.Poison(&ingest.Error{Class: ingest.FatalConfig, ServiceCode: ingest.ServiceCodeSchemaMismatch,
 			Causes: []string{"FIELD_NOT_IN_STREAM"}, Err: errors.New("schema validation failed")})
 	}
 	err := <-done

@@ -110,7 +110,7 @@ authenticates to the workspace (Unity Catalog, SQL warehouse) for describing and
 == TLS
 
 `+"`https://`"+` endpoints always use TLS. Plain `+"`http://`"+` is accepted only for loopback hosts (the local
-emulator started with `+"`benthos-zerobus emulator`"+`).
+emulator started with `+"`zerobus-emulator`"+`).
 
 == Metrics
 
@@ -222,7 +222,7 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
   _ => [],
 }`).
 		Example("Quickstart against the local emulator",
-			"Generates rows into a table of the emulator started with `benthos-zerobus emulator`.",
+			"Generates rows into a table of the emulator started with `zerobus-emulator`.",
 			`
 output:
   zerobus:

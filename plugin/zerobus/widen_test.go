@@ -13,8 +13,8 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
 )
 
 func TestTypeForPicksNarrowestWiderType(t *testing.T) {
@@ -60,7 +60,7 @@ const widenYAML = "catalog:\n  provision: true\n  warehouse_id: wh\n  widen: tru
 
 // submittedColumn returns the values of column name over every record the
 // fake received, as strings, and the Arrow type it was sent as last.
-func submittedColumn(t *testing.T, op *zerobusfake.Opener, name string) ([]string, arrow.DataType) {
+func submittedColumn(t *testing.T, op *ingestfake.Opener, name string) ([]string, arrow.DataType) {
 	t.Helper()
 	var vals []string
 	var dt arrow.DataType
@@ -179,7 +179,7 @@ func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, zerobusfake.Config{KeepRecords: true}, tc.yaml, func(c *fakeCatalog) {
+			h := newHarness(t, ingestfake.Config{KeepRecords: true}, tc.yaml, func(c *fakeCatalog) {
 				c.put(testTable, tc.cols, tc.props)
 			})
 			h.connect(t)
@@ -214,7 +214,7 @@ func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 }
 
 func TestWideningOnceUnderConcurrentBatches(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
 		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
 	})
 	h.connect(t)
@@ -232,7 +232,7 @@ func TestWideningOnceUnderConcurrentBatches(t *testing.T) {
 }
 
 func TestWideningReadsStructuredMessages(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
 		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
 	})
 	h.connect(t)
@@ -244,7 +244,7 @@ func TestWideningReadsStructuredMessages(t *testing.T) {
 }
 
 func TestHintedColumnIsNotDecodedAgain(t *testing.T) {
-	h := newHarness(t, zerobusfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(c *fakeCatalog) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(c *fakeCatalog) {
 		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
 	})
 	h.connect(t)

@@ -11,8 +11,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	zb "github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
 )
 
 // writeOnce converts batch against st, submits the good rows and waits
@@ -219,7 +219,7 @@ func (o *output) submitAndWait(ctx context.Context, st *writeState, res arrowcon
 // onWriteErr reacts to a stream error: a schema rejection re-describes the
 // table so the redelivered batch meets the new schema.
 func (o *output) onWriteErr(ctx context.Context, st *writeState, err error) {
-	var ze *zb.Error
+	var ze *ingest.Error
 	if errors.As(err, &ze) && ze.IsSchemaMismatch() {
 		o.log.Warnf("table %s rejected the stream schema (%v): re-describing", o.cfg.Table, err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.CloseTimeout)
@@ -234,7 +234,7 @@ func (o *output) onWriteErr(ctx context.Context, st *writeState, err error) {
 func split(res arrowconv.Result, lay layout) []part {
 	n := int(res.Record.NumRows())
 	// Bytes are the Arrow size of the record, shared pro rata among slices.
-	total := zb.RecordBytes(res.Record)
+	total := ingest.RecordBytes(res.Record)
 	var parts []part
 	for lo := 0; lo < n; {
 		hi, g := lo, -1

@@ -21,7 +21,6 @@ import (
 var (
 	buildOnce sync.Once
 	buildDir  string
-	buildPath string
 	buildErr  error
 )
 
@@ -33,9 +32,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binary builds cmd/benthos-zerobus once per test process and returns its
-// path.
-func binary(tb testing.TB) string {
+// binaries builds cmd/benthos-zerobus and cmd/zerobus-emulator once per
+// test process into one directory.
+func binaries(tb testing.TB) string {
 	tb.Helper()
 	root := repoRoot(tb)
 	buildOnce.Do(func() {
@@ -43,18 +42,23 @@ func binary(tb testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		buildPath = filepath.Join(buildDir, "benthos-zerobus")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/benthos-zerobus")
+		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/benthos-zerobus", "./cmd/zerobus-emulator")
 		cmd.Dir = root
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/benthos-zerobus: %v\n%s", err, out.String())
+			buildErr = fmt.Errorf("go build ./cmd/...: %v\n%s", err, out.String())
 		}
 	})
 	require.NoError(tb, buildErr)
-	return buildPath
+	return buildDir
 }
+
+// binary is the product binary, bin/benthos-zerobus as built by make build.
+func binary(tb testing.TB) string { return filepath.Join(binaries(tb), "benthos-zerobus") }
+
+// emulatorBinary is the emulator's own binary, bin/zerobus-emulator.
+func emulatorBinary(tb testing.TB) string { return filepath.Join(binaries(tb), "zerobus-emulator") }
 
 // proc is a subprocess whose output is captured.
 type proc struct {
@@ -79,9 +83,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// start runs the product binary with args.
 func start(tb testing.TB, env []string, args ...string) *proc {
 	tb.Helper()
-	cmd := exec.Command(binary(tb), args...)
+	return startBinary(tb, binary(tb), env, args...)
+}
+
+// startBinary runs the binary at path with args, its output captured, and
+// interrupts it (then kills it) at cleanup.
+func startBinary(tb testing.TB, path string, env []string, args ...string) *proc {
+	tb.Helper()
+	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	buf := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
@@ -103,13 +115,13 @@ func start(tb testing.TB, env []string, args ...string) *proc {
 	return p
 }
 
-// startEmulatorProcess runs `benthos-zerobus emulator` on free ports and
+// startEmulatorProcess runs the zerobus-emulator binary on free ports and
 // waits until both listeners accept.
 func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
 	tb.Helper()
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
-	args := append([]string{"emulator", "--http", httpAddr, "--grpc", grpcAddr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
-	p = start(tb, nil, args...)
+	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
+	p = startBinary(tb, emulatorBinary(tb), nil, args...)
 	require.Eventually(tb, func() bool {
 		return strings.Contains(p.out.String(), "Zerobus emulator running")
 	}, 30*time.Second, 20*time.Millisecond, "emulator did not start: %s", p.out.String())

@@ -1,4 +1,4 @@
-package zerobusfake_test
+package ingestfake_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zerobusfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -20,16 +20,16 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func open(t *testing.T, o *zerobusfake.Opener) *zerobusfake.Stream {
+func open(t *testing.T, o *ingestfake.Opener) *ingestfake.Stream {
 	t.Helper()
-	s, err := o.Open(testCtx(t), "main.default.t", zerobusfake.TestSchema)
+	s, err := o.Open(testCtx(t), "main.default.t", ingestfake.TestSchema)
 	require.NoError(t, err)
-	return s.(*zerobusfake.Stream)
+	return s.(*ingestfake.Stream)
 }
 
-func submit(t *testing.T, s *zerobusfake.Stream, rows int) zerobus.Span {
+func submit(t *testing.T, s *ingestfake.Stream, rows int) ingest.Span {
 	t.Helper()
-	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, rows)
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, rows)
 	defer rec.Release()
 	span, err := s.Submit(testCtx(t), rec)
 	require.NoError(t, err)
@@ -39,20 +39,20 @@ func submit(t *testing.T, s *zerobusfake.Stream, rows int) zerobus.Span {
 func TestSpansAndAckModes(t *testing.T) {
 	cases := []struct {
 		name string
-		cfg  zerobusfake.Config
+		cfg  ingestfake.Config
 	}{
-		{name: "durable at submit", cfg: zerobusfake.Config{}},
-		{name: "durable after latency", cfg: zerobusfake.Config{AckLatency: time.Millisecond}},
-		{name: "manual", cfg: zerobusfake.Config{ManualAck: true}},
+		{name: "durable at submit", cfg: ingestfake.Config{}},
+		{name: "durable after latency", cfg: ingestfake.Config{AckLatency: time.Millisecond}},
+		{name: "manual", cfg: ingestfake.Config{ManualAck: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			s := open(t, zerobusfake.NewOpener(tc.cfg))
-			assert.Equal(t, zerobus.Span{From: 0, To: 3}, submit(t, s, 3))
-			assert.Equal(t, zerobus.Span{From: 3, To: 8}, submit(t, s, 5))
+			s := open(t, ingestfake.NewOpener(tc.cfg))
+			assert.Equal(t, ingest.Span{From: 0, To: 3}, submit(t, s, 3))
+			assert.Equal(t, ingest.Span{From: 3, To: 8}, submit(t, s, 5))
 			assert.Equal(t, uint64(8), s.Submitted())
-			assert.Equal(t, []zerobus.Span{{From: 0, To: 3}, {From: 3, To: 8}}, s.Spans())
+			assert.Equal(t, []ingest.Span{{From: 0, To: 3}, {From: 3, To: 8}}, s.Spans())
 			if tc.cfg.ManualAck {
 				assert.Zero(t, s.Durable(), "manual mode acks nothing by itself")
 				s.AckUpTo(3)
@@ -72,7 +72,7 @@ func TestSpansAndAckModes(t *testing.T) {
 
 func TestWaitDurableBlocksUntilAck(t *testing.T) {
 	ctx := testCtx(t)
-	s := open(t, zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true}))
+	s := open(t, ingestfake.NewOpener(ingestfake.Config{ManualAck: true}))
 	submit(t, s, 4)
 
 	done := make(chan error, 1)
@@ -94,7 +94,7 @@ func TestWaitDurableBlocksUntilAck(t *testing.T) {
 
 func TestPoisonAndClose(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true})
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
 	s := open(t, o)
 	submit(t, s, 2)
 	done := make(chan error, 1)
@@ -102,24 +102,24 @@ func TestPoisonAndClose(t *testing.T) {
 	require.NoError(t, s.WaitWaitCalls(ctx, 1))
 	s.Poison(nil)
 	err := <-done
-	class, ok := zerobus.ClassOf(err)
+	class, ok := ingest.ClassOf(err)
 	require.True(t, ok)
-	assert.Equal(t, zerobus.Poison, class)
+	assert.Equal(t, ingest.Poison, class)
 	s.AckAll()
 	assert.Zero(t, s.Durable(), "a poisoned stream acks nothing")
-	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 1)
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, 1)
 	defer rec.Release()
 	_, err = s.Submit(ctx, rec)
-	assert.Equal(t, zerobus.Poison, zerobus.Classify(err).Class)
+	assert.Equal(t, ingest.Poison, ingest.Classify(err).Class)
 
 	s2 := open(t, o)
 	submit(t, s2, 1)
 	assert.Equal(t, 2, o.Live())
 	require.NoError(t, s2.Close())
 	require.NoError(t, s2.Close())
-	assert.ErrorIs(t, s2.WaitDurable(ctx, 1), zerobusfake.ErrClosed)
+	assert.ErrorIs(t, s2.WaitDurable(ctx, 1), ingestfake.ErrClosed)
 	_, err = s2.Submit(ctx, rec)
-	assert.ErrorIs(t, err, zerobusfake.ErrClosed)
+	assert.ErrorIs(t, err, ingestfake.ErrClosed)
 	assert.Equal(t, 2, s2.CloseCalls())
 	assert.True(t, s2.Closed())
 	assert.Equal(t, 1, o.Closes(), "a stream closes once")
@@ -129,42 +129,42 @@ func TestPoisonAndClose(t *testing.T) {
 
 func TestDrain(t *testing.T) {
 	ctx := testCtx(t)
-	s := open(t, zerobusfake.NewOpener(zerobusfake.Config{ManualAck: true}))
+	s := open(t, ingestfake.NewOpener(ingestfake.Config{ManualAck: true}))
 	submit(t, s, 3)
 	done := make(chan error, 1)
 	go func() { done <- s.Drain(ctx) }()
 	require.NoError(t, s.WaitWaitCalls(ctx, 1))
-	rec := zerobusfake.NewRecord(zerobusfake.TestSchema, 1)
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, 1)
 	defer rec.Release()
 	_, err := s.Submit(ctx, rec)
-	assert.ErrorIs(t, err, zerobusfake.ErrDraining)
+	assert.ErrorIs(t, err, ingestfake.ErrDraining)
 	s.AckAll()
 	require.NoError(t, <-done)
 }
 
 func TestOpenerFailuresAndCounters(t *testing.T) {
 	ctx := testCtx(t)
-	o := zerobusfake.NewOpener(zerobusfake.Config{})
-	o.FailNextOpens(zerobusfake.ErrConcurrencyReject(time.Second), nil, zerobusfake.ErrFatalConfig("no grants"))
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	o.FailNextOpens(ingestfake.ErrConcurrencyReject(time.Second), nil, ingestfake.ErrFatalConfig("no grants"))
 	o.SetOpenHook(func(_ context.Context, attempt int, table string, _ *arrow.Schema) error {
 		if attempt == 5 {
-			return zerobusfake.ErrTransient("unavailable")
+			return ingestfake.ErrTransient("unavailable")
 		}
 		return nil
 	})
 
-	want := []zerobus.Class{zerobus.ConcurrencyReject, 0, zerobus.FatalConfig, 0, zerobus.Transient, 0}
+	want := []ingest.Class{ingest.ConcurrencyReject, 0, ingest.FatalConfig, 0, ingest.Transient, 0}
 	for i, class := range want {
-		s, err := o.Open(ctx, "main.default.t", zerobusfake.TestSchema)
+		s, err := o.Open(ctx, "main.default.t", ingestfake.TestSchema)
 		if class == 0 {
 			require.NoError(t, err, "attempt %d", i+1)
 			require.NotNil(t, s)
 			continue
 		}
 		require.Error(t, err, "attempt %d", i+1)
-		ze := zerobus.Classify(err)
+		ze := ingest.Classify(err)
 		assert.Equal(t, class, ze.Class, "attempt %d", i+1)
-		if class == zerobus.ConcurrencyReject {
+		if class == ingest.ConcurrencyReject {
 			assert.Equal(t, time.Second, ze.RetryAfter)
 		}
 	}
@@ -177,20 +177,20 @@ func TestOpenerFailuresAndCounters(t *testing.T) {
 	for i, s := range streams {
 		assert.Equal(t, i, s.Index())
 		assert.Equal(t, "main.default.t", s.Table())
-		assert.Same(t, zerobusfake.TestSchema, s.Schema())
+		assert.Same(t, ingestfake.TestSchema, s.Schema())
 	}
 
 	short, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = o.WaitOpens(short, 4)
 	assert.ErrorIs(t, err, context.Canceled)
-	_, err = o.Open(short, "main.default.t", zerobusfake.TestSchema)
+	_, err = o.Open(short, "main.default.t", ingestfake.TestSchema)
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
 func TestSchemaMismatchAndKeepRecords(t *testing.T) {
 	ctx := testCtx(t)
-	s := open(t, zerobusfake.NewOpener(zerobusfake.Config{KeepRecords: true}))
+	s := open(t, ingestfake.NewOpener(ingestfake.Config{KeepRecords: true}))
 	submit(t, s, 2)
 	recs := s.Records()
 	require.Len(t, recs, 1)
@@ -198,10 +198,10 @@ func TestSchemaMismatchAndKeepRecords(t *testing.T) {
 	s.ReleaseRecords()
 	assert.Empty(t, s.Records())
 
-	other := zerobusfake.NewRecord(arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.BinaryTypes.String, Nullable: true}}, nil), 1)
+	other := ingestfake.NewRecord(arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.BinaryTypes.String, Nullable: true}}, nil), 1)
 	defer other.Release()
 	_, err := s.Submit(ctx, other)
-	ze := zerobus.Classify(err)
-	assert.Equal(t, zerobus.FatalConfig, ze.Class)
+	ze := ingest.Classify(err)
+	assert.Equal(t, ingest.FatalConfig, ze.Class)
 	assert.True(t, ze.IsSchemaMismatch())
 }

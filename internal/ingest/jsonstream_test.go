@@ -1,4 +1,4 @@
-package zerobus
+package ingest
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // fakeRecordServer is a minimal EphemeralStream server: it checks the

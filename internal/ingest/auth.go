@@ -1,4 +1,4 @@
-package zerobus
+package ingest
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 // Zerobus record-path protocol, written from the wire facts in
 // shared/spec/zerobus-wire.md (field numbers as observed on the wire).
-// Regenerate with `go generate ./internal/zerobus/zbpb` (needs protoc,
+// Regenerate with `go generate ./internal/zbpb` (needs protoc,
 // protoc-gen-go and protoc-gen-go-grpc); the generated code is committed so
 // the build needs no protoc.
 

@@ -1,4 +1,4 @@
-package zerobus_test
+package ingest_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 // End-to-end tests of the client against the emulator over real sockets,
@@ -40,9 +40,9 @@ func startEmulator(t *testing.T, faults emulator.Faults) *emulator.Server {
 	return srv
 }
 
-func e2eClient(t *testing.T, srv *emulator.Server, mutate func(*zerobus.Config)) *zerobus.Client {
+func e2eClient(t *testing.T, srv *emulator.Server, mutate func(*ingest.Config)) *ingest.Client {
 	t.Helper()
-	cfg := zerobus.Config{
+	cfg := ingest.Config{
 		Endpoint:         srv.GRPCURL(),
 		WorkspaceURL:     srv.HTTPURL(),
 		ClientID:         emulator.DefaultClientID,
@@ -54,7 +54,7 @@ func e2eClient(t *testing.T, srv *emulator.Server, mutate func(*zerobus.Config))
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	c, err := zerobus.NewClient(cfg)
+	c, err := ingest.NewClient(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -95,7 +95,7 @@ func TestEmulatorArrowStreamEndToEnd(t *testing.T) {
 	for _, codec := range []string{"none", "lz4_frame", "zstd"} {
 		t.Run(codec, func(t *testing.T) {
 			srv := startEmulator(t, emulator.Faults{})
-			c := e2eClient(t, srv, func(cfg *zerobus.Config) { cfg.Compression = codec })
+			c := e2eClient(t, srv, func(cfg *ingest.Config) { cfg.Compression = codec })
 			s, err := c.Open(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
 			require.NoError(t, err)
 			defer s.Close()
@@ -140,7 +140,7 @@ func TestEmulatorRotationLosesNothing(t *testing.T) {
 	}
 	require.NoError(t, s.Drain(ctxTimeout(t, 20*time.Second)))
 	assert.Equal(t, uint64(total), s.Durable())
-	assert.GreaterOrEqual(t, s.(*zerobus.ArrowStream).Reconnects(), 2, "the emulator rotated the stream")
+	assert.GreaterOrEqual(t, s.(*ingest.ArrowStream).Reconnects(), 2, "the emulator rotated the stream")
 	ids := storedIDs(t, srv)
 	for i := int64(0); i < total; i++ {
 		assert.GreaterOrEqual(t, ids[i], 1, "row %d stored", i)
@@ -204,19 +204,19 @@ func TestEmulatorJSONStreamRotationLosesNothing(t *testing.T) {
 func TestEmulatorErrorClasses(t *testing.T) {
 	t.Run("wrong secret is fatal config", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})
-		c := e2eClient(t, srv, func(cfg *zerobus.Config) { cfg.ClientSecret = "wrong" })
+		c := e2eClient(t, srv, func(cfg *ingest.Config) { cfg.ClientSecret = "wrong" })
 		_, err := c.Open(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
-		class, ok := zerobus.ClassOf(err)
+		class, ok := ingest.ClassOf(err)
 		require.True(t, ok, "%v", err)
-		assert.Equal(t, zerobus.FatalConfig, class)
+		assert.Equal(t, ingest.FatalConfig, class)
 		assert.NotContains(t, err.Error(), "wrong")
 	})
 	t.Run("missing table is fatal config", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})
 		c := e2eClient(t, srv, nil)
 		_, err := c.Open(ctxTimeout(t, 10*time.Second), "main.default.missing", e2eSchema)
-		class, _ := zerobus.ClassOf(err)
-		assert.Equal(t, zerobus.FatalConfig, class, "%v", err)
+		class, _ := ingest.ClassOf(err)
+		assert.Equal(t, ingest.FatalConfig, class, "%v", err)
 	})
 	t.Run("schema mismatch carries causes", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})
@@ -226,9 +226,9 @@ func TestEmulatorErrorClasses(t *testing.T) {
 			{Name: "extra", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		}, nil)
 		_, err := c.Open(ctxTimeout(t, 10*time.Second), e2eTable, wrong)
-		var ze *zerobus.Error
+		var ze *ingest.Error
 		require.ErrorAs(t, err, &ze)
-		assert.Equal(t, zerobus.FatalConfig, ze.Class)
+		assert.Equal(t, ingest.FatalConfig, ze.Class)
 		assert.True(t, ze.IsSchemaMismatch())
 		assert.NotEmpty(t, ze.Causes)
 	})
@@ -239,9 +239,9 @@ func TestEmulatorErrorClasses(t *testing.T) {
 		require.NoError(t, err)
 		defer s.Close()
 		_, err = c.Open(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
-		var ze *zerobus.Error
+		var ze *ingest.Error
 		require.ErrorAs(t, err, &ze)
-		assert.Equal(t, zerobus.ConcurrencyReject, ze.Class)
+		assert.Equal(t, ingest.ConcurrencyReject, ze.Class)
 		assert.Positive(t, ze.RetryAfter)
 	})
 }
@@ -280,7 +280,7 @@ func BenchmarkEmulatorArrowAckOnly(b *testing.B) {
 			})
 			require.NoError(b, err)
 			defer srv.Close()
-			c, err := zerobus.NewClient(zerobus.Config{
+			c, err := ingest.NewClient(ingest.Config{
 				Endpoint: srv.GRPCURL(), WorkspaceURL: srv.HTTPURL(),
 				ClientID: emulator.DefaultClientID, ClientSecret: emulator.DefaultClientSecret,
 				Compression: codec,

@@ -1,4 +1,4 @@
-package zerobus
+package ingest
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // JSONStream is a logical stream of JSON records over the record path

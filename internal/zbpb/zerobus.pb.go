@@ -1,6 +1,6 @@
 // Zerobus record-path protocol, written from the wire facts in
 // shared/spec/zerobus-wire.md (field numbers as observed on the wire).
-// Regenerate with `go generate ./internal/zerobus/zbpb` (needs protoc,
+// Regenerate with `go generate ./internal/zbpb` (needs protoc,
 // protoc-gen-go and protoc-gen-go-grpc); the generated code is committed so
 // the build needs no protoc.
 
@@ -800,7 +800,7 @@ const file_zerobus_proto_rawDesc = "" +
 	"\x04JSON\x10\x02\x12\b\n" +
 	"\x04AVRO\x10\x04\"\x04\b\x03\x10\x032y\n" +
 	"\aZerobus\x12n\n" +
-	"\x0fEphemeralStream\x12*.databricks.zerobus.EphemeralStreamRequest\x1a+.databricks.zerobus.EphemeralStreamResponse(\x010\x01BBZ@github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"\x0fEphemeralStream\x12*.databricks.zerobus.EphemeralStreamRequest\x1a+.databricks.zerobus.EphemeralStreamResponse(\x010\x01B:Z8github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 
 var (
 	file_zerobus_proto_rawDescOnce sync.Once

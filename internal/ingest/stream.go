@@ -7,7 +7,7 @@
 // stream: it hides connections, reconnects on transient errors and on server
 // rotation, resends what was not yet durable, and reports only what it cannot
 // recover from.
-package zerobus
+package ingest
 
 import (
 	"context"

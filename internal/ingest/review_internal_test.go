@@ -1,4 +1,4 @@
-package zerobus
+package ingest
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus/zbpb"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // A late ack from the connection being replaced can land while the new one is

@@ -1,4 +1,4 @@
-// Package zerobusfake is an in-memory zerobus.Opener and zerobus.Stream for
+// Package ingestfake is an in-memory ingest.Opener and ingest.Stream for
 // tests of the layers above the wire: the ack lanes, the pool and the plugin.
 //
 // A Stream assigns logical row spans like the real one and makes rows durable
@@ -11,7 +11,7 @@
 // Everything is safe for concurrent use. Waiting helpers (WaitOpens,
 // WaitSubmitted, WaitWaitCalls) let tests synchronise on events instead of
 // sleeping.
-package zerobusfake
+package ingestfake
 
 import (
 	"context"
@@ -25,40 +25,40 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 // ErrClosed is returned by a closed Stream and to its abandoned waiters.
-var ErrClosed = errors.New("zerobusfake: stream closed")
+var ErrClosed = errors.New("ingestfake: stream closed")
 
 // ErrDraining is returned by Submit after Drain.
-var ErrDraining = errors.New("zerobusfake: stream draining")
+var ErrDraining = errors.New("ingestfake: stream draining")
 
 // ErrConcurrencyReject returns the error the service gives when it refuses
 // another stream for now; the caller must back off for retryAfter.
-func ErrConcurrencyReject(retryAfter time.Duration) *zerobus.Error {
-	return &zerobus.Error{
-		Class:       zerobus.ConcurrencyReject,
+func ErrConcurrencyReject(retryAfter time.Duration) *ingest.Error {
+	return &ingest.Error{
+		Class:       ingest.ConcurrencyReject,
 		Code:        codes.ResourceExhausted,
-		ServiceCode: zerobus.ServiceCodePipelineBlocked,
+		ServiceCode: ingest.ServiceCodePipelineBlocked,
 		RetryAfter:  retryAfter,
-		Err:         errors.New("zerobusfake: pipeline creation temporarily blocked"),
+		Err:         errors.New("ingestfake: pipeline creation temporarily blocked"),
 	}
 }
 
 // ErrPoison returns an unrecoverable stream error: rebuild the stream.
-func ErrPoison(msg string) *zerobus.Error {
-	return &zerobus.Error{Class: zerobus.Poison, Code: codes.Internal, Err: errors.New("zerobusfake: " + msg)}
+func ErrPoison(msg string) *ingest.Error {
+	return &ingest.Error{Class: ingest.Poison, Code: codes.Internal, Err: errors.New("ingestfake: " + msg)}
 }
 
 // ErrFatalConfig returns an error no retry can fix (grants, missing table).
-func ErrFatalConfig(msg string) *zerobus.Error {
-	return &zerobus.Error{Class: zerobus.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("zerobusfake: " + msg)}
+func ErrFatalConfig(msg string) *ingest.Error {
+	return &ingest.Error{Class: ingest.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("ingestfake: " + msg)}
 }
 
 // ErrTransient returns an environmental error worth retrying after a pause.
-func ErrTransient(msg string) *zerobus.Error {
-	return &zerobus.Error{Class: zerobus.Transient, Code: codes.Unavailable, Err: errors.New("zerobusfake: " + msg)}
+func ErrTransient(msg string) *ingest.Error {
+	return &ingest.Error{Class: ingest.Transient, Code: codes.Unavailable, Err: errors.New("ingestfake: " + msg)}
 }
 
 // Config sets how the streams an Opener opens acknowledge rows.
@@ -73,7 +73,7 @@ type Config struct {
 	KeepRecords bool
 }
 
-// Opener is a fake zerobus.Opener. The zero value is not usable: use
+// Opener is a fake ingest.Opener. The zero value is not usable: use
 // NewOpener.
 type Opener struct {
 	mu       sync.Mutex
@@ -88,7 +88,7 @@ type Opener struct {
 	changed  chan struct{}
 }
 
-var _ zerobus.Opener = (*Opener)(nil)
+var _ ingest.Opener = (*Opener)(nil)
 
 // NewOpener returns an Opener whose streams follow cfg.
 func NewOpener(cfg Config) *Opener {
@@ -119,10 +119,10 @@ func (o *Opener) SetOpenHook(fn func(ctx context.Context, attempt int, table str
 	o.hook = fn
 }
 
-// Open implements zerobus.Opener.
-func (o *Opener) Open(ctx context.Context, table string, schema *arrow.Schema) (zerobus.Stream, error) {
+// Open implements ingest.Opener.
+func (o *Opener) Open(ctx context.Context, table string, schema *arrow.Schema) (ingest.Stream, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("zerobusfake: open: %w", err)
+		return nil, fmt.Errorf("ingestfake: open: %w", err)
 	}
 	if schema == nil {
 		return nil, ErrFatalConfig("open: nil schema")
@@ -236,7 +236,7 @@ func (o *Opener) waitFor(ctx context.Context, cond func() bool, what string) ([]
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return streams, fmt.Errorf("zerobusfake: waiting for %s: %w", what, ctx.Err())
+			return streams, fmt.Errorf("ingestfake: waiting for %s: %w", what, ctx.Err())
 		}
 	}
 }
@@ -254,7 +254,7 @@ func (o *Opener) streamClosed() {
 	o.notifyLocked()
 }
 
-// Stream is a fake zerobus.Stream.
+// Stream is a fake ingest.Stream.
 type Stream struct {
 	opener *Opener
 	index  int
@@ -265,7 +265,7 @@ type Stream struct {
 	mu          sync.Mutex
 	submitted   uint64
 	durable     uint64
-	spans       []zerobus.Span
+	spans       []ingest.Span
 	records     []arrow.RecordBatch
 	waitTargets []uint64
 	err         error
@@ -277,34 +277,34 @@ type Stream struct {
 }
 
 var (
-	_ zerobus.Stream          = (*Stream)(nil)
-	_ zerobus.FailureNotifier = (*Stream)(nil)
+	_ ingest.Stream          = (*Stream)(nil)
+	_ ingest.FailureNotifier = (*Stream)(nil)
 )
 
-// Submit implements zerobus.Stream: it assigns the next row span and, in
+// Submit implements ingest.Stream: it assigns the next row span and, in
 // auto-ack mode, schedules its durability.
-func (s *Stream) Submit(ctx context.Context, rec arrow.RecordBatch) (zerobus.Span, error) {
+func (s *Stream) Submit(ctx context.Context, rec arrow.RecordBatch) (ingest.Span, error) {
 	if err := ctx.Err(); err != nil {
-		return zerobus.Span{}, fmt.Errorf("zerobusfake: submit: %w", err)
+		return ingest.Span{}, fmt.Errorf("ingestfake: submit: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.err != nil:
-		return zerobus.Span{}, s.err
+		return ingest.Span{}, s.err
 	case s.closed:
-		return zerobus.Span{}, ErrClosed
+		return ingest.Span{}, ErrClosed
 	case s.draining:
-		return zerobus.Span{}, ErrDraining
+		return ingest.Span{}, ErrDraining
 	}
 	if got := rec.Schema(); got != s.schema && !got.Equal(s.schema) {
-		return zerobus.Span{}, &zerobus.Error{
-			Class: zerobus.FatalConfig, Code: codes.InvalidArgument,
-			ServiceCode: zerobus.ServiceCodeSchemaMismatch,
-			Err:         fmt.Errorf("zerobusfake: record schema %s does not match stream schema %s", got, s.schema),
+		return ingest.Span{}, &ingest.Error{
+			Class: ingest.FatalConfig, Code: codes.InvalidArgument,
+			ServiceCode: ingest.ServiceCodeSchemaMismatch,
+			Err:         fmt.Errorf("ingestfake: record schema %s does not match stream schema %s", got, s.schema),
 		}
 	}
-	span := zerobus.Span{From: s.submitted, To: s.submitted + uint64(rec.NumRows())}
+	span := ingest.Span{From: s.submitted, To: s.submitted + uint64(rec.NumRows())}
 	s.submitted = span.To
 	s.spans = append(s.spans, span)
 	if s.cfg.KeepRecords {
@@ -322,7 +322,7 @@ func (s *Stream) Submit(ctx context.Context, rec arrow.RecordBatch) (zerobus.Spa
 	return span, nil
 }
 
-// WaitDurable implements zerobus.Stream. Every call is counted and its
+// WaitDurable implements ingest.Stream. Every call is counted and its
 // target recorded.
 func (s *Stream) WaitDurable(ctx context.Context, row uint64) error {
 	s.mu.Lock()
@@ -344,19 +344,19 @@ func (s *Stream) WaitDurable(ctx context.Context, row uint64) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("zerobusfake: wait for row %d: %w", row, ctx.Err())
+			return fmt.Errorf("ingestfake: wait for row %d: %w", row, ctx.Err())
 		}
 	}
 }
 
-// Durable implements zerobus.Stream.
+// Durable implements ingest.Stream.
 func (s *Stream) Durable() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.durable
 }
 
-// Drain implements zerobus.Stream: it refuses further submits and waits until
+// Drain implements ingest.Stream: it refuses further submits and waits until
 // everything submitted is durable, the stream fails, or ctx is done.
 func (s *Stream) Drain(ctx context.Context) error {
 	s.mu.Lock()
@@ -367,7 +367,7 @@ func (s *Stream) Drain(ctx context.Context) error {
 	return s.WaitDurable(ctx, target)
 }
 
-// Close implements zerobus.Stream. Waiters on rows not yet durable get
+// Close implements ingest.Stream. Waiters on rows not yet durable get
 // ErrClosed. Only the first call counts as a close on the Opener.
 func (s *Stream) Close() error {
 	s.mu.Lock()
@@ -423,7 +423,7 @@ func (s *Stream) Poison(err error) {
 	s.notifyLocked()
 }
 
-// Failed implements zerobus.FailureNotifier: the channel is closed by the
+// Failed implements ingest.FailureNotifier: the channel is closed by the
 // first Poison, never by Close.
 func (s *Stream) Failed() <-chan struct{} { return s.dead }
 
@@ -444,10 +444,10 @@ func (s *Stream) Submitted() uint64 {
 }
 
 // Spans returns the span of every Submit, in order.
-func (s *Stream) Spans() []zerobus.Span {
+func (s *Stream) Spans() []ingest.Span {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]zerobus.Span(nil), s.spans...)
+	return append([]ingest.Span(nil), s.spans...)
 }
 
 // Records returns the submitted records (only with Config.KeepRecords).
@@ -496,7 +496,7 @@ func (s *Stream) Closed() bool {
 }
 
 // Err returns the error the stream was poisoned with, or nil. It implements
-// zerobus.FailureNotifier.
+// ingest.FailureNotifier.
 func (s *Stream) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -530,7 +530,7 @@ func (s *Stream) waitFor(ctx context.Context, cond func() bool, what string) err
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("zerobusfake: stream %d waiting for %s: %w", s.index, what, ctx.Err())
+			return fmt.Errorf("ingestfake: stream %d waiting for %s: %w", s.index, what, ctx.Err())
 		}
 	}
 }

@@ -206,6 +206,30 @@ func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, o
 	return p
 }
 
+// Stopped reports why the pool no longer writes on its own: the FatalConfig
+// error that stopped it, or, when every member gave up (rebuild budget
+// exhausted), the last member's error. Nil while it writes or may recover by
+// itself. A stopped pool writes again only after Reopen; the layer above
+// uses this to tell its engine to reconnect.
+func (p *Pool) Stopped() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.fatal != nil {
+		return p.fatal
+	}
+	var last error
+	for _, m := range p.members {
+		if m.down == nil {
+			return nil
+		}
+		last = m.down
+	}
+	if last == nil {
+		return nil
+	}
+	return fmt.Errorf("pool: every %s stream gave up: %w", p.table, last)
+}
+
 // Size returns the number of members.
 func (p *Pool) Size() int { return len(p.members) }
 

@@ -1,40 +1,64 @@
-// Connecting: clients, the stream pool and the mapping of connect failures.
+// The clients the output builds for its table writer, and the mapping of its
+// knobs onto the writer's config.
 
 package zerobus
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"strings"
-	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
+// writerConfig maps the output's knobs onto the table writer's config. The
+// contract file is read here, once.
+func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error) {
+	wc := tablewriter.Config{
+		Table:              c.Table,
+		WriterID:           writerID,
+		Provision:          c.Provision,
+		Widen:              c.Widen,
+		CommentsPolicy:     catalog.Policy(c.CommentsPolicy),
+		ColumnDescriptions: c.ColumnDescriptions,
+		Role:               catalog.Role(c.Role),
+		RecheckInterval:    c.RecheckInterval,
+		Convert:            arrowconv.Options{NestedToString: c.NestedToString, EpochUnit: c.EpochUnit},
+		Pool:               c.poolConfig(),
+		AckTimeout:         c.AckTimeout,
+		RedescribeTimeout:  c.CloseTimeout,
+	}
+	if c.ContractPath != "" {
+		contract, err := catalog.LoadContract(c.ContractPath)
+		if err != nil {
+			return wc, fmt.Errorf("field %s.%s: %w", fCatalog, fContract, err)
+		}
+		wc.Contract = contract
+	}
+	return wc, nil
+}
+
 // poolConfig maps the output's knobs onto the pool's.
-func (o *output) poolConfig() pool.Config {
+func (c *outputConfig) poolConfig() pool.Config {
 	pc := pool.DefaultConfig()
-	pc.MinStreams = o.cfg.StreamsMin
-	pc.MaxStreams = o.cfg.StreamsMax
-	pc.PerStreamMBps = o.cfg.PerStreamMBps
-	pc.PeakMBps = o.cfg.PeakMBps
-	pc.AckChannelCapacity = o.cfg.AckCapacity
+	pc.MinStreams = c.StreamsMin
+	pc.MaxStreams = c.StreamsMax
+	pc.PerStreamMBps = c.PerStreamMBps
+	pc.PeakMBps = c.PeakMBps
+	pc.AckChannelCapacity = c.AckCapacity
 	// The lane's AckTimeout is one durability wait before it counts a
 	// retry (the slow-ack symptom) and waits again; ack.timeout is the
-	// whole budget of one batch, enforced in WriteBatch.
-	pc.AckTimeout = min(pc.AckTimeout, o.cfg.AckTimeout)
+	// whole budget of one batch, enforced by the table writer.
+	pc.AckTimeout = min(pc.AckTimeout, c.AckTimeout)
 	return pc
 }
 
-// ensureClients creates the Zerobus client and the catalog on first use.
+// ensureClients creates the Zerobus client and the catalog on first use;
+// called with o.mu held.
 func (o *output) ensureClients() error {
 	if o.opener == nil {
 		if o.deps.opener != nil {
@@ -84,82 +108,6 @@ func userAgent(version string) string {
 		version = "dev"
 	}
 	return "benthos-zerobus/" + version
-}
-
-// buildState makes the converter for columns and, unless prev is given to
-// be reopened, a new connected pool. It maps connect failures: a concurrency
-// reject asks the engine to back off for the service's hint.
-func (o *output) buildState(ctx context.Context, cols []typemap.Column, prev *pool.Pool) (*writeState, error) {
-	conv, err := arrowconv.New(cols, arrowconv.Options{NestedToString: o.cfg.NestedToString, EpochUnit: o.cfg.EpochUnit})
-	if err != nil {
-		return nil, fmt.Errorf("table %s: %w", o.cfg.Table, err)
-	}
-	st := &writeState{columns: cols, names: map[string]bool{}, conv: conv}
-	for _, c := range cols {
-		st.names[strings.ToLower(c.Name)] = true
-	}
-	if prev != nil {
-		if err := prev.Reopen(ctx, conv.Schema()); err != nil {
-			return nil, mapConnectErr(fmt.Errorf("reopen streams of %s on the new schema: %w", o.cfg.Table, err))
-		}
-		st.pool = prev
-		return st, nil
-	}
-	// A pool whose first Connect failed is kept (its members keep retrying
-	// with back-off) and reused on the next attempt, so a refused connect
-	// never turns into a fresh set of opens.
-	var p *pool.Pool
-	if sp := o.spare.Swap(nil); sp != nil {
-		if sameSchema(sp.schema, conv.Schema()) {
-			p = sp.pool
-		} else {
-			_ = sp.pool.Close(context.Background())
-		}
-	}
-	if p == nil {
-		p = pool.New(o.opener, o.cfg.Table, conv.Schema(), o.poolConfig(), poolObserver{o.met})
-	}
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := p.Connect(cctx); err != nil {
-		if errors.Is(err, pool.ErrClosed) {
-			return nil, err
-		}
-		o.spare.Store(&sparePool{pool: p, schema: conv.Schema()})
-		err = fmt.Errorf("open streams to %s: %w", o.cfg.Table, err)
-		if ingest.Classify(err).Class != ingest.FatalConfig && p.Stats().ConcurrencyRejects > 0 {
-			return nil, service.NewErrBackOff(err, ingest.ResourceExhaustedBackoff)
-		}
-		return nil, mapConnectErr(err)
-	}
-	st.pool = p
-	return st, nil
-}
-
-// connectTimeout bounds one Connect's wait for a healthy stream; the pool
-// keeps retrying in the background and the engine calls Connect again.
-const connectTimeout = 30 * time.Second
-
-// sparePool is a pool kept after a failed Connect, with the schema it was
-// built for.
-type sparePool struct {
-	pool   *pool.Pool
-	schema *arrow.Schema
-}
-
-func sameSchema(a, b *arrow.Schema) bool { return a == b || (a != nil && b != nil && a.Equal(b)) }
-
-// mapConnectErr turns a concurrency reject into a backoff request and leaves
-// everything else (fatal config errors included, which must be loud) as is.
-func mapConnectErr(err error) error {
-	if ze := ingest.Classify(err); ze != nil && ze.Class == ingest.ConcurrencyReject {
-		wait := ze.RetryAfter
-		if wait <= 0 {
-			wait = ingest.ResourceExhaustedBackoff
-		}
-		return service.NewErrBackOff(err, wait)
-	}
-	return err
 }
 
 // clientObserver logs the client's connection events. Rotations are normal

@@ -9,7 +9,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
 // Metric names. The engine already emits output_sent, output_batch_sent,
@@ -110,26 +110,24 @@ func (x *metrics) stream(i int) *streamMetrics {
 	return s
 }
 
-// poolObserver adapts metrics to pool.Observer: every pool member gets a
-// lane observer bound to its {table, stream} handles.
-type poolObserver struct{ m *metrics }
-
-var _ pool.Observer = poolObserver{}
+// metrics is the table writer's observer: every pool member gets a lane
+// observer bound to its {table, stream} handles.
+var _ tablewriter.Observer = (*metrics)(nil)
 
 // StreamObserver implements pool.Observer.
-func (p poolObserver) StreamObserver(_ string, index int) acklane.Observer {
-	return laneObserver{s: p.m.stream(index), table: p.m.table, stream: strconv.Itoa(index)}
+func (x *metrics) StreamObserver(_ string, index int) acklane.Observer {
+	return laneObserver{s: x.stream(index), table: x.table, stream: strconv.Itoa(index)}
 }
 
 // IncRebuild implements pool.Observer.
-func (p poolObserver) IncRebuild(_ string, index int) {
-	p.m.stream(index).rebuilds.Incr(1, p.m.table, strconv.Itoa(index))
+func (x *metrics) IncRebuild(_ string, index int) {
+	x.stream(index).rebuilds.Incr(1, x.table, strconv.Itoa(index))
 }
 
 // IncConcurrencyReject implements pool.Observer. Rejects happen at open,
 // before a stream exists, so they carry stream="pool".
-func (p poolObserver) IncConcurrencyReject(string) {
-	p.m.rejects.Incr(1, p.m.table, "pool")
+func (x *metrics) IncConcurrencyReject(string) {
+	x.rejects.Incr(1, x.table, "pool")
 }
 
 // laneObserver is one stream's acklane.Observer.

@@ -3,7 +3,7 @@ package zerobus
 import (
 	"context"
 	"errors"
-	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,145 +17,36 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
-
-// fakeCatalog is an in-memory catalog.TableCatalog: enough to drive the
-// output's describe / create / add-column paths without a workspace.
-type fakeCatalog struct {
-	mu         sync.Mutex
-	tables     map[string]*catalog.TableState
-	reconciles []catalog.DesiredTable
-	describes  int
-	writers    []catalog.WriterInfo
-}
-
-func newFakeCatalog() *fakeCatalog { return &fakeCatalog{tables: map[string]*catalog.TableState{}} }
-
-func (f *fakeCatalog) put(table string, cols string, props map[string]string) {
-	c, err := typemap.ParseColumns(cols)
-	if err != nil {
-		panic(err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tables[table] = &catalog.TableState{FullName: table, TableType: "MANAGED", Columns: c, Properties: props}
-}
-
-func (f *fakeCatalog) setProps(table string, props map[string]string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tables[table].Properties = props
-}
-
-func clone(s *catalog.TableState) *catalog.TableState {
-	if s == nil {
-		return nil
-	}
-	c := *s
-	c.Columns = append([]typemap.Column(nil), s.Columns...)
-	c.Properties = maps.Clone(s.Properties)
-	return &c
-}
-
-func (f *fakeCatalog) Describe(_ context.Context, table string) (*catalog.TableState, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.describes++
-	return clone(f.tables[table]), nil
-}
-
-func (f *fakeCatalog) Reconcile(_ context.Context, d catalog.DesiredTable) (catalog.ReconcileOutcome, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reconciles = append(f.reconciles, d)
-	live := f.tables[d.FullName]
-	n := 0
-	if live != nil {
-		// Type changes are decided by the real planner: widenings only
-		// when opted in and legal under the table's Iceberg rules.
-		p := catalog.Plan(live, d)
-		if err := p.RefusedError(); err != nil {
-			return catalog.ReconcileOutcome{Plan: p, State: clone(live)}, err
-		}
-		for _, s := range p.Steps {
-			switch s.Kind {
-			case catalog.StepWidenColumn:
-				for i := range live.Columns {
-					if strings.EqualFold(live.Columns[i].Name, s.Column) {
-						live.Columns[i].Type = s.Type
-					}
-				}
-				n++
-			case catalog.StepSetProperty:
-				if live.Properties == nil {
-					live.Properties = map[string]string{}
-				}
-				for k, v := range s.Properties {
-					live.Properties[k] = v
-				}
-				n++
-			}
-		}
-	}
-	if live == nil {
-		live = &catalog.TableState{FullName: d.FullName, TableType: "MANAGED", Properties: map[string]string{}}
-		if d.Role == catalog.RolePrimaryRaw {
-			live.Properties = catalog.PrimaryRawProperties()
-		}
-		f.tables[d.FullName] = live
-		n++
-	}
-	for _, c := range d.Columns {
-		if _, ok := live.Column(c.Name); !ok {
-			live.Columns = append(live.Columns, c)
-			n++
-		}
-	}
-	return catalog.ReconcileOutcome{Statements: n, State: clone(live)}, nil
-}
-
-func (f *fakeCatalog) RegisterWriter(_ context.Context, _ string, w catalog.WriterInfo) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writers = append(f.writers, w)
-	return nil
-}
-
-func (f *fakeCatalog) VendCredentials(context.Context, string, catalog.Access) (*catalog.VendedCredentials, error) {
-	return nil, errors.New("not supported by the fake")
-}
-
-func (f *fakeCatalog) reconcileCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.reconciles)
-}
 
 const testTable = "main.default.events"
 
 type harness struct {
 	out    *output
 	opener *ingestfake.Opener
-	cat    *fakeCatalog
+	cat    *catalogfake.Catalog
 }
 
 // newHarness builds a connected output over a fake opener and catalog.
 // extraYAML is appended to a minimal config.
-func newHarness(t *testing.T, fc ingestfake.Config, extraYAML string, setup func(*fakeCatalog)) *harness {
+func newHarness(t *testing.T, fc ingestfake.Config, extraYAML string, setup func(*catalogfake.Catalog)) *harness {
 	t.Helper()
 	cfg, err := parseYAML(t, minimalYAML+extraYAML)
 	require.NoError(t, err)
-	cat := newFakeCatalog()
+	cat := catalogfake.New()
 	if setup != nil {
 		setup(cat)
 	} else {
-		cat.put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+		cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
 	}
 	opener := ingestfake.NewOpener(fc)
-	o := newOutput(cfg, service.MockResources(), deps{opener: opener, catalog: cat})
+	o, err := newOutput(cfg, service.MockResources(), deps{opener: opener, catalog: cat})
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -365,7 +256,7 @@ func TestOrderingKeyPinsKeysToStreams(t *testing.T) {
 }
 
 func TestConnectMissingTableWithoutProvisioning(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{}, "", func(*fakeCatalog) {})
+	h := newHarness(t, ingestfake.Config{}, "", func(*catalogfake.Catalog) {})
 	err := h.out.Connect(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "main.default.events does not exist and catalog.provision is false")
@@ -373,7 +264,7 @@ func TestConnectMissingTableWithoutProvisioning(t *testing.T) {
 }
 
 func TestProvisionCreatesTableFromFirstBatch(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(*fakeCatalog) {})
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(*catalogfake.Catalog) {})
 	h.connect(t)
 	assert.Equal(t, 0, h.opener.Opens(), "streams wait for the table to exist")
 
@@ -394,7 +285,7 @@ func TestProvisionAddsColumnOnDrift(t *testing.T) {
 	h.connect(t)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"old"}`)))
 	opensBefore := h.opener.Opens()
-	reconcilesBefore := h.cat.reconcileCount()
+	reconcilesBefore := h.cat.ReconcileCount()
 
 	// Concurrent batches all carrying the new field: one evolution.
 	errs := h.writeConcurrently(8, func(i int) string {
@@ -403,7 +294,7 @@ func TestProvisionAddsColumnOnDrift(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	assert.Equal(t, reconcilesBefore+1, h.cat.reconcileCount(), "one drift, one reconcile")
+	assert.Equal(t, reconcilesBefore+1, h.cat.ReconcileCount(), "one drift, one reconcile")
 	st, _ := h.cat.Describe(context.Background(), testTable)
 	region, ok := st.Column("region")
 	require.True(t, ok)
@@ -419,7 +310,7 @@ func TestProvisionAddsColumnOnDrift(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 8, newSchemaRows)
-	assert.LessOrEqual(t, h.opener.Opens()-opensBefore, h.out.st.Load().pool.Size(), "reopen opens at most one stream per pool member")
+	assert.LessOrEqual(t, h.opener.Opens()-opensBefore, tablewriter.PoolSize(h.out.wcfg.Pool), "reopen opens at most one stream per pool member")
 }
 
 func TestDriftWithoutProvisioningIsRowError(t *testing.T) {
@@ -430,16 +321,16 @@ func TestDriftWithoutProvisioningIsRowError(t *testing.T) {
 	require.ErrorAs(t, err, &berr)
 	assert.Contains(t, err.Error(), "region")
 	assert.Contains(t, err.Error(), "message 0")
-	assert.Equal(t, 0, h.cat.reconcileCount())
+	assert.Equal(t, 0, h.cat.ReconcileCount())
 }
 
 func primaryRawOK() map[string]string { return catalog.PrimaryRawProperties() }
 
 func TestPrimaryRawRefusesLoudly(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{}, "catalog:\n  role: primary_raw\n  recheck_interval: 20ms\n", func(c *fakeCatalog) {
+	h := newHarness(t, ingestfake.Config{}, "catalog:\n  role: primary_raw\n  recheck_interval: 20ms\n", func(c *catalogfake.Catalog) {
 		props := primaryRawOK()
 		props["delta.enableDeletionVectors"] = "true"
-		c.put(testTable, "id BIGINT NOT NULL, msg STRING", props)
+		c.Put(testTable, "id BIGINT NOT NULL, msg STRING", props)
 	})
 	err := h.out.Connect(context.Background())
 	require.Error(t, err)
@@ -449,21 +340,21 @@ func TestPrimaryRawRefusesLoudly(t *testing.T) {
 	assert.Contains(t, err.Error(), catalog.PreDeletionVectors)
 
 	// Fixed: Connect succeeds, writes flow.
-	h.cat.setProps(testTable, primaryRawOK())
+	h.cat.SetProps(testTable, primaryRawOK())
 	h.connect(t)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1}`)))
 
 	// Flipped under the running pipeline: the re-check catches it.
 	props := primaryRawOK()
 	props["delta.enableDeletionVectors"] = "true"
-	h.cat.setProps(testTable, props)
+	h.cat.SetProps(testTable, props)
 	require.Eventually(t, func() bool {
 		err := h.out.WriteBatch(context.Background(), msgs(`{"id":2}`))
 		return err != nil && strings.Contains(err.Error(), catalog.PreDeletionVectors)
 	}, 5*time.Second, 10*time.Millisecond)
 
 	// And fixed again.
-	h.cat.setProps(testTable, primaryRawOK())
+	h.cat.SetProps(testTable, primaryRawOK())
 	require.Eventually(t, func() bool {
 		return h.out.WriteBatch(context.Background(), msgs(`{"id":3}`)) == nil
 	}, 5*time.Second, 10*time.Millisecond)
@@ -516,7 +407,7 @@ func TestSchemaRejectionRedescribesTable(t *testing.T) {
 	// Streams opened from now on acknowledge by themselves.
 	h.opener.SetConfig(ingestfake.Config{KeepRecords: true})
 	// Someone adds a column; the service then rejects the stream's schema.
-	h.cat.put(testTable, "id BIGINT NOT NULL, msg STRING, region STRING", nil)
+	h.cat.Put(testTable, "id BIGINT NOT NULL, msg STRING, region STRING", nil)
 	for _, s := range h.opener.Streams() {
 		s.Poison(&ingest.Error{Class: ingest.FatalConfig, ServiceCode: ingest.ServiceCodeSchemaMismatch,
 			Causes: []string{"FIELD_NOT_IN_STREAM"}, Err: errors.New("schema validation failed")})
@@ -528,9 +419,7 @@ func TestSchemaRejectionRedescribesTable(t *testing.T) {
 	// redelivered batch and rows with the new column go through without
 	// provisioning.
 	require.Eventually(t, func() bool {
-		st := h.out.st.Load()
-		_, ok := st.names["region"]
-		return ok
+		return slices.ContainsFunc(h.out.w.Load().Columns(), func(c typemap.Column) bool { return c.Name == "region" })
 	}, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b","region":"eu"}`)))
 }
@@ -541,4 +430,23 @@ func TestZerobusToJSONBloblang(t *testing.T) {
 	out, err := exe.Query(map[string]any{"obj": map[string]any{"b": int64(1), "a": "x<y", "c": []any{true, nil}}})
 	require.NoError(t, err)
 	assert.Equal(t, `{"a":"x<y","b":1,"c":[true,null]}`, out.(map[string]any)["s"])
+}
+
+// failedRows maps the failed message indices of a WriteBatch error to
+// their error text.
+func failedRows(t *testing.T, err error) map[int]string {
+	t.Helper()
+	failed := map[int]string{}
+	if err == nil {
+		return failed
+	}
+	var berr *service.BatchError
+	require.ErrorAs(t, err, &berr)
+	berr.WalkMessages(func(i int, _ *service.Message, err error) bool {
+		if err != nil {
+			failed[i] = err.Error()
+		}
+		return true
+	})
+	return failed
 }

@@ -1,6 +1,6 @@
 // Type widening on drift: a value out of range for a narrow numeric column.
 
-package zerobus
+package tablewriter
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -57,7 +55,7 @@ func widenable(t typemap.Type) bool {
 // their rows fail as they are. Columns skip reports true for (nil: none)
 // are left out before any message is decoded. The result is in table
 // column order.
-func widenings(st *writeState, batch service.MessageBatch, errs []arrowconv.RowError, skip func(column string) bool) []widening {
+func widenings(st *state, batch []Row, errs []arrowconv.RowError, skip func(column string) bool) []widening {
 	var out []widening
 	at := map[string]int{} // column name → index in out
 	for _, e := range errs {
@@ -208,7 +206,7 @@ func valueText(v any) string {
 // ASCII case-insensitive match. A message not yet structured is decoded
 // here with json.Number, leaving the message itself untouched so that its
 // reconversion still reads the exact bytes.
-func fieldValue(m *service.Message, column string) (any, bool) {
+func fieldValue(m Row, column string) (any, bool) {
 	var v any
 	if m.HasStructured() {
 		s, err := m.AsStructured()
@@ -244,8 +242,8 @@ func fieldValue(m *service.Message, column string) (any, bool) {
 
 // widenRefusal is the remembered reason the catalog refused to widen a
 // column, so that later batches fail its rows at once, naming it.
-func (o *output) widenRefusal(column string) (string, bool) {
-	r, ok := o.widenRefused.Load(strings.ToLower(column))
+func (w *Writer) widenRefusal(column string) (string, bool) {
+	r, ok := w.widenRefused.Load(strings.ToLower(column))
 	if !ok {
 		return "", false
 	}
@@ -254,11 +252,11 @@ func (o *output) widenRefusal(column string) (string, bool) {
 
 // pendingWidenings are the widenings a batch needs that the catalog has not
 // refused already.
-func (o *output) pendingWidenings(ws []widening) []widening {
+func (w *Writer) pendingWidenings(ws []widening) []widening {
 	var out []widening
-	for _, w := range ws {
-		if _, refused := o.widenRefusal(w.column); !refused {
-			out = append(out, w)
+	for _, wd := range ws {
+		if _, refused := w.widenRefusal(wd.column); !refused {
+			out = append(out, wd)
 		}
 	}
 	return out
@@ -266,36 +264,36 @@ func (o *output) pendingWidenings(ws []widening) []widening {
 
 // hinted reports whether the widening hint was logged for column already:
 // its rows then fail without being decoded again only to build it.
-func (o *output) hinted(column string) bool {
-	_, done := o.widenHinted.Load(strings.ToLower(column))
+func (w *Writer) hinted(column string) bool {
+	_, done := w.widenHinted.Load(strings.ToLower(column))
 	return done
 }
 
 // hintWidening logs, once per column, that catalog.widen (with provisioning)
 // would have widened a column whose values do not fit: the rows fail either
 // way, but the operator learns the remedy from the first one.
-func (o *output) hintWidening(ws []widening) {
-	for _, w := range ws {
-		if _, done := o.widenHinted.LoadOrStore(strings.ToLower(w.column), true); done {
+func (w *Writer) hintWidening(ws []widening) {
+	for _, wd := range ws {
+		if _, done := w.widenHinted.LoadOrStore(strings.ToLower(wd.column), true); done {
 			continue
 		}
-		o.log.Warnf("table %s: column %q: value %s out of range for %s (message %d); with catalog.provision and catalog.widen enabled the output would widen it to %s; until then its rows fail",
-			o.cfg.Table, w.column, w.sample, sqlType(w.from), w.rows[0], sqlType(w.to))
+		w.warnf("table %s: column %q: value %s out of range for %s (message %d); with catalog.provision and catalog.widen enabled the output would widen it to %s; until then its rows fail",
+			w.cfg.Table, wd.column, wd.sample, sqlType(wd.from), wd.rows[0], sqlType(wd.to))
 	}
 }
 
 // annotateRefusedWidenings adds the catalog's refusal to the row errors of
 // columns it refused to widen, so the dead-lettered row says why the
 // output did not fix it.
-func (o *output) annotateRefusedWidenings(errs []arrowconv.RowError, ws []widening) {
-	for _, w := range ws {
-		reason, refused := o.widenRefusal(w.column)
+func (w *Writer) annotateRefusedWidenings(errs []arrowconv.RowError, ws []widening) {
+	for _, wd := range ws {
+		reason, refused := w.widenRefusal(wd.column)
 		if !refused {
 			continue
 		}
 		for k := range errs {
-			if errs[k].Column == w.column && slices.Contains(w.rows, errs[k].Index) && errors.Is(errs[k].Err, arrowconv.ErrOutOfRange) {
-				errs[k].Err = fmt.Errorf("%w (widening column %q to %s refused: %s)", errs[k].Err, w.column, sqlType(w.to), reason)
+			if errs[k].Column == wd.column && slices.Contains(wd.rows, errs[k].Index) && errors.Is(errs[k].Err, arrowconv.ErrOutOfRange) {
+				errs[k].Err = fmt.Errorf("%w (widening column %q to %s refused: %s)", errs[k].Err, wd.column, sqlType(wd.to), reason)
 			}
 		}
 	}

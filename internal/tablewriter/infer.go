@@ -1,4 +1,4 @@
-package zerobus
+package tablewriter
 
 import (
 	"encoding/json"

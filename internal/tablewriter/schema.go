@@ -1,7 +1,7 @@
 // The target schema: create on absent, evolve on drift, re-describe on a
 // schema rejection, and the desired table handed to the catalog.
 
-package zerobus
+package tablewriter
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
@@ -20,70 +19,64 @@ import (
 
 // syncMetadata reconciles an existing table's comments, properties and
 // writer registration without changing its columns.
-func (o *output) syncMetadata(ctx context.Context, state *catalog.TableState) (*catalog.TableState, error) {
-	d, err := o.desiredFromColumns(state.Columns)
+func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState) (*catalog.TableState, error) {
+	out, err := w.cat.Reconcile(ctx, w.desiredFromColumns(ts.Columns))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reconcile table %s: %w", w.cfg.Table, err)
 	}
-	out, err := o.cat.Reconcile(ctx, d)
-	if err != nil {
-		return nil, fmt.Errorf("reconcile table %s: %w", o.cfg.Table, err)
-	}
-	if err := o.cat.RegisterWriter(ctx, o.cfg.Table, catalog.WriterInfo{ID: o.id, Role: catalog.Role(o.cfg.Role)}); err != nil {
-		return nil, fmt.Errorf("register writer on %s: %w", o.cfg.Table, err)
+	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
+		return nil, fmt.Errorf("register writer on %s: %w", w.cfg.Table, err)
 	}
 	if out.State != nil {
 		return out.State, nil
 	}
-	return state, nil
+	return ts, nil
 }
 
 // desiredFromColumns is the desired table for columns as they are (the live
 // ones, plus any to add), with the config's comments, contract, role and
 // policies. Existing columns are passed through untouched, so a DECIMAL or
 // TIMESTAMP_NTZ column never round-trips through its Arrow wire type.
-func (o *output) desiredFromColumns(cols []typemap.Column) (catalog.DesiredTable, error) {
-	d := catalog.DesiredTable{FullName: o.cfg.Table, Columns: cols, Comments: map[string]string{}}
-	return d, o.applyConfig(&d)
+func (w *Writer) desiredFromColumns(cols []typemap.Column) catalog.DesiredTable {
+	d := catalog.DesiredTable{FullName: w.cfg.Table, Columns: cols, Comments: map[string]string{}}
+	w.applyConfig(&d)
+	return d
 }
 
 // desiredForCreate is the desired table for a table created from the
 // fields of a first batch, plus the converter's reserved columns.
-func (o *output) desiredForCreate(schema *arrow.Schema) (catalog.DesiredTable, error) {
-	d, err := catalog.DesiredFromArrow(o.cfg.Table, schema, reservedColumns()...)
+func (w *Writer) desiredForCreate(schema *arrow.Schema) (catalog.DesiredTable, error) {
+	d, err := catalog.DesiredFromArrow(w.cfg.Table, schema, reservedColumns()...)
 	if err != nil {
 		return d, err
 	}
-	return d, o.applyConfig(&d)
+	w.applyConfig(&d)
+	return d, nil
 }
 
 // applyConfig sets the role, policies, contract and column descriptions.
-func (o *output) applyConfig(d *catalog.DesiredTable) error {
-	d.Role = catalog.Role(o.cfg.Role)
-	d.AllowWidening = o.cfg.Widen
-	d.CommentsPolicy = catalog.Policy(o.cfg.CommentsPolicy)
-	if o.cfg.ContractPath != "" {
-		c, err := catalog.LoadContract(o.cfg.ContractPath)
-		if err != nil {
-			return fmt.Errorf("field %s.%s: %w", fCatalog, fContract, err)
-		}
-		d.ApplyContract(c)
+// The contract was loaded once, by the caller of New.
+func (w *Writer) applyConfig(d *catalog.DesiredTable) {
+	d.Role = w.cfg.Role
+	d.AllowWidening = w.cfg.Widen
+	d.CommentsPolicy = w.cfg.CommentsPolicy
+	if w.cfg.Contract != nil {
+		d.ApplyContract(w.cfg.Contract)
 	}
 	if d.Comments == nil {
 		d.Comments = map[string]string{}
 	}
-	for k, v := range o.cfg.ColumnDescriptions {
+	for k, v := range w.cfg.ColumnDescriptions {
 		d.Comments[k] = v
 	}
-	return nil
 }
 
 // structured decodes the messages listed in idx (all when idx is nil) for
 // schema inference; undecodable messages are skipped (they fail conversion
 // with their own error).
-func structured(batch service.MessageBatch, idx []int) []map[string]any {
+func structured(batch []Row, idx []int) []map[string]any {
 	var out []map[string]any
-	add := func(m *service.Message) {
+	add := func(m Row) {
 		v, err := m.AsStructured()
 		if err != nil {
 			return
@@ -106,10 +99,10 @@ func structured(batch service.MessageBatch, idx []int) []map[string]any {
 
 // createFromBatch creates the absent table from the fields of the first
 // batch, then opens the pool on it.
-func (o *output) createFromBatch(ctx context.Context, batch service.MessageBatch) (*writeState, error) {
-	o.schemaMu.Lock()
-	defer o.schemaMu.Unlock()
-	if st := o.st.Load(); st != nil && st.pool != nil {
+func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, error) {
+	w.schemaMu.Lock()
+	defer w.schemaMu.Unlock()
+	if st := w.st.Load(); st != nil && st.pool != nil {
 		return st, nil // another batch created it meanwhile
 	}
 	reserved := map[string]bool{}
@@ -118,45 +111,45 @@ func (o *output) createFromBatch(ctx context.Context, batch service.MessageBatch
 	}
 	fields, conflicts := inferFields(func(n string) bool { return reserved[strings.ToLower(n)] }, structured(batch, nil))
 	for _, c := range conflicts {
-		o.log.Warnf("table %s: cannot infer a column type: %v", o.cfg.Table, c)
+		w.warnf("table %s: cannot infer a column type: %v", w.cfg.Table, c)
 	}
 	if len(fields) == 0 {
-		return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", o.cfg.Table, len(batch))
+		return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", w.cfg.Table, len(batch))
 	}
-	d, err := o.desiredForCreate(arrow.NewSchema(fields, nil))
+	d, err := w.desiredForCreate(arrow.NewSchema(fields, nil))
 	if err != nil {
 		return nil, err
 	}
-	out, err := o.cat.Reconcile(ctx, d)
+	out, err := w.cat.Reconcile(ctx, d)
 	if err != nil {
-		return nil, fmt.Errorf("create table %s: %w", o.cfg.Table, err)
+		return nil, fmt.Errorf("create table %s: %w", w.cfg.Table, err)
 	}
-	o.log.Infof("table %s provisioned (%d statements)", o.cfg.Table, out.Statements)
-	state := out.State
-	if state == nil {
-		if state, err = o.cat.Describe(ctx, o.cfg.Table); err != nil {
-			return nil, fmt.Errorf("describe table %s after create: %w", o.cfg.Table, err)
+	w.infof("table %s provisioned (%d statements)", w.cfg.Table, out.Statements)
+	ts := out.State
+	if ts == nil {
+		if ts, err = w.cat.Describe(ctx, w.cfg.Table); err != nil {
+			return nil, fmt.Errorf("describe table %s after create: %w", w.cfg.Table, err)
 		}
-		if state == nil {
-			return nil, fmt.Errorf("table %s still absent after create", o.cfg.Table)
+		if ts == nil {
+			return nil, fmt.Errorf("table %s still absent after create", w.cfg.Table)
 		}
 	}
-	if err := o.cat.RegisterWriter(ctx, o.cfg.Table, catalog.WriterInfo{ID: o.id, Role: catalog.Role(o.cfg.Role)}); err != nil {
-		o.log.Warnf("register writer on %s: %v", o.cfg.Table, err)
+	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
+		w.warnf("register writer on %s: %v", w.cfg.Table, err)
 	}
-	if err := o.checkPrimaryRaw(state); err != nil {
+	if err := w.checkPrimaryRaw(ts); err != nil {
 		return nil, err
 	}
-	st, err := o.buildState(ctx, state.Columns, nil)
+	st, err := w.buildState(ctx, ts.Columns, nil)
 	if err != nil {
 		return nil, err
 	}
-	if o.closed.Load() {
+	if w.closed.Load() {
 		_ = st.pool.Close(ctx)
 		return nil, errors.New("zerobus: output closed")
 	}
-	o.st.Store(st)
-	o.startWatch()
+	w.st.Store(st)
+	w.startWatch()
 	return st, nil
 }
 
@@ -167,48 +160,48 @@ func (o *output) createFromBatch(ctx context.Context, batch service.MessageBatch
 // per drift: a caller that finds the state already replaced uses the new
 // one. A change the catalog refuses is remembered and left out, the rest
 // still applied; the refused rows fail alone.
-func (o *output) evolve(ctx context.Context, seen *writeState, batch service.MessageBatch, errs []arrowconv.RowError, widen []widening) (*writeState, error) {
-	o.schemaMu.Lock()
-	defer o.schemaMu.Unlock()
-	if cur := o.st.Load(); cur != seen {
+func (w *Writer) evolve(ctx context.Context, seen *state, batch []Row, errs []arrowconv.RowError, widen []widening) (*state, error) {
+	w.schemaMu.Lock()
+	defer w.schemaMu.Unlock()
+	if cur := w.st.Load(); cur != seen {
 		return cur, nil // someone else evolved the table meanwhile
 	}
-	add := o.columnsToAdd(seen, batch, errs)
-	widen = o.pendingWidenings(widen) // a refusal may have landed meanwhile
+	add := w.columnsToAdd(seen, batch, errs)
+	widen = w.pendingWidenings(widen) // a refusal may have landed meanwhile
 	for len(add) > 0 || len(widen) > 0 {
 		cols := append([]typemap.Column{}, seen.columns...)
-		for _, w := range widen {
-			cols[columnIndex(cols, w.column)].Type = w.to
+		for _, wd := range widen {
+			cols[columnIndex(cols, wd.column)].Type = wd.to
 		}
-		d, err := o.desiredFromColumns(append(cols, add...))
-		if err != nil {
-			return nil, err
-		}
+		d := w.desiredFromColumns(append(cols, add...))
 		what := describeChanges(add, widen)
-		o.log.Infof("table %s: %s", o.cfg.Table, what)
-		out, err := o.cat.Reconcile(ctx, d)
+		w.infof("table %s: %s", w.cfg.Table, what)
+		out, err := w.cat.Reconcile(ctx, d)
 		var refused *catalog.RefusedError
 		if errors.As(err, &refused) {
 			// Retrying cannot help: remember what was refused, let its rows
 			// fail alone (a fallback output dead-letters them), and apply
 			// the rest.
-			add, widen = o.dropRefused(refused, add, widen)
+			add, widen = w.dropRefused(refused, add, widen)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("evolve table %s (%s): %w", o.cfg.Table, what, err)
+			return nil, fmt.Errorf("evolve table %s (%s): %w", w.cfg.Table, what, err)
 		}
-		state := out.State
-		if state == nil {
-			if state, err = o.cat.Describe(ctx, o.cfg.Table); err != nil || state == nil {
-				return nil, fmt.Errorf("describe table %s after evolving: %v", o.cfg.Table, err)
+		ts := out.State
+		if ts == nil {
+			if ts, err = w.cat.Describe(ctx, w.cfg.Table); err != nil {
+				return nil, fmt.Errorf("describe table %s after evolving: %w", w.cfg.Table, err)
+			}
+			if ts == nil {
+				return nil, fmt.Errorf("table %s is gone after evolving it", w.cfg.Table)
 			}
 		}
-		next, err := o.buildState(ctx, state.Columns, seen.pool)
+		next, err := w.buildState(ctx, ts.Columns, seen.pool)
 		if err != nil {
 			return nil, err
 		}
-		o.st.Store(next)
+		w.st.Store(next)
 		return next, nil
 	}
 	return seen, nil
@@ -217,7 +210,7 @@ func (o *output) evolve(ctx context.Context, seen *writeState, batch service.Mes
 // columnsToAdd infers the columns for the new fields of the messages that
 // failed on an unknown field, leaving out (and remembering) fields that
 // cannot be columns.
-func (o *output) columnsToAdd(seen *writeState, batch service.MessageBatch, errs []arrowconv.RowError) []typemap.Column {
+func (w *Writer) columnsToAdd(seen *state, batch []Row, errs []arrowconv.RowError) []typemap.Column {
 	var idx []int
 	for _, e := range errs {
 		if errors.Is(e.Err, arrowconv.ErrUnknownField) {
@@ -227,17 +220,17 @@ func (o *output) columnsToAdd(seen *writeState, batch service.MessageBatch, errs
 	if len(idx) == 0 {
 		return nil
 	}
-	known := func(n string) bool { return seen.names[strings.ToLower(n)] || o.refused[strings.ToLower(n)] }
+	known := func(n string) bool { return seen.names[strings.ToLower(n)] || w.refused[strings.ToLower(n)] }
 	fields, conflicts := inferFields(known, structured(batch, idx))
 	for _, c := range conflicts {
-		o.log.Warnf("table %s: cannot infer a column type for a new field: %v", o.cfg.Table, c)
+		w.warnf("table %s: cannot infer a column type for a new field: %v", w.cfg.Table, c)
 	}
 	add := make([]typemap.Column, 0, len(fields))
 	for _, f := range fields {
 		t, err := typemap.FromArrow(f.Type)
 		if !typemap.ValidIdentifier(f.Name) || err != nil {
-			o.log.Warnf("table %s: not adding a column for field %q (not a valid column name or type: %v); its rows fail", o.cfg.Table, f.Name, err)
-			o.refused[strings.ToLower(f.Name)] = true
+			w.warnf("table %s: not adding a column for field %q (not a valid column name or type: %v); its rows fail", w.cfg.Table, f.Name, err)
+			w.refused[strings.ToLower(f.Name)] = true
 			continue
 		}
 		add = append(add, typemap.Column{Name: f.Name, Type: t, Nullable: true})
@@ -248,14 +241,14 @@ func (o *output) columnsToAdd(seen *writeState, batch service.MessageBatch, errs
 // dropRefused records the catalog's refusals and returns the changes it
 // did not refuse. A refusal naming none of the changes (a table-level one)
 // refuses them all: nothing could be applied.
-func (o *output) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening) ([]typemap.Column, []widening) {
+func (w *Writer) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening) ([]typemap.Column, []widening) {
 	reasons := map[string]string{}
 	for _, r := range refused.Refusals {
 		reasons[strings.ToLower(r.Column)] = r.Reason
 	}
 	named := func(column string) bool { _, ok := reasons[strings.ToLower(column)]; return ok }
 	all := !slices.ContainsFunc(add, func(c typemap.Column) bool { return named(c.Name) }) &&
-		!slices.ContainsFunc(widen, func(w widening) bool { return named(w.column) })
+		!slices.ContainsFunc(widen, func(x widening) bool { return named(x.column) })
 	var keepAdd []typemap.Column
 	var keepWiden []widening
 	var dropped []string
@@ -264,22 +257,22 @@ func (o *output) dropRefused(refused *catalog.RefusedError, add []typemap.Column
 			keepAdd = append(keepAdd, c)
 			continue
 		}
-		o.refused[strings.ToLower(c.Name)] = true
+		w.refused[strings.ToLower(c.Name)] = true
 		dropped = append(dropped, c.Name)
 	}
-	for _, w := range widen {
-		if !all && !named(w.column) {
-			keepWiden = append(keepWiden, w)
+	for _, wd := range widen {
+		if !all && !named(wd.column) {
+			keepWiden = append(keepWiden, wd)
 			continue
 		}
-		reason, ok := reasons[strings.ToLower(w.column)]
+		reason, ok := reasons[strings.ToLower(wd.column)]
 		if !ok {
 			reason = refused.Error()
 		}
-		o.widenRefused.Store(strings.ToLower(w.column), reason)
-		dropped = append(dropped, w.column)
+		w.widenRefused.Store(strings.ToLower(wd.column), reason)
+		dropped = append(dropped, wd.column)
 	}
-	o.log.Errorf("table %s: %v; rows needing %v fail", o.cfg.Table, refused, dropped)
+	w.errorf("table %s: %v; rows needing %v fail", w.cfg.Table, refused, dropped)
 	return keepAdd, keepWiden
 }
 
@@ -293,9 +286,9 @@ func describeChanges(add []typemap.Column, widen []widening) string {
 		}
 		parts = append(parts, fmt.Sprintf("messages carry new fields %v: adding columns", names))
 	}
-	for _, w := range widen {
+	for _, wd := range widen {
 		parts = append(parts, fmt.Sprintf("value %s (message %d) is out of range for column %q %s: widening it to %s",
-			w.sample, w.rows[0], w.column, sqlType(w.from), sqlType(w.to)))
+			wd.sample, wd.rows[0], wd.column, sqlType(wd.from), sqlType(wd.to)))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -304,27 +297,31 @@ func describeChanges(add []typemap.Column, widen []widening) string {
 // changed under us. It describes the table afresh and, if its columns
 // differ, reopens the pool on them. The failed batch is nacked regardless
 // and is converted against the new schema when redelivered.
-func (o *output) redescribe(ctx context.Context, seen *writeState) {
-	o.schemaMu.Lock()
-	defer o.schemaMu.Unlock()
-	if o.st.Load() != seen {
+func (w *Writer) redescribe(ctx context.Context, seen *state) {
+	w.schemaMu.Lock()
+	defer w.schemaMu.Unlock()
+	if w.st.Load() != seen {
 		return
 	}
-	state, err := o.cat.Describe(ctx, o.cfg.Table)
-	if err != nil || state == nil {
-		o.log.Errorf("re-describe table %s after a schema rejection: %v", o.cfg.Table, err)
-		return
-	}
-	if sameColumns(state.Columns, seen.columns) {
-		return
-	}
-	next, err := o.buildState(ctx, state.Columns, seen.pool)
+	ts, err := w.cat.Describe(ctx, w.cfg.Table)
 	if err != nil {
-		o.log.Errorf("reopen streams of %s on the re-described schema: %v", o.cfg.Table, err)
+		w.errorf("re-describe table %s after a schema rejection: %v", w.cfg.Table, err)
 		return
 	}
-	o.log.Infof("table %s changed under the pipeline: streams reopened on its new schema", o.cfg.Table)
-	o.st.Store(next)
+	if ts == nil {
+		w.errorf("re-describe table %s after a schema rejection: the table is gone", w.cfg.Table)
+		return
+	}
+	if sameColumns(ts.Columns, seen.columns) {
+		return
+	}
+	next, err := w.buildState(ctx, ts.Columns, seen.pool)
+	if err != nil {
+		w.errorf("reopen streams of %s on the re-described schema: %v", w.cfg.Table, err)
+		return
+	}
+	w.infof("table %s changed under the pipeline: streams reopened on its new schema", w.cfg.Table)
+	w.st.Store(next)
 }
 
 func sameColumns(a, b []typemap.Column) bool {

@@ -1,4 +1,4 @@
-package zerobus
+package tablewriter
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -56,7 +56,11 @@ func TestTypeForPicksNarrowestWiderType(t *testing.T) {
 	}
 }
 
-const widenYAML = "catalog:\n  provision: true\n  warehouse_id: wh\n  widen: true\n"
+// widenCfg turns on provisioning and widening.
+func widenCfg(c *Config) { c.Provision, c.Widen = true, true }
+
+// provisionCfg turns on provisioning only.
+func provisionCfg(c *Config) { c.Provision = true }
 
 // submittedColumn returns the values of column name over every record the
 // fake received, as strings, and the Arrow type it was sent as last.
@@ -84,32 +88,13 @@ func submittedColumn(t *testing.T, op *ingestfake.Opener, name string) ([]string
 	return vals, dt
 }
 
-// failedRows maps the failed message indices of a WriteBatch error to
-// their error text.
-func failedRows(t *testing.T, err error) map[int]string {
-	t.Helper()
-	failed := map[int]string{}
-	if err == nil {
-		return failed
-	}
-	var berr *service.BatchError
-	require.ErrorAs(t, err, &berr)
-	berr.WalkMessages(func(i int, _ *service.Message, err error) bool {
-		if err != nil {
-			failed[i] = err.Error()
-		}
-		return true
-	})
-	return failed
-}
-
 func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 	icebergProps := func() map[string]string { return catalog.PrimaryRawProperties() }
 	tests := []struct {
 		name    string
 		cols    string
 		props   map[string]string
-		yaml    string
+		cfg     func(*Config)
 		bodies  []string
 		col     string
 		wantCol string // the column's type afterwards
@@ -120,35 +105,35 @@ func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 		hinted     bool     // the "catalog.widen would widen it" hint was logged
 	}{
 		{
-			name: "int to bigint", cols: "id BIGINT NOT NULL, n INT", yaml: widenYAML, col: "n",
+			name: "int to bigint", cols: "id BIGINT NOT NULL, n INT", cfg: widenCfg, col: "n",
 			bodies:  []string{`{"id":1,"n":7}`, `{"id":2,"n":3000000000}`},
 			wantCol: "bigint", wantSent: []string{"7", "3000000000"}, evolutions: 1,
 		},
 		{
-			name: "narrowest type that holds every value", cols: "id BIGINT NOT NULL, n TINYINT", yaml: widenYAML, col: "n",
+			name: "narrowest type that holds every value", cols: "id BIGINT NOT NULL, n TINYINT", cfg: widenCfg, col: "n",
 			bodies:  []string{`{"id":1,"n":200}`, `{"id":2,"n":-40000}`, `{"id":3,"n":5}`},
 			wantCol: "int", wantSent: []string{"200", "-40000", "5"}, evolutions: 1,
 		},
 		{
-			name: "field name matched case-insensitively", cols: "id BIGINT NOT NULL, n SMALLINT", yaml: widenYAML, col: "n",
+			name: "field name matched case-insensitively", cols: "id BIGINT NOT NULL, n SMALLINT", cfg: widenCfg, col: "n",
 			bodies:  []string{`{"id":1,"N":70000}`},
 			wantCol: "int", wantSent: []string{"70000"}, evolutions: 1,
 		},
 		{
-			name: "float to double", cols: "id BIGINT NOT NULL, f FLOAT", yaml: widenYAML, col: "f",
+			name: "float to double", cols: "id BIGINT NOT NULL, f FLOAT", cfg: widenCfg, col: "f",
 			bodies:  []string{`{"id":1,"f":1e39}`},
 			wantCol: "double", wantSent: []string{"1e+39"}, evolutions: 1,
 		},
 		{
 			name: "without widen the row fails alone, naming the column", cols: "id BIGINT NOT NULL, n INT",
-			yaml: "catalog:\n  provision: true\n  warehouse_id: wh\n", col: "n",
+			cfg: provisionCfg, col: "n",
 			bodies:  []string{`{"id":1,"n":7}`, `{"id":2,"n":3000000000}`, `{"id":3,"n":8}`},
 			wantCol: "int", wantSent: []string{"7", "8"},
 			wantFailed: map[int][]string{1: {"message 1", `column "n"`, "out of range for INT"}},
 			hinted:     true,
 		},
 		{
-			name: "without provisioning the row fails alone", cols: "id BIGINT NOT NULL, n INT", yaml: "", col: "n",
+			name: "without provisioning the row fails alone", cols: "id BIGINT NOT NULL, n INT", cfg: nil, col: "n",
 			bodies:  []string{`{"id":1,"n":3000000000}`, `{"id":2,"n":8}`},
 			wantCol: "int", wantSent: []string{"8"},
 			wantFailed: map[int][]string{0: {"message 0", `column "n"`}},
@@ -156,21 +141,21 @@ func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 		},
 		{
 			name: "iceberg reads refuse smallint to bigint", cols: "id BIGINT NOT NULL, n SMALLINT", props: icebergProps(),
-			yaml: widenYAML, col: "n",
+			cfg: widenCfg, col: "n",
 			bodies:  []string{`{"id":1,"n":3000000000}`, `{"id":2,"n":8}`},
 			wantCol: "smallint", wantSent: []string{"8"},
 			wantFailed: map[int][]string{0: {"message 0", `column "n"`, "widening column \"n\" to BIGINT refused", "Iceberg reads on"}},
 			evolutions: 1,
 		},
 		{
-			name: "beyond bigint nothing is widened", cols: "id BIGINT NOT NULL, n INT", yaml: widenYAML, col: "n",
+			name: "beyond bigint nothing is widened", cols: "id BIGINT NOT NULL, n INT", cfg: widenCfg, col: "n",
 			bodies:  []string{`{"id":1,"n":99999999999999999999}`, `{"id":2,"n":8}`},
 			wantCol: "int", wantSent: []string{"8"},
 			wantFailed: map[int][]string{0: {"message 0", `column "n"`, "out of range"}},
 		},
 		{
 			name: "a refused widening does not hold back a new column", cols: "id BIGINT NOT NULL, n SMALLINT", props: icebergProps(),
-			yaml: widenYAML, col: "region",
+			cfg: widenCfg, col: "region",
 			bodies:  []string{`{"id":1,"n":3000000000,"region":"eu"}`, `{"id":2,"n":8,"region":"us"}`},
 			wantCol: "string", wantSent: []string{"us"},
 			wantFailed: map[int][]string{0: {"message 0", `column "n"`, "refused"}},
@@ -179,82 +164,75 @@ func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, ingestfake.Config{KeepRecords: true}, tc.yaml, func(c *fakeCatalog) {
-				c.put(testTable, tc.cols, tc.props)
+			h := newHarness(t, ingestfake.Config{KeepRecords: true}, tc.cfg, func(c *catalogfake.Catalog) {
+				c.Put(testTable, tc.cols, tc.props)
 			})
-			h.connect(t)
-			before := h.cat.reconcileCount()
+			before := h.cat.ReconcileCount()
 
-			err := h.out.WriteBatch(context.Background(), msgs(tc.bodies...))
-			failed := failedRows(t, err)
+			failed := h.write(t, rows(tc.bodies...))
 			require.Len(t, failed, len(tc.wantFailed), "failed rows: %v", failed)
 			for i, subs := range tc.wantFailed {
 				for _, sub := range subs {
 					assert.Contains(t, failed[i], sub)
 				}
 			}
-			assert.Equal(t, tc.evolutions, h.cat.reconcileCount()-before, "reconciles")
+			assert.Equal(t, tc.evolutions, h.cat.ReconcileCount()-before, "reconciles")
 			st, _ := h.cat.Describe(context.Background(), testTable)
 			c, ok := st.Column(tc.col)
 			require.True(t, ok)
 			assert.Equal(t, tc.wantCol, c.Type.Text())
 			sent, _ := submittedColumn(t, h.opener, tc.col)
 			assert.ElementsMatch(t, tc.wantSent, sent)
-			_, hinted := h.out.widenHinted.Load("n")
+			_, hinted := h.w.widenHinted.Load("n")
 			assert.Equal(t, tc.hinted, hinted)
 
 			// The same drift again: a done widening needs no reconcile, a
 			// refused one is remembered, not re-planned.
-			after := h.cat.reconcileCount()
-			err = h.out.WriteBatch(context.Background(), msgs(tc.bodies...))
-			assert.Len(t, failedRows(t, err), len(tc.wantFailed))
-			assert.Equal(t, after, h.cat.reconcileCount(), "the second batch reconciles nothing")
+			after := h.cat.ReconcileCount()
+			assert.Len(t, h.write(t, rows(tc.bodies...)), len(tc.wantFailed))
+			assert.Equal(t, after, h.cat.ReconcileCount(), "the second batch reconciles nothing")
 		})
 	}
 }
 
 func TestWideningOnceUnderConcurrentBatches(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
-		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, widenCfg, func(c *catalogfake.Catalog) {
+		c.Put(testTable, "id BIGINT NOT NULL, n INT", nil)
 	})
-	h.connect(t)
-	before := h.cat.reconcileCount()
+	before := h.cat.ReconcileCount()
 	errs := h.writeConcurrently(8, func(i int) string {
 		return `{"id":` + itoa(int64(i)) + `,"n":` + itoa(int64(3000000000+i)) + `}`
 	})
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	assert.Equal(t, before+1, h.cat.reconcileCount(), "one drift, one reconcile")
+	assert.Equal(t, before+1, h.cat.ReconcileCount(), "one drift, one reconcile")
 	sent, dt := submittedColumn(t, h.opener, "n")
 	assert.Len(t, sent, 8)
 	assert.Equal(t, arrow.INT64, dt.ID(), "the rows were sent on the widened schema")
 }
 
 func TestWideningReadsStructuredMessages(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{KeepRecords: true}, widenYAML, func(c *fakeCatalog) {
-		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, widenCfg, func(c *catalogfake.Catalog) {
+		c.Put(testTable, "id BIGINT NOT NULL, n INT", nil)
 	})
-	h.connect(t)
-	m := service.NewMessage(nil)
-	m.SetStructured(map[string]any{"id": int64(1), "n": int64(-3000000000)})
-	require.NoError(t, h.out.WriteBatch(context.Background(), service.MessageBatch{m}))
+	m := structuredRow(map[string]any{"id": int64(1), "n": int64(-3000000000)})
+	require.Empty(t, h.write(t, []Row{m}))
 	sent, _ := submittedColumn(t, h.opener, "n")
 	assert.Equal(t, []string{"-3000000000"}, sent)
 }
 
 func TestHintedColumnIsNotDecodedAgain(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "catalog:\n  provision: true\n  warehouse_id: wh\n", func(c *fakeCatalog) {
-		c.put(testTable, "id BIGINT NOT NULL, n INT", nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, provisionCfg, func(c *catalogfake.Catalog) {
+		c.Put(testTable, "id BIGINT NOT NULL, n INT", nil)
 	})
-	h.connect(t)
-	batch := msgs(`{"id":1,"n":3000000000}`)
+	batch := rows(`{"id":1,"n":3000000000}`)
 	errs := []arrowconv.RowError{{Index: 0, Column: "n", Err: arrowconv.ErrOutOfRange}}
-	st := h.out.st.Load()
-	require.Len(t, widenings(st, batch, errs, h.out.hinted), 1, "not hinted yet: the row is looked at")
+	st := h.w.st.Load()
+	require.Len(t, widenings(st, batch, errs, h.w.hinted), 1, "not hinted yet: the row is looked at")
 
-	require.Len(t, failedRows(t, h.out.WriteBatch(context.Background(), batch)), 1)
-	assert.True(t, h.out.hinted("n"))
-	assert.Empty(t, widenings(h.out.st.Load(), batch, errs, h.out.hinted), "once hinted, the column is skipped")
-	assert.Len(t, widenings(h.out.st.Load(), batch, errs, nil), 1)
+	require.Len(t, h.write(t, batch), 1)
+	assert.True(t, h.w.hinted("n"))
+	assert.Empty(t, widenings(h.w.st.Load(), batch, errs, h.w.hinted), "once hinted, the column is skipped")
+	assert.Len(t, widenings(h.w.st.Load(), batch, errs, nil), 1)
 }

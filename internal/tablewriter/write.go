@@ -1,6 +1,6 @@
 // The write path: convert, lay out by ordering key, submit, wait for durable.
 
-package zerobus
+package tablewriter
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -17,16 +16,16 @@ import (
 
 // writeOnce converts batch against st, submits the good rows and waits
 // for them. It returns the rows that failed conversion and the state used.
-func (o *output) writeOnce(ctx context.Context, st *writeState, batch service.MessageBatch) ([]arrowconv.RowError, *writeState, error) {
-	lay := o.layout(st, batch)
-	res, st, err := o.convert(ctx, st, batch, lay.order)
+func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf KeyFunc) ([]arrowconv.RowError, *state, error) {
+	lay := w.layout(st, batch, keyOf)
+	res, st, err := w.convert(ctx, st, batch, lay.order)
 	if err != nil {
 		return nil, st, err
 	}
 	defer res.Record.Release()
-	o.met.Reconciled(res.Reconciled)
+	w.obs.Reconciled(res.Reconciled)
 	if res.Record.NumRows() > 0 {
-		if err := o.submitAndWait(ctx, st, res, lay); err != nil {
+		if err := w.submitAndWait(ctx, st, res, lay); err != nil {
 			return nil, st, err
 		}
 	}
@@ -47,19 +46,19 @@ type layout struct {
 	keyErrs []arrowconv.RowError
 }
 
-func (o *output) layout(st *writeState, batch service.MessageBatch) layout {
-	if o.cfg.OrderingKey == nil {
+func (w *Writer) layout(st *state, batch []Row, keyOf KeyFunc) layout {
+	if keyOf == nil {
 		return layout{}
 	}
 	n := max(st.pool.Size(), 1)
 	// Group n holds empty keys: no ordering asked, written round-robin.
 	lay := layout{group: make([]int, len(batch)), keys: make([]string, n+1)}
 	buckets := make([][]int, n+1)
-	for i, m := range batch {
-		key, err := o.cfg.OrderingKey.TryString(m)
+	for i := range batch {
+		key, err := keyOf(i)
 		if err != nil {
 			lay.group[i] = -1
-			lay.keyErrs = append(lay.keyErrs, arrowconv.RowError{Index: i, Column: fOrderingKey, Err: err})
+			lay.keyErrs = append(lay.keyErrs, arrowconv.RowError{Index: i, Column: OrderingKeyColumn, Err: err})
 			continue
 		}
 		// The group is the pool member the key maps to, and the group is
@@ -86,7 +85,7 @@ func (o *output) layout(st *writeState, batch service.MessageBatch) layout {
 // order, when nil) against st. Indices in the result refer to batch. With
 // provisioning on, rows failing on a field the table lacks trigger one
 // evolution (add the columns, reopen the pool) and a second conversion.
-func (o *output) convert(ctx context.Context, st *writeState, batch service.MessageBatch, order []int) (arrowconv.Result, *writeState, error) {
+func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []int) (arrowconv.Result, *state, error) {
 	rows := make([]arrowconv.Row, 0, len(batch))
 	if order == nil {
 		for _, m := range batch {
@@ -97,10 +96,10 @@ func (o *output) convert(ctx context.Context, st *writeState, batch service.Mess
 			rows = append(rows, batch[i])
 		}
 	}
-	conv := func(st *writeState) (arrowconv.Result, error) {
+	conv := func(st *state) (arrowconv.Result, error) {
 		res, err := st.conv.Convert(rows)
 		if err != nil {
-			return res, fmt.Errorf("convert batch for %s: %w", o.cfg.Table, err)
+			return res, fmt.Errorf("convert batch for %s: %w", w.cfg.Table, err)
 		}
 		if order != nil {
 			for r, i := range res.SourceIndex {
@@ -122,18 +121,18 @@ func (o *output) convert(ctx context.Context, st *writeState, batch service.Mess
 	// state, so a few rounds settle it.
 	for round := 0; ; round++ {
 		var widen []widening
-		if o.cfg.Provision && o.cfg.Widen {
+		if w.cfg.Provision && w.cfg.Widen {
 			widen = widenings(st, batch, res.RowErrors, nil)
 		} else {
 			// Only for the hint: a column hinted already is not looked at.
-			o.hintWidening(widenings(st, batch, res.RowErrors, o.hinted))
+			w.hintWidening(widenings(st, batch, res.RowErrors, w.hinted))
 		}
-		pending := o.pendingWidenings(widen)
-		if round == maxEvolveRounds || !o.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {
-			o.annotateRefusedWidenings(res.RowErrors, widen)
+		pending := w.pendingWidenings(widen)
+		if round == maxEvolveRounds || !w.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {
+			w.annotateRefusedWidenings(res.RowErrors, widen)
 			return res, st, nil
 		}
-		next, err := o.evolve(ctx, st, batch, res.RowErrors, pending)
+		next, err := w.evolve(ctx, st, batch, res.RowErrors, pending)
 		if err != nil {
 			res.Record.Release()
 			return arrowconv.Result{}, st, err
@@ -141,7 +140,7 @@ func (o *output) convert(ctx context.Context, st *writeState, batch service.Mess
 		if next == st {
 			// Nothing could be added or widened: the row errors stand,
 			// with the catalog's refusal where it refused.
-			o.annotateRefusedWidenings(res.RowErrors, widen)
+			w.annotateRefusedWidenings(res.RowErrors, widen)
 			return res, st, nil
 		}
 		res.Record.Release()
@@ -176,7 +175,7 @@ type part struct {
 // group) and waits for every ticket. Nothing here reads a submitted
 // watermark: only the tickets, settled by the ack lanes after the durable
 // ack, decide the outcome.
-func (o *output) submitAndWait(ctx context.Context, st *writeState, res arrowconv.Result, lay layout) error {
+func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, lay layout) error {
 	parts := split(res, lay)
 	defer func() {
 		for _, p := range parts {
@@ -186,15 +185,15 @@ func (o *output) submitAndWait(ctx context.Context, st *writeState, res arrowcon
 	for i := range parts {
 		t, err := st.pool.Write(ctx, parts[i].key, parts[i].rec)
 		if err != nil {
-			o.onWriteErr(ctx, st, err)
-			return fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), o.cfg.Table, err)
+			w.onWriteErr(ctx, st, err)
+			return fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
 		}
 		parts[i].ticket = t
 	}
 	// ack.timeout bounds the wait for the whole batch: past it the batch is
 	// nacked (and redelivered), never acked.
-	wctx, cancel := context.WithTimeoutCause(ctx, o.cfg.AckTimeout,
-		fmt.Errorf("no durable ack within ack.timeout (%s)", o.cfg.AckTimeout))
+	wctx, cancel := context.WithTimeoutCause(ctx, w.cfg.AckTimeout,
+		fmt.Errorf("no durable ack within ack.timeout (%s)", w.cfg.AckTimeout))
 	defer cancel()
 	var firstErr error
 	for i := range parts {
@@ -204,27 +203,27 @@ func (o *output) submitAndWait(ctx context.Context, st *writeState, res arrowcon
 			}
 			continue
 		}
-		o.met.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
+		w.obs.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
 	}
 	if firstErr != nil {
-		o.onWriteErr(ctx, st, firstErr)
+		w.onWriteErr(ctx, st, firstErr)
 		if cause := context.Cause(wctx); cause != nil {
-			return fmt.Errorf("rows for %s not confirmed durable: %w (%w)", o.cfg.Table, firstErr, cause)
+			return fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
 		}
-		return fmt.Errorf("rows for %s not confirmed durable: %w", o.cfg.Table, firstErr)
+		return fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
 	}
 	return nil
 }
 
 // onWriteErr reacts to a stream error: a schema rejection re-describes the
 // table so the redelivered batch meets the new schema.
-func (o *output) onWriteErr(ctx context.Context, st *writeState, err error) {
+func (w *Writer) onWriteErr(ctx context.Context, st *state, err error) {
 	var ze *ingest.Error
 	if errors.As(err, &ze) && ze.IsSchemaMismatch() {
-		o.log.Warnf("table %s rejected the stream schema (%v): re-describing", o.cfg.Table, err)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.CloseTimeout)
+		w.warnf("table %s rejected the stream schema (%v): re-describing", w.cfg.Table, err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedescribeTimeout)
 		defer cancel()
-		o.redescribe(rctx, st)
+		w.redescribe(rctx, st)
 	}
 }
 

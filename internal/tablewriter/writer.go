@@ -1,0 +1,498 @@
+// Package tablewriter is the engine behind the zerobus output: a Writer owns
+// one target table's whole lifecycle — describe, create on absent, evolve on
+// drift, widen, re-describe after a schema rejection, the primary-raw watch,
+// the stream pool — and the path of one batch: convert → submit → wait until
+// durable.
+//
+// It knows nothing of Benthos. The output (plugin/zerobus) builds its Config,
+// opener and catalog, maps row errors to a batch error, a concurrency reject
+// to a back-off and ErrNotOpen to "not connected"; tests drive it directly
+// with ingestfake and catalogfake.
+//
+// Follow one batch: Write (this file) → writeOnce, layout, convert
+// (write.go; convert may evolve the table: evolve in schema.go, widenings in
+// widen.go) → submitAndWait: pool.Write per stream group, then each ticket's
+// Wait, which the stream's ack lane settles after the durable ack.
+package tablewriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// Row is one message to write: its bytes, and possibly a value already
+// decoded (*service.Message satisfies it).
+type Row = arrowconv.StructuredRow
+
+// RowError is a row that failed alone, naming its index in the batch and the
+// column.
+type RowError = arrowconv.RowError
+
+// KeyFunc returns the ordering key of row i of a batch: rows of one key
+// always travel on one stream, in order; "" spreads the row round-robin. An
+// error fails row i alone (column OrderingKeyColumn).
+type KeyFunc func(i int) (string, error)
+
+// OrderingKeyColumn names the ordering key in the row error of a row whose
+// key could not be computed.
+const OrderingKeyColumn = "ordering_key"
+
+// ErrNotOpen is returned by Write while the writer is not open: before Open,
+// and after its streams stopped for good (a fatal configuration error, or
+// every stream out of rebuilds). Open again to recover; nothing submitted is
+// acknowledged meanwhile.
+var ErrNotOpen = errors.New("tablewriter: not open")
+
+// ErrClosed is returned by Open and Write after Close.
+var ErrClosed = errors.New("tablewriter: closed")
+
+// Config is what a Writer needs to know of its table and its knobs. The zero
+// value of every duration means the package default.
+type Config struct {
+	// Table is the three-part name catalog.schema.table.
+	Table string
+	// WriterID identifies this writer in the table's writer registration.
+	WriterID string
+	// Provision creates the table when absent and adds columns on drift.
+	Provision bool
+	// Widen widens a narrow numeric column when a value outgrows it (with
+	// Provision).
+	Widen              bool
+	CommentsPolicy     catalog.Policy
+	Contract           *catalog.Contract // loaded once by the caller; nil: none
+	ColumnDescriptions map[string]string
+	Role               catalog.Role
+	// RecheckInterval is how often the primary-raw preconditions are
+	// re-checked.
+	RecheckInterval time.Duration
+	// Convert tunes the converter.
+	Convert arrowconv.Options
+	// Pool sizes and tunes the stream pool.
+	Pool pool.Config
+	// AckTimeout bounds the wait for one batch to be durable; past it the
+	// batch fails (and is redelivered), never acknowledged.
+	AckTimeout time.Duration
+	// ConnectTimeout bounds one Open's wait for a healthy stream.
+	ConnectTimeout time.Duration
+	// RedescribeTimeout bounds a re-describe after a schema rejection.
+	RedescribeTimeout time.Duration
+}
+
+// Defaults of the Config durations.
+const (
+	DefaultAckTimeout        = 5 * time.Minute
+	DefaultConnectTimeout    = 30 * time.Second
+	DefaultRedescribeTimeout = 30 * time.Second
+	DefaultRecheckInterval   = 5 * time.Minute
+)
+
+func (c Config) withDefaults() Config {
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.RedescribeTimeout <= 0 {
+		c.RedescribeTimeout = DefaultRedescribeTimeout
+	}
+	if c.RecheckInterval <= 0 {
+		c.RecheckInterval = DefaultRecheckInterval
+	}
+	return c
+}
+
+// Observer receives the writer's metrics. Every method may be called
+// concurrently and must be cheap.
+type Observer interface {
+	pool.Observer
+	// Sent counts rows and bytes confirmed durable on a stream.
+	Sent(stream int, rows, bytes int64)
+	// RowErrors counts rows that failed alone.
+	RowErrors(n int)
+	// Reconciled counts emit-time type reconciliations by kind.
+	Reconciled(kinds map[string]int)
+	// PrimaryRaw exports the primary-raw verdict (nil: every precondition
+	// met).
+	PrimaryRaw(unmet []catalog.Unmet)
+}
+
+// Writer writes batches into one table. Open, Write and Close are safe for
+// concurrent use; Write is meant to be called by many goroutines at once
+// (that is what keeps the streams pipelined).
+//
+// Locks, taken only in this order: openMu (Open, Close), then schemaMu
+// (anything that changes the table or the target schema), then watchMu (the
+// primary-raw watch). Write takes none of them on its fast path: it loads the
+// current state atomically.
+type Writer struct {
+	cfg    Config
+	opener ingest.Opener
+	cat    catalog.TableCatalog
+	log    *slog.Logger
+	obs    Observer
+
+	openMu sync.Mutex
+	closed atomic.Bool
+
+	// schemaMu serialises everything that changes the table or the target
+	// schema (create on first write, add columns on drift, re-describe on a
+	// SCHEMA_VALIDATION_FAILED, a stop), so one drift causes one reconcile
+	// and one pool reopen however many batches notice it at once.
+	schemaMu sync.Mutex
+	// st is the current target: nil while not open.
+	st atomic.Pointer[state]
+	// stopped holds pools whose streams stopped for good, closed by the next
+	// Open; guarded by schemaMu.
+	stopped []*pool.Pool
+	// refused holds (lower-cased) new fields the catalog refused to add or
+	// that cannot be columns; guarded by schemaMu.
+	refused map[string]bool
+	// widenRefused maps a (lower-cased) column the catalog refused to widen
+	// to the refusal, so its rows fail at once instead of re-planning every
+	// batch; written under schemaMu, read without it.
+	widenRefused sync.Map
+	// widenHinted holds the columns the "catalog.widen would widen it" hint
+	// was logged for.
+	widenHinted sync.Map
+	// spare is a pool whose Open failed, kept for the next attempt.
+	spare atomic.Pointer[sparePool]
+
+	// rawRefusal holds the unmet primary-raw precondition error, nil while
+	// the role is satisfied (or the role is derived).
+	rawRefusal atomic.Pointer[error]
+	watchMu    sync.Mutex
+	watchStop  context.CancelFunc
+	watchDone  chan struct{}
+}
+
+// state is the immutable target the write path uses: replaced as a whole
+// (copy on write) when the table schema changes.
+type state struct {
+	columns []typemap.Column
+	names   map[string]bool // lower-cased column names
+	conv    *arrowconv.Converter
+	// pool is nil while the table does not exist yet: it is created from the
+	// first batch (Provision).
+	pool *pool.Pool
+}
+
+// New returns a writer for cfg.Table that opens streams with opener and
+// describes and changes the table through cat. log and obs may be nil.
+func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.Logger, obs Observer) *Writer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &Writer{
+		cfg:     cfg.withDefaults(),
+		opener:  opener,
+		cat:     cat,
+		log:     log,
+		obs:     obs,
+		refused: map[string]bool{},
+	}
+}
+
+// Columns returns the table's columns as the writer currently targets them;
+// nil while not open or before a provisioned table exists.
+func (w *Writer) Columns() []typemap.Column {
+	if st := w.st.Load(); st != nil {
+		return st.columns
+	}
+	return nil
+}
+
+// PoolSize is the number of streams the writer keeps (derived from the pool
+// config), for the start-up log.
+func PoolSize(c pool.Config) int { return pool.Size(c) }
+
+// Open describes (and with provisioning, reconciles) the table, builds the
+// converter and opens the stream pool. It returns nil at once when already
+// open. After the streams stopped (Write returned ErrNotOpen) it closes them,
+// describes the table afresh and opens new ones: the way back from a fault
+// fixed outside (grants granted, a workspace back, a table repaired).
+func (w *Writer) Open(ctx context.Context) error {
+	w.openMu.Lock()
+	defer w.openMu.Unlock()
+	if w.closed.Load() {
+		return ErrClosed
+	}
+	if st := w.st.Load(); st != nil && (st.pool != nil || w.cfg.Provision) {
+		return nil
+	}
+	w.closeStopped(ctx)
+
+	ts, err := w.cat.Describe(ctx, w.cfg.Table)
+	if err != nil {
+		return fmt.Errorf("describe table %s: %w", w.cfg.Table, err)
+	}
+	if ts == nil {
+		if !w.cfg.Provision {
+			return fmt.Errorf("table %s does not exist and catalog.provision is false: create it or enable provisioning", w.cfg.Table)
+		}
+		w.infof("table %s does not exist: it will be created from the first batch (catalog.provision)", w.cfg.Table)
+		w.st.Store(&state{})
+		return nil
+	}
+	if w.cfg.Provision {
+		if ts, err = w.syncMetadata(ctx, ts); err != nil {
+			return err
+		}
+	}
+	if err := w.checkPrimaryRaw(ts); err != nil {
+		return err
+	}
+	st, err := w.buildState(ctx, ts.Columns, nil)
+	if err != nil {
+		return err
+	}
+	w.st.Store(st)
+	w.startWatch()
+	return nil
+}
+
+// Write converts rows, submits the good ones and returns only once every one
+// of them is durable. Rows that do not fit the table come back as row errors
+// (naming the row index and the column); the good rows are durable before
+// Write returns. An error means nothing is acknowledged: the whole batch is
+// to be retried. ErrNotOpen (wrapped) asks the caller to Open again. keyOf
+// may be nil (no ordering).
+func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowError, error) {
+	if p := w.rawRefusal.Load(); p != nil {
+		return nil, *p
+	}
+	st := w.st.Load()
+	if st == nil {
+		if w.closed.Load() {
+			return nil, ErrClosed
+		}
+		return nil, ErrNotOpen
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	var err error
+	if st.pool == nil {
+		if st, err = w.createFromBatch(ctx, rows); err != nil {
+			return nil, err
+		}
+	} else if err := w.stopIfStopped(st); err != nil {
+		return nil, err
+	}
+
+	var rowErrs []RowError
+	for attempt := 0; ; attempt++ {
+		var used *state
+		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf)
+		// A batch converted just before another one evolved the table meets
+		// a pool already switched to the new schema: convert it again.
+		if err != nil && errors.Is(err, pool.ErrSchemaMismatch) && attempt < 3 {
+			if cur := w.st.Load(); cur != nil && cur != used {
+				st = cur
+				continue
+			}
+		}
+		if err != nil {
+			if serr := w.stopIfStopped(used); serr != nil {
+				return nil, fmt.Errorf("%w (%w)", serr, err)
+			}
+			return nil, err
+		}
+		break
+	}
+	w.obs.RowErrors(len(rowErrs))
+	return rowErrs, nil
+}
+
+// stopIfStopped turns a pool that stopped for good into ErrNotOpen: the
+// writer forgets its state, so the next Open describes the table afresh and
+// opens new streams.
+func (w *Writer) stopIfStopped(st *state) error {
+	if st == nil || st.pool == nil {
+		return nil
+	}
+	cause := st.pool.Stopped()
+	if cause == nil {
+		return nil
+	}
+	w.schemaMu.Lock()
+	if w.st.CompareAndSwap(st, nil) {
+		w.stopped = append(w.stopped, st.pool)
+		w.errorf("streams to %s stopped: %v; reconnecting (the table is described afresh)", w.cfg.Table, cause)
+	}
+	w.schemaMu.Unlock()
+	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+}
+
+// closeStopped closes the pools whose streams stopped; what they had not
+// confirmed was failed already (and is redelivered).
+func (w *Writer) closeStopped(ctx context.Context) {
+	w.schemaMu.Lock()
+	stopped := w.stopped
+	w.stopped = nil
+	w.schemaMu.Unlock()
+	for _, p := range stopped {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = p.Close(cctx)
+		cancel()
+	}
+}
+
+// Close drains and closes the streams within ctx; rows not durable by then
+// are abandoned and their writes fail (never acknowledged). It does not
+// close the opener or the catalog, which the caller owns.
+func (w *Writer) Close(ctx context.Context) error {
+	w.openMu.Lock()
+	defer w.openMu.Unlock()
+	if w.closed.Load() {
+		return nil
+	}
+	// Under schemaMu so that a table being created from a first batch either
+	// stores its pool before this (and it is closed here) or sees closed.
+	w.schemaMu.Lock()
+	w.closed.Store(true)
+	st := w.st.Swap(nil)
+	w.schemaMu.Unlock()
+	w.watchMu.Lock()
+	if w.watchStop != nil {
+		w.watchStop()
+	}
+	w.watchMu.Unlock()
+	w.closeStopped(ctx)
+	if sp := w.spare.Swap(nil); sp != nil {
+		_ = sp.pool.Close(ctx)
+	}
+	var err error
+	if st != nil && st.pool != nil {
+		if cerr := st.pool.Close(ctx); cerr != nil {
+			err = fmt.Errorf("close streams of %s: %w", w.cfg.Table, cerr)
+		}
+	}
+	if w.watchDone != nil {
+		select {
+		case <-w.watchDone:
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
+
+// buildState makes the converter for cols and, unless prev is given to be
+// reopened, a new connected pool.
+func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *pool.Pool) (*state, error) {
+	conv, err := arrowconv.New(cols, w.cfg.Convert)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: %w", w.cfg.Table, err)
+	}
+	st := &state{columns: cols, names: map[string]bool{}, conv: conv}
+	for _, c := range cols {
+		st.names[strings.ToLower(c.Name)] = true
+	}
+	if prev != nil {
+		if err := prev.Reopen(ctx, conv.Schema()); err != nil {
+			return nil, fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
+		}
+		st.pool = prev
+		return st, nil
+	}
+	// A pool whose first Open failed is kept (its members keep retrying
+	// with back-off) and reused on the next attempt, so a refused open never
+	// turns into a fresh set of opens; one that stopped for good is closed.
+	var p *pool.Pool
+	if sp := w.spare.Swap(nil); sp != nil {
+		if sameSchema(sp.schema, conv.Schema()) && sp.pool.Stopped() == nil {
+			p = sp.pool
+		} else {
+			_ = sp.pool.Close(context.Background())
+		}
+	}
+	if p == nil {
+		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, w.obs)
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
+	defer cancel()
+	if err := p.Connect(cctx); err != nil {
+		if errors.Is(err, pool.ErrClosed) {
+			return nil, err
+		}
+		w.spare.Store(&sparePool{pool: p, schema: conv.Schema()})
+		return nil, &OpenError{Table: w.cfg.Table, Err: err, Rejects: p.Stats().ConcurrencyRejects}
+	}
+	st.pool = p
+	return st, nil
+}
+
+// OpenError is an Open that could not get a healthy stream. Rejects counts
+// the opens the service refused for concurrency: with any, and no fatal
+// error, the caller should back off (RetryAfter) rather than retry at once.
+type OpenError struct {
+	Table   string
+	Err     error
+	Rejects int64
+}
+
+func (e *OpenError) Error() string { return fmt.Sprintf("open streams to %s: %v", e.Table, e.Err) }
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// RetryAfter says how long to wait before retrying after err, when the
+// service asked for a pause: a concurrency reject (too many streams or
+// pipelines), with the service's hint when it gave one.
+func RetryAfter(err error) (time.Duration, bool) {
+	ze := ingest.Classify(err)
+	if ze != nil && ze.Class == ingest.ConcurrencyReject {
+		if ze.RetryAfter > 0 {
+			return ze.RetryAfter, true
+		}
+		return ingest.ResourceExhaustedBackoff, true
+	}
+	var oe *OpenError
+	if errors.As(err, &oe) && oe.Rejects > 0 && (ze == nil || ze.Class != ingest.FatalConfig) {
+		return ingest.ResourceExhaustedBackoff, true
+	}
+	return 0, false
+}
+
+// sparePool is a pool kept after a failed Open, with the schema it was built
+// for.
+type sparePool struct {
+	pool   *pool.Pool
+	schema *arrow.Schema
+}
+
+func sameSchema(a, b *arrow.Schema) bool { return a == b || (a != nil && b != nil && a.Equal(b)) }
+
+func (w *Writer) infof(format string, args ...any) { w.log.Info(fmt.Sprintf(format, args...)) }
+func (w *Writer) warnf(format string, args ...any) { w.log.Warn(fmt.Sprintf(format, args...)) }
+func (w *Writer) errorf(format string, args ...any) {
+	w.log.Error(fmt.Sprintf(format, args...))
+}
+
+// nopObserver records nothing (a nil lane observer is replaced by the
+// lane's own no-op).
+type nopObserver struct{}
+
+func (nopObserver) StreamObserver(string, int) acklane.Observer { return nil }
+func (nopObserver) IncRebuild(string, int)                      {}
+func (nopObserver) IncConcurrencyReject(string)                 {}
+func (nopObserver) Sent(int, int64, int64)                      {}
+func (nopObserver) RowErrors(int)                               {}
+func (nopObserver) Reconciled(map[string]int)                   {}
+func (nopObserver) PrimaryRaw([]catalog.Unmet)                  {}

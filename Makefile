@@ -8,7 +8,7 @@ DATE       ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.dateBuilt=$(DATE)
 GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 # Packages whose correctness is about concurrency: always run under the race detector.
-RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/zerobus/... ./plugin/...
+RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 12m
 
 .PHONY: all build test conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean

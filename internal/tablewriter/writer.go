@@ -170,6 +170,9 @@ type Writer struct {
 	// widenHinted holds the columns the "catalog.widen would widen it" hint
 	// was logged for.
 	widenHinted sync.Map
+	// notOpen is why the writer is not open (the stop's or the last failed
+	// Open's cause), reported with ErrNotOpen; nil once open.
+	notOpen atomic.Pointer[error]
 	// spare is a pool whose Open failed, kept for the next attempt.
 	spare atomic.Pointer[sparePool]
 
@@ -239,7 +242,16 @@ func (w *Writer) Open(ctx context.Context) error {
 		return nil
 	}
 	w.closeStopped(ctx)
+	if err := w.open(ctx); err != nil {
+		w.notOpen.Store(&err)
+		return err
+	}
+	w.notOpen.Store(nil)
+	return nil
+}
 
+// open is Open's work, with openMu held.
+func (w *Writer) open(ctx context.Context) error {
 	ts, err := w.cat.Describe(ctx, w.cfg.Table)
 	if err != nil {
 		return fmt.Errorf("describe table %s: %w", w.cfg.Table, err)
@@ -283,6 +295,9 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	if st == nil {
 		if w.closed.Load() {
 			return nil, ErrClosed
+		}
+		if cause := w.notOpen.Load(); cause != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotOpen, *cause)
 		}
 		return nil, ErrNotOpen
 	}
@@ -335,6 +350,7 @@ func (w *Writer) stopIfStopped(st *state) error {
 	}
 	w.schemaMu.Lock()
 	if w.st.CompareAndSwap(st, nil) {
+		w.notOpen.Store(&cause)
 		w.stopped = append(w.stopped, st.pool)
 		w.errorf("streams to %s stopped: %v; reconnecting (the table is described afresh)", w.cfg.Table, cause)
 	}

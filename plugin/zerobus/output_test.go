@@ -450,3 +450,21 @@ func failedRows(t *testing.T, err error) map[int]string {
 	})
 	return failed
 }
+
+// A stream refused for good (grants revoked) makes WriteBatch report
+// ErrNotConnected, the engine's cue to call Connect again, which reopens the
+// streams: writes resume without a restart.
+func TestStoppedStreamsReportNotConnectedAndHealOnConnect(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "", nil)
+	h.connect(t)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a"}`)))
+	for _, s := range h.opener.Streams() {
+		s.Poison(&ingest.Error{Class: ingest.FatalConfig, Err: errors.New("PERMISSION_DENIED")})
+	}
+	require.Eventually(t, func() bool {
+		return errors.Is(h.out.WriteBatch(context.Background(), msgs(`{"id":2,"msg":"b"}`)), service.ErrNotConnected)
+	}, 5*time.Second, 10*time.Millisecond)
+	h.connect(t)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":2,"msg":"b"}`)))
+	assert.Contains(t, submittedRows(t, h.opener), "2:b")
+}

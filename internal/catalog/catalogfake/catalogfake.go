@@ -130,6 +130,13 @@ func (f *Catalog) VendCredentials(context.Context, string, catalog.Access) (*cat
 	return nil, errors.New("not supported by the fake")
 }
 
+// Describes is the number of Describe calls so far.
+func (f *Catalog) Describes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.describes
+}
+
 // ReconcileCount is the number of Reconcile calls so far.
 func (f *Catalog) ReconcileCount() int {
 	f.mu.Lock()

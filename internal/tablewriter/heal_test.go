@@ -1,0 +1,99 @@
+package tablewriter
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+)
+
+var errDenied = &ingest.Error{Class: ingest.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("PERMISSION_DENIED: missing MODIFY")}
+
+// A fatal error on a running stream stops the pool; Write then says
+// ErrNotOpen, and the next Open (the engine's reconnect) describes the table
+// afresh and writes again on new streams: no restart, nothing acknowledged
+// that was not durable.
+func TestFatalStreamErrorHealsOnReopen(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, nil, nil)
+	require.Empty(t, h.write(t, rows(`{"id":1,"msg":"a"}`)))
+	describes := h.cat.Describes()
+
+	for _, s := range h.opener.Streams() {
+		s.Poison(errDenied)
+	}
+	require.Eventually(t, func() bool {
+		_, err := h.w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
+		return errors.Is(err, ErrNotOpen)
+	}, 5*time.Second, 10*time.Millisecond, "a stopped pool reports ErrNotOpen")
+	_, err := h.w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
+	require.ErrorIs(t, err, ErrNotOpen, "it stays not open until Open")
+	assert.Contains(t, err.Error(), "PERMISSION_DENIED", "the cause is named")
+
+	opensBefore := h.opener.Opens()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.w.Open(ctx))
+	assert.Greater(t, h.cat.Describes(), describes, "Open described the table afresh")
+	assert.Greater(t, h.opener.Opens(), opensBefore, "new streams were opened")
+	require.Empty(t, h.write(t, rows(`{"id":2,"msg":"b"}`)))
+}
+
+// Grants that arrive late: the first opens are refused for good
+// (PERMISSION_DENIED), Open fails loudly; once the opener accepts, the next
+// Open succeeds and rows land — the refused pool is not reused.
+func TestOpenRefusedThenGrantedWritesWithoutRestart(t *testing.T) {
+	cat := catalogfake.New()
+	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	opener := ingestfake.NewOpener(ingestfake.Config{KeepRecords: true})
+	var granted atomic.Bool
+	opener.SetOpenHook(func(context.Context, int, string, *arrow.Schema) error {
+		if granted.Load() {
+			return nil
+		}
+		return errDenied
+	})
+	w := New(Config{Table: testTable, Pool: testPoolConfig(), ConnectTimeout: 2 * time.Second}, opener, cat, nil, nil)
+	defer w.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for range 3 {
+		err := w.Open(ctx)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "PERMISSION_DENIED")
+		_, werr := w.Write(ctx, rows(`{"id":1,"msg":"a"}`), nil)
+		require.ErrorIs(t, werr, ErrNotOpen)
+	}
+	granted.Store(true)
+	require.NoError(t, w.Open(ctx))
+	rowErrs, err := w.Write(ctx, rows(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b"}`), nil)
+	require.NoError(t, err)
+	require.Empty(t, rowErrs)
+	var n int64
+	for _, s := range opener.Streams() {
+		for _, r := range s.Records() {
+			n += r.NumRows()
+		}
+	}
+	assert.Equal(t, int64(2), n)
+}
+
+// After Close, Open and Write report ErrClosed, not ErrNotOpen: there is
+// nothing to reconnect to.
+func TestClosedWriterStaysClosed(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{}, nil, nil)
+	require.NoError(t, h.w.Close(context.Background()))
+	_, err := h.w.Write(context.Background(), rows(`{"id":1}`), nil)
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, h.w.Open(context.Background()), ErrClosed)
+}

@@ -52,6 +52,7 @@ const (
 const (
 	EnvClientID     = "DATABRICKS_CLIENT_ID"
 	EnvClientSecret = "DATABRICKS_CLIENT_SECRET"
+	EnvWarehouseID  = "DATABRICKS_WAREHOUSE_ID"
 )
 
 // Role values.
@@ -67,6 +68,44 @@ const (
 	defaultBatchCount  = 1000
 	defaultBatchPeriod = "1s"
 )
+
+// tableNamePattern is the table-name rule (a Bloblang/RE2 pattern): Zerobus
+// takes catalog, schema and table names of ASCII letters, digits and
+// underscores (shared/spec/zerobus-wire.md, "Published limits").
+const tableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
+
+// urlLint is the lint rule of a URL field: https, or http for a loopback
+// host only, so a credential never crosses a network in the clear.
+func urlLint(field string) string {
+	return `root = match this.parse_url().catch(null) {
+  this == null => [ "field ` + field + `: not a URL" ],
+  this.host.or("") == "" => [ "field ` + field + `: has no host; want https://host[:port]" ],
+  this.scheme == "https" => [],
+  this.scheme == "http" && this.host.re_match("^(?i)(localhost|127\\.[0-9.]+|\\[::1\\])(:[0-9]+)?$") => [],
+  this.scheme == "http" => [ "field ` + field + `: plaintext http:// is only allowed for a loopback host (the emulator), got " + this.host + "; use https://" ],
+  _ => [ "field ` + field + `: scheme must be https (or http for a loopback host), got " + this.scheme.or("").quote() ],
+}`
+}
+
+// durationLint is the lint rule of a positive duration field.
+func durationLint(field string) string {
+	return `root = if this.type() == "string" && this.parse_duration().catch(-1) <= 0 { [ "field ` + field + `: must be a positive duration such as 30s or 5m, got " + this.quote() ] } else { [] }`
+}
+
+// warehouseLint is the lint rule of the catalog block: provisioning runs DDL
+// on a SQL warehouse, so it needs warehouse_id, unless the environment the
+// spec is built in (the lint run's) has DATABRICKS_WAREHOUSE_ID.
+func warehouseLint() string {
+	if os.Getenv(EnvWarehouseID) != "" {
+		return `root = []`
+	}
+	return `root = if this.provision.or(false) && this.warehouse_id.or("") == "" { [ "field ` + fCatalog + "." + fWarehouseID + `: required when ` + fCatalog + "." + fProvision + ` is true (or set ` + EnvWarehouseID + `)" ] } else { [] }`
+}
+
+// atLeast is the lint rule of a number field with a lower bound.
+func atLeast(field string, lo int) string {
+	return fmt.Sprintf(`root = if this < %d { [ "field %s: must be at least %d, got %%v".format(this) ] } else { [] }`, lo, field, lo)
+}
 
 // Spec returns the configuration spec of the zerobus output.
 func Spec() *service.ConfigSpec {
@@ -126,15 +165,18 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewStringField(fEndpoint).
 				Description("The Zerobus ingest endpoint: `https://<workspace-id>.zerobus.<region>.cloud.databricks.com`. TLS is always used for `https://`; `http://` is accepted only for a loopback host (the emulator).").
 				Example("https://1234567890123456.zerobus.us-west-2.cloud.databricks.com").
-				Example("http://127.0.0.1:50051"),
+				Example("http://127.0.0.1:50051").
+				LintRule(urlLint(fEndpoint)),
 			service.NewStringField(fWorkspaceURL).
 				Description("The workspace URL: OAuth token endpoint and Unity Catalog REST API. `http://` only for a loopback host.").
 				Example("https://dbc-a1b2c3d4-e5f6.cloud.databricks.com").
-				Example("http://127.0.0.1:8080"),
+				Example("http://127.0.0.1:8080").
+				LintRule(urlLint(fWorkspaceURL)),
 			service.NewStringField(fWorkspaceID).
 				Description("The workspace id the ingest token is scoped to. Empty means derived from the first DNS label of `endpoint`, or, for an IP-address or localhost endpoint (the emulator), discovered from `workspace_url`'s `/.well-known/databricks-config`.").
 				Advanced().Default(""),
 			service.NewStringField(fTable).
+				LintRule(`root = if this.type() == "string" && !this.re_match("`+tableNamePattern+`") { [ "field table: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`).
 				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts).").
 				Example("main.default.events"),
 			service.NewStringField(fClientID).
@@ -144,6 +186,7 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 				Description("OAuth client secret of the service principal. Empty means the `DATABRICKS_CLIENT_SECRET` environment variable. Never logged.").
 				Secret().Default(""),
 			service.NewOutputMaxInFlightField().
+				LintRule(atLeast("max_in_flight", 1)).
 				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth; the default keeps a small stream pool busy."),
 			service.NewBatchPolicyField(fBatching).
 				Description("Batching policy. When the field is absent the output batches `count: 1000` with `period: 1s`; a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
@@ -151,17 +194,18 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
 					Description("The minimum number of long-lived streams to the table.").
-					Default(2),
+					Default(2).LintRule(atLeast(fStreams+"."+fStreamsMin, 1)),
 				service.NewIntField(fStreamsMax).
 					Description("The maximum number of streams; caps the size derived from bandwidth.").
-					Default(16),
+					Default(16).LintRule(atLeast(fStreams+"."+fStreamsMax, 1)),
 				service.NewFloatField(fPerStreamMBps).
 					Description("The bandwidth one stream carries, in MB/s (Zerobus documents 100). Lower it to leave headroom.").
-					Default(100.0),
+					Default(100.0).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamMBps+`: must be positive, got %v".format(this) ] } else { [] }`),
 				service.NewFloatField(fPeakMBps).
 					Description("The expected peak bandwidth into the table, in MB/s. The pool size is `max(min, ceil(peak / per_stream))`, capped at `max`. 0 means unknown: `min` streams.").
-					Default(0.0),
-			).Description("The stream pool: a few long-lived streams sized to bandwidth, never a stream per batch.").Advanced(),
+					Default(0.0).LintRule(atLeast(fStreams+"."+fPeakMBps, 0)),
+			).Description("The stream pool: a few long-lived streams sized to bandwidth, never a stream per batch.").Advanced().
+				LintRule(`root = if this.min.or(2) > this.max.or(16) { [ "field `+fStreams+`: max (%v) must be at least min (%v)".format(this.max.or(16), this.min.or(2)) ] } else { [] }`),
 			service.NewInterpolatedStringField(fOrderingKey).
 				Description("When set, rows whose key is equal always go to the same stream, so Zerobus keeps their relative order. When empty, batches are spread round-robin.").
 				Example("${! this.device_id }").
@@ -170,10 +214,10 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewObjectField(fAck,
 				service.NewIntField(fAckCapacity).
 					Description("Pending batches each stream's acknowledgement lane holds; a full lane is backpressure on writes.").
-					Default(4096),
+					Default(4096).LintRule(atLeast(fAck+"."+fAckCapacity, 1)),
 				service.NewDurationField(fAckTimeout).
 					Description("How long a batch may wait for its durability confirmation before it is nacked (and redelivered).").
-					Default("5m"),
+					Default("5m").LintRule(durationLint(fAck+"."+fAckTimeout)),
 			).Description("The per-stream acknowledgement lanes.").Advanced(),
 			service.NewStringEnumField(fCompression, "none", "lz4_frame", "zstd").
 				Description("Arrow IPC body compression of the record batches sent.").
@@ -188,7 +232,7 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			).Description("Emit-time type reconciliation.").Advanced(),
 			service.NewDurationField(fCloseTimeout).
 				Description("Bound on shutdown: draining streams and closing clients. Rows not durable by then are nacked, never acked.").
-				Default("30s"),
+				Default("30s").LintRule(durationLint(fCloseTimeout)),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
 					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").
@@ -213,14 +257,10 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 					Default(RoleDerived),
 				service.NewDurationField(fRecheck).
 					Description("How often the primary-raw preconditions are re-checked (a table property can change under a running pipeline).").
-					Default("5m"),
-			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced(),
+					Default("5m").LintRule(durationLint(fCatalog+"."+fRecheck)),
+			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
+				LintRule(warehouseLint()),
 		).
-		LintRule(`root = match {
-  this.table.type() != "string" => [],
-  !this.table.re_match("^[^.]+\\.[^.]+\\.[^.]+$") => [ "field table: must be catalog.schema.table (three non-empty dot-separated parts), got " + this.table ],
-  _ => [],
-}`).
 		Example("Quickstart against the local emulator",
 			"Generates rows into a table of the emulator started with `zerobus-emulator`.",
 			`
@@ -382,7 +422,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 		c.ClientSecret = os.Getenv(EnvClientSecret)
 	}
 	if c.WarehouseID == "" {
-		c.WarehouseID = os.Getenv("DATABRICKS_WAREHOUSE_ID")
+		c.WarehouseID = os.Getenv(EnvWarehouseID)
 	}
 	if err := c.validate(); err != nil {
 		return nil, err

@@ -1,0 +1,99 @@
+package zerobus
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lintBase is a valid config; each corpus entry replaces one line of it (by
+// its key) or adds lines, and names the line the lint must point at.
+const lintBase = `input:
+  stdin: {}
+output:
+  zerobus:
+    endpoint: http://127.0.0.1:50051
+    workspace_url: http://127.0.0.1:8080
+    table: main.default.events
+    max_in_flight: 64
+    streams:
+      min: 2
+      max: 16
+      per_stream_mb_per_sec: 100
+    ack:
+      channel_capacity: 4096
+      timeout: 5m
+    close_timeout: 10s
+    catalog:
+      provision: false
+      recheck_interval: 5m
+`
+
+// TestLintCorpus lints broken configs and asserts each message and the line
+// of the field at fault: what `benthos-zerobus lint` prints in CI.
+func TestLintCorpus(t *testing.T) {
+	linter := lintEnv(t, "")
+	tests := []struct {
+		name     string
+		replace  map[string]string // "    key:" prefix → new line
+		wantLine int
+		want     string
+	}{
+		{"ftp endpoint", map[string]string{"    endpoint:": "    endpoint: ftp://127.0.0.1:21"}, 5, `field endpoint: scheme must be https (or http for a loopback host), got "ftp"`},
+		{"plain http to a remote host", map[string]string{"    endpoint:": "    endpoint: http://zerobus.example.com"}, 5, "field endpoint: plaintext http:// is only allowed for a loopback host (the emulator), got zerobus.example.com; use https://"},
+		{"workspace without host", map[string]string{"    workspace_url:": "    workspace_url: https://"}, 6, "field workspace_url: has no host"},
+		{"table with a space", map[string]string{"    table:": "    table: a.b.c d"}, 7, `field table: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got "a.b.c d"`},
+		{"table with two parts", map[string]string{"    table:": "    table: main.events"}, 7, "field table: must be catalog.schema.table"},
+		{"table with a non-ASCII letter", map[string]string{"    table:": "    table: main.default.é"}, 7, "field table: must be catalog.schema.table"},
+		{"negative max_in_flight", map[string]string{"    max_in_flight:": "    max_in_flight: -4"}, 8, "field max_in_flight: must be at least 1, got -4"},
+		{"zero streams", map[string]string{"      min:": "      min: 0"}, 10, "field streams.min: must be at least 1, got 0"},
+		{"max below min", map[string]string{"      min:": "      min: 8", "      max:": "      max: 4"}, 10, "field streams: max (4) must be at least min (8)"},
+		{"no bandwidth", map[string]string{"      per_stream_mb_per_sec:": "      per_stream_mb_per_sec: 0"}, 12, "field streams.per_stream_mb_per_sec: must be positive, got 0"},
+		{"no ack capacity", map[string]string{"      channel_capacity:": "      channel_capacity: 0"}, 14, "field ack.channel_capacity: must be at least 1, got 0"},
+		{"ack timeout in words", map[string]string{"      timeout:": "      timeout: 5 minutes"}, 15, `field ack.timeout: must be a positive duration such as 30s or 5m, got "5 minutes"`},
+		{"close timeout in words", map[string]string{"    close_timeout:": "    close_timeout: 30 seconds"}, 16, `field close_timeout: must be a positive duration such as 30s or 5m, got "30 seconds"`},
+		{"negative recheck", map[string]string{"      recheck_interval:": "      recheck_interval: -1m"}, 19, "field catalog.recheck_interval: must be a positive duration"},
+		{"provisioning without a warehouse", map[string]string{"      provision:": "      provision: true"}, 18, "field catalog.warehouse_id: required when catalog.provision is true (or set DATABRICKS_WAREHOUSE_ID)"},
+	}
+	lints, err := linter.LintYAML([]byte(lintBase))
+	require.NoError(t, err)
+	require.Empty(t, lints, "the base config is clean")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lines := strings.Split(lintBase, "\n")
+			for i, l := range lines {
+				for prefix, repl := range tt.replace {
+					if strings.HasPrefix(l, prefix) {
+						lines[i] = repl
+					}
+				}
+			}
+			lints, err := linter.LintYAML([]byte(strings.Join(lines, "\n")))
+			require.NoError(t, err)
+			require.Len(t, lints, 1, "%v", lints)
+			assert.Equal(t, tt.wantLine, lints[0].Line, "line of %q", lints[0].What)
+			assert.Contains(t, lints[0].What, tt.want)
+		})
+	}
+}
+
+// With the warehouse in the environment, provisioning lints clean.
+func TestLintProvisioningWarehouseFromEnv(t *testing.T) {
+	linter := lintEnv(t, "abc123")
+	lints, err := linter.LintYAML([]byte(strings.Replace(lintBase, "provision: false", "provision: true", 1)))
+	require.NoError(t, err)
+	assert.Empty(t, lints)
+}
+
+// lintEnv is a linter whose zerobus spec was built with
+// DATABRICKS_WAREHOUSE_ID set to warehouse, as a lint run would see it.
+func lintEnv(t *testing.T, warehouse string) *service.StreamConfigLinter {
+	t.Helper()
+	t.Setenv(EnvWarehouseID, warehouse)
+	env := service.GlobalEnvironment().Clone()
+	require.NoError(t, env.RegisterBatchOutput("zerobus", Spec(), newOutputFromConfig))
+	return env.FullConfigSchema("", "").NewStreamConfigLinter()
+}

@@ -97,3 +97,27 @@ func TestClosedWriterStaysClosed(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.ErrorIs(t, h.w.Open(context.Background()), ErrClosed)
 }
+
+// Without provisioning, a column added to the table while the pipeline runs
+// is picked up: the first row failing on it triggers a re-describe (at most
+// once per interval), the streams reopen on the new schema and the rows land.
+func TestUnknownFieldRefreshesSchemaWithoutProvisioning(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.SchemaRefreshInterval = time.Hour }, nil)
+	failed := h.write(t, rows(`{"id":1,"msg":"a","region":"eu"}`))
+	require.Len(t, failed, 1, "the table has no region column yet")
+	assert.Contains(t, failed[0], "region")
+	describes := h.cat.Describes()
+
+	h.cat.Put(testTable, "id BIGINT NOT NULL, msg STRING, region STRING", nil)
+	failed = h.write(t, rows(`{"id":2,"msg":"b","region":"eu"}`))
+	require.Len(t, failed, 1, "within the interval the table is not described again")
+	assert.Equal(t, describes, h.cat.Describes())
+
+	h.w.schemaMu.Lock()
+	h.w.lastRefresh = time.Time{} // the interval has passed
+	h.w.schemaMu.Unlock()
+	require.Empty(t, h.write(t, rows(`{"id":3,"msg":"c","region":"eu"}`)))
+	assert.Equal(t, describes+1, h.cat.Describes())
+	vals, _ := submittedColumn(t, h.opener, "region")
+	assert.Equal(t, []string{"eu"}, vals)
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -291,6 +292,46 @@ func describeChanges(add []typemap.Column, widen []widening) string {
 			wd.sample, wd.rows[0], wd.column, sqlType(wd.from), sqlType(wd.to)))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// refresh re-describes the table when rows of a batch (seen) failed on a
+// field the table lacks and the writer does not provision: if the table
+// gained columns, the streams reopen on its new schema and the batch is
+// converted again. It looks at most once per SchemaRefreshInterval, so a
+// stream of rows that simply do not fit costs one describe per interval.
+func (w *Writer) refresh(ctx context.Context, seen *state) *state {
+	w.schemaMu.Lock()
+	defer w.schemaMu.Unlock()
+	if cur := w.st.Load(); cur != seen {
+		if cur == nil {
+			return seen
+		}
+		return cur
+	}
+	if time.Since(w.lastRefresh) < w.cfg.SchemaRefreshInterval {
+		return seen
+	}
+	w.lastRefresh = time.Now()
+	ts, err := w.cat.Describe(ctx, w.cfg.Table)
+	switch {
+	case err != nil:
+		w.warnf("table %s: rows carry fields the table lacks; re-describing it failed: %v", w.cfg.Table, err)
+		return seen
+	case ts == nil:
+		w.errorf("table %s: rows carry fields the table lacks, and the table is gone", w.cfg.Table)
+		return seen
+	case sameColumns(ts.Columns, seen.columns):
+		w.infof("table %s: rows carry fields the table lacks; re-described it, no new columns (next look in %s; catalog.provision adds them)", w.cfg.Table, w.cfg.SchemaRefreshInterval)
+		return seen
+	}
+	next, err := w.buildState(ctx, ts.Columns, seen.pool)
+	if err != nil {
+		w.errorf("table %s gained columns, but reopening its streams on them failed: %v", w.cfg.Table, err)
+		return seen
+	}
+	w.infof("table %s gained columns: streams reopened on its new schema", w.cfg.Table)
+	w.st.Store(next)
+	return next
 }
 
 // redescribe handles a SCHEMA_VALIDATION_FAILED from the service: the table

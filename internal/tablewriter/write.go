@@ -120,6 +120,17 @@ func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []in
 	// this batch's drift. Each round either evolves or moves to a newer
 	// state, so a few rounds settle it.
 	for round := 0; ; round++ {
+		// Without provisioning, an unknown field may be a column someone
+		// added to the table meanwhile: look, at most once per interval.
+		if !w.cfg.Provision && round == 0 && hasUnknownField(res.RowErrors) {
+			if next := w.refresh(ctx, st); next != st {
+				res.Record.Release()
+				st = next
+				if res, err = conv(st); err != nil {
+					return res, st, err
+				}
+			}
+		}
 		var widen []widening
 		if w.cfg.Provision && w.cfg.Widen {
 			widen = widenings(st, batch, res.RowErrors, nil)

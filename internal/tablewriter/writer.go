@@ -91,6 +91,9 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// RedescribeTimeout bounds a re-describe after a schema rejection.
 	RedescribeTimeout time.Duration
+	// SchemaRefreshInterval is the least time between two re-describes
+	// triggered by rows carrying fields the table lacks (without Provision).
+	SchemaRefreshInterval time.Duration
 }
 
 // Defaults of the Config durations.
@@ -99,6 +102,7 @@ const (
 	DefaultConnectTimeout    = 30 * time.Second
 	DefaultRedescribeTimeout = 30 * time.Second
 	DefaultRecheckInterval   = 5 * time.Minute
+	DefaultSchemaRefresh     = 30 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -113,6 +117,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RecheckInterval <= 0 {
 		c.RecheckInterval = DefaultRecheckInterval
+	}
+	if c.SchemaRefreshInterval == 0 {
+		c.SchemaRefreshInterval = DefaultSchemaRefresh
 	}
 	return c
 }
@@ -160,6 +167,9 @@ type Writer struct {
 	// stopped holds pools whose streams stopped for good, closed by the next
 	// Open; guarded by schemaMu.
 	stopped []*pool.Pool
+	// lastRefresh is when refresh last described the table; guarded by
+	// schemaMu.
+	lastRefresh time.Time
 	// refused holds (lower-cased) new fields the catalog refused to add or
 	// that cannot be columns; guarded by schemaMu.
 	refused map[string]bool

@@ -231,8 +231,8 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 					Default("us"),
 			).Description("Emit-time type reconciliation.").Advanced(),
 			service.NewDurationField(fCloseTimeout).
-				Description("Bound on shutdown: draining streams and closing clients. Rows not durable by then are nacked, never acked.").
-				Default("30s").LintRule(durationLint(fCloseTimeout)),
+				Description("Bound on shutdown: draining streams and closing clients. The default stays inside the engine's `shutdown_timeout` (20s by default): keep it below yours. Rows not durable by then are nacked (redelivered), never acked, and the log says how many.").
+				Default("10s").LintRule(durationLint(fCloseTimeout)),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
 					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").

@@ -45,7 +45,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, "none", c.Compression)
 	assert.False(t, c.NestedToString)
 	assert.Equal(t, "us", c.EpochUnit)
-	assert.Equal(t, 30*time.Second, c.CloseTimeout)
+	assert.Equal(t, 10*time.Second, c.CloseTimeout)
 	assert.False(t, c.Provision)
 	assert.False(t, c.Widen)
 	assert.Equal(t, "respect", c.CommentsPolicy)

@@ -75,6 +75,7 @@ type Lane[C Confirmation] struct {
 	ch        chan Pending[C]
 	pending   atomic.Int64  // enqueued (or being enqueued) minus settled
 	delivered atomic.Uint64 // largest To confirmed; never decreases
+	enqueued  atomic.Uint64 // largest To enqueued
 	closing   atomic.Bool   // set by Drain and Close: no new items
 
 	ctx      context.Context // cancelled by Close and by a failure; aborts WaitDurable
@@ -133,11 +134,13 @@ func (l *Lane[C]) Enqueue(ctx context.Context, p Pending[C]) error {
 	}
 	select {
 	case l.ch <- p:
+		l.noteEnqueued(p.To)
 		return nil
 	default:
 	}
 	select {
 	case l.ch <- p:
+		l.noteEnqueued(p.To)
 		return nil
 	case <-ctx.Done():
 		l.release(1)
@@ -154,6 +157,27 @@ func (l *Lane[C]) Enqueue(ctx context.Context, p Pending[C]) error {
 // Delivered returns the largest row offset the lane has confirmed: every row
 // below it is durable. It never decreases.
 func (l *Lane[C]) Delivered() uint64 { return l.delivered.Load() }
+
+// noteEnqueued raises the enqueued high-water to to.
+func (l *Lane[C]) noteEnqueued(to uint64) {
+	for {
+		cur := l.enqueued.Load()
+		if to <= cur || l.enqueued.CompareAndSwap(cur, to) {
+			return
+		}
+	}
+}
+
+// PendingRows returns the rows enqueued and not yet confirmed durable: the
+// enqueued high-water minus Delivered. It is what a Close at this moment
+// would nack; never used to decide durability.
+func (l *Lane[C]) PendingRows() uint64 {
+	e, d := l.enqueued.Load(), l.delivered.Load()
+	if e <= d {
+		return 0
+	}
+	return e - d
+}
 
 // Pending returns the number of items enqueued and not yet settled. It feeds
 // the pending gauge and is never used to decide durability.

@@ -93,7 +93,10 @@ type Stats struct {
 	// ConcurrencyRejects counts opens the service refused for concurrency.
 	ConcurrencyRejects int64
 	// Fatal is the FatalConfig error that stopped writes, if any.
-	Fatal   error
+	Fatal error
+	// NackedAtClose is the number of rows Close found submitted but not
+	// durable when its drain ended: their writes failed (redelivered).
+	NackedAtClose uint64
 	Members []MemberStats
 }
 
@@ -127,7 +130,7 @@ type Pool struct {
 	startOnce sync.Once
 	reopenMu  sync.Mutex
 
-	rr                                        atomic.Uint64
+	rr, nackedAtClose                         atomic.Uint64
 	openAttempts, opens, rebuilds, rejections atomic.Int64
 
 	// members is fixed by New (its length is the pool's size); the fields
@@ -506,9 +509,12 @@ func (p *Pool) Close(ctx context.Context) error {
 	wg.Wait()
 	// Whatever is still unconfirmed fails now, so no ticket outlives Close
 	// unsettled; the supervisors then close the streams and exit.
+	var nacked uint64
 	for _, c := range conns {
+		nacked += c.lane.PendingRows()
 		c.lane.Close()
 	}
+	p.nackedAtClose.Store(nacked)
 	p.cancel()
 	stopped := make(chan struct{})
 	go func() {
@@ -535,6 +541,7 @@ func (p *Pool) Stats() Stats {
 		Rebuilds:           p.rebuilds.Load(),
 		ConcurrencyRejects: p.rejections.Load(),
 		Fatal:              p.fatal,
+		NackedAtClose:      p.nackedAtClose.Load(),
 	}
 	for _, m := range p.members {
 		ms := MemberStats{

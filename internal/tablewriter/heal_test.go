@@ -121,3 +121,30 @@ func TestUnknownFieldRefreshesSchemaWithoutProvisioning(t *testing.T) {
 	vals, _ := submittedColumn(t, h.opener, "region")
 	assert.Equal(t, []string{"eu"}, vals)
 }
+
+// Close is bounded: rows not durable by its deadline fail their writes
+// (never acknowledged) and the count is known.
+func TestCloseNacksWhatIsNotDurable(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.w.Write(context.Background(), rows(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b"}`, `{"id":3,"msg":"c"}`), nil)
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		for _, s := range h.opener.Streams() {
+			if s.Submitted() > 0 {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond)
+	st := h.w.st.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_ = h.w.Close(ctx)
+	assert.Less(t, time.Since(start), 3*time.Second, "close is bounded")
+	require.Error(t, <-done, "the write was nacked, never acknowledged")
+	assert.Equal(t, uint64(3), st.pool.Stats().NackedAtClose)
+}

@@ -97,7 +97,7 @@ type Stats struct {
 	// NackedAtClose is the number of rows Close found submitted but not
 	// durable when its drain ended: their writes failed (redelivered).
 	NackedAtClose uint64
-	Members []MemberStats
+	Members       []MemberStats
 }
 
 // MemberStats describes one member.

@@ -143,4 +143,3 @@ func (f *Catalog) ReconcileCount() int {
 	defer f.mu.Unlock()
 	return len(f.reconciles)
 }
-

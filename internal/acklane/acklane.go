@@ -252,7 +252,7 @@ func (l *Lane[C]) release(n int64) {
 func (l *Lane[C]) setFailed(err error) {
 	l.failOnce.Do(func() {
 		l.err = err
-		l.obs.IncPoisoned()
+		l.obs.IncPoisoned(err)
 		close(l.failed)
 		l.cancel()
 	})
@@ -296,7 +296,7 @@ func (l *Lane[C]) run() {
 			l.settle(burst, l.stopErr())
 			continue
 		}
-		l.obs.SetPending(l.pending.Load())
+		l.obs.SetPending(int64(l.PendingRows()))
 		l.obs.ObserveBurst(len(burst))
 		target := slices.MaxFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) }).To
 		if err := l.wait(target); err != nil {
@@ -385,7 +385,7 @@ func (l *Lane[C]) settle(burst []Pending[C], err error) {
 func (l *Lane[C]) done(burst []Pending[C]) {
 	clear(burst) // drop receipts so the reused slice does not pin them
 	l.release(int64(len(burst)))
-	l.obs.SetPending(l.pending.Load())
+	l.obs.SetPending(int64(l.PendingRows()))
 }
 
 // flush fails everything still pending after Close, including items whose

@@ -53,7 +53,7 @@ func (r *recorder) IncRetry() {
 	r.retries++
 }
 
-func (r *recorder) IncPoisoned() {
+func (r *recorder) IncPoisoned(error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.poisoned++

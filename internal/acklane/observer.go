@@ -13,15 +13,17 @@ type Observer interface {
 	// ObserveDeliveryLatency records, per confirmed item, the time from
 	// submit to confirmation.
 	ObserveDeliveryLatency(d time.Duration)
-	// SetPending reports the number of enqueued, unsettled items.
-	SetPending(n int64)
+	// SetPending reports the rows submitted and not yet confirmed durable
+	// (the enqueued high-water minus the delivered watermark): it climbs
+	// under load when the stream is pipelined.
+	SetPending(rows int64)
 	// IncRetry counts a WaitDurable attempt that hit AckTimeout while the
 	// stream was healthy: the slow-ack symptom.
 	IncRetry()
 	// IncPoisoned counts the failure of the lane's stream: the cause. It is
 	// called once per lane, whether the lane's wait saw the failure or Fail
 	// reported it.
-	IncPoisoned()
+	IncPoisoned(cause error)
 }
 
 type nopObserver struct{}
@@ -30,4 +32,4 @@ func (nopObserver) ObserveBurst(int)                     {}
 func (nopObserver) ObserveDeliveryLatency(time.Duration) {}
 func (nopObserver) SetPending(int64)                     {}
 func (nopObserver) IncRetry()                            {}
-func (nopObserver) IncPoisoned()                         {}
+func (nopObserver) IncPoisoned(error)                    {}

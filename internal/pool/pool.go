@@ -49,9 +49,10 @@ type Observer interface {
 	StreamObserver(table string, index int) acklane.Observer
 	// IncRebuild counts a rebuild of member index after its stream failed.
 	IncRebuild(table string, index int)
-	// IncConcurrencyReject counts an open refused by the service for
+	// IncConcurrencyReject counts an open of member index refused by the
+	// service for
 	// concurrency (too many streams or pipelines).
-	IncConcurrencyReject(table string)
+	IncConcurrencyReject(table string, index int)
 }
 
 // Ticket is one Write's claim on durability.
@@ -751,7 +752,7 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 	case ingest.ConcurrencyReject:
 		p.rejections.Add(1)
 		if p.obs != nil {
-			p.obs.IncConcurrencyReject(p.table)
+			p.obs.IncConcurrencyReject(p.table, m.index)
 		}
 		return max(b.next(), zerr.RetryAfter), false
 	case ingest.Poison:

@@ -56,7 +56,7 @@ func (r *laneRecorder) SetPending(n int64) {
 	r.maxPending = max(r.maxPending, n)
 }
 func (r *laneRecorder) IncRetry() {}
-func (r *laneRecorder) IncPoisoned() {
+func (r *laneRecorder) IncPoisoned(error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.poisoned++
@@ -91,7 +91,7 @@ func (o *observer) IncRebuild(_ string, index int) {
 	o.rebuilds[index]++
 }
 
-func (o *observer) IncConcurrencyReject(string) {
+func (o *observer) IncConcurrencyReject(string, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.rejects++

@@ -520,7 +520,7 @@ type nopObserver struct{}
 
 func (nopObserver) StreamObserver(string, int) acklane.Observer { return nil }
 func (nopObserver) IncRebuild(string, int)                      {}
-func (nopObserver) IncConcurrencyReject(string)                 {}
+func (nopObserver) IncConcurrencyReject(string, int)            {}
 func (nopObserver) Sent(int, int64, int64)                      {}
 func (nopObserver) RowErrors(int)                               {}
 func (nopObserver) Reconciled(map[string]int)                   {}

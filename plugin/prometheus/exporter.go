@@ -12,7 +12,9 @@
 //   - gauges become Prometheus gauges;
 //   - timers become histograms observed in seconds (Benthos reports timings in
 //     nanoseconds); a name ending in "_ns" is exported with "_seconds" instead
-//     so that the unit in the name stays true.
+//     so that the unit in the name stays true; a name ending in "_ratio" is a
+//     distribution of plain numbers carried as a timer (the Benthos API has
+//     no plain histogram) and is observed as is, with RatioBuckets.
 //
 // Metric names are sanitised to the Prometheus name grammar (any character
 // outside [a-zA-Z0-9_:] becomes "_").
@@ -300,6 +302,16 @@ func (e *Exporter) NewTimerCtor(name string, labelKeys ...string) service.Metric
 		name = strings.TrimSuffix(name, "_ns") + "_seconds"
 	}
 	keys := sanitizeLabels(labelKeys)
+	if strings.HasSuffix(name, "_ratio") {
+		// A ratio carried as a timer (the Benthos API has no plain
+		// histogram): exported as the raw value, not as a duration.
+		vec := vector(e, e.histograms, name, keys, func() *prometheus.HistogramVec {
+			return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: "Benthos distribution " + name, Buckets: RatioBuckets}, keys)
+		})
+		return func(labelValues ...string) service.MetricsExporterTimer {
+			return rawTimer{vec.WithLabelValues(labelValues...)}
+		}
+	}
 	vec := vector(e, e.histograms, name, keys, func() *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: "Benthos timer " + name + " (seconds)", Buckets: e.buckets}, keys)
 	})
@@ -307,6 +319,10 @@ func (e *Exporter) NewTimerCtor(name string, labelKeys ...string) service.Metric
 		return timer{vec.WithLabelValues(labelValues...)}
 	}
 }
+
+// RatioBuckets are the buckets of timers named *_ratio (such as
+// zerobus_ack_coalesce_ratio): powers of two from 1 to 1024.
+var RatioBuckets = prometheus.ExponentialBuckets(1, 2, 11)
 
 // register adds c to the registry; a name clash across kinds (a counter and
 // a gauge of one name) is logged and the collector left unexported.
@@ -357,3 +373,8 @@ func (g gauge) SetFloat64(v float64) { g.g.Set(v) }
 type timer struct{ h prometheus.Observer }
 
 func (t timer) Timing(ns int64) { t.h.Observe(float64(ns) / float64(time.Second)) }
+
+// rawTimer observes a timer's value as it is (a ratio, not nanoseconds).
+type rawTimer struct{ h prometheus.Observer }
+
+func (t rawTimer) Timing(v int64) { t.h.Observe(float64(v)) }

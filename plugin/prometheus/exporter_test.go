@@ -37,6 +37,10 @@ func TestExporterServesMetricKinds(t *testing.T) {
 	e.NewGaugeCtor("zerobus_pending_offsets", "table", "stream")("main.default.events", "1").Set(42)
 	e.NewTimerCtor("output_latency_ns")().Timing(int64(250 * time.Millisecond))
 	e.NewCounterCtor("weird.name-with chars")().Incr(1)
+	ratio := e.NewTimerCtor("zerobus_ack_coalesce_ratio", "table", "stream")("t", "0")
+	ratio.Timing(1)
+	ratio.Timing(3)
+	ratio.Timing(40)
 
 	body := scrape(t, "http://"+e.Addr().String()+"/metrics")
 	tests := []struct{ name, want string }{
@@ -45,6 +49,8 @@ func TestExporterServesMetricKinds(t *testing.T) {
 		{"timer in seconds renamed from _ns", `output_latency_seconds_sum 0.25`},
 		{"timer bucket", `output_latency_seconds_bucket{le="0.25"} 1`},
 		{"sanitised name", `weird_name_with_chars 1`},
+		{"a ratio is a distribution of raw values", `zerobus_ack_coalesce_ratio_sum{stream="0",table="t"} 44`},
+		{"ratio buckets are powers of two", `zerobus_ack_coalesce_ratio_bucket{stream="0",table="t",le="4"} 2`},
 		{"go collector on by default? (off in this Config)", ""},
 	}
 	for _, tt := range tests {

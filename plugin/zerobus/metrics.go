@@ -8,7 +8,9 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
@@ -25,6 +27,7 @@ const (
 	mAckLanePoisoned   = "zerobus_ack_lane_poisoned_total"
 	mStreamRebuilds    = "zerobus_stream_rebuilds_total"
 	mConcurrencyReject = "zerobus_concurrency_rejects_total"
+	mStreamReconnects  = "zerobus_stream_reconnects_total"
 	mTypeReconcile     = "zerobus_type_reconcile_total"
 	mRowsSent          = "zerobus_rows_sent_total"
 	mBytesSent         = "zerobus_bytes_sent_total"
@@ -44,8 +47,9 @@ var allPreconditions = []string{
 }
 
 // metrics holds the zerobus_* metric handles of one output. Per-stream
-// handles are created on first use and cached, so the hot path never builds
-// label sets. All methods are safe for concurrent use and cheap; with a nil
+// handles are created when the pool makes its members (every series then
+// exists at 0 from start-up) and cached, so the hot path never builds label
+// sets. All methods are safe for concurrent use and cheap; with a nil
 // *service.Metrics (as in MockResources) they record nothing.
 type metrics struct {
 	table string
@@ -54,7 +58,6 @@ type metrics struct {
 	rowErrors *service.MetricCounter
 	unmet     *service.MetricGauge
 	reconcile *service.MetricCounter
-	rejects   *service.MetricCounter
 
 	mu      sync.Mutex
 	streams map[int]*streamMetrics
@@ -62,7 +65,8 @@ type metrics struct {
 
 // streamMetrics are the {table, stream}-labelled handles of one stream.
 type streamMetrics struct {
-	coalesce   *service.MetricGauge
+	label      string
+	coalesce   *service.MetricTimer
 	bursts     *service.MetricCounter
 	burstItems *service.MetricCounter
 	pending    *service.MetricGauge
@@ -70,22 +74,42 @@ type streamMetrics struct {
 	retries    *service.MetricCounter
 	poisoned   *service.MetricCounter
 	rebuilds   *service.MetricCounter
+	rejects    *service.MetricCounter
+	reconnects *service.MetricCounter
 	rows       *service.MetricCounter
 	bytes      *service.MetricCounter
 }
 
+// reconcileKinds are the emit-time reconciliations the converter counts,
+// exported at 0 from start-up.
+var reconcileKinds = []string{arrowconv.ReconcileNestedToString, arrowconv.ReconcileFieldNameCase}
+
+// reconnectCauses are the cause label values of zerobus_stream_reconnects_total.
+var reconnectCauses = []string{causeRotation, causeTransient, causeReject}
+
+const (
+	causeRotation  = "rotation"  // the service rotated the stream (normal)
+	causeTransient = "transient" // a retryable error: the environment
+	causeReject    = "reject"    // a concurrency reject at reconnect: a limit
+)
+
 func newMetrics(m *service.Metrics, table string) *metrics {
-	return &metrics{
+	x := &metrics{
 		table:     table,
 		m:         m,
 		rowErrors: m.NewCounter(mRowErrors, "table"),
 		unmet:     m.NewGauge(mPrimaryRawUnmet, "table", "precondition"),
 		reconcile: m.NewCounter(mTypeReconcile, "table", "kind"),
-		rejects:   m.NewCounter(mConcurrencyReject, "table", "stream"),
 		streams:   map[int]*streamMetrics{},
 	}
+	x.rowErrors.Incr(0, table)
+	for _, k := range reconcileKinds {
+		x.reconcile.Incr(0, table, k)
+	}
+	return x
 }
 
+// stream returns the handles of stream i, creating its series at 0.
 func (x *metrics) stream(i int) *streamMetrics {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -95,7 +119,8 @@ func (x *metrics) stream(i int) *streamMetrics {
 	labels := []string{"table", "stream"}
 	m := x.m
 	s := &streamMetrics{
-		coalesce:   m.NewGauge(mCoalesceRatio, labels...),
+		label:      strconv.Itoa(i),
+		coalesce:   m.NewTimer(mCoalesceRatio, labels...),
 		bursts:     m.NewCounter(mAckBursts, labels...),
 		burstItems: m.NewCounter(mAckBurstItems, labels...),
 		pending:    m.NewGauge(mPendingOffsets, labels...),
@@ -103,9 +128,19 @@ func (x *metrics) stream(i int) *streamMetrics {
 		retries:    m.NewCounter(mAckLaneRetry, labels...),
 		poisoned:   m.NewCounter(mAckLanePoisoned, labels...),
 		rebuilds:   m.NewCounter(mStreamRebuilds, labels...),
+		rejects:    m.NewCounter(mConcurrencyReject, labels...),
+		reconnects: m.NewCounter(mStreamReconnects, "table", "stream", "cause"),
 		rows:       m.NewCounter(mRowsSent, labels...),
 		bytes:      m.NewCounter(mBytesSent, labels...),
 	}
+	t, l := x.table, s.label
+	for _, c := range []*service.MetricCounter{s.bursts, s.burstItems, s.retries, s.poisoned, s.rebuilds, s.rejects, s.rows, s.bytes} {
+		c.Incr(0, t, l)
+	}
+	for _, c := range reconnectCauses {
+		s.reconnects.Incr(0, t, l, c)
+	}
+	s.pending.Set(0, t, l)
 	x.streams[i] = s
 	return s
 }
@@ -114,59 +149,81 @@ func (x *metrics) stream(i int) *streamMetrics {
 // observer bound to its {table, stream} handles.
 var _ tablewriter.Observer = (*metrics)(nil)
 
-// StreamObserver implements pool.Observer.
+// StreamObserver implements pool.Observer; the pool asks once per member
+// when it is made, which is when the member's series appear (at 0).
 func (x *metrics) StreamObserver(_ string, index int) acklane.Observer {
-	return laneObserver{s: x.stream(index), table: x.table, stream: strconv.Itoa(index)}
+	return laneObserver{s: x.stream(index), table: x.table}
 }
 
 // IncRebuild implements pool.Observer.
 func (x *metrics) IncRebuild(_ string, index int) {
-	x.stream(index).rebuilds.Incr(1, x.table, strconv.Itoa(index))
+	s := x.stream(index)
+	s.rebuilds.Incr(1, x.table, s.label)
 }
 
-// IncConcurrencyReject implements pool.Observer. Rejects happen at open,
-// before a stream exists, so they carry stream="pool".
-func (x *metrics) IncConcurrencyReject(string) {
-	x.rejects.Incr(1, x.table, "pool")
+// IncConcurrencyReject implements pool.Observer: an open of the member
+// refused by the service for concurrency (too many streams or pipelines).
+func (x *metrics) IncConcurrencyReject(_ string, index int) {
+	s := x.stream(index)
+	s.rejects.Incr(1, x.table, s.label)
 }
 
 // laneObserver is one stream's acklane.Observer.
 type laneObserver struct {
-	s             *streamMetrics
-	table, stream string
+	s     *streamMetrics
+	table string
 }
 
 var _ acklane.Observer = laneObserver{}
 
 // ObserveBurst records how many pending batches one durability wait
-// confirmed: the coalesce ratio (1 = not pipelining).
+// confirmed: the coalesce ratio (1 = not pipelining), as a distribution so
+// that "p50 < 2 over 5 min" can be alerted on. Benthos has no plain
+// histogram, so it is a timer whose value is the burst size; the project's
+// prometheus exporter exports timers named *_ratio as histograms of the raw
+// value (buckets 1, 2, 4, … 1024).
 func (l laneObserver) ObserveBurst(size int) {
-	l.s.coalesce.Set(int64(size), l.table, l.stream)
-	l.s.bursts.Incr(1, l.table, l.stream)
-	l.s.burstItems.Incr(int64(size), l.table, l.stream)
+	l.s.coalesce.Timing(int64(size), l.table, l.s.label)
+	l.s.bursts.Incr(1, l.table, l.s.label)
+	l.s.burstItems.Incr(int64(size), l.table, l.s.label)
 }
 
 // ObserveDeliveryLatency records submit-to-confirmation time of one batch.
 func (l laneObserver) ObserveDeliveryLatency(d time.Duration) {
-	l.s.latency.Timing(d.Nanoseconds(), l.table, l.stream)
+	l.s.latency.Timing(d.Nanoseconds(), l.table, l.s.label)
 }
 
-// SetPending records the batches submitted but not yet confirmed durable.
-func (l laneObserver) SetPending(n int64) { l.s.pending.Set(n, l.table, l.stream) }
+// SetPending records the rows submitted but not yet confirmed durable.
+func (l laneObserver) SetPending(rows int64) { l.s.pending.Set(rows, l.table, l.s.label) }
 
 // IncRetry counts a durability wait that timed out on a healthy stream
 // (the slow-ack symptom).
-func (l laneObserver) IncRetry() { l.s.retries.Incr(1, l.table, l.stream) }
+func (l laneObserver) IncRetry() { l.s.retries.Incr(1, l.table, l.s.label) }
 
-// IncPoisoned counts a stream failure seen by the lane (the cause).
-func (l laneObserver) IncPoisoned() { l.s.poisoned.Incr(1, l.table, l.stream) }
+// IncPoisoned counts a stream failure seen by the lane, by what it is: a
+// concurrency reject when reconnecting is a limit of the service, counted
+// with the rejects; anything else is our stream dying (the cause signal
+// the runbook branches on).
+func (l laneObserver) IncPoisoned(cause error) {
+	if ze := ingest.Classify(cause); ze != nil && ze.Class == ingest.ConcurrencyReject {
+		l.s.rejects.Incr(1, l.table, l.s.label)
+		return
+	}
+	l.s.poisoned.Incr(1, l.table, l.s.label)
+}
 
 // Sent counts rows and bytes confirmed durable on a stream.
 func (x *metrics) Sent(stream int, rows, bytes int64) {
 	s := x.stream(stream)
-	l := strconv.Itoa(stream)
-	s.rows.Incr(rows, x.table, l)
-	s.bytes.Incr(bytes, x.table, l)
+	s.rows.Incr(rows, x.table, s.label)
+	s.bytes.Incr(bytes, x.table, s.label)
+}
+
+// Reconnect counts a reconnect the client made inside stream's logical
+// stream, by cause.
+func (x *metrics) Reconnect(stream int, cause string) {
+	s := x.stream(stream)
+	s.reconnects.Incr(1, x.table, s.label, cause)
 }
 
 // RowErrors counts rows that failed conversion.

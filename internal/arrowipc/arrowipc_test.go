@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -445,5 +447,37 @@ func TestReadSchemaNeverPanics(t *testing.T) {
 			buf[i] = v
 			_, _ = ReadSchema(buf)
 		}
+	}
+}
+
+// TestReadSchemaOfOfficialSDKFrame reads the schema frame the official
+// Zerobus SDK (npm @databricks/zerobus-ingest-sdk-linux-x64-gnu 1.3.0, driven
+// by conformance/sdk_arrow.js) sent for conformance's scenario table (id BIGINT NOT NULL, name STRING,
+// score DOUBLE, flag BOOLEAN), recorded by conformance's frame recorder:
+// another writer's flatbuffer layout, which ReadSchema must read as
+// arrow-go does.
+func TestReadSchemaOfOfficialSDKFrame(t *testing.T) {
+	msg, err := os.ReadFile(filepath.Join("testdata", "sdk_schema_frame.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ours := arrowGoSchemaMessage(t, arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.LargeString, Nullable: true},
+		{Name: "score", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "flag", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
+	}, nil)); bytes.Equal(ours, msg) {
+		t.Fatal("fixture equals arrow-go's bytes; it no longer tests another writer's layout")
+	}
+	dec, err := decodeWithArrowGo(t, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSchema(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := expectSchema(t, dec); !equalSchema(got, want) {
+		t.Errorf("ReadSchema:\n %+v\nwant (arrow-go's decode)\n %+v", got, want)
 	}
 }

@@ -203,7 +203,7 @@ func writeType(b *flatbuffers.Builder, dt arrow.DataType, depth int, path string
 		b.PrependBoolSlot(slotMapKeysSorted, dt.KeysSorted, false)
 		return tagMap, b.EndObject(), []flatbuffers.UOffsetT{kid}, nil
 	}
-	return 0, 0, nil, fmt.Errorf("field %q: Arrow type %s is not one Zerobus takes", path, dt)
+	return 0, 0, nil, fmt.Errorf("field %q: Arrow type %s is not supported (Zerobus columns are Bool, Int8-64, Float32/64, (Large)Utf8, (Large)Binary, Date32, Timestamp, List, Struct or Map)", path, dt)
 }
 
 // offsetVector writes a vector of table offsets, always (an empty vector

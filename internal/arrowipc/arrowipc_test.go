@@ -481,3 +481,34 @@ func TestReadSchemaOfOfficialSDKFrame(t *testing.T) {
 		t.Errorf("ReadSchema:\n %+v\nwant (arrow-go's decode)\n %+v", got, want)
 	}
 }
+
+// TestReadSchemaBoundsSharedStrings builds a message whose 1000 fields all
+// name themselves with the same 64 KiB string.
+func TestReadSchemaBoundsSharedStrings(t *testing.T) {
+	b := flatbuffers.NewBuilder(0)
+	name := b.CreateString(strings.Repeat("n", 64<<10))
+	b.StartObject(0)
+	typ := b.EndObject()
+	kids := offsetVector(b, nil)
+	b.StartObject(numFieldSlots)
+	b.PrependUOffsetTSlot(slotFieldName, name, 0)
+	b.PrependByteSlot(slotFieldTypeType, tagBool, 0)
+	b.PrependUOffsetTSlot(slotFieldType, typ, 0)
+	b.PrependUOffsetTSlot(slotFieldChildren, kids, 0)
+	f := b.EndObject()
+	same := make([]flatbuffers.UOffsetT, 1000)
+	for i := range same {
+		same[i] = f
+	}
+	fields := offsetVector(b, same)
+	b.StartObject(numSchemaSlots)
+	b.PrependUOffsetTSlot(slotSchemaFields, fields, 0)
+	sch := b.EndObject()
+	b.StartObject(numMessageSlots)
+	b.PrependByteSlot(slotMessageHeaderType, messageHeaderSchema, 0)
+	b.PrependUOffsetTSlot(slotMessageHeader, sch, 0)
+	b.Finish(b.EndObject())
+	if _, err := ReadSchema(b.FinishedBytes()); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "strings total") {
+		t.Fatalf("error %v, want strings total more than twice the message size", err)
+	}
+}

@@ -208,12 +208,13 @@ var ErrMalformed = errors.New("malformed Arrow IPC schema message")
 //
 // It is meant for untrusted input: every offset is bounds-checked (it never
 // panics), nesting deeper than MaxDepth is an error, and so is a message
-// whose shared subtrees expand to more than 65536 fields. Type union tags
+// whose shared subtrees or strings expand to more than 65536 fields or to
+// more string bytes than twice its size plus 64 KiB. Type union tags
 // outside Schema.fbs, a missing type table and a header other than Schema
 // are errors; any Kind of the format is returned as is, for the caller to
 // accept or refuse.
 func ReadSchema(msg []byte) (Schema, error) {
-	r := reader{b: msg}
+	r := reader{b: msg, strBudget: 2*int64(len(msg)) + 1<<16}
 	root, err := r.root()
 	if err != nil {
 		return Schema{}, err
@@ -261,6 +262,11 @@ func ReadSchema(msg []byte) (Schema, error) {
 type reader struct {
 	b       []byte
 	visited int // fields visited so far, against maxFields
+	// strBudget is how many more string bytes may be copied out: shared
+	// strings (like shared subtrees) could otherwise make a small message
+	// allocate far more than its size. A writer without shared strings
+	// stays under len(b).
+	strBudget int64
 }
 
 // table is a flatbuffer table: its position, its vtable's position and the
@@ -399,6 +405,9 @@ func (t table) string(slot int) (string, error) {
 	n := int64(binary.LittleEndian.Uint32(t.r.b[pos:]))
 	if pos+4+n > int64(len(t.r.b)) {
 		return "", t.r.malformed("string of %d bytes at %d beyond the %d byte message", n, pos, len(t.r.b))
+	}
+	if t.r.strBudget -= n; t.r.strBudget < 0 {
+		return "", t.r.malformed("strings total more than twice the message size")
 	}
 	return string(t.r.b[pos+4 : pos+4+n]), nil
 }

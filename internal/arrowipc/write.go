@@ -117,14 +117,15 @@ func writeField(b *flatbuffers.Builder, f arrow.Field, depth int, path string) (
 
 // writeType writes dt's children fields and its type table; it returns the
 // Type union tag, the table and the children.
-func writeType(b *flatbuffers.Builder, dt arrow.DataType, depth int, path string) (tag byte, typ flatbuffers.UOffsetT, kids []flatbuffers.UOffsetT, err error) {
-	empty := func(t byte) (byte, flatbuffers.UOffsetT, []flatbuffers.UOffsetT, error) {
+func writeType(b *flatbuffers.Builder, dt arrow.DataType, depth int, path string) (byte, flatbuffers.UOffsetT, []flatbuffers.UOffsetT, error) {
+	// fieldless writes a type table without fields (Bool, Utf8, List, …).
+	fieldless := func(t byte, kids []flatbuffers.UOffsetT) (byte, flatbuffers.UOffsetT, []flatbuffers.UOffsetT, error) {
 		b.StartObject(0)
 		return t, b.EndObject(), kids, nil
 	}
 	switch dt := dt.(type) {
 	case *arrow.BooleanType:
-		return empty(tagBool)
+		return fieldless(tagBool, nil)
 	case *arrow.Int8Type, *arrow.Int16Type, *arrow.Int32Type, *arrow.Int64Type:
 		b.StartObject(numIntSlots)
 		b.PrependInt32Slot(slotIntBitWidth, int32(dt.(arrow.FixedWidthDataType).BitWidth()), 0)
@@ -139,13 +140,13 @@ func writeType(b *flatbuffers.Builder, dt arrow.DataType, depth int, path string
 		b.PrependInt16Slot(slotFloatPrecision, precisionDouble, precisionHalf)
 		return tagFloatingPoint, b.EndObject(), nil, nil
 	case *arrow.StringType:
-		return empty(tagUtf8)
+		return fieldless(tagUtf8, nil)
 	case *arrow.LargeStringType:
-		return empty(tagLargeUtf8)
+		return fieldless(tagLargeUtf8, nil)
 	case *arrow.BinaryType:
-		return empty(tagBinary)
+		return fieldless(tagBinary, nil)
 	case *arrow.LargeBinaryType:
-		return empty(tagLargeBinary)
+		return fieldless(tagLargeBinary, nil)
 	case *arrow.Date32Type:
 		b.StartObject(numDateSlots)
 		b.PrependInt16Slot(slotDateUnit, dateUnitDay, dateUnitMillisecond)
@@ -178,16 +179,16 @@ func writeType(b *flatbuffers.Builder, dt arrow.DataType, depth int, path string
 		if err != nil {
 			return 0, 0, nil, err
 		}
-		kids = []flatbuffers.UOffsetT{kid}
-		return empty(tagList)
+		return fieldless(tagList, []flatbuffers.UOffsetT{kid})
 	case *arrow.StructType:
-		kids = make([]flatbuffers.UOffsetT, dt.NumFields())
+		kids := make([]flatbuffers.UOffsetT, dt.NumFields())
 		for i, c := range dt.Fields() {
+			var err error
 			if kids[i], err = writeField(b, c, depth+1, path+"."+c.Name); err != nil {
 				return 0, 0, nil, err
 			}
 		}
-		return empty(tagStruct)
+		return fieldless(tagStruct, kids)
 	case *arrow.MapType:
 		key, item := dt.KeyField(), dt.ItemField()
 		key.Name, key.Nullable = MapKeysName, false

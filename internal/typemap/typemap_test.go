@@ -39,7 +39,8 @@ func TestParseRoundTripsTypeText(t *testing.T) {
 }
 
 func TestParseRejectsBadTypes(t *testing.T) {
-	for _, in := range []string{"", "bigintx", "decimal(40,2)", "decimal(5,6)", "array<string", "map<string>", "struct<a int", "int extra"} {
+	for _, in := range []string{"", "bigintx", "decimal(40,2)", "decimal(5,6)", "array<string", "map<string>", "struct<a int", "int extra",
+		"struct<``:int>", "struct<`\xbe`:int>", "struct<a:int COMMENT '\xbe'>"} {
 		_, err := Parse(in)
 		assert.Error(t, err, in)
 	}

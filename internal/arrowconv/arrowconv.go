@@ -16,7 +16,9 @@
 //     value (1e3 and 1.50e1 are integers; 1.5 is not), range checked. Parsed
 //     exactly, never through float64.
 //   - DOUBLE, FLOAT: a JSON number, or the strings "NaN", "Infinity",
-//     "-Infinity". A FLOAT overflow is an error.
+//     "-Infinity". A FLOAT overflow is an error. The bare literals NaN and
+//     Infinity are not JSON and fail the row (as anywhere else) with a
+//     message saying so.
 //   - DECIMAL(p,s): a JSON number or a numeric string, written as its canonical
 //     string with exactly s fraction digits ("12.30"). Values that would need
 //     rounding or more than p-s integer digits are errors.
@@ -24,8 +26,12 @@
 //     only when Options.NestedToString is set (counted as "nested_to_string"
 //     in Result.Reconciled); otherwise it is an error wrapping
 //     ErrNestedIntoString. Numbers and booleans are errors.
-//   - VARIANT: any JSON value, stored as its compact JSON text. JSON null is
-//     SQL NULL.
+//   - VARIANT: any JSON value, in the Parquet variant binary encoding as the
+//     struct typemap.VariantArrowType (see variantNode for the mapping, which
+//     follows Spark's parse_json: exact integers, decimals for plain
+//     fractions up to 38 digits, else doubles). A JSON null is the variant
+//     null, as in Spark's from_json; only a missing field is SQL NULL.
+//     Duplicate object keys are an error.
 //   - BINARY: a standard (padded) base64 string.
 //   - BOOLEAN: true or false.
 //   - DATE: "2006-01-02", or an integer number of days since 1970-01-01.
@@ -37,6 +43,9 @@
 //     tz-into-NTZ mismatch: an error wrapping ErrTZIntoNTZ.
 //   - ARRAY, MAP, STRUCT: a JSON array, object, object, converted recursively;
 //     map keys are converted from the object keys to the key type.
+//
+// A message is exactly one JSON object: anything after it but whitespace, a
+// NUL byte included, is trailing data and fails the row.
 //
 // Fractions of timestamps below a microsecond are truncated (floored). Dates
 // and timestamps must lie in 0001-01-01..9999-12-31. A missing field or JSON

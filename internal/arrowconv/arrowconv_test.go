@@ -77,7 +77,8 @@ func validateArray(t testing.TB, a arrow.Array) {
 }
 
 // cell returns a record value in a form easy to compare: Go scalars for
-// primitives (nil for null), compact JSON text for nested values.
+// primitives (nil for null), compact JSON text for nested values and
+// VARIANTs.
 func cell(t testing.TB, rec arrow.RecordBatch, col string, row int) any {
 	t.Helper()
 	idx := rec.Schema().FieldIndices(col)
@@ -110,6 +111,13 @@ func cell(t testing.TB, rec arrow.RecordBatch, col string, row int) any {
 	case *array.Timestamp:
 		return time.UnixMicro(int64(a.Value(row))).UTC().Format(time.RFC3339Nano)
 	}
+	if a, ok := arr.(*array.Struct); ok && arrow.TypeEqual(a.DataType(), typemap.VariantArrowType()) {
+		meta := a.Field(0).(*array.LargeBinary).Value(row)
+		val := a.Field(1).(*array.LargeBinary).Value(row)
+		js, err := VariantJSON(meta, val)
+		require.NoError(t, err)
+		return string(js)
+	}
 	v := arr.GetOneForMarshal(row)
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
@@ -137,10 +145,11 @@ func TestConvertRules(t *testing.T) {
 		{"float specials", all, Options{}, `{"d": "-Infinity"}`, map[string]any{"d": math.Inf(-1)}},
 		{"boolean", all, Options{}, `{"ok": false}`, map[string]any{"ok": false}},
 		{"string with escapes", all, Options{}, `{"str": "a\"b\\c\u00e9\ud83d\ude00\n"}`, map[string]any{"str": "a\"b\\cé😀\n"}},
-		{"variant compacts any value", all, Options{}, `{"v": { "a" : [1, 2.50, "x y"], "b": null }}`,
+		{"variant holds any value", all, Options{}, `{"v": { "a" : [1, 2.50, "x y"], "b": null }}`,
 			map[string]any{"v": `{"a":[1,2.50,"x y"],"b":null}`}},
 		{"variant scalar", all, Options{}, `{"v": 12}`, map[string]any{"v": "12"}},
-		{"variant null is NULL", all, Options{}, `{"v": null}`, map[string]any{"v": nil}},
+		{"variant JSON null is the variant null", all, Options{}, `{"v": null}`, map[string]any{"v": "null"}},
+		{"variant missing is NULL", all, Options{}, `{"b": 1}`, map[string]any{"v": nil}},
 		{"binary base64", all, Options{}, `{"bin": "AAEC/w=="}`, map[string]any{"bin": []byte{0, 1, 2, 255}}},
 		{"date string", all, Options{}, `{"dt": "2024-02-29"}`, map[string]any{"dt": "2024-02-29"}},
 		{"date epoch days", all, Options{}, `{"dt": 19782}`, map[string]any{"dt": "2024-02-29"}},
@@ -240,7 +249,16 @@ func TestConvertRowErrors(t *testing.T) {
 		{"not an object", `[1, 2]`, "", ErrNotObject, "message 0: message is not a JSON object: got a JSON array"},
 		{"empty message", ``, "", ErrNotObject, "empty message"},
 		{"truncated json", `{"id": 1, "s": "ab`, "s", ErrInvalidJSON, "unterminated string"},
-		{"trailing garbage", `{"id": 1} x`, "", ErrInvalidJSON, "unexpected data after the object"},
+		{"trailing garbage", `{"id": 1} x`, "", ErrInvalidJSON, "invalid JSON at byte 10: trailing data after the JSON object ('x')"},
+		{"NUL ends nothing", "{\"id\": 7}\x00{\"garbage\": not json", "", ErrInvalidJSON, "invalid JSON at byte 9: trailing data after the JSON object ('\\x00')"},
+		{"NUL after whitespace", "{\"id\": 7} \n\x00", "", ErrInvalidJSON, "invalid JSON at byte 11: trailing data"},
+		{"second object", `{"id": 1}{"id": 2}`, "", ErrInvalidJSON, "invalid JSON at byte 9: trailing data after the JSON object ('{')"},
+		{"NaN into DOUBLE", `{"id": 1, "d": NaN}`, "d", ErrInvalidJSON, "NaN is not JSON: JSON has no NaN or Infinity"},
+		{"Infinity into DOUBLE", `{"id": 1, "d": Infinity}`, "d", ErrInvalidJSON, "Infinity is not JSON: JSON has no NaN or Infinity"},
+		{"-Infinity into FLOAT", `{"id": 1, "f": -Infinity}`, "f", ErrInvalidJSON, "-Infinity is not JSON: JSON has no NaN or Infinity"},
+		{"NaN into BIGINT", `{"id": NaN}`, "id", ErrInvalidJSON, "NaN is not JSON"},
+		{"NaN in an array", `{"id": 1, "p": {"x": 1, "tags": [1, NaN]}}`, "p.tags[1]", ErrInvalidJSON, "NaN is not JSON"},
+		{"NUL as a value", "{\"id\": \x00}", "id", ErrInvalidJSON, "unexpected '\\x00', expected a value"},
 		{"invalid utf8", "{\"id\": 1, \"s\": \"\xff\"}", "s", ErrInvalidJSON, "invalid UTF-8"},
 		{"bad literal", `{"id": 1, "ok": tru}`, "ok", ErrInvalidJSON, "invalid literal"},
 		{"leading zero number", `{"id": 01}`, "", ErrInvalidJSON, "expected ','"},

@@ -30,7 +30,7 @@ func (n *boolNode) decode(st *state) error {
 		}
 		return n.add(false)
 	}
-	return n.mismatch("true or false", st.peek())
+	return n.mismatch(st, "true or false", st.peek())
 }
 
 func (n *boolNode) add(b bool) error {

@@ -80,7 +80,7 @@ func (n *listNode) decode(st *state) error {
 		return n.null(st, n)
 	}
 	if c != '[' {
-		return n.mismatch("a JSON array", c)
+		return n.mismatch(st, "a JSON array", c)
 	}
 	st.pos++
 	if st.peek() == ']' {
@@ -171,7 +171,7 @@ func (n *mapNode) decode(st *state) error {
 		return n.null(st, n)
 	}
 	if c != '{' {
-		return n.mismatch("a JSON object", c)
+		return n.mismatch(st, "a JSON object", c)
 	}
 	st.pos++
 	if st.peek() == '}' {
@@ -386,7 +386,7 @@ func (n *structNode) decode(st *state) error {
 		return n.null(st, n)
 	}
 	if c != '{' {
-		return n.mismatch("a JSON object", c)
+		return n.mismatch(st, "a JSON object", c)
 	}
 	return n.decodeObject(st)
 }

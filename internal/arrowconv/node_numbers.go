@@ -20,7 +20,7 @@ func (n *intNode[T]) decode(st *state) error {
 		return n.null(st, n)
 	}
 	if c != '-' && (c < '0' || c > '9') {
-		return n.mismatch("a JSON number", c)
+		return n.mismatch(st, "a JSON number", c)
 	}
 	text, integer, err := st.readNumber()
 	if err != nil {
@@ -158,7 +158,7 @@ func (n *floatNode[T]) decode(st *state) error {
 		}
 		return n.addSpecial(string(s))
 	default:
-		return n.mismatch("a JSON number", c)
+		return n.mismatch(st, "a JSON number", c)
 	}
 }
 

@@ -16,13 +16,12 @@ type strMode uint8
 
 const (
 	modeString strMode = iota
-	modeVariant
 	modeBinary
 	modeDecimal
 )
 
-// strNode holds a LargeUtf8 or LargeBinary column: STRING, VARIANT, BINARY or
-// DECIMAL (as canonical text).
+// strNode holds a LargeUtf8 or LargeBinary column: STRING, BINARY or DECIMAL
+// (as canonical text).
 type strNode struct {
 	base
 	mode             strMode
@@ -62,16 +61,10 @@ func (n *strNode) decode(st *state) error {
 			st.rowNested++
 			return n.commit()
 		}
-		return n.mismatch("a JSON string", c)
-	case modeVariant:
-		var err error
-		if n.data, err = st.appendCompact(n.data, 0); err != nil {
-			return err
-		}
-		return n.commit()
+		return n.mismatch(st, "a JSON string", c)
 	case modeBinary:
 		if c != '"' {
-			return n.mismatch("a base64 JSON string", c)
+			return n.mismatch(st, "a base64 JSON string", c)
 		}
 		s, err := st.readString()
 		if err != nil {
@@ -93,7 +86,7 @@ func (n *strNode) decode(st *state) error {
 			}
 			return n.addDecimal(st, text, false)
 		}
-		return n.mismatch("a JSON number or numeric string", c)
+		return n.mismatch(st, "a JSON number or numeric string", c)
 	}
 }
 
@@ -167,14 +160,6 @@ func (n *strNode) put(st *state, v any) error {
 			return n.commit()
 		}
 		return n.mismatchGo("a string", v)
-	case modeVariant:
-		out, err := appendJSON(n.data, v, 0)
-		if err != nil {
-			n.data = n.data[:n.offsets[len(n.offsets)-1]]
-			return kerr(ErrInvalidValue, "serialising to JSON: %v", err)
-		}
-		n.data = out
-		return n.commit()
 	case modeBinary:
 		switch v := v.(type) {
 		case []byte:

@@ -29,7 +29,7 @@ func (n *dateNode) decode(st *state) error {
 		}
 		return n.addDays(st, text)
 	default:
-		return n.mismatch(`a "2006-01-02" string or epoch days`, c)
+		return n.mismatch(st, `a "2006-01-02" string or epoch days`, c)
 	}
 }
 
@@ -132,7 +132,7 @@ func (n *tsNode) decode(st *state) error {
 		}
 		return n.addEpoch(st, text)
 	default:
-		return n.mismatch("an RFC 3339 string or an epoch number", c)
+		return n.mismatch(st, "an RFC 3339 string or an epoch number", c)
 	}
 }
 

@@ -86,19 +86,21 @@ func (st *state) begin(rows int, now time.Time) {
 func (st *state) decodeRow(b []byte) error {
 	st.scanner.reset(b)
 	if c := st.peek(); c != '{' {
-		if c == 0 {
+		if st.atEnd() {
 			return kerr(ErrNotObject, "%v: empty message", ErrNotObject)
 		}
-		if c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || (c >= '0' && c <= '9') {
+		if isValueStart(c) {
 			return kerr(ErrNotObject, "%v: got a JSON %s", ErrNotObject, jsonKind(c))
 		}
-		return st.errorf("unexpected %q", c)
+		return st.notValue(c)
 	}
 	if err := st.root.decodeObject(st); err != nil {
 		return err
 	}
-	if st.peek() != 0 {
-		return st.errorf("unexpected data after the object")
+	// Anything but whitespace after the object, a NUL byte included, is
+	// trailing data: a message is one JSON object.
+	if !st.atEnd() {
+		return st.errorf("trailing data after the JSON object (%q)", st.data[st.pos])
 	}
 	return nil
 }
@@ -133,7 +135,7 @@ func newNode(t typemap.Type, dt arrow.DataType, nullable bool) (node, error) {
 	case typemap.String:
 		return &strNode{base: b, mode: modeString}, nil
 	case typemap.Variant:
-		return &strNode{base: b, mode: modeVariant}, nil
+		return &variantNode{base: b}, nil
 	case typemap.Binary:
 		return &strNode{base: b, mode: modeBinary}, nil
 	case typemap.Decimal:
@@ -196,7 +198,13 @@ func (b *base) nullValue(n node) error {
 	return nil
 }
 
-func (b *base) mismatch(want string, c byte) error {
+// mismatch is the error for a value starting with byte c where the column
+// wants another kind; a byte that starts no JSON value at all is a syntax
+// error instead.
+func (b *base) mismatch(st *state, want string, c byte) error {
+	if !isValueStart(c) {
+		return st.notValue(c)
+	}
 	return kerr(ErrTypeMismatch, "expected %s for %s, got %s", want, b.name, jsonKind(c))
 }
 

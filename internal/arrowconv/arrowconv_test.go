@@ -406,7 +406,7 @@ func TestConvertStructured(t *testing.T) {
 		structured(map[string]any{
 			"id": int64(9007199254740993), "d": 1.25, "s": "x", "ok": true, "bin": []byte{1, 2},
 			"dt": time.Date(2024, 2, 29, 23, 0, 0, 0, paris), "ts": time.Date(2024, 1, 1, 1, 0, 0, 5000, paris),
-			"ntz": time.Date(2024, 1, 1, 1, 0, 0, 0, time.UTC), "amt": 1.5, "v": map[string]any{"z": 1, "a": []any{true}},
+			"ntz": "2024-01-01T01:00:00", "amt": 1.5, "v": map[string]any{"z": 1, "a": []any{true}},
 			"tags": []any{int64(1), json.Number("2"), nil}, "m": map[string]any{"b": int64(2), "a": nil},
 			"p": map[string]any{"a": "q"},
 		}),
@@ -575,4 +575,62 @@ func TestConvertStructuredScalars(t *testing.T) {
 			assert.Equal(t, tt.want, cell(t, res.Record, tt.column, 0))
 		})
 	}
+}
+
+func TestZonedTimeIntoNTZ(t *testing.T) {
+	cet := time.FixedZone("CET", 3600)
+	rows := func() []Row {
+		return []Row{
+			structured(map[string]any{"id": 1, "ntz": time.Date(2024, 1, 1, 1, 0, 0, 0, time.UTC)}),
+			structured(map[string]any{"id": 2, "ntz": time.Date(2024, 1, 1, 1, 0, 0, 500, cet)}),
+			structured(map[string]any{"id": 3, "p": map[string]any{"w": time.Date(2024, 7, 1, 12, 0, 0, 0, time.Local)}}),
+			structured(map[string]any{"id": 4, "ntz": "2024-01-01T01:00:00+01:00"}),
+			structured(map[string]any{"id": 5, "ntz": int64(1700000000000000)}),
+			structured(map[string]any{"id": 6, "ntz": "2024-01-01T01:00:00.25"}),
+		}
+	}
+	const defs = "id BIGINT, ntz TIMESTAMP_NTZ, p STRUCT<w: TIMESTAMP_NTZ>"
+
+	// Default: every time.Time is an instant, refused like zoned strings and
+	// epochs; the column is named.
+	c := mustConverter(t, defs, Options{})
+	res, err := c.Convert(rows())
+	require.NoError(t, err)
+	defer res.Record.Release()
+	assert.Equal(t, []int{5}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 5)
+	for i, col := range []string{"ntz", "ntz", "p.w", "ntz", "ntz"} {
+		assert.ErrorIs(t, res.RowErrors[i], ErrTZIntoNTZ, "message %d", i)
+		assert.Equal(t, col, res.RowErrors[i].Column, "message %d", i)
+	}
+	assert.ErrorContains(t, res.RowErrors[0], `time 2024-01-01T01:00:00Z (zone "UTC") is an instant`)
+	assert.ErrorContains(t, res.RowErrors[0], "reconcile.timestamp_ntz_from_zoned")
+	assert.Nil(t, res.Reconciled)
+
+	// Opted in: a time.Time is stored as its UTC wall time and counted;
+	// zoned strings and epochs are still refused.
+	c = mustConverter(t, defs, Options{NTZFromZoned: true})
+	res, err = c.Convert(rows())
+	require.NoError(t, err)
+	defer res.Record.Release()
+	validateRecord(t, res.Record)
+	assert.Equal(t, []int{0, 1, 2, 5}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 2)
+	assert.ErrorIs(t, res.RowErrors[0], ErrTZIntoNTZ)
+	assert.ErrorIs(t, res.RowErrors[1], ErrTZIntoNTZ)
+	assert.Equal(t, "2024-01-01T01:00:00Z", cell(t, res.Record, "ntz", 0))
+	assert.Equal(t, "2024-01-01T00:00:00Z", cell(t, res.Record, "ntz", 1), "01:00 CET is 00:00 UTC; sub-microsecond truncated")
+	assert.Equal(t, `{"w":"`+time.Date(2024, 7, 1, 12, 0, 0, 0, time.Local).UTC().Format("2006-01-02T15:04:05")+`"}`,
+		ntzStructText(t, res.Record, 2))
+	assert.Equal(t, "2024-01-01T01:00:00.25Z", cell(t, res.Record, "ntz", 3))
+	assert.Equal(t, map[string]int{ReconcileNTZFromZoned: 3}, res.Reconciled)
+}
+
+// ntzStructText renders row i of the p STRUCT<w: TIMESTAMP_NTZ> column with
+// w as a zone-less wall clock.
+func ntzStructText(t *testing.T, rec arrow.RecordBatch, i int) string {
+	t.Helper()
+	w := rec.Column(2).(*array.Struct).Field(0).(*array.Timestamp)
+	require.False(t, w.IsNull(i))
+	return `{"w":"` + time.UnixMicro(int64(w.Value(i))).UTC().Format("2006-01-02T15:04:05") + `"}`
 }

@@ -178,7 +178,14 @@ func (n *tsNode) put(st *state, v any) error {
 		}
 		return n.nullValue(n)
 	case time.Time:
-		us, err := timeMicros(v, n.ntz)
+		if n.ntz {
+			if !st.ntzFromZoned {
+				name, _ := v.Zone()
+				return kerr(ErrTZIntoNTZ, "%v: time %s (zone %q) is an instant; format it as a zone-less wall clock (2006-01-02T15:04:05) upstream, enable reconcile.timestamp_ntz_from_zoned to store its UTC wall time, or use a TIMESTAMP column", ErrTZIntoNTZ, v.Format(time.RFC3339Nano), name)
+			}
+			st.rowNTZ++
+		}
+		us, err := timeMicros(v)
 		if err != nil {
 			return err
 		}

@@ -52,13 +52,15 @@ type state struct {
 	emitUS         int64
 	epochExp       int
 	nestedToString bool
+	ntzFromZoned   bool
 
-	rowNested, rowFolded int
-	nested, folded       int
+	// Reconciliations counted in the current row and in the batch's good rows.
+	rowNested, rowFolded, rowNTZ int
+	nested, folded, ntzConverted int
 }
 
 func (c *Converter) newState() (*state, error) {
-	st := &state{epochExp: c.epochExp, nestedToString: c.opts.NestedToString}
+	st := &state{epochExp: c.epochExp, nestedToString: c.opts.NestedToString, ntzFromZoned: c.opts.NTZFromZoned}
 	fields := make([]typemap.Field, len(c.cols))
 	for i, col := range c.cols {
 		fields[i] = typemap.Field(col)
@@ -76,7 +78,7 @@ func (c *Converter) newState() (*state, error) {
 
 func (st *state) begin(rows int, now time.Time) {
 	st.emitUS = now.UnixMicro()
-	st.nested, st.folded = 0, 0
+	st.nested, st.folded, st.ntzConverted = 0, 0, 0
 	for _, f := range st.root.fields {
 		f.reset(rows)
 	}

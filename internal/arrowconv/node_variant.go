@@ -77,8 +77,11 @@ func (n *variantNode) put(st *state, v any) error {
 	return n.commit()
 }
 
+// begin starts a row with a fresh builder. Builder.Reset is not used: in
+// arrow-go v18.8.0 it keeps the previous rows' dictionary size
+// (totalDictSize), so every later metadata grows by all earlier keys' bytes.
 func (n *variantNode) begin() {
-	n.b.Reset()
+	n.b = variant.Builder{}
 	n.fields, n.elems = n.fields[:0], n.elems[:0]
 }
 

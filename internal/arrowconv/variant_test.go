@@ -2,6 +2,7 @@ package arrowconv
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -195,3 +196,18 @@ func TestToJSONDecodesVariantKinds(t *testing.T) {
 }
 
 func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+func TestVariantMetadataDoesNotGrowAcrossRows(t *testing.T) {
+	c := mustConverter(t, "v VARIANT", Options{})
+	rows := make([]string, 50)
+	for i := range rows {
+		rows[i] = fmt.Sprintf(`{"v": {"key_%d": %d, "shared": [true]}}`, i, i)
+	}
+	res := convertJSON(t, c, rows...)
+	require.Empty(t, res.RowErrors)
+	for i := range rows {
+		want, err := variant.ParseJSON(fmt.Sprintf(`{"key_%d": %d, "shared": [true]}`, i, i), false)
+		require.NoError(t, err)
+		assert.Equal(t, want.Metadata().Bytes(), variantAt(t, res, "v", i).Metadata().Bytes(), "row %d metadata", i)
+	}
+}

@@ -288,8 +288,10 @@ func (n *variantNode) appendDecimal(text []byte) (ok bool, err error) {
 		}
 		return true, n.b.AppendDecimal8(uint8(scale), decimal.Decimal64(v))
 	}
-	var bi big.Int
-	bi.SetString(string(sig), 10)
+	var bi big.Int // zero when there are no significant digits
+	if nd > 0 {
+		bi.SetString(string(sig), 10)
+	}
 	if neg {
 		bi.Neg(&bi)
 	}

@@ -49,6 +49,8 @@ func TestVariantRoundTripsJSON(t *testing.T) {
 		{"tiny double", `1E-300`, `1e-300`},
 		{"negative zero decimal", `-0.0`, `0.0`},
 		{"zero", `0`, `0`},
+		{"zero with scale 19", `-0.0000000000000000000`, `0.0000000000000000000`},
+		{"tiny with scale 38", `0.00000000000000000000000000000000000001`, `0.00000000000000000000000000000000000001`},
 		{"string", `"x"`, `"x"`},
 		{"null", `null`, `null`},
 		{"many keys", `{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10}`,

@@ -147,60 +147,6 @@ func TestEmulatorRotationLosesNothing(t *testing.T) {
 	}
 }
 
-func TestEmulatorJSONStream(t *testing.T) {
-	srv := startEmulator(t, emulator.Faults{})
-	c := e2eClient(t, srv, nil)
-	s, err := c.OpenJSONStream(ctxTimeout(t, 10*time.Second), e2eTable)
-	require.NoError(t, err)
-	defer s.Close()
-	var last int64
-	for i := 0; i < 10; i++ {
-		recs := []string{fmt.Sprintf(`{"id":%d,"name":"a"}`, 2*i), fmt.Sprintf(`{"id":%d}`, 2*i+1)}
-		if i == 0 {
-			recs = recs[:1]
-		}
-		last, err = s.Ingest(context.Background(), recs)
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.WaitForOffset(ctxTimeout(t, 10*time.Second), last))
-	n, err := srv.TableRowCount(e2eTable)
-	require.NoError(t, err)
-	assert.Equal(t, int64(19), n)
-}
-
-// TestEmulatorJSONStreamRotationLosesNothing: the emulator rotates JSON
-// streams every few hundred milliseconds while requests flow; the stream
-// must reconnect by itself, keep its offsets monotonic, and every record
-// must be stored.
-func TestEmulatorJSONStreamRotationLosesNothing(t *testing.T) {
-	srv := startEmulator(t, emulator.Faults{StreamLifetime: 200 * time.Millisecond, RotationGrace: 100 * time.Millisecond})
-	c := e2eClient(t, srv, nil)
-	s, err := c.OpenJSONStream(ctxTimeout(t, 10*time.Second), e2eTable)
-	require.NoError(t, err)
-	defer s.Close()
-
-	const records, perRequest = 3000, 10
-	last := int64(-1)
-	for from := 0; from < records; from += perRequest {
-		recs := make([]string, 0, perRequest)
-		for id := from; id < from+perRequest; id++ {
-			recs = append(recs, fmt.Sprintf(`{"id":%d,"name":"row-%d"}`, id, id))
-		}
-		off, err := s.Ingest(ctxTimeout(t, 10*time.Second), recs)
-		require.NoError(t, err, "ingest never refuses for a rotation")
-		require.Equal(t, last+1, off, "offsets are consecutive across rotations")
-		last = off
-		time.Sleep(3 * time.Millisecond) // spread the run over several stream lifetimes
-	}
-	require.NoError(t, s.WaitForOffset(ctxTimeout(t, 30*time.Second), last))
-	assert.Equal(t, last, s.Acked())
-	assert.GreaterOrEqual(t, s.Reconnects(), 2, "the emulator rotated the stream")
-	ids := storedIDs(t, srv)
-	for i := int64(0); i < records; i++ {
-		assert.GreaterOrEqual(t, ids[i], 1, "record %d stored", i)
-	}
-}
-
 func TestEmulatorErrorClasses(t *testing.T) {
 	t.Run("wrong secret is fatal config", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})

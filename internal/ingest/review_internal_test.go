@@ -2,9 +2,7 @@ package ingest
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,9 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // A late ack from the connection being replaced can land while the new one is
@@ -146,22 +141,13 @@ func silentEndpoint(t *testing.T) string {
 // on reconnect, which Close cancels) from the start of the call, not only
 // while waiting for the ready signal.
 func TestOpenHonoursContextWhileConnecting(t *testing.T) {
-	for _, kind := range []string{"arrow", "json"} {
-		t.Run(kind, func(t *testing.T) {
-			c := testClient(t, silentEndpoint(t), func(cfg *Config) { cfg.RecoveryAttempts = 1 })
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			start := time.Now()
-			var err error
-			if kind == "arrow" {
-				_, err = c.OpenArrowStream(ctx, testTable, testSchema)
-			} else {
-				_, err = c.OpenJSONStream(ctx, testTable)
-			}
-			require.Error(t, err)
-			assert.Less(t, time.Since(start), 5*time.Second, "open returned long after its ctx ended")
-		})
-	}
+	c := testClient(t, silentEndpoint(t), func(cfg *Config) { cfg.RecoveryAttempts = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.OpenArrowStream(ctx, testTable, testSchema)
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second, "open returned long after its ctx ended")
 }
 
 // smallWindow keeps gRPC flow control at its 64 KiB floor (no BDP growth), so
@@ -199,34 +185,6 @@ func TestArrowStreamWatchdogUnblocksSendStuckOnFlowControl(t *testing.T) {
 	}
 }
 
-// The JSON stream has the same watchdog and the same lock: see
-// TestArrowStreamWatchdogUnblocksSendStuckOnFlowControl.
-func TestJSONStreamWatchdogUnblocksSendStuckOnFlowControl(t *testing.T) {
-	release := make(chan struct{})
-	srv := &fakeRecordServer{fail: func(conn, n int) error {
-		if conn == 0 && n == 1 {
-			<-release // stop reading
-		}
-		return nil
-	}}
-	endpoint := startRecordFake(t, srv, smallWindow...)
-	t.Cleanup(func() { close(release) })
-
-	c := testClient(t, endpoint, func(cfg *Config) { cfg.AckTimeout = 200 * time.Millisecond })
-	s, err := c.OpenJSONStream(waitCtx(t), testTable)
-	require.NoError(t, err)
-
-	const n = 64
-	pad := strings.Repeat("x", 64<<10)
-	ingestErrs := ingestInBackground(t, s, n, pad)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	require.NoError(t, s.WaitForOffset(ctx, n-1), "acked=%d calls=%d", s.Acked(), srv.calls())
-	for err := range ingestErrs {
-		require.NoError(t, err)
-	}
-}
-
 // While the stream reconnects it holds sendMu for up to RecoveryAttempts ×
 // (ReadyTimeout + RecoveryBackoff), about two minutes with the defaults. A
 // Submit waiting for it must still give up when its ctx ends, and give back
@@ -257,40 +215,6 @@ func TestArrowStreamSubmitHonoursContextDuringReconnect(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	assert.Equal(t, 1, s.inflight, "the refused batch gave its reservation back")
-}
-
-// TestArrowStreamSubmitHonoursContextDuringReconnect for the JSON stream.
-func TestJSONStreamIngestHonoursContextDuringReconnect(t *testing.T) {
-	release := make(chan struct{})
-	srv := &fakeRecordServer{
-		setup: func(conn int, _ metadata.MD) error {
-			if conn > 0 {
-				<-release // no create_stream_response: the client waits for ReadyTimeout
-			}
-			return nil
-		},
-		fail: func(int, int) error { return status.Error(codes.Unavailable, "gone") },
-	}
-	endpoint := startRecordFake(t, srv)
-	t.Cleanup(func() { close(release) })
-	c := testClient(t, endpoint, func(cfg *Config) { cfg.ReadyTimeout = 5 * time.Second })
-	s, err := c.OpenJSONStream(waitCtx(t), testTable)
-	require.NoError(t, err)
-	defer s.Close()
-	_, err = s.Ingest(context.Background(), []string{`{"id":0}`})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return srv.calls() >= 2 }, 5*time.Second, time.Millisecond,
-		"the stream is reconnecting")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err = s.Ingest(ctx, []string{`{"id":1}`})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, time.Since(start), 2*time.Second)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	assert.Equal(t, 1, s.inflight, "the refused request gave its reservation back")
 }
 
 // The server announces rotation while a Submit is stuck in Send on flow
@@ -344,50 +268,6 @@ func TestArrowStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
 	assertRecoveredFromOneRotation(t, obs)
 }
 
-// TestArrowStreamRotationUnblocksSendStuckOnFlowControl for the JSON stream.
-func TestJSONStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
-	const n = 6
-	var stream atomic.Pointer[JSONStream]
-	srv := &fakeRecordServer{during: func(conn, n int, ss zbpb.Zerobus_EphemeralStreamServer) {
-		if conn > 0 || n > 1 {
-			return
-		}
-		// As in the Arrow test: the second request (~256 KB) cannot get
-		// past the window once this handler stops reading, so the Send of
-		// the third never returns. sent is raised before Send, under
-		// sendMu.
-		ctx := ss.Context()
-		for stream.Load().cur.Load().sent.Load() < 3 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-		_ = ss.Send(&zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_CloseStreamSignal{
-			CloseStreamSignal: &zbpb.CloseStreamSignal{Duration: durationpb.New(50 * time.Millisecond)},
-		}})
-		<-ctx.Done() // stop reading until the client leaves
-	}}
-	endpoint := startRecordFake(t, srv, smallWindow...)
-
-	obs := &recordingObserver{}
-	c := testClient(t, endpoint, func(cfg *Config) { cfg.Observer = obs })
-	s, err := c.OpenJSONStream(waitCtx(t), testTable)
-	require.NoError(t, err)
-	stream.Store(s)
-
-	pad := strings.Repeat("x", 256<<10)
-	ingestErrs := ingestInBackground(t, s, n, pad)
-	ctx, cancel := context.WithTimeout(context.Background(), closeGrace+5*time.Second)
-	defer cancel()
-	require.NoError(t, s.WaitForOffset(ctx, n-1), "acked=%d calls=%d", s.Acked(), srv.calls())
-	for err := range ingestErrs {
-		require.NoError(t, err)
-	}
-	assertRecoveredFromOneRotation(t, obs)
-}
-
 // Failed lets the pool learn that an idle stream died (no WaitDurable is
 // there to return the error): it closes when the stream fails, with Err the
 // failure, and never because of Close.
@@ -435,27 +315,6 @@ func submitInBackground(t *testing.T, s *ArrowStream, batches, rows int) <-chan 
 			b := makeBatch(int64(i*rows), int64(rows), 5000)
 			_, err := s.Submit(context.Background(), b)
 			b.Release()
-			errs <- err
-		}
-	}()
-	t.Cleanup(func() {
-		_ = s.Close()
-		for range errs {
-		}
-	})
-	return errs
-}
-
-// ingestInBackground ingests n records of {"id":i,"pad":pad} to s, one per
-// request, from a goroutine and returns their errors on a channel closed after
-// the last. At cleanup it closes s, which unblocks an Ingest stuck if the test
-// failed, and waits for the goroutine.
-func ingestInBackground(t *testing.T, s *JSONStream, n int, pad string) <-chan error {
-	errs := make(chan error, n)
-	go func() {
-		defer close(errs)
-		for i := range n {
-			_, err := s.Ingest(context.Background(), []string{fmt.Sprintf(`{"id":%d,"pad":%q}`, i, pad)})
 			errs <- err
 		}
 	}()

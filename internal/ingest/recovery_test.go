@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"context"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,96 +56,6 @@ func TestArrowStreamLateAckWhileReconnectingKeepsAckMapping(t *testing.T) {
 	assert.Equal(t, uint64(20), s.Durable())
 	_, _, ids := srv.conn(1).snapshot()
 	assert.Equal(t, seq(10, 20), ids, "the new connection resends the suffix past the late ack")
-}
-
-// doneHook reports when the code under test first asks for ctx.Done, which
-// in reserve means it is about to block for capacity.
-type doneHook struct {
-	context.Context
-	once    sync.Once
-	waiting chan struct{}
-}
-
-func (c *doneHook) Done() <-chan struct{} {
-	c.once.Do(func() { close(c.waiting) })
-	return c.Context.Done()
-}
-
-// An empty batch reserves in-flight capacity and gives it back at once; a
-// Submit that blocked on that reservation must be woken, or it waits for an
-// ack that will never come.
-func TestArrowStreamEmptyBatchReleasesCapacity(t *testing.T) {
-	srv := &fakeFlightServer{}
-	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.MaxInflightBatches = 1 })
-	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
-
-	s.sendMu.Lock() // hold the empty batch between reserve and send
-	emptyDone := make(chan error, 1)
-	go func() {
-		empty := makeBatch(0, 0, 1)
-		defer empty.Release()
-		_, err := s.Submit(context.Background(), empty)
-		emptyDone <- err
-	}()
-	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.inflight == 1
-	}, 5*time.Second, time.Millisecond)
-
-	ctx := &doneHook{Context: context.Background(), waiting: make(chan struct{})}
-	fullDone := make(chan error, 1)
-	go func() {
-		b := makeBatch(0, 1, 1)
-		defer b.Release()
-		_, err := s.Submit(ctx, b)
-		fullDone <- err
-	}()
-	<-ctx.waiting
-	s.sendMu.Unlock()
-	require.NoError(t, <-emptyDone)
-
-	select {
-	case err := <-fullDone:
-		require.NoError(t, err)
-	case <-time.After(3 * time.Second):
-		t.Fatal("Submit still waits for capacity the empty batch gave back")
-	}
-	require.NoError(t, s.WaitDurable(waitCtx(t), 1))
-}
-
-// silentEndpoint accepts TCP connections and never speaks HTTP/2, so a gRPC
-// client stays "connecting" until its own connect deadline (20 s).
-func silentEndpoint(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lis.Close() })
-	go func() {
-		for {
-			conn, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = conn.Close() })
-		}
-	}()
-	return "http://" + lis.Addr().String()
-}
-
-// Opening a connection must honour ctx (the caller's on open, the stream's
-// on reconnect, which Close cancels) from the start of the call, not only
-// while waiting for the ready signal.
-func TestOpenHonoursContextWhileConnecting(t *testing.T) {
-	c := testClient(t, silentEndpoint(t), func(cfg *Config) { cfg.RecoveryAttempts = 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := c.OpenArrowStream(ctx, testTable, testSchema)
-	require.Error(t, err)
-	assert.Less(t, time.Since(start), 5*time.Second, "open returned long after its ctx ended")
 }
 
 // smallWindow keeps gRPC flow control at its 64 KiB floor (no BDP growth), so
@@ -268,41 +176,6 @@ func TestArrowStreamRotationUnblocksSendStuckOnFlowControl(t *testing.T) {
 	assertRecoveredFromOneRotation(t, obs)
 }
 
-// Failed lets the pool learn that an idle stream died (no WaitDurable is
-// there to return the error): it closes when the stream fails, with Err the
-// failure, and never because of Close.
-func TestArrowStreamFailedChannel(t *testing.T) {
-	t.Run("failure", func(t *testing.T) {
-		srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply { return reply{ackRows: uint64p(ev.rows + 1)} }}
-		c := testClient(t, startFake(t, srv), nil)
-		s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
-		require.NoError(t, err)
-		defer s.Close()
-		require.NoError(t, s.Err())
-		submitAll(t, s, makeBatch(0, 4, 1))
-		select {
-		case <-s.Failed():
-		case <-waitCtx(t).Done():
-			t.Fatal("Failed not closed after the stream failed")
-		}
-		class, ok := ClassOf(s.Err())
-		require.True(t, ok, "Err is the *Error: %v", s.Err())
-		assert.Equal(t, Poison, class)
-	})
-	t.Run("close", func(t *testing.T) {
-		c := testClient(t, startFake(t, &fakeFlightServer{}), nil)
-		s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
-		require.NoError(t, err)
-		require.NoError(t, s.Close())
-		select {
-		case <-s.Failed():
-			t.Fatal("Close is not a failure")
-		default:
-		}
-		assert.NoError(t, s.Err())
-	})
-}
-
 // submitInBackground submits batches batches of rows rows (~500 KB each) to s
 // from a goroutine and returns their errors on a channel closed after the
 // last. At cleanup it closes s, which unblocks a Submit stuck if the test
@@ -338,4 +211,200 @@ func assertRecoveredFromOneRotation(t *testing.T, obs *recordingObserver) {
 		assert.True(t, Classify(obs.reconnects[0]).IsRotation(),
 			"the rotation recovers the cut call itself: %v", obs.reconnects[0])
 	}
+}
+
+// TestArrowStreamRotationResendsUnackedSuffix: connection 0 acks only part of
+// the third batch, announces rotation and ends with 6002. The stream must
+// reconnect, resend from the first unacked row (slicing the partial batch)
+// with offsets from 0, and end with every row durable.
+func TestArrowStreamRotationResendsUnackedSuffix(t *testing.T) {
+	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply {
+		if ev.conn.index == 0 && ev.frame == 2 {
+			return reply{
+				ackRows:  uint64p(12), // batches are 5 rows: 2 full + 2 of the third
+				closeMs:  uint64p(50),
+				endAfter: status.Error(codes.Unavailable, "Stream timeout reached. Error Code: 6002"),
+			}
+		}
+		return reply{}
+	}}
+	obs := &recordingObserver{}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+
+	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1), makeBatch(10, 5, 1))
+	require.Eventually(t, func() bool { return srv.connCount() >= 2 || s.Durable() >= 12 }, 5*time.Second, time.Millisecond)
+	submitAll(t, s, makeBatch(15, 5, 1), makeBatch(20, 5, 1))
+	require.NoError(t, s.WaitDurable(waitCtx(t), 25))
+	assert.Equal(t, uint64(25), s.Durable())
+
+	assert.Equal(t, 2, srv.connCount(), "exactly one reconnect")
+	_, off0, ids0 := srv.conn(0).snapshot()
+	_, off1, ids1 := srv.conn(1).snapshot()
+	assert.Equal(t, []int64{0, 1, 2}, off0)
+	assert.Equal(t, seq(0, 15), ids0)
+	require.NotEmpty(t, off1)
+	assert.Equal(t, int64(0), off1[0], "offsets restart at 0 on the new connection")
+	for i := range off1 {
+		assert.Equal(t, int64(i), off1[i])
+	}
+	assert.Equal(t, seq(12, 25), ids1, "resend starts at the first unacked row, inside the partial batch")
+
+	rotations, reconnects, _, failures := obs.counts()
+	assert.Equal(t, 1, rotations)
+	assert.Equal(t, 1, reconnects)
+	assert.Zero(t, failures)
+	assert.Equal(t, 1, s.(*ArrowStream).Reconnects())
+}
+
+func TestArrowStreamTransientErrorReconnects(t *testing.T) {
+	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply {
+		if ev.conn.index == 0 && ev.frame == 1 {
+			return reply{noAck: true, endAfter: status.Error(codes.Internal, "boom")}
+		}
+		return reply{}
+	}}
+	c := testClient(t, startFake(t, srv), nil)
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	submitAll(t, s, makeBatch(0, 3, 1), makeBatch(3, 3, 1))
+	submitAll(t, s, makeBatch(6, 3, 1))
+	require.NoError(t, s.WaitDurable(waitCtx(t), 9))
+
+	all := srv.allIDs()
+	seen := map[int64]int{}
+	for _, id := range all {
+		seen[id]++
+	}
+	for id := int64(0); id < 9; id++ {
+		assert.GreaterOrEqual(t, seen[id], 1, "row %d delivered at least once", id)
+	}
+	_, _, ids1 := srv.conn(1).snapshot()
+	assert.Equal(t, int64(3), ids1[0], "batch 0 was acked on connection 0 and is not resent")
+}
+
+func TestArrowStreamBudgetExhaustedIsPoison(t *testing.T) {
+	srv := &fakeFlightServer{
+		setup: func(conn int, _ metadata.MD) error {
+			if conn > 0 {
+				return status.Error(codes.Unavailable, "down")
+			}
+			return nil
+		},
+		onFrame: func(ev frameEvent) reply {
+			return reply{noAck: true, endAfter: status.Error(codes.Unavailable, "gone")}
+		},
+	}
+	obs := &recordingObserver{}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) {
+		cfg.RecoveryAttempts = 3
+		cfg.Observer = obs
+	})
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	submitAll(t, s, makeBatch(0, 2, 1))
+	err = s.WaitDurable(waitCtx(t), 2)
+	var ze *Error
+	require.ErrorAs(t, err, &ze)
+	assert.Equal(t, Poison, ze.Class)
+	assert.Equal(t, codes.Unavailable, ze.Code)
+	assert.Contains(t, ze.Error(), "3 attempts")
+	assert.Equal(t, 4, srv.connCount(), "first connection plus 3 reconnect attempts")
+	_, reconnects, retries, failures := obs.counts()
+	assert.Equal(t, 1, reconnects)
+	assert.Equal(t, 2, retries)
+	assert.Equal(t, 1, failures)
+	assert.Equal(t, uint64(0), s.Durable())
+}
+
+// TestArrowStreamRotationWaitsForAcksThenHalfCloses: the server announces
+// rotation with a long grace and keeps the call open. The client must send
+// nothing more on it, and once every sent row is acked half-close it and move
+// to a new connection long before the grace runs out.
+func TestArrowStreamRotationWaitsForAcksThenHalfCloses(t *testing.T) {
+	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply {
+		if ev.conn.index == 0 && ev.frame == 1 {
+			return reply{closeMs: uint64p(10_000)}
+		}
+		return reply{}
+	}}
+	obs := &recordingObserver{}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+
+	start := time.Now()
+	submitAll(t, s, makeBatch(0, 2, 1), makeBatch(2, 2, 1))
+	require.Eventually(t, func() bool { r, _, _, _ := obs.counts(); return r == 1 }, 5*time.Second, time.Millisecond)
+	submitAll(t, s, makeBatch(4, 2, 1))
+	require.NoError(t, s.WaitDurable(waitCtx(t), 6))
+	assert.Less(t, time.Since(start), 5*time.Second, "did not sit out the rotation grace")
+
+	_, off0, ids0 := srv.conn(0).snapshot()
+	assert.Equal(t, []int64{0, 1}, off0, "nothing sent after the rotation notice")
+	assert.Equal(t, seq(0, 4), ids0)
+	_, off1, ids1 := srv.conn(1).snapshot()
+	assert.Equal(t, []int64{0}, off1)
+	assert.Equal(t, seq(4, 6), ids1)
+}
+
+// TestArrowStreamLackOfAckReconnects: a connection that takes rows but never
+// acks is replaced after AckTimeout, and the rows are resent.
+func TestArrowStreamLackOfAckReconnects(t *testing.T) {
+	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply {
+		return reply{noAck: ev.conn.index == 0}
+	}}
+	obs := &recordingObserver{}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) {
+		cfg.AckTimeout = 100 * time.Millisecond
+		cfg.Observer = obs
+	})
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+
+	time.Sleep(250 * time.Millisecond) // idle with nothing outstanding: no timeout
+	assert.Equal(t, 1, srv.connCount())
+
+	submitAll(t, s, makeBatch(0, 3, 1))
+	require.NoError(t, s.WaitDurable(waitCtx(t), 3))
+	assert.Equal(t, 2, srv.connCount())
+	_, _, ids1 := srv.conn(1).snapshot()
+	assert.Equal(t, seq(0, 3), ids1)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Len(t, obs.reconnects, 1)
+	class, _ := ClassOf(obs.reconnects[0])
+	assert.Equal(t, Transient, class)
+	assert.Contains(t, obs.reconnects[0].Error(), "no ack")
+}
+
+func TestArrowStreamConcurrencyRejectOnReconnectPoisonsWithRetryAfter(t *testing.T) {
+	srv := &fakeFlightServer{
+		setup: func(conn int, _ metadata.MD) error {
+			if conn > 0 {
+				return status.Error(codes.ResourceExhausted, "stream cap")
+			}
+			return nil
+		},
+		onFrame: func(frameEvent) reply {
+			return reply{noAck: true, endAfter: status.Error(codes.Unavailable, "gone")}
+		},
+	}
+	c := testClient(t, startFake(t, srv), nil)
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	submitAll(t, s, makeBatch(0, 1, 1))
+	err = s.WaitDurable(waitCtx(t), 1)
+	var ze *Error
+	require.ErrorAs(t, err, &ze)
+	assert.Equal(t, Poison, ze.Class)
+	assert.Equal(t, ResourceExhaustedBackoff, ze.RetryAfter)
+	assert.Equal(t, 2, srv.connCount(), "no retry after a concurrency reject")
 }

@@ -10,10 +10,28 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// DefaultMaxFrameBytes keeps one FlightData message under the service's
-// 10 MiB request cap, leaving headroom for the protobuf envelope and the
-// app_metadata.
-const DefaultMaxFrameBytes = 10<<20 - 16<<10
+// MaxRequestBytes is the service's cap on one ingest request (one FlightData
+// message): 10 MiB (../shared/spec/zerobus-wire.md; the official SDKs set no
+// gRPC message limit of their own and the service refuses larger requests).
+const MaxRequestBytes = 10 << 20
+
+// frameEnvelope is what one FlightData message adds around its IPC frame:
+// the protobuf envelope and the app_metadata {"offset_id":N}, bounded
+// generously.
+const frameEnvelope = 16 << 10
+
+// DefaultMaxFrameBytes is the largest IPC frame (header + body) a stream
+// sends: one FlightData message then stays under MaxRequestBytes. Only a
+// single row larger than FrameTargetBytes makes a frame this big.
+const DefaultMaxFrameBytes = MaxRequestBytes - frameEnvelope
+
+// FrameTargetBytes is the size the encoder aims at when it cuts a batch into
+// frames: about 2 MiB, as the official SDK does, which also matches the
+// flow-control window the service advertises per HTTP/2 stream (2 MiB, and
+// 32 MiB per connection) so one frame never waits for the window to reopen
+// mid-message. ../shared/spec/zerobus-wire.md records both facts. A frame
+// holding a single row may exceed it, up to DefaultMaxFrameBytes.
+const FrameTargetBytes = 2 << 20
 
 // frame is one encoded IPC record batch ready to become a FlightData.
 type frame struct {
@@ -24,13 +42,15 @@ type frame struct {
 
 func (f frame) size() int { return len(f.header) + len(f.body) }
 
-// frameEncoder turns record batches into IPC frames no larger than maxBytes,
-// slicing a batch into several frames when needed. It is safe for concurrent
-// use: it holds no mutable state.
+// frameEncoder turns record batches into IPC frames of about targetBytes,
+// never larger than maxBytes, slicing a batch into several frames when
+// needed. It is safe for concurrent use: it holds no mutable state.
 type frameEncoder struct {
-	mem      memory.Allocator
-	ipcOpts  []ipc.Option
-	maxBytes int
+	mem     memory.Allocator
+	ipcOpts []ipc.Option
+	// targetBytes is what a frame of several rows stays under; maxBytes is
+	// what a frame of one row stays under (else the row is refused).
+	targetBytes, maxBytes int
 }
 
 func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
@@ -45,10 +65,10 @@ func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
 	default:
 		return nil, fmt.Errorf("unknown compression %q (want none, lz4_frame or zstd)", compression)
 	}
-	if maxBytes <= 0 {
+	if maxBytes <= 0 || maxBytes > DefaultMaxFrameBytes {
 		maxBytes = DefaultMaxFrameBytes
 	}
-	return &frameEncoder{mem: mem, ipcOpts: opts, maxBytes: maxBytes}, nil
+	return &frameEncoder{mem: mem, ipcOpts: opts, targetBytes: min(FrameTargetBytes, maxBytes), maxBytes: maxBytes}, nil
 }
 
 // schemaHeader returns the IPC schema message for FlightData #0.
@@ -61,18 +81,20 @@ func (e *frameEncoder) schemaHeader(schema *arrow.Schema) []byte {
 }
 
 // encode returns the frames for rec. It first cuts the batch into chunks by
-// its in-memory size, then halves any chunk whose encoded size still passes
-// the cap. A single row above the cap is an error.
+// its in-memory size, aiming a little under targetBytes, then halves any
+// chunk whose encoded size still passes targetBytes. A single row may take a
+// frame up to maxBytes; above that it is an error wrapping ErrRowTooLarge
+// (OversizedRows finds such rows beforehand, so that they fail alone).
 func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
 	n := rec.NumRows()
 	if n == 0 {
 		return nil, nil
 	}
 	chunks := int64(1)
-	if est := RecordBytes(rec); est > int64(e.maxBytes) {
-		// Aim a little under the cap so most chunks need no second pass.
-		target := int64(e.maxBytes) * 9 / 10
-		chunks = (est + target - 1) / target
+	if est := RecordBytes(rec); est > int64(e.targetBytes) {
+		// Aim a little under the target so most chunks need no second pass.
+		aim := int64(e.targetBytes) * 9 / 10
+		chunks = (est + aim - 1) / aim
 		if chunks > n {
 			chunks = n
 		}
@@ -93,10 +115,13 @@ func (e *frameEncoder) encodeRange(dst []frame, rec arrow.RecordBatch, lo, hi in
 	if err != nil {
 		return nil, err
 	}
-	if f.size() <= e.maxBytes {
+	if f.size() <= e.targetBytes {
 		return append(dst, f), nil
 	}
 	if hi-lo == 1 {
+		if f.size() <= e.maxBytes {
+			return append(dst, f), nil
+		}
 		return nil, fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, f.size(), e.maxBytes, ErrRowTooLarge)
 	}
 	mid := lo + (hi-lo)/2
@@ -152,6 +177,9 @@ func dataBytes(d arrow.ArrayData) int64 {
 	}
 	for _, child := range d.Children() {
 		n += dataBytes(child)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		n += dataBytes(d.Dictionary())
 	}
 	return n
 }

@@ -555,43 +555,81 @@ func (s *ArrowStream) watchAcks() {
 	}
 }
 
-// rotate honours the service's close signal (close_stream_duration_ms) for
-// c: nothing more is sent on c (it is marked rotating), the rows sent on it
-// get up to wait to be acked, then it is half-closed and replaced.
+// rotate honours the service's close signal (close_stream_duration_ms,
+// wait) for c without sending anything twice:
+//
+//  1. nothing more goes out on c: the reader marked it rotating before
+//     spawning rotate, and Submit checks that under sendMu before sending;
+//     taking sendMu once lets a Submit already past that check finish its
+//     Send, so that the rows sent on c are final;
+//  2. those rows get up to wait to be acked (Submits meanwhile queue: their
+//     batches stay pending and go out on the next connection);
+//  3. c is half-closed; if rows are still unacked, the server ends the call
+//     after acking what it stored, and rotate waits up to closeGrace for
+//     that end to collect those acks;
+//  4. only then is c replaced and what is still unacked resent.
+//
+// Resending before 3 would resend rows the service stored and was about to
+// ack: duplicates in the table.
 func (s *ArrowStream) rotate(c *flightConn, wait time.Duration) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	cut := false
+	// A Send stuck on flow control (the server stopped reading) holds
+	// sendMu, and the watchdog leaves rotating connections alone: give it
+	// closeGrace, then cancel the call so it fails and lets go. The reader
+	// must then leave recovery to us, or it would recover with a
+	// cancellation as the reason and back off first.
+	s.sendMu.lockOrCut(closeGrace, func() {
+		cut = true
+		c.abandoned.Store(true)
+		c.close()
+	})
 	target := c.sentUpTo()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	s.sendMu.Unlock()
+	if !cut {
+		if !s.awaitAcks(c, target, deadline.C) {
+			return // the stream stopped
+		}
+		// From here on the call's end is ours to handle, whatever it is.
+		c.abandoned.Store(true)
+		// CloseSend runs under sendMu, like every CloseSend.
+		s.sendMu.lockOrCut(closeGrace, c.close)
+		c.halfClose()
+		s.sendMu.Unlock()
+		if s.durable.Load() < target {
+			grace := time.NewTimer(closeGrace)
+			select {
+			case <-c.done: // the reader has applied every ack the server sent
+			case <-grace.C:
+			case <-s.ctx.Done():
+			}
+			grace.Stop()
+		}
+	}
+	s.recover(c.gen, rotationReason)
+}
+
+// awaitAcks waits until the durable watermark reaches target, c's call ends,
+// or deadline fires. It returns false if the stream stopped meanwhile.
+func (s *ArrowStream) awaitAcks(c *flightConn, target uint64, deadline <-chan time.Time) bool {
 	for {
 		s.mu.Lock()
 		done, ch := s.durable.Load() >= target, s.changedLocked()
 		s.mu.Unlock()
 		if done {
-			break
+			return true
 		}
 		select {
 		case <-ch:
-			continue
-		case <-timer.C:
+		case <-deadline:
+			return true
 		case <-c.done:
+			return true
 		case <-s.ctx.Done():
-			return
+			return false
 		}
-		break
 	}
-	// Half-closing needs sendMu (never CloseSend concurrently with a Send),
-	// which a Send stuck on flow control holds when the server stopped
-	// reading, and the watchdog leaves rotating connections alone: give the
-	// Send closeGrace, then cancel the call so it fails and lets go. The
-	// reader must then leave recovery to us, or it would recover with a
-	// cancellation as the reason and back off first.
-	s.sendMu.lockOrCut(closeGrace, func() {
-		c.abandoned.Store(true)
-		c.close()
-	})
-	c.halfClose()
-	s.sendMu.Unlock()
-	s.recover(c.gen, rotationReason)
 }
 
 // recover replaces connection gen (if it is still the current one) and

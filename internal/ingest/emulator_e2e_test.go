@@ -147,6 +147,62 @@ func TestEmulatorRotationLosesNothing(t *testing.T) {
 	}
 }
 
+// writeAcrossRotations submits rows ids [0, rows) in batches of per rows,
+// pacing them over about span, drains the stream and returns how many
+// stored rows are duplicates; it fails the test if any row is missing.
+func writeAcrossRotations(t *testing.T, srv *emulator.Server, rows, per int64, span time.Duration) (duplicates int64, reconnects int) {
+	t.Helper()
+	c := e2eClient(t, srv, nil)
+	s, err := c.OpenArrowStream(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	pause := span / time.Duration(rows/per)
+	for from := int64(0); from < rows; from += per {
+		b := e2eBatch(from, min(per, rows-from))
+		_, err := s.Submit(ctxTimeout(t, 30*time.Second), b)
+		b.Release()
+		require.NoError(t, err, "submit never fails for a rotation or a transient error")
+		time.Sleep(pause)
+	}
+	require.NoError(t, s.Drain(ctxTimeout(t, 60*time.Second)))
+	ids := storedIDs(t, srv)
+	for i := int64(0); i < rows; i++ {
+		require.GreaterOrEqual(t, ids[i], 1, "row %d acknowledged durable but not stored", i)
+		duplicates += int64(ids[i] - 1)
+	}
+	require.Len(t, ids, int(rows), "only the ids sent are stored")
+	return duplicates, s.Reconnects()
+}
+
+// TestEmulatorRotationWithoutDuplicates: the emulator rotates the stream
+// every second (close signal, then UNAVAILABLE 6002 once the 2 s grace is
+// over) while 20,000 rows flow. The stream stops sending on the rotating
+// connection, waits for its acks, half-closes and only then resends what is
+// still unacked on the next one, so nothing is stored twice.
+func TestEmulatorRotationWithoutDuplicates(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{StreamLifetime: time.Second})
+	const rows = 20_000
+	dups, reconnects := writeAcrossRotations(t, srv, rows, 100, 4*time.Second)
+	t.Logf("rotation every 1 s: %d rows, %d reconnects, %d duplicates", rows, reconnects, dups)
+	assert.GreaterOrEqual(t, reconnects, 3, "the emulator rotated the stream several times")
+	assert.Zero(t, dups, "a graceful rotation stores nothing twice")
+}
+
+// TestEmulatorRotationAndUnavailableDuplicates adds 5 % UNAVAILABLE per
+// batch to the rotation. Nothing may be lost; duplicates are allowed
+// (at-least-once): a batch the emulator stored but had not acked when it
+// failed the stream is resent on the next connection. They stay a small
+// share: the rows stored but unacked at each failure, not whole connections.
+func TestEmulatorRotationAndUnavailableDuplicates(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{StreamLifetime: time.Second, ErrorRate: map[string]float64{"UNAVAILABLE": 0.05}})
+	const rows = 20_000
+	dups, reconnects := writeAcrossRotations(t, srv, rows, 100, 4*time.Second)
+	share := float64(dups) / float64(rows+dups)
+	t.Logf("rotation every 1 s + 5%% UNAVAILABLE: %d rows, %d reconnects, %d duplicates (%.1f%% of stored rows)",
+		rows, reconnects, dups, 100*share)
+	assert.Less(t, share, 0.10, "duplicates are the rows unacked at each failure, not a resend of whole connections")
+}
+
 func TestEmulatorErrorClasses(t *testing.T) {
 	t.Run("wrong secret is fatal config", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})

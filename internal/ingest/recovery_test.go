@@ -408,3 +408,50 @@ func TestArrowStreamConcurrencyRejectOnReconnectPoisonsWithRetryAfter(t *testing
 	assert.Equal(t, ResourceExhaustedBackoff, ze.RetryAfter)
 	assert.Equal(t, 2, srv.connCount(), "no retry after a concurrency reject")
 }
+
+// The server announces rotation but acks nothing more before the announced
+// wait is over; once the client half-closes it acks everything it stored and
+// ends the call OK, as the service does. The stream must collect that last
+// ack before it reconnects: resending those rows would store them twice.
+// A Submit during the rotation queues and goes out on the next connection.
+func TestArrowStreamRotationCollectsTheAckAfterHalfClose(t *testing.T) {
+	halfClosed := make(chan struct{})
+	srv := &fakeFlightServer{
+		onFrame: func(ev frameEvent) reply {
+			if ev.conn.index > 0 {
+				return reply{}
+			}
+			if ev.frame == 2 {
+				return reply{ackRows: uint64p(0), closeMs: uint64p(30)}
+			}
+			return reply{noAck: true}
+		},
+		onHalfClose: func(fc *fakeConn, rows uint64) error {
+			if fc.index == 0 {
+				close(halfClosed)
+				time.Sleep(100 * time.Millisecond) // the service finishes storing
+				return fc.sendAck(2, rows, nil)
+			}
+			return nil
+		},
+	}
+	obs := &recordingObserver{}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+
+	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1), makeBatch(10, 5, 1))
+	require.Eventually(t, func() bool { r, _, _, _ := obs.counts(); return r == 1 }, 5*time.Second, time.Millisecond)
+	submitAll(t, s, makeBatch(15, 5, 1)) // during the rotation: queued, not refused
+	<-halfClosed
+	require.NoError(t, s.WaitDurable(waitCtx(t), 20))
+
+	_, _, ids0 := srv.conn(0).snapshot()
+	assert.Equal(t, seq(0, 15), ids0, "nothing sent on the rotating connection after the notice")
+	_, off1, ids1 := srv.conn(1).snapshot()
+	assert.Equal(t, seq(15, 20), ids1, "only the queued batch goes out again: the acked rows are not resent")
+	assert.Equal(t, []int64{0}, off1)
+	assert.Equal(t, 2, srv.connCount())
+	assertRecoveredFromOneRotation(t, obs)
+}

@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -15,10 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 )
 
 // TestFramesMatchOfficialSDK sends the same Arrow batch through the official
@@ -274,85 +270,5 @@ func checkFrames(t *testing.T, who string, frames []*flight.FlightData, want []a
 		if !array.RecordEqual(recs[i], want[i]) {
 			t.Errorf("%s: batch %d differs from what was sent", who, i)
 		}
-	}
-}
-
-// TestJSONFramesMatchOfficialSDK does the same for the JSON record path
-// (EphemeralStream): the create_stream message and every ingest request,
-// single records (ingest_record) and batches (ingest_record_batch).
-func TestJSONFramesMatchOfficialSDK(t *testing.T) {
-	for _, perRequest := range []int64{1, 3} {
-		t.Run(fmt.Sprintf("records_per_request=%d", perRequest), func(t *testing.T) {
-			const rows = 6
-			sdkRec := startRecorder(t)
-			res := runNode(t, time.Minute, "sdk_json.js", map[string]string{
-				"endpoint": "http://" + sdkRec.grpcAddr, "workspace-url": sdkRec.httpURL,
-				"client-id": confClientID, "client-secret": confSecret, "table": confTable,
-				"rows": fmt.Sprint(rows), "batch-size": fmt.Sprint(perRequest),
-			})
-			if !res.OK {
-				t.Fatalf("official SDK against the recorder: %s\n%s", res.Error, res.Stderr)
-			}
-
-			ourRec := startRecorder(t)
-			c, err := ingest.NewClient(ingest.Config{
-				Endpoint: "http://" + ourRec.grpcAddr, WorkspaceURL: ourRec.httpURL,
-				ClientID: confClientID, ClientSecret: confSecret,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			s, err := c.OpenJSONStream(ctx, confTable)
-			if err != nil {
-				t.Fatalf("our client against the recorder: %v", err)
-			}
-			var last int64
-			for from := int64(0); from < rows; from += perRequest {
-				var recs []string
-				for id := from; id < min(from+perRequest, rows); id++ {
-					recs = append(recs, scenarioJSON(id))
-				}
-				if last, err = s.Ingest(ctx, recs); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := s.WaitForOffset(ctx, last); err != nil {
-				t.Fatal(err)
-			}
-			_ = s.Close()
-
-			compareTokenRequests(t, sdkRec, ourRec)
-			sdk, ours := sdkRec.only(t, ephemeralMethod), ourRec.only(t, ephemeralMethod)
-			if keys(sdk.MD) != keys(ours.MD) {
-				t.Errorf("call metadata keys: SDK [%s], ours [%s]", keys(sdk.MD), keys(ours.MD))
-			}
-			for _, rc := range []*recordedCall{sdk, ours} {
-				if got := rc.MD.Get("x-databricks-zerobus-table-name"); len(got) != 1 || got[0] != confTable {
-					t.Errorf("table header %v, want [%s]", got, confTable)
-				}
-			}
-			if want := 1 + int((rows+perRequest-1)/perRequest); len(sdk.Raw) != want || len(ours.Raw) != want {
-				t.Fatalf("requests: SDK %d, ours %d, want %d (create_stream + ingests)", len(sdk.Raw), len(ours.Raw), want)
-			}
-			for i := range sdk.Raw {
-				a, b := &zbpb.EphemeralStreamRequest{}, &zbpb.EphemeralStreamRequest{}
-				if err := proto.Unmarshal(sdk.Raw[i], a); err != nil {
-					t.Fatal(err)
-				}
-				if err := proto.Unmarshal(ours.Raw[i], b); err != nil {
-					t.Fatal(err)
-				}
-				if !proto.Equal(a, b) {
-					t.Errorf("request %d differs:\n SDK  %v\n ours %v", i, a, b)
-				}
-				if i == 0 && string(sdk.Raw[0]) != string(ours.Raw[0]) {
-					t.Errorf("create_stream bytes differ: SDK % x, ours % x", sdk.Raw[0], ours.Raw[0])
-				}
-				t.Logf("request %d: %d bytes, byte-identical=%v: %v", i, len(sdk.Raw[i]), string(sdk.Raw[i]) == string(ours.Raw[i]), a)
-			}
-		})
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	flatbuffers "github.com/google/flatbuffers/go"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/zbpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -25,10 +24,9 @@ import (
 
 // recorder is a minimal Zerobus look-alike that records what a client sends:
 // the OAuth token request (HTTP), the call metadata, and every message of a
-// Flight DoPut (FlightData frames) or EphemeralStream (raw requests). It
-// answers just enough of the protocol (token, ready signal or stream id,
-// acks) for a client to complete one stream. It checks nothing: the tests
-// compare what it captured.
+// Flight DoPut (FlightData frames). It answers just enough of the protocol
+// (token, ready signal, acks) for a client to complete one stream. It checks
+// nothing: the tests compare what it captured.
 type recorder struct {
 	grpcAddr string
 	httpURL  string
@@ -50,7 +48,6 @@ type recordedCall struct {
 	Method string
 	MD     metadata.MD
 	Frames []*flight.FlightData // DoPut
-	Raw    [][]byte             // EphemeralStream: request messages as sent
 }
 
 // rawFrame carries undecoded gRPC message bytes through the recorder's codec.
@@ -136,62 +133,7 @@ func (r *recorder) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	})
 }
 
-const (
-	doPutMethod     = "/arrow.flight.protocol.FlightService/DoPut"
-	ephemeralMethod = "/databricks.zerobus.Zerobus/EphemeralStream"
-)
-
-// handleEphemeral records a JSON record stream: it answers create_stream with
-// a stream id and acks every ingest request right away.
-func (r *recorder) handleEphemeral(ss grpc.ServerStream, call *recordedCall) error {
-	// The official SDK waits for response headers before it sends anything.
-	if err := ss.SendHeader(metadata.MD{}); err != nil {
-		return err
-	}
-	send := func(m *zbpb.EphemeralStreamResponse) error {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			return err
-		}
-		return ss.SendMsg(&rawFrame{b: b})
-	}
-	for {
-		var f rawFrame
-		if err := ss.RecvMsg(&f); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		r.mu.Lock()
-		call.Raw = append(call.Raw, f.b)
-		r.mu.Unlock()
-		req := &zbpb.EphemeralStreamRequest{}
-		if err := proto.Unmarshal(f.b, req); err != nil {
-			return status.Errorf(codes.InvalidArgument, "recorder: bad request: %v", err)
-		}
-		var resp *zbpb.EphemeralStreamResponse
-		switch p := req.GetPayload().(type) {
-		case *zbpb.EphemeralStreamRequest_CreateStream:
-			resp = &zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_CreateStreamResponse{
-				CreateStreamResponse: &zbpb.CreateIngestStreamResponse{StreamId: proto.String("recorded-stream")}}}
-		case *zbpb.EphemeralStreamRequest_IngestRecord:
-			resp = ackResponse(p.IngestRecord.GetOffsetId())
-		case *zbpb.EphemeralStreamRequest_IngestRecordBatch:
-			resp = ackResponse(p.IngestRecordBatch.GetOffsetId())
-		default:
-			return status.Errorf(codes.InvalidArgument, "recorder: empty request")
-		}
-		if err := send(resp); err != nil {
-			return err
-		}
-	}
-}
-
-func ackResponse(offset int64) *zbpb.EphemeralStreamResponse {
-	return &zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_IngestRecordResponse{
-		IngestRecordResponse: &zbpb.IngestRecordResponse{DurabilityAckUpToOffset: proto.Int64(offset)}}}
-}
+const doPutMethod = "/arrow.flight.protocol.FlightService/DoPut"
 
 func (r *recorder) handle(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
@@ -200,9 +142,6 @@ func (r *recorder) handle(_ any, ss grpc.ServerStream) error {
 	r.mu.Lock()
 	r.calls = append(r.calls, call)
 	r.mu.Unlock()
-	if method == ephemeralMethod {
-		return r.handleEphemeral(ss, call)
-	}
 	if method != doPutMethod {
 		return status.Errorf(codes.Unimplemented, "recorder: %s not recorded", method)
 	}

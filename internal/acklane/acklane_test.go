@@ -430,8 +430,10 @@ func TestReceiptWait(t *testing.T) {
 	assert.NoError(t, r.Err())
 	assert.False(t, r.Settled())
 
+	// A nil receipt confirms nothing: waiting on it is an error, not
+	// "durable".
 	var nilReceipt *acklane.Receipt
-	assert.NoError(t, nilReceipt.Wait(ctx))
+	assert.ErrorIs(t, nilReceipt.Wait(ctx), acklane.ErrNoReceipt)
 
 	d, dr := acklane.NewDerivedCoverage()
 	assert.Same(t, dr, d.Receipt())

@@ -2,15 +2,22 @@ package acklane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
+
+// ErrNoReceipt is what Wait returns on a nil *Receipt: there is nothing
+// whose durability could be confirmed, so waiting must not pass for
+// "durable".
+var ErrNoReceipt = errors.New("acklane: wait on a nil receipt: no rows to confirm")
 
 // Receipt is the waiting side of one confirmation: the caller that submitted
 // rows (WriteBatch) waits on it, the lane settles it exactly once, either
 // confirmed (the rows are durable) or failed (they may not be).
 //
-// A nil *Receipt is valid and ignores settlement; it models "nobody waits".
+// A nil *Receipt ignores settlement, which models "nobody waits"; waiting on
+// it is an error (ErrNoReceipt), never a confirmation.
 type Receipt struct {
 	done chan struct{}
 	once sync.Once
@@ -23,10 +30,11 @@ func newReceipt() *Receipt { return &Receipt{done: make(chan struct{})} }
 // Wait blocks until the receipt is settled or ctx is done. It returns nil only
 // if the lane confirmed the rows as durable; a failure returns the lane's error
 // and a done ctx returns an error wrapping ctx.Err(), so that a caller never
-// mistakes "gave up waiting" for "durable".
+// mistakes "gave up waiting" for "durable". On a nil receipt it returns
+// ErrNoReceipt.
 func (r *Receipt) Wait(ctx context.Context) error {
 	if r == nil {
-		return nil
+		return ErrNoReceipt
 	}
 	select {
 	case <-r.done:

@@ -1,285 +1,813 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
+	"google.golang.org/grpc/codes"
 )
 
-// Metadata keys every Zerobus call carries.
-const (
-	HeaderAuthorization = "authorization"
-	HeaderTableName     = "x-databricks-zerobus-table-name"
+// ErrSchemaMismatch is returned by Submit when a batch's schema differs from
+// the stream's (nullability included): open a stream with the new schema.
+var ErrSchemaMismatch = errors.New("record batch schema differs from the stream's schema")
+
+// ErrStreamClosed is the cause waiters see for rows abandoned by Close, and
+// Submit returns after Drain or Close.
+var ErrStreamClosed = errors.New("zerobus stream closed")
+
+// closeGrace bounds how long Close waits for the server to end a half-closed
+// call before cancelling it.
+const closeGrace = 2 * time.Second
+
+// rotationReason is what OnReconnect sees for a server-announced rotation.
+var rotationReason = &Error{Class: Transient, Code: codes.Unavailable, ServiceCode: ServiceCodeStreamRotation,
+	Err: errors.New("server announced stream rotation")}
+
+// pendingBatch is a submitted batch not yet fully durable. The stream holds a
+// reference to rec until every row of it is durable, to resend it after a
+// reconnect.
+type pendingBatch struct {
+	rec   arrow.RecordBatch
+	span  Span
+	bytes int64
+}
+
+// ArrowStream is a logical Zerobus stream over Arrow Flight DoPut. It owns one
+// connection (one DoPut call) at a time: logical row positions stay stable
+// across the reconnects it performs on transient errors, on the ack watchdog
+// and on rotation, and it resends the unacknowledged row suffix on each new
+// connection. It implements Stream.
+type ArrowStream struct {
+	cfg     Config
+	table   string
+	obs     Observer
+	encoder *frameEncoder
+	schema  *arrow.Schema
+	params  connParams
+
+	ctx    context.Context // cancelled by fail and Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+
+	// sendMu serializes sends and connection replacement, so data goes out
+	// in logical order and offsets are consecutive per connection.
+	// Recovery holds it for as long as reconnecting takes, so senders wait
+	// for it under their ctx.
+	sendMu sendLock
+	gen    uint64                     // last connection generation; under sendMu
+	cur    atomic.Pointer[flightConn] // written under sendMu
+
+	durable atomic.Uint64
+	// lastProgress (unix nanos) is when the ack clock last restarted: an ack
+	// advanced the watermark, a connection was installed, or data was sent
+	// while nothing was outstanding. The ack watchdog measures from it.
+	lastProgress atomic.Int64
+
+	// mu guards the fields below.
+	mu            sync.Mutex
+	inflightBytes int64 // reserved by senders, released by acks
+	inflight      int   // batches reserved
+	pending       []pendingBatch
+	submitted     uint64
+	draining      bool
+	failed        *Error
+	dead          chan struct{} // closed by fail, never by Close
+	closed        bool
+	notify        chan struct{} // see changedLocked; nil while nobody waits
+	reconnects    int
+}
+
+var (
+	_ Stream          = (*ArrowStream)(nil)
+	_ FailureNotifier = (*ArrowStream)(nil)
 )
 
-// DefaultMaxFrameBytes keeps one FlightData message under the service's
-// 10 MiB request cap, leaving headroom for the protobuf envelope and the
-// app_metadata.
-const DefaultMaxFrameBytes = 10<<20 - 16<<10
-
-// frame is one encoded IPC record batch ready to become a FlightData.
-type frame struct {
-	header []byte
-	body   []byte
-	rows   int64
+func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams) *ArrowStream {
+	s := &ArrowStream{
+		cfg:     c.cfg,
+		table:   table,
+		obs:     c.cfg.Observer,
+		encoder: c.encoder,
+		schema:  schema,
+		params:  p,
+		sendMu:  newSendLock(),
+		dead:    make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
 }
 
-func (f frame) size() int { return len(f.header) + len(f.body) }
-
-// frameEncoder turns record batches into IPC frames no larger than maxBytes,
-// slicing a batch into several frames when needed. It is safe for concurrent
-// use: it holds no mutable state.
-type frameEncoder struct {
-	mem      memory.Allocator
-	ipcOpts  []ipc.Option
-	maxBytes int
+// spawn runs f in a goroutine that Close waits for.
+func (s *ArrowStream) spawn(f func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
 }
 
-func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
-	mem := memory.DefaultAllocator
-	opts := []ipc.Option{ipc.WithAllocator(mem)}
-	switch compression {
-	case "", "none":
-	case "lz4_frame", "lz4":
-		opts = append(opts, ipc.WithLZ4())
-	case "zstd":
-		opts = append(opts, ipc.WithZstd())
-	default:
-		return nil, fmt.Errorf("unknown compression %q (want none, lz4_frame or zstd)", compression)
-	}
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxFrameBytes
-	}
-	return &frameEncoder{mem: mem, ipcOpts: opts, maxBytes: maxBytes}, nil
-}
-
-// schemaHeader returns the IPC schema message for FlightData #0. It is
-// written by arrowipc rather than arrow-go so that map columns carry the
-// child names the service expects, entries/keys/values (arrow-go can only
-// write entries/key/value); record batch messages carry no names, so
-// arrow-go still encodes those. A type arrowipc does not support is an error
-// naming the field.
-func (e *frameEncoder) schemaHeader(schema *arrow.Schema) ([]byte, error) {
-	msg, err := arrowipc.SchemaMessage(schema)
-	if err != nil {
-		return nil, fmt.Errorf("encode schema message: %w", err)
-	}
-	return msg, nil
-}
-
-// encode returns the frames for rec. It first cuts the batch into chunks by
-// its in-memory size, then halves any chunk whose encoded size still passes
-// the cap. A single row above the cap is an error.
-func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
-	n := rec.NumRows()
-	if n == 0 {
-		return nil, nil
-	}
-	chunks := int64(1)
-	if est := RecordBytes(rec); est > int64(e.maxBytes) {
-		// Aim a little under the cap so most chunks need no second pass.
-		target := int64(e.maxBytes) * 9 / 10
-		chunks = (est + target - 1) / target
-		if chunks > n {
-			chunks = n
+// connectFirst opens the first connection, retrying transient failures
+// within the recovery budget, and starts the ack watchdog.
+func (s *ArrowStream) connectFirst(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			s.cancel() // the stream is discarded; release its context
+		}
+	}()
+	var last *Error
+	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
+		if attempt > 1 {
+			s.obs.OnRetry(s.table, attempt-1, last)
+			if err := sleepCtx(ctx, s.cfg.RecoveryBackoff); err != nil {
+				return Classify(err)
+			}
+		}
+		s.sendMu.Lock()
+		s.gen++
+		c, err := openFlightConn(ctx, s.params, s.gen)
+		if err == nil {
+			s.installLocked(c)
+		}
+		s.sendMu.Unlock()
+		if err == nil {
+			s.spawn(s.watchAcks)
+			return nil
+		}
+		last = Classify(err)
+		if last.Class != Transient || ctx.Err() != nil {
+			return last
 		}
 	}
-	per := (n + chunks - 1) / chunks
-	frames := make([]frame, 0, chunks)
-	for lo := int64(0); lo < n; lo += per {
-		var err error
-		if frames, err = e.encodeRange(frames, rec, lo, min(lo+per, n)); err != nil {
-			return nil, err
-		}
-	}
-	return frames, nil
+	return &Error{Class: Transient, Code: last.Code, ServiceCode: last.ServiceCode,
+		Err: fmt.Errorf("%d connection attempts failed: %w", s.cfg.RecoveryAttempts, last)}
 }
 
-func (e *frameEncoder) encodeRange(dst []frame, rec arrow.RecordBatch, lo, hi int64) ([]frame, error) {
-	f, err := e.encodeSlice(rec, lo, hi)
+// installLocked makes c the current connection and starts its ack reader.
+// The caller holds sendMu.
+func (s *ArrowStream) installLocked(c *flightConn) {
+	s.lastProgress.Store(time.Now().UnixNano())
+	s.cur.Store(c)
+	s.spawn(func() { s.readAcks(c) })
+}
+
+// Submit encodes rec (splitting it above the frame cap), waits for in-flight
+// capacity, assigns its logical span and sends it on the current connection.
+// It does not wait for durability. If the connection is rotating or broken
+// the batch stays pending and goes out on the next connection.
+func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, error) {
+	if !rec.Schema().Equal(s.schema) {
+		return Span{}, fmt.Errorf("submit to %s: %w", s.table, ErrSchemaMismatch)
+	}
+	rows := uint64(rec.NumRows())
+	frames, err := s.encoder.encode(rec)
 	if err != nil {
-		return nil, err
+		return Span{}, fmt.Errorf("submit to %s: %w", s.table, err)
 	}
-	if f.size() <= e.maxBytes {
-		return append(dst, f), nil
-	}
-	if hi-lo == 1 {
-		return nil, fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, f.size(), e.maxBytes, ErrRowTooLarge)
-	}
-	mid := lo + (hi-lo)/2
-	if dst, err = e.encodeRange(dst, rec, lo, mid); err != nil {
-		return nil, err
-	}
-	return e.encodeRange(dst, rec, mid, hi)
-}
-
-func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, error) {
-	slice := rec
-	if lo != 0 || hi != rec.NumRows() {
-		slice = rec.NewSlice(lo, hi)
-		defer slice.Release()
-	}
-	p, err := ipc.GetRecordBatchPayload(slice, e.ipcOpts...)
-	if err != nil {
-		return frame{}, fmt.Errorf("encode record batch rows [%d,%d): %w", lo, hi, err)
-	}
-	defer p.Release()
-	meta := p.Meta()
-	defer meta.Release()
-	// Size the body exactly first (counting is free next to copying), so
-	// serializing costs one copy and no buffer regrowth.
-	var size byteCounter
-	if err := p.SerializeBody(&size); err != nil {
-		return frame{}, fmt.Errorf("size record batch body: %w", err)
-	}
-	body := bytes.NewBuffer(make([]byte, 0, int(size)))
-	if err := p.SerializeBody(body); err != nil {
-		return frame{}, fmt.Errorf("serialize record batch body: %w", err)
-	}
-	return frame{header: bytes.Clone(meta.Bytes()), body: body.Bytes(), rows: hi - lo}, nil
-}
-
-// RecordBytes estimates the in-memory size of rec from its buffers. Buffers
-// shared with a larger parent count in full, so slices are overestimated;
-// encodeRange corrects with the real encoded size.
-func RecordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	for _, col := range rec.Columns() {
-		n += dataBytes(col.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, child := range d.Children() {
-		n += dataBytes(child)
-	}
-	return n
-}
-
-// byteCounter is an io.Writer that only counts.
-type byteCounter int
-
-func (c *byteCounter) Write(p []byte) (int, error) {
-	*c += byteCounter(len(p))
-	return len(p), nil
-}
-
-// ErrRowTooLarge means one row alone is above the request cap; it can never
-// be ingested.
-var ErrRowTooLarge = errors.New("row above the Zerobus request cap")
-
-// ackMessage is the PutResult app_metadata the service sends.
-type ackMessage struct {
-	AckUpToOffset         int64   `json:"ack_up_to_offset"`
-	AckUpToRecords        uint64  `json:"ack_up_to_records"`
-	CloseStreamDurationMs *uint64 `json:"close_stream_duration_ms,omitempty"`
-}
-
-// flightConn is one DoPut call: one physical connection-level stream. Its
-// wire offsets and row counts start at 0. Sends are serialized by the owning
-// logical stream; the reader goroutine delivers acks to it.
-type flightConn struct {
-	connState
-	call flight.FlightService_DoPutClient
-	// base is the logical row position of the first row sent on this
-	// connection: rows durable before it opened.
-	base uint64
-
-	nextOffset int64         // next offset_id; guarded by the stream's sendMu
-	rowsSent   atomic.Uint64 // rows handed to Send, counted before Send
-}
-
-// sentUpTo is the logical position after the last row sent on c.
-func (c *flightConn) sentUpTo() uint64 { return c.base + c.rowsSent.Load() }
-
-// send writes frames with consecutive offset_ids. The caller holds the
-// stream's sendMu.
-func (c *flightConn) send(frames []frame) error {
-	var fd flight.FlightData
+	var size int64
 	for _, f := range frames {
-		fd.DataHeader = f.header
-		fd.DataBody = f.body
-		fd.AppMetadata = strconv.AppendInt([]byte(`{"offset_id":`), c.nextOffset, 10)
-		fd.AppMetadata = append(fd.AppMetadata, '}')
-		c.rowsSent.Add(uint64(f.rows))
-		if err := c.call.Send(&fd); err != nil {
-			c.broken.Store(true)
-			return fmt.Errorf("send frame offset %d: %w", c.nextOffset, err)
+		size += int64(f.size())
+	}
+	if err := s.admit(ctx, size); err != nil {
+		return Span{}, err
+	}
+	defer s.sendMu.Unlock()
+	span := Span{From: s.submitted, To: s.submitted + rows}
+	s.submitted = span.To
+	if rows > 0 {
+		rec.Retain()
+		s.pending = append(s.pending, pendingBatch{rec: rec, span: span, bytes: size})
+	} else {
+		// Nothing to wait for: give the reservation back and wake a
+		// Submit that blocked on it (no ack will).
+		s.unreserveLocked(size)
+	}
+	s.mu.Unlock()
+
+	if c := s.cur.Load(); rows > 0 && c != nil && c.usable() {
+		if s.durable.Load() >= c.sentUpTo() {
+			s.lastProgress.Store(time.Now().UnixNano())
 		}
-		c.nextOffset++
+		// A send error marks the connection broken; its reader gets the
+		// status and triggers recovery, which resends this batch.
+		_ = c.send(frames)
+	}
+	return span, nil
+}
+
+// admit lets a sender in: it reserves room for size bytes (see reserve), then
+// takes sendMu and mu and checks again that the stream accepts data, so that
+// the span assigned under mu goes out in that order under sendMu. On nil the
+// caller holds sendMu and mu and owns the reservation; on an error it holds
+// neither and the reservation is given back.
+func (s *ArrowStream) admit(ctx context.Context, size int64) error {
+	if err := s.reserve(ctx, size); err != nil {
+		return err
+	}
+	if err := s.sendMu.LockCtx(ctx); err != nil {
+		s.unreserve(size)
+		return fmt.Errorf("submit to %s: wait to send: %w", s.table, err)
+	}
+	s.mu.Lock()
+	if err := s.acceptErrLocked(); err != nil {
+		s.unreserveLocked(size)
+		s.mu.Unlock()
+		s.sendMu.Unlock()
+		return err
 	}
 	return nil
 }
 
-// connParams are what opening one connection needs.
-type connParams struct {
-	client      flight.FlightServiceClient
-	token       TokenSource
-	table       string
-	schemaFrame []byte
-	ready       time.Duration
-}
-
-// openFlightConn starts a DoPut call, sends the schema frame and waits for the
-// ready signal. Errors are classified *Error (see withFreshToken).
-func openFlightConn(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
-	return withFreshToken(p.token, func() (*flightConn, error) { return openFlightConnOnce(ctx, p, gen) })
-}
-
-func openFlightConnOnce(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
-	callCtx, cancel, stop, err := callContext(ctx, p.token, p.table)
-	if err != nil {
-		return nil, err
-	}
-	call, err := p.client.DoPut(callCtx)
-	if err != nil {
-		cancel()
-		stop()
-		return nil, fmt.Errorf("start DoPut for %s: %w", p.table, err)
-	}
-	isReady := func(res *flight.PutResult) error {
-		ack, err := parseAck(res.GetAppMetadata())
-		if err != nil {
+// reserve blocks until the stream has room for one more batch of size bytes.
+// One always fits when nothing is in flight, however large it is.
+func (s *ArrowStream) reserve(ctx context.Context, size int64) error {
+	for {
+		s.mu.Lock()
+		if err := s.acceptErrLocked(); err != nil {
+			s.mu.Unlock()
 			return err
 		}
-		if ack.AckUpToOffset != -1 || ack.AckUpToRecords != 0 {
-			return poisonf("first PutResult on %s is not the ready signal: offset %d records %d", p.table, ack.AckUpToOffset, ack.AckUpToRecords)
+		if s.inflight == 0 ||
+			(s.inflightBytes+size <= s.cfg.MaxInflightBytes && s.inflight < s.cfg.MaxInflightBatches) {
+			s.inflightBytes += size
+			s.inflight++
+			s.mu.Unlock()
+			return nil
 		}
-		return nil
+		ch := s.changedLocked()
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("submit to %s: wait for in-flight capacity: %w", s.table, ctx.Err())
+		}
 	}
-	if _, err := firstResponse(ctx, call, &flight.FlightData{DataHeader: p.schemaFrame}, isReady,
-		cancel, stop, p.ready, p.table, "schema", "ready signal"); err != nil {
-		return nil, err
-	}
-	return &flightConn{
-		connState: connState{gen: gen, cancel: cancel, closeSend: call.CloseSend, done: make(chan struct{})},
-		call:      call,
-	}, nil
 }
 
-func parseAck(b []byte) (*ackMessage, error) {
-	var ack ackMessage
-	if err := json.Unmarshal(b, &ack); err != nil {
-		return nil, poisonf("decode PutResult app_metadata %q: %w", truncate(string(b), 200), err)
+// unreserveLocked gives back a reservation that was not used and wakes a
+// sender that may wait for it. The caller holds mu.
+func (s *ArrowStream) unreserveLocked(size int64) {
+	s.inflightBytes -= size
+	s.inflight--
+	s.broadcastLocked()
+}
+
+// unreserve is unreserveLocked taking mu.
+func (s *ArrowStream) unreserve(size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreserveLocked(size)
+}
+
+// acceptErrLocked says why Submit must refuse, or nil. The caller holds mu.
+func (s *ArrowStream) acceptErrLocked() error {
+	switch {
+	case s.failed != nil:
+		return s.failed
+	case s.closed || s.draining:
+		return fmt.Errorf("submit to %s: %w", s.table, ErrStreamClosed)
 	}
-	return &ack, nil
+	return nil
+}
+
+// changedLocked returns a channel closed by the next state change. It is
+// made only when someone waits, so that broadcastLocked, which every ack
+// calls, costs no allocation while nobody does. The caller holds mu.
+func (s *ArrowStream) changedLocked() <-chan struct{} {
+	if s.notify == nil {
+		s.notify = make(chan struct{})
+	}
+	return s.notify
+}
+
+// broadcastLocked wakes every waiter of changedLocked. The caller holds mu.
+func (s *ArrowStream) broadcastLocked() {
+	if s.notify != nil {
+		close(s.notify)
+		s.notify = nil
+	}
+}
+
+// Durable returns the logical durable watermark.
+func (s *ArrowStream) Durable() uint64 { return s.durable.Load() }
+
+// Submitted returns the logical row position after the last submitted row.
+// It is a high-water for diagnostics, never a durability signal.
+func (s *ArrowStream) Submitted() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.submitted
+}
+
+// Reconnects returns how many times the stream replaced its connection.
+func (s *ArrowStream) Reconnects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reconnects
+}
+
+// WaitDurable blocks until Durable() >= row, the stream fails, or ctx is done.
+func (s *ArrowStream) WaitDurable(ctx context.Context, row uint64) error {
+	for {
+		s.mu.Lock()
+		if s.durable.Load() >= row {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.failed != nil {
+			err := s.failed
+			s.mu.Unlock()
+			return err
+		}
+		ch := s.changedLocked()
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Failed returns a channel closed once the stream has failed: recovery gave
+// up or the error was not recoverable. Close does not close it.
+func (s *ArrowStream) Failed() <-chan struct{} { return s.dead }
+
+// Err returns the stream's failure once Failed is closed, else nil.
+func (s *ArrowStream) Err() error {
+	select {
+	case <-s.dead:
+	default:
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// Drain stops accepting submits and waits until every submitted row is
+// durable, the stream fails, or ctx is done.
+func (s *ArrowStream) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	target := s.submitted
+	s.broadcastLocked()
+	s.mu.Unlock()
+	if err := s.WaitDurable(ctx, target); err != nil {
+		return fmt.Errorf("drain %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Close closes the stream: what is not yet durable is abandoned (its waiters
+// get an *Error wrapping ErrStreamClosed), the current connection is
+// half-closed and given closeGrace to end, and Close waits for the stream's
+// goroutines.
+func (s *ArrowStream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	if s.failed == nil {
+		s.failed = &Error{Class: Poison, Code: codes.Canceled, Err: ErrStreamClosed}
+	}
+	pending := s.pending
+	s.pending = nil
+	s.inflightBytes, s.inflight = 0, 0
+	s.broadcastLocked()
+	s.mu.Unlock()
+
+	// Stop recovery first (its sleeps and opens watch ctx), then half-close
+	// the current connection under sendMu: CloseSend must not race a Send.
+	// A Send stuck on flow control is cut loose by cancelling its call.
+	s.cancel()
+	s.sendMu.lockOrCut(closeGrace, func() {
+		if c := s.cur.Load(); c != nil {
+			c.close()
+		}
+	})
+	c := s.cur.Load()
+	if c != nil {
+		c.halfClose()
+	}
+	s.sendMu.Unlock()
+	if c != nil {
+		select {
+		case <-c.done:
+		case <-time.After(closeGrace):
+		}
+		c.close()
+	}
+	s.bg.Wait()
+	for _, p := range pending {
+		p.rec.Release()
+	}
+	return nil
+}
+
+// stopped reports whether the stream failed or was closed.
+func (s *ArrowStream) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stoppedLocked()
+}
+
+// stoppedLocked is stopped for a caller holding mu.
+func (s *ArrowStream) stoppedLocked() bool { return s.failed != nil || s.closed }
+
+// fail records the stream's terminal error, wakes every waiter and stops the
+// connection. Only the first failure counts.
+func (s *ArrowStream) fail(err *Error) {
+	s.mu.Lock()
+	if s.failed != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.failed = err
+	// Report under mu, before any waiter can see the failure: whoever is
+	// woken by it (a lane failing its items, a test) then finds the
+	// failure already logged and counted.
+	s.obs.OnFailure(s.table, err)
+	close(s.dead)
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.cancel()
+	if c := s.cur.Load(); c != nil {
+		c.close()
+	}
+}
+
+// failFrom fails the stream for an error seen on c, unless c was already
+// replaced (a late error from an old connection changes nothing).
+func (s *ArrowStream) failFrom(c *flightConn, err *Error) {
+	if s.cur.Load() != c {
+		c.close()
+		return
+	}
+	s.fail(err)
+}
+
+// readAcks reads PutResults of one connection until it ends.
+func (s *ArrowStream) readAcks(c *flightConn) {
+	defer close(c.done)
+	for {
+		res, err := c.call.Recv()
+		if err != nil {
+			if !c.abandoned.Load() { // else whoever cut it recovers
+				s.endConn(c, Classify(err))
+			}
+			return
+		}
+		ack, perr := parseAck(res.GetAppMetadata())
+		if perr != nil {
+			s.failFrom(c, Classify(perr))
+			return
+		}
+		if err := s.advance(c, ack.AckUpToRecords); err != nil {
+			s.failFrom(c, err)
+			return
+		}
+		if ack.CloseStreamDurationMs != nil && c.rotating.CompareAndSwap(false, true) {
+			s.obs.OnRotation(s.table)
+			wait := time.Duration(*ack.CloseStreamDurationMs) * time.Millisecond
+			s.spawn(func() { s.rotate(c, wait) })
+		}
+	}
+}
+
+// advance maps a connection's cumulative ack to the logical watermark and
+// releases fully durable batches. An ack above what was sent on the
+// connection is a protocol error.
+func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
+	if sent := c.rowsSent.Load(); records > sent {
+		return poisonf("ack of %d records on %s exceeds the %d rows sent on this connection", records, s.table, sent)
+	}
+	pos := c.base + records
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pos <= s.durable.Load() {
+		return nil
+	}
+	s.durable.Store(pos)
+	s.lastProgress.Store(time.Now().UnixNano())
+	released := 0
+	for released < len(s.pending) && s.pending[released].span.To <= pos {
+		p := s.pending[released]
+		p.rec.Release()
+		s.inflightBytes -= p.bytes
+		s.inflight--
+		s.pending[released] = pendingBatch{}
+		released++
+	}
+	s.pending = s.pending[released:]
+	s.broadcastLocked()
+	return nil
+}
+
+// endConn handles the end of connection c for reason: a fatal or poison
+// reason fails the stream, any other replaces the connection. An old
+// connection's end, or one after the stream stopped, changes nothing.
+func (s *ArrowStream) endConn(c *flightConn, reason *Error) {
+	if s.stopped() || s.cur.Load() != c {
+		return
+	}
+	switch reason.Class {
+	case FatalConfig, Poison:
+		s.fail(reason)
+	default:
+		s.spawn(func() { s.recover(c.gen, reason) })
+	}
+}
+
+// watchAcks replaces a connection that has rows outstanding but sent no ack
+// for AckTimeout, like the SDKs' server_lack_of_ack_timeout. Rotating
+// connections have their own deadline and are left alone.
+func (s *ArrowStream) watchAcks() {
+	tick := max(s.cfg.AckTimeout/4, 5*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := s.cur.Load()
+		if c == nil || c.rotating.Load() || s.durable.Load() >= c.sentUpTo() {
+			continue
+		}
+		idle := time.Since(time.Unix(0, s.lastProgress.Load()))
+		if idle > s.cfg.AckTimeout && c.abandoned.CompareAndSwap(false, true) {
+			s.endConn(c, &Error{Class: Transient, Code: codes.DeadlineExceeded,
+				Err: fmt.Errorf("no ack from %s for %s with rows outstanding", s.table, idle.Round(time.Millisecond))})
+			// Recovery needs sendMu, which a Send stuck on flow control
+			// holds when the server stopped reading (overload, or a
+			// partition with the TCP connection still up): cancel the
+			// call so that Send fails and lets recovery in.
+			c.close()
+		}
+	}
+}
+
+// rotate honours the service's close signal (close_stream_duration_ms,
+// wait) for c without sending anything twice:
+//
+//  1. nothing more goes out on c: the reader marked it rotating before
+//     spawning rotate, and Submit checks that under sendMu before sending;
+//     taking sendMu once lets a Submit already past that check finish its
+//     Send, so that the rows sent on c are final;
+//  2. those rows get up to wait to be acked (Submits meanwhile queue: their
+//     batches stay pending and go out on the next connection);
+//  3. c is half-closed; if rows are still unacked, the server ends the call
+//     after acking what it stored, and rotate waits up to closeGrace for
+//     that end to collect those acks;
+//  4. only then is c replaced and what is still unacked resent.
+//
+// Resending before 3 would resend rows the service stored and was about to
+// ack: duplicates in the table.
+func (s *ArrowStream) rotate(c *flightConn, wait time.Duration) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	cut := false
+	// A Send stuck on flow control (the server stopped reading) holds
+	// sendMu, and the watchdog leaves rotating connections alone: give it
+	// closeGrace, then cancel the call so it fails and lets go. The reader
+	// must then leave recovery to us, or it would recover with a
+	// cancellation as the reason and back off first.
+	s.sendMu.lockOrCut(closeGrace, func() {
+		cut = true
+		c.abandoned.Store(true)
+		c.close()
+	})
+	target := c.sentUpTo()
+	s.sendMu.Unlock()
+	if !cut {
+		if !s.awaitAcks(c, target, deadline.C) {
+			return // the stream stopped
+		}
+		// From here on the call's end is ours to handle, whatever it is.
+		c.abandoned.Store(true)
+		// CloseSend runs under sendMu, like every CloseSend.
+		s.sendMu.lockOrCut(closeGrace, c.close)
+		c.halfClose()
+		s.sendMu.Unlock()
+		if s.durable.Load() < target {
+			grace := time.NewTimer(closeGrace)
+			select {
+			case <-c.done: // the reader has applied every ack the server sent
+			case <-grace.C:
+			case <-s.ctx.Done():
+			}
+			grace.Stop()
+		}
+	}
+	s.recover(c.gen, rotationReason)
+}
+
+// awaitAcks waits until the durable watermark reaches target, c's call ends,
+// or deadline fires. It returns false if the stream stopped meanwhile.
+func (s *ArrowStream) awaitAcks(c *flightConn, target uint64, deadline <-chan time.Time) bool {
+	for {
+		s.mu.Lock()
+		done, ch := s.durable.Load() >= target, s.changedLocked()
+		s.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return true
+		case <-c.done:
+			return true
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+}
+
+// recover replaces connection gen (if it is still the current one) and
+// resends everything not yet durable, retrying transient failures within the
+// budget (see retryReconnect). When the budget runs out the stream is
+// poisoned; a fatal error fails it at once; a concurrency reject poisons it
+// at once with RetryAfter set, so the pool backs off before rebuilding
+// instead of this stream retrying.
+func (s *ArrowStream) recover(gen uint64, reason *Error) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	old := s.cur.Load()
+	if old == nil || old.gen != gen || s.stopped() {
+		return
+	}
+	s.mu.Lock()
+	s.reconnects++
+	s.mu.Unlock()
+	s.obs.OnReconnect(s.table, reason)
+	old.close()
+
+	if err := s.retryReconnect(reason); err != nil {
+		s.fail(err)
+	}
+}
+
+// retryReconnect calls reconnectLocked until it succeeds, sleeping
+// RecoveryBackoff before each attempt except the first after a rotation
+// (which is planned, not a failure). It returns nil on success or once the
+// stream stopped, else the error the stream must fail with: a fatal or
+// poison error at once; a concurrency reject at once as Poison with
+// RetryAfter, so the pool backs off before rebuilding instead of this stream
+// hammering a service that refuses streams; Poison when the budget is
+// exhausted. The caller holds sendMu.
+func (s *ArrowStream) retryReconnect(reason *Error) *Error {
+	last := reason
+	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
+		if attempt > 1 || !reason.IsRotation() {
+			if sleepCtx(s.ctx, s.cfg.RecoveryBackoff) != nil {
+				return nil
+			}
+		}
+		err := s.reconnectLocked()
+		if err == nil || s.stopped() {
+			return nil
+		}
+		last = Classify(err)
+		switch last.Class {
+		case FatalConfig, Poison:
+			return last
+		case ConcurrencyReject:
+			return &Error{Class: Poison, Code: last.Code, ServiceCode: last.ServiceCode,
+				RetryAfter: last.RetryAfter, Err: fmt.Errorf("reconnect refused: %w", last)}
+		}
+		if attempt < s.cfg.RecoveryAttempts {
+			s.obs.OnRetry(s.table, attempt, last)
+		}
+	}
+	poisoned := exhausted(s.cfg.RecoveryAttempts, last)
+	poisoned.RetryAfter = last.RetryAfter
+	return poisoned
+}
+
+// reconnectLocked opens a connection based at the durable watermark and
+// resends the unacknowledged suffix on it. The caller holds sendMu.
+func (s *ArrowStream) reconnectLocked() error {
+	s.gen++
+	c, err := openFlightConn(s.ctx, s.params, s.gen)
+	if err != nil {
+		return err
+	}
+
+	// The base and the rows to resend are taken together, once the
+	// connection is open: a late ack from the old connection may advance
+	// durable and release batches at any time before that, and a base
+	// older than the first resent row would map this connection's acks
+	// below the rows it carries, so they would never be confirmed. Hold
+	// references while encoding so a later late ack cannot release a batch
+	// under us.
+	s.mu.Lock()
+	if s.stoppedLocked() {
+		s.mu.Unlock()
+		c.close()
+		return ErrStreamClosed
+	}
+	base := s.durable.Load()
+	c.base = base
+	resend := make([]pendingBatch, 0, len(s.pending))
+	for _, p := range s.pending {
+		if p.span.To > base {
+			p.rec.Retain()
+			resend = append(resend, p)
+		}
+	}
+	s.mu.Unlock()
+	s.installLocked(c)
+	defer func() {
+		for _, p := range resend {
+			p.rec.Release()
+		}
+	}()
+
+	for _, p := range resend {
+		rec := p.rec
+		if p.span.From < base {
+			rec = rec.NewSlice(int64(base-p.span.From), rec.NumRows())
+		}
+		frames, err := s.encoder.encode(rec)
+		if rec != p.rec {
+			rec.Release()
+		}
+		if err != nil {
+			c.close()
+			return poisonf("re-encode unacked rows of %s: %w", s.table, err)
+		}
+		if err := c.send(frames); err != nil {
+			c.close()
+			return fmt.Errorf("resend to %s: %w", s.table, err)
+		}
+	}
+	return nil
+}
+
+// sendLock is a mutex whose Lock can give up when a context ends.
+type sendLock chan struct{}
+
+func newSendLock() sendLock { return make(sendLock, 1) }
+
+func (l sendLock) Lock() { l <- struct{}{} }
+
+func (l sendLock) Unlock() { <-l }
+
+// lockOrCut locks l, waiting at most grace before calling cut and then
+// waiting for as long as it takes. The holder it waits for may be a Send
+// blocked on flow control by a server that stopped reading; cut cancels that
+// Send's call so it fails and unlocks.
+func (l sendLock) lockOrCut(grace time.Duration, cut func()) {
+	select {
+	case l <- struct{}{}:
+		return
+	default:
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case l <- struct{}{}:
+		return
+	case <-t.C:
+	}
+	cut()
+	l.Lock()
+}
+
+// LockCtx locks l, or returns ctx's error if ctx ends first.
+func (l sendLock) LockCtx(ctx context.Context) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

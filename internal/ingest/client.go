@@ -94,7 +94,11 @@ type Config struct {
 	// are outstanding before it is treated as dead and replaced (the SDKs'
 	// server_lack_of_ack_timeout).
 	AckTimeout time.Duration
-	// MaxFrameBytes caps one FlightData message; larger batches are split.
+	// MaxFrameBytes caps one IPC frame (one FlightData message without its
+	// envelope). Batches are cut into frames of about FrameTargetBytes (or
+	// MaxFrameBytes, if smaller); only a single larger row takes a frame up
+	// to MaxFrameBytes. Zero, or anything above DefaultMaxFrameBytes, means
+	// DefaultMaxFrameBytes: a frame never passes the service's request cap.
 	MaxFrameBytes int
 	// Observer receives reconnect, retry and failure events; may be nil.
 	Observer Observer
@@ -123,7 +127,7 @@ func (c Config) withDefaults() Config {
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = DefaultAckTimeout
 	}
-	if c.MaxFrameBytes <= 0 {
+	if c.MaxFrameBytes <= 0 || c.MaxFrameBytes > DefaultMaxFrameBytes {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.UserAgent == "" {

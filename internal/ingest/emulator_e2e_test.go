@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,58 +148,85 @@ func TestEmulatorRotationLosesNothing(t *testing.T) {
 	}
 }
 
-func TestEmulatorJSONStream(t *testing.T) {
-	srv := startEmulator(t, emulator.Faults{})
-	c := e2eClient(t, srv, nil)
-	s, err := c.OpenJSONStream(ctxTimeout(t, 10*time.Second), e2eTable)
-	require.NoError(t, err)
-	defer s.Close()
-	var last int64
-	for i := 0; i < 10; i++ {
-		recs := []string{fmt.Sprintf(`{"id":%d,"name":"a"}`, 2*i), fmt.Sprintf(`{"id":%d}`, 2*i+1)}
-		if i == 0 {
-			recs = recs[:1]
-		}
-		last, err = s.Ingest(context.Background(), recs)
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.WaitForOffset(ctxTimeout(t, 10*time.Second), last))
-	n, err := srv.TableRowCount(e2eTable)
-	require.NoError(t, err)
-	assert.Equal(t, int64(19), n)
+// failureCounter counts the reconnects caused by something other than a
+// rotation: the failed connections.
+type failureCounter struct {
+	ingest.NopObserver
+	n atomic.Int64
 }
 
-// TestEmulatorJSONStreamRotationLosesNothing: the emulator rotates JSON
-// streams every few hundred milliseconds while requests flow; the stream
-// must reconnect by itself, keep its offsets monotonic, and every record
-// must be stored.
-func TestEmulatorJSONStreamRotationLosesNothing(t *testing.T) {
-	srv := startEmulator(t, emulator.Faults{StreamLifetime: 200 * time.Millisecond, RotationGrace: 100 * time.Millisecond})
-	c := e2eClient(t, srv, nil)
-	s, err := c.OpenJSONStream(ctxTimeout(t, 10*time.Second), e2eTable)
+func (f *failureCounter) OnReconnect(_ string, reason error) {
+	if !ingest.Classify(reason).IsRotation() {
+		f.n.Add(1)
+	}
+}
+
+// maxInflight bounds the batches a stream keeps unacked in the rotation
+// tests, so that what one failed connection can leave stored but unacked is
+// bounded too.
+const maxInflight = 5
+
+// writeAcrossRotations submits rows ids [0, rows) in batches of per rows,
+// pacing them over about span, drains the stream and returns how many
+// stored rows are duplicates and how many connections failed (reconnects
+// other than rotations); it fails the test if any row is missing.
+func writeAcrossRotations(t *testing.T, srv *emulator.Server, rows, per int64, span time.Duration) (duplicates, failures int64, reconnects int) {
+	t.Helper()
+	obs := &failureCounter{}
+	c := e2eClient(t, srv, func(cfg *ingest.Config) {
+		cfg.Observer = obs
+		cfg.MaxInflightBatches = maxInflight
+		cfg.RecoveryAttempts = 10 // 5 % of resent batches fail too
+	})
+	s, err := c.OpenArrowStream(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
 	require.NoError(t, err)
 	defer s.Close()
-
-	const records, perRequest = 3000, 10
-	last := int64(-1)
-	for from := 0; from < records; from += perRequest {
-		recs := make([]string, 0, perRequest)
-		for id := from; id < from+perRequest; id++ {
-			recs = append(recs, fmt.Sprintf(`{"id":%d,"name":"row-%d"}`, id, id))
-		}
-		off, err := s.Ingest(ctxTimeout(t, 10*time.Second), recs)
-		require.NoError(t, err, "ingest never refuses for a rotation")
-		require.Equal(t, last+1, off, "offsets are consecutive across rotations")
-		last = off
-		time.Sleep(3 * time.Millisecond) // spread the run over several stream lifetimes
+	pause := span / time.Duration(rows/per)
+	for from := int64(0); from < rows; from += per {
+		b := e2eBatch(from, min(per, rows-from))
+		_, err := s.Submit(ctxTimeout(t, 30*time.Second), b)
+		b.Release()
+		require.NoError(t, err, "submit never fails for a rotation or a transient error")
+		time.Sleep(pause)
 	}
-	require.NoError(t, s.WaitForOffset(ctxTimeout(t, 30*time.Second), last))
-	assert.Equal(t, last, s.Acked())
-	assert.GreaterOrEqual(t, s.Reconnects(), 2, "the emulator rotated the stream")
+	require.NoError(t, s.Drain(ctxTimeout(t, 60*time.Second)))
 	ids := storedIDs(t, srv)
-	for i := int64(0); i < records; i++ {
-		assert.GreaterOrEqual(t, ids[i], 1, "record %d stored", i)
+	for i := int64(0); i < rows; i++ {
+		require.GreaterOrEqual(t, ids[i], 1, "row %d acknowledged durable but not stored", i)
+		duplicates += int64(ids[i] - 1)
 	}
+	require.Len(t, ids, int(rows), "only the ids sent are stored")
+	return duplicates, obs.n.Load(), s.Reconnects()
+}
+
+// TestEmulatorRotationWithoutDuplicates: the emulator rotates the stream
+// every second (close signal, then UNAVAILABLE 6002 once the 2 s grace is
+// over) while 20,000 rows flow. The stream stops sending on the rotating
+// connection, waits for its acks, half-closes and only then resends what is
+// still unacked on the next one, so nothing is stored twice.
+func TestEmulatorRotationWithoutDuplicates(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{StreamLifetime: time.Second})
+	const rows = 20_000
+	dups, failures, reconnects := writeAcrossRotations(t, srv, rows, 100, 4*time.Second)
+	t.Logf("rotation every 1 s: %d rows, %d reconnects, %d duplicates", rows, reconnects, dups)
+	assert.GreaterOrEqual(t, reconnects, 3, "the emulator rotated the stream several times")
+	assert.Zero(t, failures, "every reconnect was a rotation")
+	assert.Zero(t, dups, "a graceful rotation stores nothing twice")
+}
+
+// TestEmulatorRotationAndUnavailableDuplicates adds 5 % UNAVAILABLE per
+// batch (resent batches included) to the rotation. Nothing may be lost;
+// duplicates are allowed (at-least-once): when the emulator fails a call it
+// has stored batches it has not acked yet, and the stream must resend them.
+// So each failed connection duplicates at most what was in flight on it,
+// never rows acked before.
+func TestEmulatorRotationAndUnavailableDuplicates(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{StreamLifetime: time.Second, ErrorRate: map[string]float64{"UNAVAILABLE": 0.05}})
+	const rows, per = 20_000, 100
+	dups, failures, reconnects := writeAcrossRotations(t, srv, rows, per, 4*time.Second)
+	t.Logf("rotation every 1 s + 5%% UNAVAILABLE: %d rows, %d reconnects (%d failures), %d duplicates (%.1f%% of stored rows)",
+		rows, reconnects, failures, dups, 100*float64(dups)/float64(rows+dups))
+	assert.LessOrEqual(t, dups, failures*maxInflight*per, "at most the rows in flight are stored twice per failed connection")
 }
 
 func TestEmulatorErrorClasses(t *testing.T) {

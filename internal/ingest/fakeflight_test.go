@@ -70,6 +70,9 @@ type fakeFlightServer struct {
 	noReady func(conn int) bool
 	// onFrame decides the reply to each batch frame; nil acks everything.
 	onFrame func(ev frameEvent) reply
+	// onHalfClose runs when the client half-closed a call (after its last
+	// frame); it may send acks, and its error ends the call (nil: OK).
+	onHalfClose func(fc *fakeConn, rows uint64) error
 
 	mu    sync.Mutex
 	conns []*fakeConn
@@ -82,7 +85,7 @@ func (s *fakeFlightServer) DoPut(stream flight.FlightService_DoPutServer) error 
 	s.mu.Lock()
 	fc := &fakeConn{index: len(s.conns), md: md, stream: stream}
 	s.conns = append(s.conns, fc)
-	setup, noReady, onFrame := s.setup, s.noReady, s.onFrame
+	setup, noReady, onFrame, onHalfClose := s.setup, s.noReady, s.onFrame, s.onHalfClose
 	s.mu.Unlock()
 
 	if setup != nil {
@@ -139,7 +142,13 @@ func (s *fakeFlightServer) DoPut(stream flight.FlightService_DoPutServer) error 
 			return r.endAfter
 		}
 	}
-	return rdr.Err()
+	if err := rdr.Err(); err != nil || onHalfClose == nil {
+		return err
+	}
+	fc.mu.Lock()
+	rows := fc.rows
+	fc.mu.Unlock()
+	return onHalfClose(fc, rows)
 }
 
 // sendAck sends one PutResult; tests may call it from outside the handler.

@@ -1,12 +1,17 @@
-// Package zerobus is a pure-Go client for the Databricks Zerobus ingest
-// service: OAuth M2M tokens, the Arrow Flight DoPut path, the JSON record path,
-// and the classification of the errors the service returns.
+// Package ingest is a pure-Go client for the Databricks Zerobus ingest
+// service: OAuth M2M tokens, Arrow record batches streamed over Arrow Flight
+// DoPut, and the classification of the errors the service returns.
 //
 // The layers above (the stream pool and the ack lanes) depend only on the
 // Stream and Opener interfaces in this file. A Stream is one long-lived logical
 // stream: it hides connections, reconnects on transient errors and on server
 // rotation, resends what was not yet durable, and reports only what it cannot
 // recover from.
+//
+// Files: client.go opens streams (Client, Config); arrowstream.go is the
+// logical stream (ArrowStream); flightconn.go is one DoPut call under it;
+// frames.go encodes record batches into IPC frames under the request cap;
+// auth.go fetches tokens; errors.go classifies failures.
 package ingest
 
 import (

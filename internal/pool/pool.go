@@ -70,8 +70,13 @@ type Ticket struct {
 
 // Wait blocks until the rows are durable (nil), or their stream failed or
 // the pool closed before that (an error: the caller nacks and the rows are
-// redelivered), or ctx is done (an error, never nil).
+// redelivered), or ctx is done (an error, never nil). A nil or zero Ticket
+// stands for no submitted rows: waiting on it is an error wrapping
+// acklane.ErrNoReceipt, never "durable".
 func (t *Ticket) Wait(ctx context.Context) error {
+	if t == nil {
+		return fmt.Errorf("pool: wait on a nil ticket: %w", acklane.ErrNoReceipt)
+	}
 	if err := t.receipt.Wait(ctx); err != nil {
 		return fmt.Errorf("pool: stream %d (generation %d) rows [%d,%d): %w",
 			t.Stream, t.Generation, t.Span.From, t.Span.To, err)

@@ -295,6 +295,15 @@ func TestSelection(t *testing.T) {
 	})
 }
 
+// A nil or zero Ticket stands for no submitted rows: waiting on it must be
+// an error, never a confirmation that something is durable.
+func TestTicketWaitOnNilOrZeroIsAnError(t *testing.T) {
+	ctx := testCtx(t)
+	var nilTicket *pool.Ticket
+	assert.ErrorIs(t, nilTicket.Wait(ctx), acklane.ErrNoReceipt)
+	assert.ErrorIs(t, (&pool.Ticket{}).Wait(ctx), acklane.ErrNoReceipt)
+}
+
 func TestTicketConfirmsOnlyAfterDurableAck(t *testing.T) {
 	ctx := testCtx(t)
 	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})

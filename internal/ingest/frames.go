@@ -1,0 +1,204 @@
+package ingest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
+)
+
+// MaxRequestBytes is the service's cap on one ingest request (one FlightData
+// message): 10 MiB (../shared/spec/zerobus-wire.md; the official SDKs set no
+// gRPC message limit of their own and the service refuses larger requests).
+const MaxRequestBytes = 10 << 20
+
+// frameEnvelope is what one FlightData message adds around its IPC frame:
+// the protobuf envelope and the app_metadata {"offset_id":N}, bounded
+// generously.
+const frameEnvelope = 16 << 10
+
+// DefaultMaxFrameBytes is the largest IPC frame (header + body) a stream
+// sends: one FlightData message then stays under MaxRequestBytes. Only a
+// single row larger than FrameTargetBytes makes a frame this big.
+const DefaultMaxFrameBytes = MaxRequestBytes - frameEnvelope
+
+// FrameTargetBytes is the size the encoder aims at when it cuts a batch into
+// frames: about 2 MiB, as the official SDK does, which also matches the
+// flow-control window the service advertises per HTTP/2 stream (2 MiB, and
+// 32 MiB per connection) so one frame never waits for the window to reopen
+// mid-message. ../shared/spec/zerobus-wire.md records both facts. A frame
+// holding a single row may exceed it, up to DefaultMaxFrameBytes.
+const FrameTargetBytes = 2 << 20
+
+// frame is one encoded IPC record batch ready to become a FlightData.
+type frame struct {
+	header []byte
+	body   []byte
+	rows   int64
+}
+
+func (f frame) size() int { return len(f.header) + len(f.body) }
+
+// frameEncoder turns record batches into IPC frames of about targetBytes,
+// never larger than maxBytes, slicing a batch into several frames when
+// needed. It is safe for concurrent use: it holds no mutable state.
+type frameEncoder struct {
+	mem     memory.Allocator
+	ipcOpts []ipc.Option
+	// targetBytes is what a frame of several rows stays under; maxBytes is
+	// what a frame of one row stays under (else the row is refused).
+	targetBytes, maxBytes int
+}
+
+func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
+	mem := memory.DefaultAllocator
+	opts := []ipc.Option{ipc.WithAllocator(mem)}
+	switch compression {
+	case "", "none":
+	case "lz4_frame", "lz4":
+		opts = append(opts, ipc.WithLZ4())
+	case "zstd":
+		opts = append(opts, ipc.WithZstd())
+	default:
+		return nil, fmt.Errorf("unknown compression %q (want none, lz4_frame or zstd)", compression)
+	}
+	if maxBytes <= 0 || maxBytes > DefaultMaxFrameBytes {
+		maxBytes = DefaultMaxFrameBytes
+	}
+	return &frameEncoder{mem: mem, ipcOpts: opts, targetBytes: min(FrameTargetBytes, maxBytes), maxBytes: maxBytes}, nil
+}
+
+// schemaHeader returns the IPC schema message for FlightData #0. It is
+// written by arrowipc rather than arrow-go so that map columns carry the
+// child names the service expects, entries/keys/values (arrow-go can only
+// write entries/key/value); record batch messages carry no names, so
+// arrow-go still encodes those. A type arrowipc does not support is an error
+// naming the field.
+func (e *frameEncoder) schemaHeader(schema *arrow.Schema) ([]byte, error) {
+	msg, err := arrowipc.SchemaMessage(schema)
+	if err != nil {
+		return nil, fmt.Errorf("encode schema message: %w", err)
+	}
+	return msg, nil
+}
+
+// encode returns the frames for rec. It first cuts the batch into chunks by
+// its in-memory size, aiming a little under targetBytes, then halves any
+// chunk whose encoded size still passes targetBytes. A single row may take a
+// frame up to maxBytes; above that it is an error wrapping ErrRowTooLarge
+// (OversizedRows finds such rows beforehand, so that they fail alone).
+func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
+	n := rec.NumRows()
+	if n == 0 {
+		return nil, nil
+	}
+	chunks := int64(1)
+	if est := RecordBytes(rec); est > int64(e.targetBytes) {
+		// Aim a little under the target so most chunks need no second pass.
+		aim := int64(e.targetBytes) * 9 / 10
+		chunks = (est + aim - 1) / aim
+		if chunks > n {
+			chunks = n
+		}
+	}
+	per := (n + chunks - 1) / chunks
+	frames := make([]frame, 0, chunks)
+	for lo := int64(0); lo < n; lo += per {
+		var err error
+		if frames, err = e.encodeRange(frames, rec, lo, min(lo+per, n)); err != nil {
+			return nil, err
+		}
+	}
+	return frames, nil
+}
+
+func (e *frameEncoder) encodeRange(dst []frame, rec arrow.RecordBatch, lo, hi int64) ([]frame, error) {
+	f, err := e.encodeSlice(rec, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	if f.size() <= e.targetBytes {
+		return append(dst, f), nil
+	}
+	if hi-lo == 1 {
+		if f.size() <= e.maxBytes {
+			return append(dst, f), nil
+		}
+		return nil, fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, f.size(), e.maxBytes, ErrRowTooLarge)
+	}
+	mid := lo + (hi-lo)/2
+	if dst, err = e.encodeRange(dst, rec, lo, mid); err != nil {
+		return nil, err
+	}
+	return e.encodeRange(dst, rec, mid, hi)
+}
+
+func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, error) {
+	slice := rec
+	if lo != 0 || hi != rec.NumRows() {
+		slice = rec.NewSlice(lo, hi)
+		defer slice.Release()
+	}
+	p, err := ipc.GetRecordBatchPayload(slice, e.ipcOpts...)
+	if err != nil {
+		return frame{}, fmt.Errorf("encode record batch rows [%d,%d): %w", lo, hi, err)
+	}
+	defer p.Release()
+	meta := p.Meta()
+	defer meta.Release()
+	// Size the body exactly first (counting is free next to copying), so
+	// serializing costs one copy and no buffer regrowth.
+	var size byteCounter
+	if err := p.SerializeBody(&size); err != nil {
+		return frame{}, fmt.Errorf("size record batch body: %w", err)
+	}
+	body := bytes.NewBuffer(make([]byte, 0, int(size)))
+	if err := p.SerializeBody(body); err != nil {
+		return frame{}, fmt.Errorf("serialize record batch body: %w", err)
+	}
+	return frame{header: bytes.Clone(meta.Bytes()), body: body.Bytes(), rows: hi - lo}, nil
+}
+
+// RecordBytes estimates the in-memory size of rec from its buffers. Buffers
+// shared with a larger parent count in full, so slices are overestimated;
+// encodeRange corrects with the real encoded size.
+func RecordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, col := range rec.Columns() {
+		n += dataBytes(col.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, child := range d.Children() {
+		n += dataBytes(child)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		n += dataBytes(d.Dictionary())
+	}
+	return n
+}
+
+// byteCounter is an io.Writer that only counts.
+type byteCounter int
+
+func (c *byteCounter) Write(p []byte) (int, error) {
+	*c += byteCounter(len(p))
+	return len(p), nil
+}
+
+// ErrRowTooLarge means one row alone is above the request cap; it can never
+// be ingested.
+var ErrRowTooLarge = errors.New("row above the Zerobus request cap")

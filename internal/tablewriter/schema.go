@@ -320,7 +320,7 @@ func (w *Writer) refresh(ctx context.Context, seen *state) *state {
 	case ts == nil:
 		w.errorf("table %s: rows carry fields the table lacks, and the table is gone", w.cfg.Table)
 		return seen
-	case sameColumns(ts.Columns, seen.columns):
+	case typemap.SameColumns(ts.Columns, seen.columns):
 		w.infof("table %s: rows carry fields the table lacks; re-described it, no new columns (next look in %s; catalog.provision adds them)", w.cfg.Table, w.cfg.SchemaRefreshInterval)
 		return seen
 	}
@@ -353,7 +353,7 @@ func (w *Writer) redescribe(ctx context.Context, seen *state) {
 		w.errorf("re-describe table %s after a schema rejection: the table is gone", w.cfg.Table)
 		return
 	}
-	if sameColumns(ts.Columns, seen.columns) {
+	if typemap.SameColumns(ts.Columns, seen.columns) {
 		return
 	}
 	next, err := w.buildState(ctx, ts.Columns, seen.pool)
@@ -365,17 +365,6 @@ func (w *Writer) redescribe(ctx context.Context, seen *state) {
 	w.st.Store(next)
 }
 
-func sameColumns(a, b []typemap.Column) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Name != b[i].Name || a[i].Nullable != b[i].Nullable || !a[i].Type.Equal(b[i].Type) {
-			return false
-		}
-	}
-	return true
-}
 
 // reservedColumns are the converter's metadata columns as table columns,
 // added to every table the output creates.

@@ -24,12 +24,35 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 	}
 	defer res.Record.Release()
 	w.obs.Reconciled(res.Reconciled)
-	if res.Record.NumRows() > 0 {
-		if err := w.submitAndWait(ctx, st, res, lay); err != nil {
+	// A row no request can carry fails alone, before anything is sent: the
+	// rest of its batch still lands.
+	over := oversized(res)
+	if int(res.Record.NumRows()) > len(over) {
+		if err := w.submitAndWait(ctx, st, res, lay, over); err != nil {
 			return nil, st, err
 		}
 	}
-	return append(lay.keyErrs, res.RowErrors...), st, nil
+	rowErrs := append(lay.keyErrs, res.RowErrors...)
+	for _, o := range over {
+		rowErrs = append(rowErrs, o)
+	}
+	return rowErrs, st, nil
+}
+
+// oversized returns, by record row, the row errors of the converted rows
+// whose encoding alone passes the service's request cap.
+func oversized(res arrowconv.Result) map[int]arrowconv.RowError {
+	rows := ingest.OversizedRows(res.Record, ingest.MaxRequestBytes)
+	if len(rows) == 0 {
+		return nil
+	}
+	out := make(map[int]arrowconv.RowError, len(rows))
+	for _, o := range rows {
+		out[o.Row] = arrowconv.RowError{Index: res.SourceIndex[o.Row], Column: o.Column,
+			Err: fmt.Errorf("%w: the row alone needs about %d bytes in a request, above the service's %d-byte cap (column %q holds %d bytes of it)",
+				ingest.ErrRowTooLarge, o.Bytes, ingest.MaxRequestBytes, o.Column, o.ColumnBytes)}
+	}
+	return out
 }
 
 // layout says in which order a batch is converted and which stream group
@@ -186,8 +209,8 @@ type part struct {
 // group) and waits for every ticket. Nothing here reads a submitted
 // watermark: only the tickets, settled by the ack lanes after the durable
 // ack, decide the outcome.
-func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, lay layout) error {
-	parts := split(res, lay)
+func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError) error {
+	parts := split(res, lay, skip)
 	defer func() {
 		for _, p := range parts {
 			p.rec.Release()
@@ -239,19 +262,25 @@ func (w *Writer) onWriteErr(ctx context.Context, st *state, err error) {
 }
 
 // split cuts the converted record into one zero-copy slice per stream
-// group (the whole record, key "", without an ordering key). Rows of one
-// group are contiguous because layout ordered the conversion by group.
-func split(res arrowconv.Result, lay layout) []part {
+// group (the whole record, key "", without an ordering key), leaving out
+// the record rows in skip. Rows of one group are contiguous because layout
+// ordered the conversion by group.
+func split(res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError) []part {
 	n := int(res.Record.NumRows())
 	// Bytes are the Arrow size of the record, shared pro rata among slices.
 	total := ingest.RecordBytes(res.Record)
+	skipped := func(r int) bool { _, ok := skip[r]; return ok }
 	var parts []part
 	for lo := 0; lo < n; {
+		if skipped(lo) {
+			lo++
+			continue
+		}
 		hi, g := lo, -1
 		if lay.group != nil {
 			g = lay.group[res.SourceIndex[lo]]
 		}
-		for hi < n && (lay.group == nil || lay.group[res.SourceIndex[hi]] == g) {
+		for hi < n && !skipped(hi) && (lay.group == nil || lay.group[res.SourceIndex[hi]] == g) {
 			hi++
 		}
 		b := total * int64(hi-lo) / int64(n)

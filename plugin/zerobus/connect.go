@@ -27,7 +27,7 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		ColumnDescriptions: c.ColumnDescriptions,
 		Role:               catalog.Role(c.Role),
 		RecheckInterval:    c.RecheckInterval,
-		Convert:            arrowconv.Options{NestedToString: c.NestedToString, EpochUnit: c.EpochUnit},
+		Convert:            arrowconv.Options{NestedToString: c.NestedToString, EpochUnit: c.EpochUnit, NTZFromZoned: c.NTZFromZoned},
 		Pool:               c.poolConfig(),
 		AckTimeout:         c.AckTimeout,
 		RedescribeTimeout:  c.CloseTimeout,

@@ -82,7 +82,7 @@ type streamMetrics struct {
 
 // reconcileKinds are the emit-time reconciliations the converter counts,
 // exported at 0 from start-up.
-var reconcileKinds = []string{arrowconv.ReconcileNestedToString, arrowconv.ReconcileFieldNameCase}
+var reconcileKinds = []string{arrowconv.ReconcileNestedToString, arrowconv.ReconcileFieldNameCase, arrowconv.ReconcileNTZFromZoned}
 
 // reconnectCauses are the cause label values of zerobus_stream_reconnects_total.
 var reconnectCauses = []string{causeRotation, causeTransient, causeReject}

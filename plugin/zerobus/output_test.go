@@ -468,3 +468,33 @@ func TestStoppedStreamsReportNotConnectedAndHealOnConnect(t *testing.T) {
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":2,"msg":"b"}`)))
 	assert.Contains(t, submittedRows(t, h.opener), "2:b")
 }
+
+// A Bloblang timestamp into TIMESTAMP_NTZ fails its row, naming the column,
+// unless reconcile.timestamp_ntz_from_zoned stores its UTC wall time.
+func TestZonedTimestampIntoNTZ(t *testing.T) {
+	ts := time.Date(2026, 11, 30, 12, 0, 0, 0, time.FixedZone("CET", 3600))
+	for _, tc := range []struct {
+		name, yaml string
+		wantErr    bool
+	}{
+		{"refused by default", "", true},
+		{"converted when opted in", "reconcile:\n  timestamp_ntz_from_zoned: true\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, ingestfake.Config{KeepRecords: true}, tc.yaml, func(c *catalogfake.Catalog) {
+				c.Put(testTable, "id BIGINT NOT NULL, local TIMESTAMP_NTZ", nil)
+			})
+			h.connect(t)
+			m := service.NewMessage(nil)
+			m.SetStructured(map[string]any{"id": int64(1), "local": ts})
+			err := h.out.WriteBatch(context.Background(), service.MessageBatch{m})
+			if !tc.wantErr {
+				require.NoError(t, err)
+				return
+			}
+			failed := failedRows(t, err)
+			require.Len(t, failed, 1)
+			assert.Contains(t, failed[0], `column "local"`)
+		})
+	}
+}

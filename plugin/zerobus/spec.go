@@ -35,6 +35,7 @@ const (
 	fReconcile     = "reconcile"
 	fNestedToStr   = "nested_to_string"
 	fEpochUnit     = "timestamp_epoch_unit"
+	fNTZFromZoned  = "timestamp_ntz_from_zoned"
 	fCloseTimeout  = "close_timeout"
 	fCatalog       = "catalog"
 	fProvision     = "provision"
@@ -229,6 +230,9 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 				service.NewStringEnumField(fEpochUnit, "s", "ms", "us", "ns").
 					Description("The unit of numeric values written to TIMESTAMP / TIMESTAMP_NTZ columns.").
 					Default("us"),
+				service.NewBoolField(fNTZFromZoned).
+					Description("Store a timestamp value (a Bloblang `timestamp`, which names an instant in a zone) into a TIMESTAMP_NTZ column as its UTC wall time. When false such a row fails, naming the column: a zoned value in a zone-less column is a mismatch to fix upstream, not to guess. Zoned strings and epochs always fail.").
+					Default(false),
 			).Description("Emit-time type reconciliation.").Advanced(),
 			service.NewDurationField(fCloseTimeout).
 				Description("Bound on shutdown: draining streams and closing clients. The default stays inside the engine's `shutdown_timeout` (20s by default): keep it below yours. Rows not durable by then are nacked (redelivered), never acked, and the log says how many.").
@@ -315,6 +319,7 @@ type outputConfig struct {
 
 	NestedToString bool
 	EpochUnit      string
+	NTZFromZoned   bool
 
 	CloseTimeout time.Duration
 
@@ -379,6 +384,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	str(&c.Compression, fCompression)
 	boolean(&c.NestedToString, fReconcile, fNestedToStr)
 	str(&c.EpochUnit, fReconcile, fEpochUnit)
+	boolean(&c.NTZFromZoned, fReconcile, fNTZFromZoned)
 	duration(&c.CloseTimeout, fCloseTimeout)
 	boolean(&c.Provision, fCatalog, fProvision)
 	str(&c.WarehouseID, fCatalog, fWarehouseID)
@@ -593,6 +599,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"compression", c.Compression,
 		"reconcile.nested_to_string", c.NestedToString,
 		"reconcile.timestamp_epoch_unit", c.EpochUnit,
+		"reconcile.timestamp_ntz_from_zoned", c.NTZFromZoned,
 		"close_timeout", c.CloseTimeout.String(),
 		"catalog.provision", c.Provision,
 		"catalog.warehouse_id", c.WarehouseID,

@@ -219,16 +219,16 @@ func (s *Server) authorizeStream(ctx context.Context, tableOverride string) (wor
 }
 
 // checkTableHeader refuses a table name with a byte outside printable ASCII
-// (0x20-0x7E). gRPC defines an ASCII metadata value as printable ASCII only
-// (PROTOCOL-HTTP2.md: ASCII-Value -> 1*( %x20-%x7E )); the official SDK
-// cannot send anything else (tonic's AsciiMetadataValue, used for the
-// x-databricks-zerobus-table-name header in rust/sdk/src/headers_provider.rs,
-// refuses it, "Failed to add table name header"), grpc-go clients refuse to
-// send it, and the service only supports table names of ASCII letters,
-// digits and underscores (docs.databricks.com, Zerobus Ingest connector
-// limitations). A raw HTTP/2 client can still put a tab or UTF-8 bytes
-// there; the name can never match a table, so the stream is refused
-// INVALID_ARGUMENT (not retryable), naming the byte.
+// (0x20-0x7E). Unity Catalog object names never hold ASCII control
+// characters (00-1F) or DELETE (7F) (docs.databricks.com, SQL language
+// reference "Names"), and Zerobus writes only tables named with ASCII
+// letters, digits and underscores (Zerobus Ingest connector limitations), so
+// such a header can name no table the service writes; gRPC itself defines an
+// ASCII metadata value as printable ASCII (PROTOCOL-HTTP2.md, ASCII-Value).
+// Observed: the official SDK 1.3.0 sends a tab in the header (tonic accepts
+// visible ASCII and tab) and refuses non-ASCII before sending; grpc-go
+// clients refuse both. The stream is refused INVALID_ARGUMENT, not
+// retryable, naming the byte (conformance TestSDKNonPrintableTableName).
 func checkTableHeader(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {

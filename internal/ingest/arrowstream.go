@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
 
 // Metadata keys every Zerobus call carries.
@@ -63,13 +65,18 @@ func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
 	return &frameEncoder{mem: mem, ipcOpts: opts, maxBytes: maxBytes}, nil
 }
 
-// schemaHeader returns the IPC schema message for FlightData #0.
-func (e *frameEncoder) schemaHeader(schema *arrow.Schema) []byte {
-	p := ipc.GetSchemaPayload(schema, e.mem)
-	defer p.Release()
-	meta := p.Meta()
-	defer meta.Release()
-	return bytes.Clone(meta.Bytes())
+// schemaHeader returns the IPC schema message for FlightData #0. It is
+// written by arrowipc rather than arrow-go so that map columns carry the
+// child names the service expects, entries/keys/values (arrow-go can only
+// write entries/key/value); record batch messages carry no names, so
+// arrow-go still encodes those. A type arrowipc does not support is an error
+// naming the field.
+func (e *frameEncoder) schemaHeader(schema *arrow.Schema) ([]byte, error) {
+	msg, err := arrowipc.SchemaMessage(schema)
+	if err != nil {
+		return nil, fmt.Errorf("encode schema message: %w", err)
+	}
+	return msg, nil
 }
 
 // encode returns the frames for rec. It first cuts the batch into chunks by

@@ -63,7 +63,9 @@ func TestArrowStreamWireShape(t *testing.T) {
 	assert.False(t, schemaFrame.hasDescriptor, "no FlightDescriptor")
 	assert.Empty(t, schemaFrame.appMetadata, "schema frame has no app_metadata")
 	assert.Zero(t, schemaFrame.bodyLen, "schema frame has no body")
-	assert.Equal(t, c.encoder.schemaHeader(testSchema), schemaFrame.header)
+	wantHeader, err := c.encoder.schemaHeader(testSchema)
+	require.NoError(t, err)
+	assert.Equal(t, wantHeader, schemaFrame.header)
 	for i, f := range raw[1:] {
 		assert.False(t, f.hasDescriptor)
 		assert.JSONEq(t, `{"offset_id":`+itoa(i)+`}`, f.appMetadata)

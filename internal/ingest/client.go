@@ -261,11 +261,15 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 	if err != nil {
 		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: err}
 	}
+	schemaFrame, err := c.encoder.schemaHeader(schema)
+	if err != nil {
+		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: fmt.Errorf("stream to %s: %w", table, err)}
+	}
 	s := newArrowStream(c, table, schema, connParams{
 		client:      c.flight,
 		token:       ts,
 		table:       table,
-		schemaFrame: c.encoder.schemaHeader(schema),
+		schemaFrame: schemaFrame,
 		ready:       c.cfg.ReadyTimeout,
 	})
 	if err := s.connectFirst(ctx); err != nil {

@@ -8,6 +8,13 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 )
 
+// The emulator reads names with its own small walker rather than
+// internal/arrowipc.ReadSchema: that reader bounds Arrow field depth at 100
+// (top-level field = 1), which refuses schemas the service accepts — the
+// service's limit is 100 UC type levels below the column (schema.rs
+// MAX_NESTING_DEPTH), i.e. 101 Arrow fields for nested structs and more
+// where maps add their entries level (TestNestingOfExactly100IsWritable).
+
 // fieldNames is one field of an IPC schema message as written on the wire:
 // its name and its children's names, recursively. arrow-go's IPC reader
 // rebuilds map types with its own child names ("entries", "key", "value")

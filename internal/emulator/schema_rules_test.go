@@ -409,3 +409,24 @@ func TestTableHeaderWithNonPrintableCharacters(t *testing.T) {
 	code, msg := rawGRPCStatus(t, srv, tok, testTable)
 	assert.NotContains(t, msg, "non-printable", code)
 }
+
+// TestNestingOfExactly100IsWritable sends a column nested 100 levels deep
+// (the service's MAX_NESTING_DEPTH counts type levels below the column: 100
+// is allowed) in the stream schema itself: the schema message, 101 fields
+// deep, is read and accepted.
+func TestNestingOfExactly100IsWritable(t *testing.T) {
+	const table = "main.default.deep"
+	srv := startEmu(t, nil)
+	ty := typemap.Primitive(typemap.Int)
+	for i := 0; i < 100; i++ {
+		ty = typemap.StructOf(typemap.Field{Name: "a", Type: ty, Nullable: true})
+	}
+	cols := []typemap.Column{{Name: "id", Type: typemap.Primitive(typemap.Long)}, {Name: "deep", Type: ty, Nullable: true}}
+	_, err := srv.Registry().Create(workspace.Table{FullName: table, TableType: "MANAGED", Columns: cols})
+	require.NoError(t, err)
+	schema, err := serviceSchema(cols)
+	require.NoError(t, err)
+	p, _, err := openPut(t, dial(t, srv), zerobusToken(t, srv, table), table, schema)
+	require.NoError(t, err)
+	require.NoError(t, p.finish())
+}

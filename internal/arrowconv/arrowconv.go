@@ -16,7 +16,9 @@
 //     value (1e3 and 1.50e1 are integers; 1.5 is not), range checked. Parsed
 //     exactly, never through float64.
 //   - DOUBLE, FLOAT: a JSON number, or the strings "NaN", "Infinity",
-//     "-Infinity". A FLOAT overflow is an error.
+//     "-Infinity". A FLOAT overflow is an error. The bare literals NaN and
+//     Infinity are not JSON and fail the row (as anywhere else) with a
+//     message saying so.
 //   - DECIMAL(p,s): a JSON number or a numeric string, written as its canonical
 //     string with exactly s fraction digits ("12.30"). Values that would need
 //     rounding or more than p-s integer digits are errors.
@@ -24,8 +26,12 @@
 //     only when Options.NestedToString is set (counted as "nested_to_string"
 //     in Result.Reconciled); otherwise it is an error wrapping
 //     ErrNestedIntoString. Numbers and booleans are errors.
-//   - VARIANT: any JSON value, stored as its compact JSON text. JSON null is
-//     SQL NULL.
+//   - VARIANT: any JSON value, in the Parquet variant binary encoding as the
+//     struct typemap.VariantArrowType (see variantNode for the mapping, which
+//     follows Spark's parse_json: exact integers, decimals for plain
+//     fractions up to 38 digits, else doubles). A JSON null is the variant
+//     null, as in Spark's from_json; only a missing field is SQL NULL.
+//     Duplicate object keys are an error.
 //   - BINARY: a standard (padded) base64 string.
 //   - BOOLEAN: true or false.
 //   - DATE: "2006-01-02", or an integer number of days since 1970-01-01.
@@ -33,10 +39,15 @@
 //     a string without one is an error (it names no instant). A JSON number
 //     is time since the Unix epoch in Options.EpochUnit.
 //   - TIMESTAMP_NTZ: a zone-less "2006-01-02T15:04:05[.999999]" string. A
-//     string with a zone or offset, or an epoch number (an instant), is the
-//     tz-into-NTZ mismatch: an error wrapping ErrTZIntoNTZ.
+//     string with a zone or offset ("Z" included), an epoch number or a
+//     structured time.Time (each an instant) is the tz-into-NTZ mismatch: an
+//     error wrapping ErrTZIntoNTZ, except that Options.NTZFromZoned stores a
+//     time.Time as its UTC wall time.
 //   - ARRAY, MAP, STRUCT: a JSON array, object, object, converted recursively;
 //     map keys are converted from the object keys to the key type.
+//
+// A message is exactly one JSON object: anything after it but whitespace, a
+// NUL byte included, is trailing data and fails the row.
 //
 // Fractions of timestamps below a microsecond are truncated (floored). Dates
 // and timestamps must lie in 0001-01-01..9999-12-31. A missing field or JSON
@@ -49,7 +60,8 @@
 // Messages that already hold a structured value (see StructuredRow) are
 // converted from it directly by the same rules, with the Go types Bloblang
 // produces: int64 and other integers, float64, json.Number, string, bool,
-// time.Time (into TIMESTAMP; into TIMESTAMP_NTZ only when in UTC), []byte
+// time.Time (into TIMESTAMP and DATE; into TIMESTAMP_NTZ only with
+// Options.NTZFromZoned), []byte
 // (into BINARY), map[string]any and []any.
 package arrowconv
 
@@ -81,6 +93,11 @@ const ReconcileNestedToString = "nested_to_string"
 // ReconcileFieldNameCase is the Result.Reconciled kind counted each time a
 // field name matched a column only case-insensitively.
 const ReconcileFieldNameCase = "field_name_case"
+
+// ReconcileNTZFromZoned is the Result.Reconciled kind counted each time a
+// time.Time was stored into a TIMESTAMP_NTZ column as its UTC wall time
+// (Options.NTZFromZoned).
+const ReconcileNTZFromZoned = "ntz_from_zoned"
 
 // Error classes. Row errors wrap one of these so callers can count them by
 // kind (errors.Is) without parsing messages.
@@ -135,6 +152,13 @@ type Options struct {
 	EpochUnit string
 	// Now gives the time stamped into reserved columns; nil means time.Now.
 	Now func() time.Time
+	// NTZFromZoned converts a time.Time (a Bloblang timestamp, which always
+	// names an instant, in UTC or in another zone) landing in a TIMESTAMP_NTZ
+	// column to UTC wall time instead of failing the row with ErrTZIntoNTZ
+	// (config reconcile.timestamp_ntz_from_zoned, default off; counted as
+	// ReconcileNTZFromZoned in Result.Reconciled). Zoned strings and epoch
+	// numbers are refused either way: their text says what the sender meant.
+	NTZFromZoned bool
 }
 
 // ReservedColumn describes a metadata column the converter fills itself when
@@ -301,7 +325,7 @@ func (c *Converter) convert(n int, row func(st *state, i int) error) (Result, er
 	res := Result{SourceIndex: make([]int, 0, n)}
 	good := 0
 	for i := range n {
-		st.rowNested, st.rowFolded = 0, 0
+		st.rowNested, st.rowFolded, st.rowNTZ = 0, 0, 0
 		if err := row(st, i); err != nil {
 			st.root.truncate(good)
 			res.RowErrors = append(res.RowErrors, rowError(i, err))
@@ -311,19 +335,22 @@ func (c *Converter) convert(n int, row func(st *state, i int) error) (Result, er
 		res.SourceIndex = append(res.SourceIndex, i)
 		st.nested += st.rowNested
 		st.folded += st.rowFolded
+		st.ntzConverted += st.rowNTZ
 	}
 	rec, err := st.build(c.schema, good)
 	if err != nil {
 		return Result{}, err
 	}
 	res.Record = rec
-	if st.nested > 0 || st.folded > 0 {
-		res.Reconciled = map[string]int{}
-		if st.nested > 0 {
-			res.Reconciled[ReconcileNestedToString] = st.nested
-		}
-		if st.folded > 0 {
-			res.Reconciled[ReconcileFieldNameCase] = st.folded
+	for _, r := range [...]struct {
+		kind string
+		n    int
+	}{{ReconcileNestedToString, st.nested}, {ReconcileFieldNameCase, st.folded}, {ReconcileNTZFromZoned, st.ntzConverted}} {
+		if r.n > 0 {
+			if res.Reconciled == nil {
+				res.Reconciled = map[string]int{}
+			}
+			res.Reconciled[r.kind] = r.n
 		}
 	}
 	return res, nil

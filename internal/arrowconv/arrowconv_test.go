@@ -77,7 +77,8 @@ func validateArray(t testing.TB, a arrow.Array) {
 }
 
 // cell returns a record value in a form easy to compare: Go scalars for
-// primitives (nil for null), compact JSON text for nested values.
+// primitives (nil for null), compact JSON text for nested values and
+// VARIANTs.
 func cell(t testing.TB, rec arrow.RecordBatch, col string, row int) any {
 	t.Helper()
 	idx := rec.Schema().FieldIndices(col)
@@ -110,6 +111,13 @@ func cell(t testing.TB, rec arrow.RecordBatch, col string, row int) any {
 	case *array.Timestamp:
 		return time.UnixMicro(int64(a.Value(row))).UTC().Format(time.RFC3339Nano)
 	}
+	if a, ok := arr.(*array.Struct); ok && arrow.TypeEqual(a.DataType(), typemap.VariantArrowType()) {
+		meta := a.Field(0).(*array.LargeBinary).Value(row)
+		val := a.Field(1).(*array.LargeBinary).Value(row)
+		js, err := VariantJSON(meta, val)
+		require.NoError(t, err)
+		return string(js)
+	}
 	v := arr.GetOneForMarshal(row)
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
@@ -137,10 +145,11 @@ func TestConvertRules(t *testing.T) {
 		{"float specials", all, Options{}, `{"d": "-Infinity"}`, map[string]any{"d": math.Inf(-1)}},
 		{"boolean", all, Options{}, `{"ok": false}`, map[string]any{"ok": false}},
 		{"string with escapes", all, Options{}, `{"str": "a\"b\\c\u00e9\ud83d\ude00\n"}`, map[string]any{"str": "a\"b\\cé😀\n"}},
-		{"variant compacts any value", all, Options{}, `{"v": { "a" : [1, 2.50, "x y"], "b": null }}`,
+		{"variant holds any value", all, Options{}, `{"v": { "a" : [1, 2.50, "x y"], "b": null }}`,
 			map[string]any{"v": `{"a":[1,2.50,"x y"],"b":null}`}},
 		{"variant scalar", all, Options{}, `{"v": 12}`, map[string]any{"v": "12"}},
-		{"variant null is NULL", all, Options{}, `{"v": null}`, map[string]any{"v": nil}},
+		{"variant JSON null is the variant null", all, Options{}, `{"v": null}`, map[string]any{"v": "null"}},
+		{"variant missing is NULL", all, Options{}, `{"b": 1}`, map[string]any{"v": nil}},
 		{"binary base64", all, Options{}, `{"bin": "AAEC/w=="}`, map[string]any{"bin": []byte{0, 1, 2, 255}}},
 		{"date string", all, Options{}, `{"dt": "2024-02-29"}`, map[string]any{"dt": "2024-02-29"}},
 		{"date epoch days", all, Options{}, `{"dt": 19782}`, map[string]any{"dt": "2024-02-29"}},
@@ -240,7 +249,16 @@ func TestConvertRowErrors(t *testing.T) {
 		{"not an object", `[1, 2]`, "", ErrNotObject, "message 0: message is not a JSON object: got a JSON array"},
 		{"empty message", ``, "", ErrNotObject, "empty message"},
 		{"truncated json", `{"id": 1, "s": "ab`, "s", ErrInvalidJSON, "unterminated string"},
-		{"trailing garbage", `{"id": 1} x`, "", ErrInvalidJSON, "unexpected data after the object"},
+		{"trailing garbage", `{"id": 1} x`, "", ErrInvalidJSON, "invalid JSON at byte 10: trailing data after the JSON object ('x')"},
+		{"NUL ends nothing", "{\"id\": 7}\x00{\"garbage\": not json", "", ErrInvalidJSON, "invalid JSON at byte 9: trailing data after the JSON object ('\\x00')"},
+		{"NUL after whitespace", "{\"id\": 7} \n\x00", "", ErrInvalidJSON, "invalid JSON at byte 11: trailing data"},
+		{"second object", `{"id": 1}{"id": 2}`, "", ErrInvalidJSON, "invalid JSON at byte 9: trailing data after the JSON object ('{')"},
+		{"NaN into DOUBLE", `{"id": 1, "d": NaN}`, "d", ErrInvalidJSON, "NaN is not JSON: JSON has no NaN or Infinity"},
+		{"Infinity into DOUBLE", `{"id": 1, "d": Infinity}`, "d", ErrInvalidJSON, "Infinity is not JSON: JSON has no NaN or Infinity"},
+		{"-Infinity into FLOAT", `{"id": 1, "f": -Infinity}`, "f", ErrInvalidJSON, "-Infinity is not JSON: JSON has no NaN or Infinity"},
+		{"NaN into BIGINT", `{"id": NaN}`, "id", ErrInvalidJSON, "NaN is not JSON"},
+		{"NaN in an array", `{"id": 1, "p": {"x": 1, "tags": [1, NaN]}}`, "p.tags[1]", ErrInvalidJSON, "NaN is not JSON"},
+		{"NUL as a value", "{\"id\": \x00}", "id", ErrInvalidJSON, "unexpected '\\x00', expected a value"},
 		{"invalid utf8", "{\"id\": 1, \"s\": \"\xff\"}", "s", ErrInvalidJSON, "invalid UTF-8"},
 		{"bad literal", `{"id": 1, "ok": tru}`, "ok", ErrInvalidJSON, "invalid literal"},
 		{"leading zero number", `{"id": 01}`, "", ErrInvalidJSON, "expected ','"},
@@ -388,7 +406,7 @@ func TestConvertStructured(t *testing.T) {
 		structured(map[string]any{
 			"id": int64(9007199254740993), "d": 1.25, "s": "x", "ok": true, "bin": []byte{1, 2},
 			"dt": time.Date(2024, 2, 29, 23, 0, 0, 0, paris), "ts": time.Date(2024, 1, 1, 1, 0, 0, 5000, paris),
-			"ntz": time.Date(2024, 1, 1, 1, 0, 0, 0, time.UTC), "amt": 1.5, "v": map[string]any{"z": 1, "a": []any{true}},
+			"ntz": "2024-01-01T01:00:00", "amt": 1.5, "v": map[string]any{"z": 1, "a": []any{true}},
 			"tags": []any{int64(1), json.Number("2"), nil}, "m": map[string]any{"b": int64(2), "a": nil},
 			"p": map[string]any{"a": "q"},
 		}),
@@ -557,4 +575,62 @@ func TestConvertStructuredScalars(t *testing.T) {
 			assert.Equal(t, tt.want, cell(t, res.Record, tt.column, 0))
 		})
 	}
+}
+
+func TestZonedTimeIntoNTZ(t *testing.T) {
+	cet := time.FixedZone("CET", 3600)
+	rows := func() []Row {
+		return []Row{
+			structured(map[string]any{"id": 1, "ntz": time.Date(2024, 1, 1, 1, 0, 0, 0, time.UTC)}),
+			structured(map[string]any{"id": 2, "ntz": time.Date(2024, 1, 1, 1, 0, 0, 500, cet)}),
+			structured(map[string]any{"id": 3, "p": map[string]any{"w": time.Date(2024, 7, 1, 12, 0, 0, 0, time.Local)}}),
+			structured(map[string]any{"id": 4, "ntz": "2024-01-01T01:00:00+01:00"}),
+			structured(map[string]any{"id": 5, "ntz": int64(1700000000000000)}),
+			structured(map[string]any{"id": 6, "ntz": "2024-01-01T01:00:00.25"}),
+		}
+	}
+	const defs = "id BIGINT, ntz TIMESTAMP_NTZ, p STRUCT<w: TIMESTAMP_NTZ>"
+
+	// Default: every time.Time is an instant, refused like zoned strings and
+	// epochs; the column is named.
+	c := mustConverter(t, defs, Options{})
+	res, err := c.Convert(rows())
+	require.NoError(t, err)
+	defer res.Record.Release()
+	assert.Equal(t, []int{5}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 5)
+	for i, col := range []string{"ntz", "ntz", "p.w", "ntz", "ntz"} {
+		assert.ErrorIs(t, res.RowErrors[i], ErrTZIntoNTZ, "message %d", i)
+		assert.Equal(t, col, res.RowErrors[i].Column, "message %d", i)
+	}
+	assert.ErrorContains(t, res.RowErrors[0], `time 2024-01-01T01:00:00Z (zone "UTC") is an instant`)
+	assert.ErrorContains(t, res.RowErrors[0], "reconcile.timestamp_ntz_from_zoned")
+	assert.Nil(t, res.Reconciled)
+
+	// Opted in: a time.Time is stored as its UTC wall time and counted;
+	// zoned strings and epochs are still refused.
+	c = mustConverter(t, defs, Options{NTZFromZoned: true})
+	res, err = c.Convert(rows())
+	require.NoError(t, err)
+	defer res.Record.Release()
+	validateRecord(t, res.Record)
+	assert.Equal(t, []int{0, 1, 2, 5}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 2)
+	assert.ErrorIs(t, res.RowErrors[0], ErrTZIntoNTZ)
+	assert.ErrorIs(t, res.RowErrors[1], ErrTZIntoNTZ)
+	assert.Equal(t, "2024-01-01T01:00:00Z", cell(t, res.Record, "ntz", 0))
+	assert.Equal(t, "2024-01-01T00:00:00Z", cell(t, res.Record, "ntz", 1), "01:00 CET is 00:00 UTC; sub-microsecond truncated")
+	assert.Equal(t, `{"w":"`+time.Date(2024, 7, 1, 12, 0, 0, 0, time.Local).UTC().Format("2006-01-02T15:04:05")+`"}`,
+		ntzStructText(t, res.Record, 2))
+	assert.Equal(t, "2024-01-01T01:00:00.25Z", cell(t, res.Record, "ntz", 3))
+	assert.Equal(t, map[string]int{ReconcileNTZFromZoned: 3}, res.Reconciled)
+}
+
+// ntzStructText renders row i of the p STRUCT<w: TIMESTAMP_NTZ> column with
+// w as a zone-less wall clock.
+func ntzStructText(t *testing.T, rec arrow.RecordBatch, i int) string {
+	t.Helper()
+	w := rec.Column(2).(*array.Struct).Field(0).(*array.Timestamp)
+	require.False(t, w.IsNull(i))
+	return `{"w":"` + time.UnixMicro(int64(w.Value(i))).UTC().Format("2006-01-02T15:04:05") + `"}`
 }

@@ -111,3 +111,21 @@ func TestBenchRowsConvert(t *testing.T) {
 	assert.Equal(t, m["user_id"], cell(t, res.Record, "user_id", 5))
 	assert.Equal(t, `["web","eu-west-2","abé"]`, cell(t, res.Record, "tags", 5))
 }
+
+// BenchmarkConvertVariant converts the benchmark rows with their attrs and
+// tags held in VARIANT columns instead of a MAP and an ARRAY.
+func BenchmarkConvertVariant(b *testing.B) {
+	c := mustConverter(b, "id BIGINT NOT NULL, user_id STRING, event STRING, amount DECIMAL(12,2), price DOUBLE, "+
+		"qty INT, ok BOOLEAN, ts TIMESTAMP, tags VARIANT, attrs VARIANT", Options{})
+	rows := benchRows(benchN)
+	b.SetBytes(int64(totalLen(rows)))
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := c.ConvertJSON(rows)
+		if err != nil || len(res.RowErrors) != 0 {
+			b.Fatal(err, res.RowErrors)
+		}
+		res.Record.Release()
+	}
+	b.ReportMetric(float64(benchN)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}

@@ -44,7 +44,8 @@ func (s *scanner) errorf(format string, args ...any) error {
 }
 
 // peek skips whitespace and returns the next byte without consuming it, or 0
-// at the end of input.
+// at the end of input. A NUL byte in the input also reads as 0: atEnd tells
+// the two apart wherever it matters.
 func (s *scanner) peek() byte {
 	d := s.data
 	for s.pos < len(d) {
@@ -58,16 +59,50 @@ func (s *scanner) peek() byte {
 	return 0
 }
 
+// atEnd skips whitespace and reports whether the input is exhausted.
+func (s *scanner) atEnd() bool {
+	s.peek()
+	return s.pos >= len(s.data)
+}
+
 // expect consumes byte c after optional whitespace.
 func (s *scanner) expect(c byte) error {
 	if got := s.peek(); got != c {
-		if got == 0 {
+		if s.atEnd() {
 			return s.errorf("unexpected end of input, expected %q", c)
 		}
 		return s.errorf("expected %q, got %q", c, got)
 	}
 	s.pos++
 	return nil
+}
+
+// notValue is the error for byte c at pos, which starts no JSON value. NaN
+// and Infinity, which some encoders write, get a message of their own.
+func (s *scanner) notValue(c byte) error {
+	if lit := s.nonFinite(); lit != "" {
+		return s.nonFiniteError(lit)
+	}
+	if s.atEnd() {
+		return s.errorf("unexpected end of input, expected a value")
+	}
+	return s.errorf("unexpected %q, expected a value", c)
+}
+
+// nonFinite returns the non-finite float literal (NaN, Infinity, -Infinity,
+// +Infinity) starting at pos, or "".
+func (s *scanner) nonFinite() string {
+	rest := s.data[s.pos:]
+	for _, lit := range [...]string{"NaN", "Infinity", "-Infinity", "+Infinity"} {
+		if len(rest) >= len(lit) && string(rest[:len(lit)]) == lit {
+			return lit
+		}
+	}
+	return ""
+}
+
+func (s *scanner) nonFiniteError(lit string) error {
+	return s.errorf("%s is not JSON: JSON has no NaN or Infinity; send null, or the string %q into a FLOAT or DOUBLE column", lit, lit)
 }
 
 // literal consumes the literal lit ("null", "true", "false") at pos.
@@ -214,6 +249,9 @@ func (s *scanner) readNumber() (text []byte, integer bool, err error) {
 			i++
 		}
 	default:
+		if lit := s.nonFinite(); lit != "" {
+			return nil, false, s.nonFiniteError(lit)
+		}
 		s.pos = i
 		return nil, false, s.errorf("invalid number")
 	}
@@ -247,74 +285,6 @@ func (s *scanner) readNumber() (text []byte, integer bool, err error) {
 	}
 	s.pos = i
 	return d[start:i], integer, nil
-}
-
-// appendCompact validates the value at pos and appends it to dst without
-// insignificant whitespace, keeping member order and escapes as written.
-func (s *scanner) appendCompact(dst []byte, depth int) ([]byte, error) {
-	if depth > maxDepth {
-		return dst, s.errorf("nesting deeper than %d", maxDepth)
-	}
-	switch c := s.peek(); c {
-	case '{', '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		s.pos++
-		dst = append(dst, c)
-		if s.peek() == closer {
-			s.pos++
-			return append(dst, closer), nil
-		}
-		for {
-			if c == '{' {
-				if s.peek() != '"' {
-					return dst, s.errorf("expected object key")
-				}
-				start := s.pos
-				if _, err := s.readString(); err != nil {
-					return dst, err
-				}
-				dst = append(dst, s.data[start:s.pos]...)
-				if err := s.expect(':'); err != nil {
-					return dst, err
-				}
-				dst = append(dst, ':')
-			}
-			var err error
-			if dst, err = s.appendCompact(dst, depth+1); err != nil {
-				return dst, err
-			}
-			switch s.peek() {
-			case ',':
-				s.pos++
-				dst = append(dst, ',')
-			case closer:
-				s.pos++
-				return append(dst, closer), nil
-			default:
-				return dst, s.errorf("expected ',' or %q", closer)
-			}
-		}
-	case '"':
-		start := s.pos
-		if _, err := s.readString(); err != nil {
-			return dst, err
-		}
-		return append(dst, s.data[start:s.pos]...), nil
-	case 't':
-		return append(dst, "true"...), s.literal("true")
-	case 'f':
-		return append(dst, "false"...), s.literal("false")
-	case 'n':
-		return append(dst, "null"...), s.literal("null")
-	case 0:
-		return dst, s.errorf("unexpected end of input")
-	default:
-		num, _, err := s.readNumber()
-		return append(dst, num...), err
-	}
 }
 
 // decodeAny decodes the value at pos into the generic form ToJSON accepts:
@@ -391,16 +361,25 @@ func (s *scanner) decodeAny(depth int) (any, error) {
 		return false, s.literal("false")
 	case 'n':
 		return nil, s.literal("null")
-	case 0:
-		return nil, s.errorf("unexpected end of input")
-	default:
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		num, _, err := s.readNumber()
 		return json.Number(num), err
+	default:
+		return nil, s.notValue(c)
 	}
 }
 
-// jsonKind names the kind of the JSON value starting with byte c, for error
-// messages.
+// isValueStart reports whether byte c can start a JSON value.
+func isValueStart(c byte) bool {
+	switch c {
+	case '{', '[', '"', 't', 'f', 'n', '-':
+		return true
+	}
+	return c >= '0' && c <= '9'
+}
+
+// jsonKind names the kind of the JSON value starting with byte c (one for
+// which isValueStart holds), for error messages.
 func jsonKind(c byte) string {
 	switch c {
 	case '{':
@@ -413,8 +392,6 @@ func jsonKind(c byte) string {
 		return "boolean"
 	case 'n':
 		return "null"
-	case 0:
-		return "end of input"
 	}
 	return "number"
 }

@@ -145,16 +145,10 @@ func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
 	return us, zoned, nil
 }
 
-// timeMicros converts a Go time (a Bloblang timestamp) for a TIMESTAMP
-// column (ntz false: the instant) or a TIMESTAMP_NTZ column (ntz true: the
-// wall clock, accepted only from a UTC time because any other zone makes it an
-// instant, the tz-into-NTZ mismatch).
-func timeMicros(t time.Time, ntz bool) (int64, error) {
-	if ntz {
-		if name, off := t.Zone(); off != 0 || (name != "UTC" && name != "") {
-			return 0, kerr(ErrTZIntoNTZ, "%v: time %s carries zone %q; convert it to a zone-less wall clock upstream or use a TIMESTAMP column", ErrTZIntoNTZ, t.Format(time.RFC3339Nano), name)
-		}
-	}
+// timeMicros converts a Go time (a Bloblang timestamp) to microseconds since
+// the epoch: the instant for a TIMESTAMP column, its UTC wall time for a
+// TIMESTAMP_NTZ column (the caller decides whether that is allowed).
+func timeMicros(t time.Time) (int64, error) {
 	us := t.UnixMicro()
 	if us < minMicros || us > maxMicros {
 		return 0, kerr(ErrOutOfRange, "time %s is outside the supported range 0001-01-01..9999-12-31", t.Format(time.RFC3339Nano))

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/parquet/variant"
 )
 
 // ToJSON serialises v as compact JSON with object keys in sorted (byte) order,
@@ -20,8 +22,9 @@ import (
 //
 // It accepts the values Benthos messages hold: nil, bool, string, json.Number,
 // Go integers and floats, time.Time (RFC 3339 with nanoseconds, as
-// encoding/json), []byte (standard base64, as encoding/json), map[string]any
-// and []any. Other values go through encoding/json and are then re-serialised
+// encoding/json), []byte (standard base64, as encoding/json), map[string]any,
+// []any and variant.Value (a VARIANT read back from its metadata and value
+// binaries, see VariantJSON). Other values go through encoding/json and are then re-serialised
 // canonically. Unlike encoding/json, '<', '>' and '&' are not escaped. NaN and
 // infinities are errors.
 func ToJSON(v any) ([]byte, error) {
@@ -98,6 +101,8 @@ func appendJSON(dst []byte, v any, depth int) ([]byte, error) {
 			}
 		}
 		return append(dst, '}'), nil
+	case variant.Value:
+		return appendVariant(dst, v, depth)
 	case []any:
 		dst = append(dst, '[')
 		for i, e := range v {

@@ -6,9 +6,34 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
+// VariantMetadataField and VariantValueField name the two members of the
+// struct a VARIANT travels as.
+const (
+	VariantMetadataField = "metadata"
+	VariantValueField    = "value"
+)
+
+// VariantArrowType is the Arrow type of a VARIANT column on the wire:
+// Struct<metadata: LargeBinary NOT NULL, value: LargeBinary NOT NULL> holding
+// the Parquet variant binary encoding, without the optional
+// "arrow.parquet.variant" extension marker. Source: the official Rust SDK,
+// databricks/zerobus-sdk rust/CHANGELOG.md v2.3.2 ("project VARIANT as
+// Struct<metadata: LargeBinary not null, value: LargeBinary not null> instead
+// of LargeUtf8, matching the server's expected binary variant
+// representation") and v2.6.0 (the extension marker is opt-in and off by
+// default "because the Arrow Flight server's target schema is unmarked, so a
+// marked schema forces a per-batch server-side cast").
+func VariantArrowType() *arrow.StructType {
+	return arrow.StructOf(
+		arrow.Field{Name: VariantMetadataField, Type: arrow.BinaryTypes.LargeBinary},
+		arrow.Field{Name: VariantValueField, Type: arrow.BinaryTypes.LargeBinary},
+	)
+}
+
 // ArrowType returns the Arrow type the Zerobus Flight server expects for a
-// column of type t. STRING, VARIANT and DECIMAL travel as LargeUtf8 (decimals
-// as their canonical string: the service takes no Decimal128 yet).
+// column of type t. STRING and DECIMAL travel as LargeUtf8 (decimals as their
+// canonical string: the service takes no Decimal128 yet); VARIANT as
+// VariantArrowType.
 func ArrowType(t Type) (arrow.DataType, error) {
 	switch t.Kind {
 	case Boolean:
@@ -25,8 +50,10 @@ func ArrowType(t Type) (arrow.DataType, error) {
 		return arrow.PrimitiveTypes.Float32, nil
 	case Double:
 		return arrow.PrimitiveTypes.Float64, nil
-	case String, Variant, Decimal:
+	case String, Decimal:
 		return arrow.BinaryTypes.LargeString, nil
+	case Variant:
+		return VariantArrowType(), nil
 	case Binary:
 		return arrow.BinaryTypes.LargeBinary, nil
 	case Date:

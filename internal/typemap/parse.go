@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Parse parses a Delta / Databricks SQL type as written in DDL or in UC's
@@ -66,6 +67,12 @@ func (p *typeParser) parseFieldDef(inStruct bool) (Field, error) {
 	if tok.kind != tokIdent && tok.kind != tokQuotedIdent {
 		return Field{}, fmt.Errorf("expected a name, got %q", tok.text)
 	}
+	switch {
+	case tok.text == "":
+		return Field{}, fmt.Errorf("empty name")
+	case !utf8.ValidString(tok.text):
+		return Field{}, fmt.Errorf("name %q is not valid UTF-8", tok.text)
+	}
 	f := Field{Name: tok.text, Nullable: true}
 	if p.lex.peek().is(":") {
 		p.lex.next()
@@ -89,6 +96,9 @@ func (p *typeParser) parseFieldDef(inStruct bool) (Field, error) {
 			s := p.lex.next()
 			if s.kind != tokString {
 				return Field{}, fmt.Errorf("%q: expected a string after COMMENT, got %q", f.Name, s.text)
+			}
+			if !utf8.ValidString(s.text) {
+				return Field{}, fmt.Errorf("%q: comment %q is not valid UTF-8", f.Name, s.text)
 			}
 			f.Comment = s.text
 		default:

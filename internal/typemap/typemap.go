@@ -158,6 +158,21 @@ func (t Type) equal(o Type, shape bool) bool {
 	return true
 }
 
+// SameColumns reports whether two column lists are the same table schema:
+// the same names in the same order, with equal nullability and Equal types
+// (comments are ignored).
+func SameColumns(a, b []Column) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Nullable != b[i].Nullable || !a[i].Type.Equal(b[i].Type) {
+			return false
+		}
+	}
+	return true
+}
+
 // Text renders the type the way UC's type_text field does: lower case,
 // "bigint", "decimal(10,2)", "array<string>", "struct<a:int,b:string>".
 func (t Type) Text() string {

@@ -39,7 +39,8 @@ func TestParseRoundTripsTypeText(t *testing.T) {
 }
 
 func TestParseRejectsBadTypes(t *testing.T) {
-	for _, in := range []string{"", "bigintx", "decimal(40,2)", "decimal(5,6)", "array<string", "map<string>", "struct<a int", "int extra"} {
+	for _, in := range []string{"", "bigintx", "decimal(40,2)", "decimal(5,6)", "array<string", "map<string>", "struct<a int", "int extra",
+		"struct<``:int>", "struct<`\xbe`:int>", "struct<a:int COMMENT '\xbe'>"} {
 		_, err := Parse(in)
 		assert.Error(t, err, in)
 	}
@@ -82,7 +83,14 @@ func TestArrowTypeFollowsTheFlightServerMapping(t *testing.T) {
 		want arrow.DataType
 	}{
 		{"string", arrow.BinaryTypes.LargeString},
-		{"variant", arrow.BinaryTypes.LargeString},
+		{"variant", arrow.StructOf(
+			arrow.Field{Name: "metadata", Type: arrow.BinaryTypes.LargeBinary},
+			arrow.Field{Name: "value", Type: arrow.BinaryTypes.LargeBinary},
+		)},
+		{"struct<v:variant>", arrow.StructOf(arrow.Field{Name: "v", Nullable: true, Type: arrow.StructOf(
+			arrow.Field{Name: "metadata", Type: arrow.BinaryTypes.LargeBinary},
+			arrow.Field{Name: "value", Type: arrow.BinaryTypes.LargeBinary},
+		)})},
 		{"decimal(10,2)", arrow.BinaryTypes.LargeString},
 		{"binary", arrow.BinaryTypes.LargeBinary},
 		{"bigint", arrow.PrimitiveTypes.Int64},
@@ -205,4 +213,26 @@ func TestSameShapeIgnoresNullabilityAndNameCase(t *testing.T) {
 	assert.True(t, a.SameShape(b))
 	assert.False(t, a.SameShape(MustParse("array<struct<id:int,tags:map<string,int>>>")))
 	assert.False(t, a.SameShape(MustParse("array<struct<other:bigint,tags:map<string,int>>>")))
+}
+
+func TestSameColumnsComparesNameNullabilityAndType(t *testing.T) {
+	base, err := ParseColumns("id BIGINT NOT NULL, tags ARRAY<STRING> COMMENT 'x', s STRUCT<a: INT NOT NULL>")
+	require.NoError(t, err)
+	same, err := ParseColumns("id BIGINT NOT NULL, tags ARRAY<STRING>, s STRUCT<a: INT NOT NULL>")
+	require.NoError(t, err)
+	assert.True(t, SameColumns(base, same), "comments are ignored")
+	assert.True(t, SameColumns(nil, nil))
+	for _, other := range []string{
+		"id BIGINT, tags ARRAY<STRING>, s STRUCT<a: INT NOT NULL>",          // nullability
+		"ID BIGINT NOT NULL, tags ARRAY<STRING>, s STRUCT<a: INT NOT NULL>", // name case
+		"id INT NOT NULL, tags ARRAY<STRING>, s STRUCT<a: INT NOT NULL>",    // type
+		"id BIGINT NOT NULL, tags ARRAY<STRING>, s STRUCT<a: INT>",          // nested nullability
+		"tags ARRAY<STRING>, id BIGINT NOT NULL, s STRUCT<a: INT NOT NULL>", // order
+		"id BIGINT NOT NULL, tags ARRAY<STRING>",                            // length
+	} {
+		cols, err := ParseColumns(other)
+		require.NoError(t, err, other)
+		assert.False(t, SameColumns(base, cols), other)
+		assert.False(t, SameColumns(cols, base), other)
+	}
 }

@@ -1,0 +1,231 @@
+package arrowconv
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+type strMode uint8
+
+const (
+	modeString strMode = iota
+	modeBinary
+	modeDecimal
+)
+
+// strNode holds a LargeUtf8 or LargeBinary column: STRING, BINARY or DECIMAL
+// (as canonical text).
+type strNode struct {
+	base
+	mode             strMode
+	precision, scale int
+	offsets          []int64
+	data             []byte
+	// dataHint is the data size of the previous batch, to size the next one.
+	dataHint int
+}
+
+func (n *strNode) decode(st *state) error {
+	c := st.peek()
+	if c == 'n' {
+		return n.null(st, n)
+	}
+	switch n.mode {
+	case modeString:
+		switch c {
+		case '"':
+			s, err := st.readString()
+			if err != nil {
+				return err
+			}
+			n.data = append(n.data, s...)
+			return n.commit()
+		case '{', '[':
+			if !st.nestedToString {
+				return n.nestedErr(jsonKind(c))
+			}
+			v, err := st.decodeAny(0)
+			if err != nil {
+				return err
+			}
+			if n.data, err = appendJSON(n.data, v, 0); err != nil {
+				return err
+			}
+			st.rowNested++
+			return n.commit()
+		}
+		return n.mismatch(st, "a JSON string", c)
+	case modeBinary:
+		if c != '"' {
+			return n.mismatch(st, "a base64 JSON string", c)
+		}
+		s, err := st.readString()
+		if err != nil {
+			return err
+		}
+		return n.addBase64(s)
+	default: // modeDecimal
+		switch {
+		case c == '"':
+			s, err := st.readString()
+			if err != nil {
+				return err
+			}
+			return n.addDecimal(st, s, true)
+		case c == '-' || (c >= '0' && c <= '9'):
+			text, _, err := st.readNumber()
+			if err != nil {
+				return err
+			}
+			return n.addDecimal(st, text, false)
+		}
+		return n.mismatch(st, "a JSON number or numeric string", c)
+	}
+}
+
+func (n *strNode) nestedErr(kind string) error {
+	return kerr(ErrNestedIntoString, "a JSON %s into a STRING column: enable reconcile.nested_to_string, serialise it explicitly (to_json / format_json) or declare a typed column", kind)
+}
+
+func (n *strNode) addBase64(s []byte) error {
+	start := len(n.data)
+	out, err := base64.StdEncoding.AppendDecode(n.data, s)
+	if err != nil {
+		n.data = n.data[:start]
+		return kerr(ErrInvalidValue, "invalid base64 for BINARY: %v", err)
+	}
+	n.data = out
+	return n.commit()
+}
+
+func (n *strNode) addDecimal(st *state, text []byte, lenient bool) error {
+	lit, buf, ok := parseNumLit(text, st.num, lenient)
+	st.num = buf
+	if !ok {
+		return kerr(ErrInvalidValue, "%q is not a decimal number for %s", text, n.name)
+	}
+	out, err := appendDecimal(n.data, lit, n.precision, n.scale)
+	if err != nil {
+		n.data = n.data[:n.offsets[len(n.offsets)-1]]
+		return kerr(ErrOutOfRange, "value %s out of range for %s: %v", text, n.name, err)
+	}
+	n.data = out
+	return n.commit()
+}
+
+// commit ends the value written to data since the last offset.
+func (n *strNode) commit() error {
+	n.offsets = append(n.offsets, int64(len(n.data)))
+	n.validity.add(true)
+	return nil
+}
+
+func (n *strNode) put(st *state, v any) error {
+	if v == nil {
+		return n.nullValue(n)
+	}
+	switch n.mode {
+	case modeString:
+		switch v := v.(type) {
+		case string:
+			if !utf8.ValidString(v) {
+				return kerr(ErrInvalidValue, "invalid UTF-8 in string for STRING")
+			}
+			n.data = append(n.data, v...)
+			return n.commit()
+		case []byte: // Bloblang content() and friends: text if it is UTF-8
+			if !utf8.Valid(v) {
+				return kerr(ErrInvalidValue, "bytes are not UTF-8 text for STRING; declare a BINARY column")
+			}
+			n.data = append(n.data, v...)
+			return n.commit()
+		case map[string]any, []any:
+			if !st.nestedToString {
+				return n.nestedErr(goKind(v))
+			}
+			out, err := appendJSON(n.data, v, 0)
+			if err != nil {
+				n.data = n.data[:n.offsets[len(n.offsets)-1]]
+				return kerr(ErrInvalidValue, "serialising to JSON: %v", err)
+			}
+			n.data = out
+			st.rowNested++
+			return n.commit()
+		}
+		return n.mismatchGo("a string", v)
+	case modeBinary:
+		switch v := v.(type) {
+		case []byte:
+			n.data = append(n.data, v...)
+			return n.commit()
+		case string:
+			return n.addBase64([]byte(v))
+		}
+		return n.mismatchGo("bytes or a base64 string", v)
+	default: // modeDecimal
+		switch v := v.(type) {
+		case string:
+			return n.addDecimal(st, []byte(v), true)
+		case json.Number:
+			return n.addDecimal(st, []byte(v), false)
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return kerr(ErrInvalidValue, "value %v is not a decimal number for %s", v, n.name)
+			}
+			st.text = strconv.AppendFloat(st.text[:0], v, 'g', -1, 64)
+			return n.addDecimal(st, st.text, false)
+		case float32:
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return kerr(ErrInvalidValue, "value %v is not a decimal number for %s", v, n.name)
+			}
+			st.text = strconv.AppendFloat(st.text[:0], float64(v), 'g', -1, 32)
+			return n.addDecimal(st, st.text, false)
+		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+			st.text, _ = appendJSON(st.text[:0], v, 0) // an integer: never fails
+			return n.addDecimal(st, st.text, false)
+		}
+		return n.mismatchGo("a number or numeric string", v)
+	}
+}
+
+// addKey appends a string map key.
+func (n *strNode) addKey(st *state, k []byte) error {
+	n.data = append(n.data, k...)
+	return n.commit()
+}
+
+func (n *strNode) keyText(i int) string { return string(n.data[n.offsets[i]:n.offsets[i+1]]) }
+func (n *strNode) keyEqual(i, j int) bool {
+	return string(n.data[n.offsets[i]:n.offsets[i+1]]) == string(n.data[n.offsets[j]:n.offsets[j+1]])
+}
+func (n *strNode) appendNull() {
+	n.offsets = append(n.offsets, int64(len(n.data)))
+	n.validity.add(false)
+}
+func (n *strNode) appendEmpty() { _ = n.commit() }
+func (n *strNode) truncate(k int) {
+	n.offsets = n.offsets[:k+1]
+	n.data = n.data[:n.offsets[k]]
+	n.truncateBits(k)
+}
+func (n *strNode) reset(c int) {
+	n.offsets = append(make([]int64, 0, c+1), 0)
+	n.data = make([]byte, 0, n.dataHint)
+	n.resetBits(c)
+}
+func (n *strNode) build() (arrow.ArrayData, error) {
+	size := n.n
+	offs := memory.NewBufferBytes(arrow.GetBytes(n.offsets))
+	data := memory.NewBufferBytes(n.data)
+	n.dataHint = len(n.data)
+	bits, nulls := n.takeBits()
+	n.offsets, n.data = nil, nil
+	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs, data}, nil, nulls, 0), nil
+}

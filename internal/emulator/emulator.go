@@ -262,7 +262,7 @@ func (s *Server) createConfiguredTables() error {
 		_, err := s.reg.Create(t)
 		switch {
 		case errors.Is(err, workspace.ErrAlreadyExists):
-			if old, ok := s.reg.Get(t.FullName); ok && !sameColumns(old.Columns, t.Columns) {
+			if old, ok := s.reg.Get(t.FullName); ok && !typemap.SameColumns(old.Columns, t.Columns) {
 				s.log.Warn("table already exists with a different definition; keeping the stored one (use a fresh --data directory to start over)", "table", t.FullName)
 			}
 		case err != nil:
@@ -270,18 +270,6 @@ func (s *Server) createConfiguredTables() error {
 		}
 	}
 	return nil
-}
-
-func sameColumns(a, b []typemap.Column) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Name != b[i].Name || a[i].Nullable != b[i].Nullable || !a[i].Type.Equal(b[i].Type) {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *Server) listen() error {

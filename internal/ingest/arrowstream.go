@@ -87,11 +87,11 @@ var (
 	_ FailureNotifier = (*ArrowStream)(nil)
 )
 
-func newArrowStream(c *Client, table string, schema *arrow.Schema, p connParams) *ArrowStream {
+func newArrowStream(c *Client, obs Observer, table string, schema *arrow.Schema, p connParams) *ArrowStream {
 	s := &ArrowStream{
 		cfg:     c.cfg,
 		table:   table,
-		obs:     c.cfg.Observer,
+		obs:     obs,
 		encoder: c.encoder,
 		schema:  schema,
 		params:  p,

@@ -269,7 +269,7 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 	if err != nil {
 		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: fmt.Errorf("stream to %s: %w", table, err)}
 	}
-	s := newArrowStream(c, table, schema, connParams{
+	s := newArrowStream(c, streamObserver(ctx, c.cfg.Observer), table, schema, connParams{
 		client:      c.flight,
 		token:       ts,
 		table:       table,

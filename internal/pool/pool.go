@@ -55,6 +55,13 @@ type Observer interface {
 	IncConcurrencyReject(table string, index int)
 }
 
+// StreamEventer is the optional part of an Observer that receives the
+// client events of one member's streams (the reconnects a logical stream
+// makes inside itself), through ingest.WithObserver at open.
+type StreamEventer interface {
+	StreamEvents(table string, index int) ingest.Observer
+}
+
 // Ticket is one Write's claim on durability.
 type Ticket struct {
 	// Stream is the index of the member the rows went to.
@@ -155,6 +162,7 @@ type Pool struct {
 type member struct {
 	index  int
 	obs    acklane.Observer
+	events ingest.Observer // nil: the client's observer only
 	reopen chan reopenReq
 
 	// Guarded by Pool.mu.
@@ -209,6 +217,9 @@ func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, o
 		m := &member{index: i, reopen: make(chan reopenReq)}
 		if obs != nil {
 			m.obs = obs.StreamObserver(table, i)
+		}
+		if se, ok := obs.(StreamEventer); ok {
+			m.events = se.StreamEvents(table, i)
 		}
 		p.members = append(p.members, m)
 	}
@@ -608,7 +619,11 @@ func (p *Pool) supervise(m *member) {
 		schema, epoch := p.schema, p.epoch
 		p.mu.RUnlock()
 		p.openAttempts.Add(1)
-		s, err := p.opener.Open(p.ctx, p.table, schema)
+		openCtx := p.ctx
+		if m.events != nil {
+			openCtx = ingest.WithObserver(p.ctx, m.events)
+		}
+		s, err := p.opener.Open(openCtx, p.table, schema)
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return

@@ -11,6 +11,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
@@ -219,11 +220,34 @@ func (x *metrics) Sent(stream int, rows, bytes int64) {
 	s.bytes.Incr(bytes, x.table, s.label)
 }
 
-// Reconnect counts a reconnect the client made inside stream's logical
-// stream, by cause.
-func (x *metrics) Reconnect(stream int, cause string) {
-	s := x.stream(stream)
-	s.reconnects.Incr(1, x.table, s.label, cause)
+// StreamEvents implements pool.StreamEventer: the reconnects the client
+// makes inside member index's logical stream, counted by cause.
+func (x *metrics) StreamEvents(_ string, index int) ingest.Observer {
+	return streamEvents{s: x.stream(index), table: x.table}
+}
+
+// streamEvents counts one stream's in-client reconnects by cause.
+type streamEvents struct {
+	ingest.NopObserver
+	s     *streamMetrics
+	table string
+}
+
+var _ pool.StreamEventer = (*metrics)(nil)
+
+// OnReconnect counts a connection the logical stream replaced: a rotation
+// the service announced, a concurrency reject, or a transient error.
+func (e streamEvents) OnReconnect(_ string, reason error) {
+	cause := causeTransient
+	if ze := ingest.Classify(reason); ze != nil {
+		switch {
+		case ze.IsRotation():
+			cause = causeRotation
+		case ze.Class == ingest.ConcurrencyReject:
+			cause = causeReject
+		}
+	}
+	e.s.reconnects.Incr(1, e.table, e.s.label, cause)
 }
 
 // RowErrors counts rows that failed conversion.

@@ -1,0 +1,49 @@
+package ingest
+
+import "context"
+
+type observerKey struct{}
+
+// WithObserver returns a ctx under which Open reports the events of the
+// stream it opens to obs as well as to the client's Observer, for the whole
+// life of that stream. The pool uses it to label one stream's reconnects
+// with the member they belong to.
+func WithObserver(ctx context.Context, obs Observer) context.Context {
+	return context.WithValue(ctx, observerKey{}, obs)
+}
+
+// streamObserver is the observer of a stream opened under ctx: the client's,
+// teed to the one WithObserver put in ctx, if any.
+func streamObserver(ctx context.Context, client Observer) Observer {
+	extra, _ := ctx.Value(observerKey{}).(Observer)
+	switch {
+	case extra == nil:
+		return client
+	case client == nil:
+		return extra
+	}
+	return tee{client, extra}
+}
+
+// tee sends every event to two observers, in order.
+type tee [2]Observer
+
+func (t tee) OnRotation(table string) {
+	t[0].OnRotation(table)
+	t[1].OnRotation(table)
+}
+
+func (t tee) OnReconnect(table string, reason error) {
+	t[0].OnReconnect(table, reason)
+	t[1].OnReconnect(table, reason)
+}
+
+func (t tee) OnRetry(table string, attempt int, err error) {
+	t[0].OnRetry(table, attempt, err)
+	t[1].OnRetry(table, attempt, err)
+}
+
+func (t tee) OnFailure(table string, err *Error) {
+	t[0].OnFailure(table, err)
+	t[1].OnFailure(table, err)
+}

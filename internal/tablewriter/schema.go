@@ -365,7 +365,6 @@ func (w *Writer) redescribe(ctx context.Context, seen *state) {
 	w.st.Store(next)
 }
 
-
 // reservedColumns are the converter's metadata columns as table columns,
 // added to every table the output creates.
 func reservedColumns() []typemap.Column {

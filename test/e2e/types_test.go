@@ -3,8 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"

@@ -487,6 +487,52 @@ func (c *binColumn) build(dt arrow.DataType, size int) arrow.ArrayData {
 	return array.NewData(dt, size, []*memory.Buffer{nil, offs, data}, nil, 0, 0)
 }
 
+// EncodeVariant encodes a structured value (the Go types a decoded JSON
+// document or Bloblang holds) as a VARIANT's metadata and value binaries,
+// by the rules the converter uses for a VARIANT column; nil is the variant
+// null.
+func EncodeVariant(v any) (metadata, value []byte, err error) {
+	var n variantNode
+	n.begin()
+	if err := n.encodeGo(v, 0); err != nil {
+		return nil, nil, rowErrorless(err)
+	}
+	return n.finish()
+}
+
+// EncodeVariantJSON encodes one JSON document as a VARIANT's metadata and
+// value binaries, by the rules the converter uses for a VARIANT column.
+func EncodeVariantJSON(doc []byte) (metadata, value []byte, err error) {
+	var n variantNode
+	n.begin()
+	s := scanner{data: doc}
+	if err := n.encodeJSON(&s, 0); err != nil {
+		return nil, nil, err
+	}
+	if !s.atEnd() {
+		return nil, nil, s.errorf("trailing data after the JSON value (%q)", s.data[s.pos])
+	}
+	return n.finish()
+}
+
+// finish builds the builder's value for the Encode functions.
+func (n *variantNode) finish() (metadata, value []byte, err error) {
+	v, err := n.b.Build()
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding VARIANT: %w", err)
+	}
+	return v.Metadata().Bytes(), v.Bytes(), nil
+}
+
+// rowErrorless turns an error located inside a value (a pathError) into a
+// plain error that still names the location.
+func rowErrorless(err error) error {
+	if pe, ok := err.(*pathError); ok {
+		return fmt.Errorf("%s: %w", pe.path(), pe.err)
+	}
+	return err
+}
+
 // VariantJSON decodes a VARIANT value in the Parquet variant binary encoding
 // (the metadata and value members of the column's struct) and serialises it
 // with ToJSON.

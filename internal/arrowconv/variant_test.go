@@ -213,3 +213,31 @@ func TestVariantMetadataDoesNotGrowAcrossRows(t *testing.T) {
 		assert.Equal(t, want.Metadata().Bytes(), variantAt(t, res, "v", i).Metadata().Bytes(), "row %d metadata", i)
 	}
 }
+
+func TestEncodeVariantMatchesTheColumn(t *testing.T) {
+	const doc = `{"b": [1, 2.50, "x"], "a": {"n": null}}`
+	c := mustConverter(t, "v VARIANT", Options{})
+	res := convertJSON(t, c, `{"v": `+doc+`}`)
+	col := variantAt(t, res, "v", 0)
+
+	meta, val, err := EncodeVariantJSON([]byte(doc))
+	require.NoError(t, err)
+	assert.Equal(t, col.Metadata().Bytes(), meta)
+	assert.Equal(t, col.Bytes(), val)
+
+	var generic any
+	dec := json.NewDecoder(strings.NewReader(doc))
+	dec.UseNumber()
+	require.NoError(t, dec.Decode(&generic))
+	meta, val, err = EncodeVariant(generic)
+	require.NoError(t, err)
+	js, err := VariantJSON(meta, val)
+	require.NoError(t, err)
+	assert.Equal(t, `{"a":{"n":null},"b":[1,2.50,"x"]}`, string(js))
+
+	_, _, err = EncodeVariantJSON([]byte(`{"a": 1} x`))
+	assert.ErrorIs(t, err, ErrInvalidJSON)
+	assert.ErrorContains(t, err, "trailing data")
+	_, _, err = EncodeVariant(map[string]any{"k": []any{1, math.NaN()}})
+	assert.ErrorContains(t, err, `["k"][1]: value NaN: JSON has no NaN or Infinity`)
+}

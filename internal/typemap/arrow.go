@@ -13,6 +13,11 @@ const (
 	VariantValueField    = "value"
 )
 
+// VariantExtensionName is the canonical Arrow extension name of a Parquet
+// variant, which FromArrow reads as VARIANT. The wire schema does not carry it
+// (see VariantArrowType).
+const VariantExtensionName = "arrow.parquet.variant"
+
 // VariantArrowType is the Arrow type of a VARIANT column on the wire:
 // Struct<metadata: LargeBinary NOT NULL, value: LargeBinary NOT NULL> holding
 // the Parquet variant binary encoding, without the optional
@@ -129,7 +134,8 @@ func ArrowSchema(cols []Column) (*arrow.Schema, error) {
 // FromArrow returns the Delta type a table column is created with for an
 // incoming Arrow type. Project choices: unsigned integers take the next signed
 // size up (uint64 becomes DECIMAL(20,0)); dictionaries take their value type;
-// null, time, duration and interval types are refused.
+// the "arrow.parquet.variant" extension is VARIANT, other extensions take
+// their storage type; null, time, duration and interval types are refused.
 func FromArrow(dt arrow.DataType) (Type, error) {
 	switch dt := dt.(type) {
 	case *arrow.BooleanType:
@@ -192,6 +198,13 @@ func FromArrow(dt arrow.DataType) (Type, error) {
 		return StructOf(fields...), nil
 	case *arrow.DictionaryType:
 		return FromArrow(dt.ValueType)
+	case arrow.ExtensionType:
+		// The canonical Parquet variant extension marks a VARIANT; any other
+		// extension is its storage type.
+		if dt.ExtensionName() == VariantExtensionName {
+			return Primitive(Variant), nil
+		}
+		return FromArrow(dt.StorageType())
 	}
 	return Type{}, fmt.Errorf("arrow type %s has no Delta column type", dt)
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/extensions"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -129,6 +130,8 @@ func TestFromArrow(t *testing.T) {
 		{arrow.LargeListOf(arrow.BinaryTypes.String), "array<string>"},
 		{&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}, "string"},
 		{arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int32}), "struct<x:int>"},
+		{extensions.NewDefaultVariantType(), "variant"},
+		{extensions.NewUUIDType(), "binary"},
 	}
 	for _, c := range cases {
 		got, err := FromArrow(c.in)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/databricks/databricks-sdk-go"
 	"github.com/databricks/databricks-sdk-go/apierr"
 	"github.com/databricks/databricks-sdk-go/client"
+	"github.com/databricks/databricks-sdk-go/config"
 	uccatalog "github.com/databricks/databricks-sdk-go/service/catalog"
 	"github.com/databricks/databricks-sdk-go/service/sql"
 
@@ -44,9 +46,21 @@ type UCConfig struct {
 	PollInterval time.Duration
 	// StatementTimeout bounds one statement, polling included (default 5m).
 	StatementTimeout time.Duration
+	// CallTimeout bounds every single workspace call: a describe, a tags
+	// read, a credential vend, one statement submission or poll, the SDK's
+	// configuration and token requests included (default 30s). The SDK's
+	// own retries are limited to one attempt per request; the caller's
+	// back-off decides when to try again.
+	CallTimeout time.Duration
+	// CredentialSource says where the credentials come from, for messages
+	// when they are refused, e.g. "config fields client_id/client_secret" or
+	// "env DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET". Empty means
+	// inferred from which fields are set here and from the environment.
+	CredentialSource string
 	// HTTPTransport replaces the SDK's HTTP transport (tests, proxies).
 	HTTPTransport http.RoundTripper
-	// Logger receives the plans and the statements applied (default: none).
+	// Logger receives the plans, the statements applied, failed workspace
+	// requests and databricks-sdk-go's own log lines (default: none).
 	Logger *slog.Logger
 }
 
@@ -71,12 +85,23 @@ func (c UCConfig) GoString() string { return c.String() }
 // a Reconcile with nothing to change costs no request; Describe always
 // fetches afresh and refreshes that cache.
 type UC struct {
-	w         *databricks.WorkspaceClient
-	raw       *client.DatabricksClient
-	warehouse string
-	poll      time.Duration
-	timeout   time.Duration
-	log       *slog.Logger
+	cfg         UCConfig
+	host        string
+	source      string
+	warehouse   string
+	poll        time.Duration
+	timeout     time.Duration
+	callTimeout time.Duration
+	log         *slog.Logger
+	sdkLog      sdkLogger
+	transport   *watchTransport
+
+	// initMu guards the lazily built SDK clients (see clients).
+	initMu   sync.Mutex
+	w        *databricks.WorkspaceClient
+	raw      *client.DatabricksClient
+	clientID string
+	authType string
 
 	mu    sync.Mutex
 	cache map[string]*TableState
@@ -89,38 +114,41 @@ var _ TableCatalog = (*UC)(nil)
 // applying (another writer may have created or changed the table meanwhile).
 const maxRounds = 3
 
-// NewUC builds the UC backend. It resolves the configuration (and fails on
-// an ambiguous one) but makes no request.
+// NewUC builds the UC backend. It checks the configuration it can check
+// without the network (an ambiguous auth choice, a malformed host) and makes
+// no request: databricks-sdk-go resolves its configuration with a request
+// (host metadata) that neither a timeout nor a context of ours would bound,
+// so the SDK client is built on the first call instead, under that call's
+// timeout and context (see clients). A Logger also receives the SDK's own
+// log lines (RouteSDKLogs).
 func NewUC(cfg UCConfig) (*UC, error) {
 	if cfg.Token != "" && (cfg.ClientID != "" || cfg.ClientSecret != "") && cfg.AuthType == "" {
 		return nil, errors.New("catalog: both a token and OAuth client credentials are configured: set auth_type to \"pat\" or \"oauth-m2m\"")
 	}
-	w, err := databricks.NewWorkspaceClient(&databricks.Config{
-		Host:          cfg.Host,
-		ClientID:      cfg.ClientID,
-		ClientSecret:  cfg.ClientSecret,
-		Token:         cfg.Token,
-		Profile:       cfg.Profile,
-		AuthType:      cfg.AuthType,
-		WarehouseID:   cfg.WarehouseID,
-		HTTPTransport: cfg.HTTPTransport,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("catalog: databricks workspace client: %w", err)
+	host := cfg.Host
+	if host == "" {
+		host = os.Getenv("DATABRICKS_HOST")
 	}
-	raw, err := client.New(w.Config)
-	if err != nil {
-		return nil, fmt.Errorf("catalog: databricks api client: %w", err)
+	if host != "" {
+		if _, err := url.Parse(host); err != nil {
+			return nil, fmt.Errorf("catalog: host %q: %w", host, err)
+		}
+	}
+	warehouse := cfg.WarehouseID
+	if warehouse == "" {
+		warehouse = os.Getenv("DATABRICKS_WAREHOUSE_ID")
 	}
 	u := &UC{
-		w:         w,
-		raw:       raw,
-		warehouse: w.Config.WarehouseID,
-		poll:      cfg.PollInterval,
-		timeout:   cfg.StatementTimeout,
-		log:       cfg.Logger,
-		cache:     map[string]*TableState{},
-		locks:     map[string]*sync.Mutex{},
+		cfg:         cfg,
+		host:        host,
+		source:      credentialSource(cfg),
+		warehouse:   warehouse,
+		poll:        cfg.PollInterval,
+		timeout:     cfg.StatementTimeout,
+		callTimeout: cfg.CallTimeout,
+		log:         cfg.Logger,
+		cache:       map[string]*TableState{},
+		locks:       map[string]*sync.Mutex{},
 	}
 	if u.poll <= 0 {
 		u.poll = 500 * time.Millisecond
@@ -128,29 +156,165 @@ func NewUC(cfg UCConfig) (*UC, error) {
 	if u.timeout <= 0 {
 		u.timeout = 5 * time.Minute
 	}
+	if u.callTimeout <= 0 {
+		u.callTimeout = DefaultCallTimeout
+	}
 	if u.log == nil {
 		u.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	} else {
+		RouteSDKLogs(u.log)
 	}
+	u.sdkLog = sdkLogger{u.log}
+	base := cfg.HTTPTransport
+	if base == nil {
+		base = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	u.transport = &watchTransport{base: base, log: u.log}
 	return u, nil
+}
+
+// credentialSource says where the credentials NewUC will use come from.
+func credentialSource(cfg UCConfig) string {
+	switch {
+	case cfg.CredentialSource != "":
+		return cfg.CredentialSource
+	case cfg.ClientID != "" && cfg.ClientSecret != "":
+		return "config fields client_id/client_secret"
+	case cfg.ClientID != "" && os.Getenv("DATABRICKS_CLIENT_SECRET") != "":
+		return "config field client_id, env DATABRICKS_CLIENT_SECRET"
+	case cfg.Token != "":
+		return "config field token"
+	case cfg.Profile != "":
+		return "profile " + cfg.Profile + " of the Databricks config file"
+	case os.Getenv("DATABRICKS_CLIENT_ID") != "":
+		return "env DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET"
+	case os.Getenv("DATABRICKS_TOKEN") != "":
+		return "env DATABRICKS_TOKEN"
+	}
+	return ""
+}
+
+// fromSource is " (from <source>)" for messages, or "".
+func (u *UC) fromSource() string {
+	if u.source == "" {
+		return ""
+	}
+	return " (from " + u.source + ")"
+}
+
+// warehouseID is the SQL warehouse statements run on: from the
+// configuration or the environment, else from the resolved SDK configuration
+// (a profile may name it).
+func (u *UC) warehouseID() string {
+	u.initMu.Lock()
+	defer u.initMu.Unlock()
+	return u.warehouse
+}
+
+// principal is the OAuth client id the SDK authenticates with (the service
+// principal's application id), or "" (a token, or not resolved yet).
+func (u *UC) principal() string {
+	u.initMu.Lock()
+	defer u.initMu.Unlock()
+	if u.clientID != "" {
+		return u.clientID
+	}
+	return u.cfg.ClientID
+}
+
+// clients returns the SDK clients, building them on first use. Building
+// resolves the configuration, which fetches the workspace's host metadata
+// (/.well-known/databricks-config); when that fetch gets no answer at all,
+// the clients are not kept, so the next call resolves again once the
+// workspace is back instead of running without its metadata for good. The
+// SDK is given the call timeout as its HTTP timeout and a one-attempt retry
+// budget, and the auth type is pinned when the credentials make it plain,
+// so that a refused secret is reported as such rather than as "cannot
+// configure default credentials".
+func (u *UC) clients() (*databricks.WorkspaceClient, *client.DatabricksClient, error) {
+	u.initMu.Lock()
+	defer u.initMu.Unlock()
+	if u.w != nil {
+		return u.w, u.raw, nil
+	}
+	cfg := &databricks.Config{
+		Host:                u.cfg.Host,
+		ClientID:            u.cfg.ClientID,
+		ClientSecret:        u.cfg.ClientSecret,
+		Token:               u.cfg.Token,
+		Profile:             u.cfg.Profile,
+		AuthType:            u.cfg.AuthType,
+		WarehouseID:         u.cfg.WarehouseID,
+		HTTPTransport:       u.transport,
+		HTTPTimeoutSeconds:  int((u.callTimeout + time.Second - 1) / time.Second),
+		RetryTimeoutSeconds: sdkRetryTimeoutSeconds,
+	}
+	var metaErr error
+	cfg.HostMetadataResolver = func(ctx context.Context, host string) (*config.HostMetadata, error) {
+		m, err := (*config.Config)(cfg).DefaultHostMetadataResolver()(ctx, host)
+		metaErr = err
+		return m, err
+	}
+	w, err := databricks.NewWorkspaceClient(cfg)
+	if err != nil {
+		return nil, nil, &sdkConfigError{fmt.Errorf("databricks workspace client: %w", err)}
+	}
+	var ue *url.Error
+	if errors.As(metaErr, &ue) && !tokenRefused(ue.Err) {
+		return nil, nil, metaErr
+	}
+	if w.Config.AuthType == "" {
+		switch {
+		case w.Config.ClientID != "" && w.Config.ClientSecret != "" && w.Config.Token == "":
+			w.Config.AuthType = "oauth-m2m"
+		case w.Config.Token != "" && w.Config.ClientID == "" && w.Config.ClientSecret == "":
+			w.Config.AuthType = "pat"
+		}
+	}
+	raw, err := client.New(w.Config)
+	if err != nil {
+		return nil, nil, &sdkConfigError{fmt.Errorf("databricks api client: %w", err)}
+	}
+	u.w, u.raw = w, raw
+	u.clientID, u.authType = w.Config.ClientID, w.Config.AuthType
+	if u.warehouse == "" {
+		u.warehouse = w.Config.WarehouseID
+	}
+	return w, raw, nil
 }
 
 // Describe fetches the table from UC (one GET of the tables endpoint, read
 // raw so delta_uniform_iceberg, which the SDK's TableInfo lacks, is kept) and
 // refreshes the drift cache. A missing table is nil, nil.
 func (u *UC) Describe(ctx context.Context, table string) (*TableState, error) {
-	if _, _, _, err := typemap.ParseTableName(table); err != nil {
+	if err := typemap.CheckTableName(table); err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
-	var body []byte
-	err := u.raw.Do(ctx, http.MethodGet, "/api/2.1/unity-catalog/tables/"+url.PathEscape(table), nil, nil, nil, &body)
-	if apierr.IsMissing(err) {
+	type answer struct {
+		body    []byte
+		missing bool
+	}
+	got, err := callWorkspace(ctx, u, "describe table "+table, table, func(ctx context.Context) (answer, error) {
+		_, raw, err := u.clients()
+		if err != nil {
+			return answer{}, err
+		}
+		var body []byte
+		err = raw.Do(ctx, http.MethodGet, "/api/2.1/unity-catalog/tables/"+url.PathEscape(table), nil, nil, nil, &body)
+		var ae *apierr.APIError
+		if errors.As(err, &ae) && ae.IsMissing() {
+			return answer{missing: true}, nil
+		}
+		return answer{body: body}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if got.missing {
 		u.remember(table, nil)
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("catalog: describe table %s: %w", table, err)
-	}
-	state, err := tableStateFromJSON(body)
+	state, err := tableStateFromJSON(got.body)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: describe table %s: %w", table, err)
 	}
@@ -162,7 +326,13 @@ func (u *UC) Describe(ctx context.Context, table string) (*TableState, error) {
 // tags reads a table's tags, or nil when they cannot be read (the plan then
 // relies on PropTagsHash): tags are bookkeeping, never a reason to fail.
 func (u *UC) tags(ctx context.Context, table string) map[string]string {
-	list, err := u.w.EntityTagAssignments.ListAll(ctx, uccatalog.ListEntityTagAssignmentsRequest{EntityType: "tables", EntityName: table})
+	list, err := callWorkspace(ctx, u, "read tags of "+table, table, func(ctx context.Context) ([]uccatalog.EntityTagAssignment, error) {
+		w, _, err := u.clients()
+		if err != nil {
+			return nil, err
+		}
+		return w.EntityTagAssignments.ListAll(ctx, uccatalog.ListEntityTagAssignmentsRequest{EntityType: "tables", EntityName: table})
+	})
 	if err != nil {
 		u.log.Debug("catalog: cannot read table tags", "table", table, "error", err)
 		return nil
@@ -409,19 +579,28 @@ func IsAlreadyExists(err error) bool {
 // until it is terminal or StatementTimeout passes (then it is canceled). A
 // statement that ends other than SUCCEEDED is a *StatementError.
 func (u *UC) Execute(ctx context.Context, statement string) error {
-	if u.warehouse == "" {
-		return errors.New("no warehouse_id configured: DDL runs on a SQL warehouse")
-	}
 	ctx, cancel := context.WithTimeout(ctx, u.timeout)
 	defer cancel()
-	resp, err := u.w.StatementExecution.ExecuteStatement(ctx, sql.ExecuteStatementRequest{
-		WarehouseId:   u.warehouse,
-		Statement:     statement,
-		WaitTimeout:   waitTimeout(u.timeout),
-		OnWaitTimeout: sql.ExecuteStatementRequestOnWaitTimeoutContinue,
+	// The synchronous wait asked of the warehouse must fit in one call.
+	wait := waitTimeout(min(u.timeout, u.callTimeout-time.Second))
+	resp, err := callWorkspace(ctx, u, "execute statement", "", func(ctx context.Context) (*sql.StatementResponse, error) {
+		w, _, err := u.clients()
+		if err != nil {
+			return nil, err
+		}
+		warehouse := u.warehouseID()
+		if warehouse == "" {
+			return nil, &sdkConfigError{errors.New("no warehouse_id configured: DDL runs on a SQL warehouse")}
+		}
+		return w.StatementExecution.ExecuteStatement(ctx, sql.ExecuteStatementRequest{
+			WarehouseId:   warehouse,
+			Statement:     statement,
+			WaitTimeout:   wait,
+			OnWaitTimeout: sql.ExecuteStatementRequestOnWaitTimeoutContinue,
+		})
 	})
 	if err != nil {
-		return fmt.Errorf("execute statement: %w", err)
+		return err
 	}
 	t := time.NewTimer(u.poll)
 	defer t.Stop()
@@ -433,8 +612,14 @@ func (u *UC) Execute(ctx context.Context, statement string) error {
 		case <-t.C:
 		}
 		id := resp.StatementId
-		if resp, err = u.w.StatementExecution.GetStatementByStatementId(ctx, id); err != nil {
-			return fmt.Errorf("poll statement %s: %w", id, err)
+		if resp, err = callWorkspace(ctx, u, "poll statement "+id, "", func(ctx context.Context) (*sql.StatementResponse, error) {
+			w, _, err := u.clients()
+			if err != nil {
+				return nil, err
+			}
+			return w.StatementExecution.GetStatementByStatementId(ctx, id)
+		}); err != nil {
+			return err
 		}
 		t.Reset(u.poll)
 	}
@@ -464,9 +649,14 @@ func running(resp *sql.StatementResponse) bool {
 
 // cancelStatement asks the warehouse to stop a statement we gave up on.
 func (u *UC) cancelStatement(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := u.w.StatementExecution.CancelExecution(ctx, sql.CancelExecutionRequest{StatementId: id}); err != nil {
+	_, err := callWorkspace(context.Background(), u, "cancel statement "+id, "", func(ctx context.Context) (struct{}, error) {
+		w, _, err := u.clients()
+		if err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, w.StatementExecution.CancelExecution(ctx, sql.CancelExecutionRequest{StatementId: id})
+	})
+	if err != nil {
 		u.log.Warn("catalog: cancel statement", "statement_id", id, "error", err)
 	}
 }
@@ -530,10 +720,17 @@ func (u *UC) RegisterWriter(ctx context.Context, table string, w WriterInfo) err
 }
 
 func (u *UC) generate(ctx context.Context, s *TableState, access Access) (*uccatalog.GenerateTemporaryTableCredentialResponse, error) {
-	return u.w.TemporaryTableCredentials.GenerateTemporaryTableCredentials(ctx, uccatalog.GenerateTemporaryTableCredentialRequest{
-		TableId:   s.TableID,
-		Operation: uccatalog.TableOperation(access),
-	})
+	return callWorkspace(ctx, u, "vend "+string(access)+" credentials for "+s.FullName, s.FullName,
+		func(ctx context.Context) (*uccatalog.GenerateTemporaryTableCredentialResponse, error) {
+			w, _, err := u.clients()
+			if err != nil {
+				return nil, err
+			}
+			return w.TemporaryTableCredentials.GenerateTemporaryTableCredentials(ctx, uccatalog.GenerateTemporaryTableCredentialRequest{
+				TableId:   s.TableID,
+				Operation: uccatalog.TableOperation(access),
+			})
+		})
 }
 
 // ErrReadWriteOnManaged explains a READ_WRITE vend refused on a managed table.

@@ -556,9 +556,15 @@ func TestUCOAuthM2M(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, 1, tokenRequests, "one token serves every call until it expires")
 
-	bad, err := NewUC(UCConfig{Host: srv.URL, ClientID: "client-id", ClientSecret: "wrong", WarehouseID: "wh"})
+	// A distinctive secret: the refusal message legitimately says "secret".
+	bad, err := NewUC(UCConfig{Host: srv.URL, ClientID: "client-id", ClientSecret: "wr0ng-s3cr3t", WarehouseID: "wh"})
 	require.NoError(t, err)
 	_, err = bad.Describe(context.Background(), tbl)
 	require.Error(t, err)
-	assert.NotContains(t, err.Error(), "wrong", "the secret is not echoed")
+	assert.NotContains(t, err.Error(), "wr0ng-s3cr3t", "the secret is not echoed")
+	var we *WorkspaceError
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, KindCredentials, we.Kind)
+	assert.True(t, we.Permanent())
+	assert.Contains(t, err.Error(), `refused the OAuth client credentials of client_id "client-id" (from config fields client_id/client_secret): invalid_client`)
 }

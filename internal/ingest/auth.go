@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // TokenSource supplies bearer tokens for gRPC calls.
@@ -51,8 +53,10 @@ type TableTokenSource struct {
 	workspaceURL string
 	clientID     string
 	clientSecret string
-	table        string
-	now          func() time.Time
+	// source says where the client credentials came from, for messages.
+	source string
+	table  string
+	now    func() time.Time
 
 	mu          sync.Mutex
 	workspaceID string
@@ -60,12 +64,23 @@ type TableTokenSource struct {
 	refreshAt   time.Time
 }
 
+// TokenSourceOption adjusts a TableTokenSource.
+type TokenSourceOption func(*TableTokenSource)
+
+// WithCredentialSource records where the client credentials came from (for
+// example "config fields client_id/client_secret" or "env
+// DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET"), so that a refusal by the
+// token endpoint can say which credential to fix. Empty leaves it unsaid.
+func WithCredentialSource(source string) TokenSourceOption {
+	return func(s *TableTokenSource) { s.source = source }
+}
+
 // NewTableTokenSource returns a token source for table (catalog.schema.table)
 // that posts the per-table client-credentials form to
 // {workspaceURL}/oidc/v1/token. An empty workspaceID is discovered from
 // {workspaceURL}/.well-known/databricks-config on first use (the emulator and
 // real workspaces both serve it). A nil httpClient means http.DefaultClient.
-func NewTableTokenSource(httpClient *http.Client, workspaceURL, workspaceID, clientID, clientSecret, table string) (*TableTokenSource, error) {
+func NewTableTokenSource(httpClient *http.Client, workspaceURL, workspaceID, clientID, clientSecret, table string, opts ...TokenSourceOption) (*TableTokenSource, error) {
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
@@ -78,7 +93,7 @@ func NewTableTokenSource(httpClient *http.Client, workspaceURL, workspaceID, cli
 	if _, _, _, err := splitTable(table); err != nil {
 		return nil, fmt.Errorf("token source: %w", err)
 	}
-	return &TableTokenSource{
+	s := &TableTokenSource{
 		httpClient:   httpClient,
 		workspaceURL: strings.TrimRight(workspaceURL, "/"),
 		workspaceID:  workspaceID,
@@ -86,12 +101,17 @@ func NewTableTokenSource(httpClient *http.Client, workspaceURL, workspaceID, cli
 		clientSecret: clientSecret,
 		table:        table,
 		now:          time.Now,
-	}, nil
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Token returns the cached token or fetches a new one. Token endpoint 5xx
 // and network errors are retried a few times; 4xx answers are not. Errors
-// are *Error: FatalConfig for 4xx, Transient otherwise.
+// are *Error: FatalConfig for 4xx (wrapping a *CredentialError that says what
+// was refused and what to do), Transient otherwise.
 func (s *TableTokenSource) Token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -101,7 +121,14 @@ func (s *TableTokenSource) Token(ctx context.Context) (string, error) {
 	if s.workspaceID == "" {
 		id, err := discoverWorkspaceID(ctx, s.httpClient, s.workspaceURL)
 		if err != nil {
-			return "", &Error{Class: FatalConfig, Code: codes.Unauthenticated, Err: err}
+			// An unreachable workspace may come back; an answer without a
+			// workspace id will not.
+			class := FatalConfig
+			var ne *discoveryNetError
+			if errors.As(err, &ne) {
+				class = Transient
+			}
+			return "", &Error{Class: class, Code: codes.Unauthenticated, Err: err}
 		}
 		s.workspaceID = id
 	}
@@ -224,11 +251,11 @@ func (s *TableTokenSource) fetch(ctx context.Context) (token string, lifetime ti
 	if err != nil {
 		return "", 0, true, &fetchError{retryable: true, err: fmt.Errorf("read token response: %w", err)}
 	}
+	if resp.StatusCode >= 500 {
+		return "", 0, true, &fetchError{retryable: true, err: fmt.Errorf("token endpoint %s answered %s: %s", req.URL, resp.Status, truncate(string(body), 200))}
+	}
 	if resp.StatusCode != http.StatusOK {
-		// The body may echo request details but never the secret; keep it
-		// short all the same.
-		retry := resp.StatusCode >= 500
-		return "", 0, retry, &fetchError{retryable: retry, err: fmt.Errorf("token endpoint answered %s: %s", resp.Status, truncate(string(body), 200))}
+		return "", 0, false, &fetchError{err: s.refusal(req.URL.String(), resp.StatusCode, body)}
 	}
 	var tr struct {
 		AccessToken string `json:"access_token"`
@@ -247,6 +274,89 @@ func (s *TableTokenSource) fetch(ctx context.Context) (token string, lifetime ti
 	return tr.AccessToken, time.Duration(tr.ExpiresIn) * time.Second, false, nil
 }
 
+// refusal builds the *CredentialError for a 4xx answer of the token
+// endpoint. The OAuth error body (RFC 6749 §5.2: error, error_description)
+// may echo request details but never the secret; the description is kept
+// short all the same.
+func (s *TableTokenSource) refusal(endpoint string, status int, body []byte) *CredentialError {
+	e := &CredentialError{
+		Endpoint: endpoint, Status: status, ClientID: s.clientID, Source: s.source,
+		Table: s.table, WorkspaceID: s.workspaceID,
+	}
+	var oe struct {
+		Error       string `json:"error"`
+		Description string `json:"error_description"`
+	}
+	if json.Unmarshal(body, &oe) == nil && oe.Error != "" {
+		e.OAuthError, e.Description = oe.Error, truncate(oe.Description, 200)
+	} else {
+		e.Description = truncate(strings.TrimSpace(string(body)), 200)
+	}
+	return e
+}
+
+// CredentialError is the token endpoint refusing a token request (HTTP 4xx).
+// Its message names the client id and where it came from (never the secret)
+// and says what to do; it is permanent: the same request will be refused
+// again until the configuration or the grants change.
+type CredentialError struct {
+	// Endpoint is the token endpoint URL.
+	Endpoint string
+	// Status is the HTTP status of the refusal.
+	Status int
+	// OAuthError and Description are the RFC 6749 error fields, when given.
+	OAuthError  string
+	Description string
+	ClientID    string
+	// Source says where the credentials came from (see WithCredentialSource).
+	Source      string
+	Table       string
+	WorkspaceID string
+}
+
+// Permanent reports true: retrying the same credentials cannot help.
+func (e *CredentialError) Permanent() bool { return true }
+
+// Error says what was refused, the endpoint's reason, and the remedy.
+func (e *CredentialError) Error() string {
+	var b strings.Builder
+	from := ""
+	if e.Source != "" {
+		from = " (from " + e.Source + ")"
+	}
+	switch {
+	case e.Status == http.StatusUnauthorized || e.OAuthError == "invalid_client" || e.OAuthError == "unauthorized_client":
+		fmt.Fprintf(&b, "token endpoint %s refused the OAuth client credentials of client_id %q%s", e.Endpoint, e.ClientID, from)
+	case e.OAuthError == "invalid_target":
+		fmt.Fprintf(&b, "token endpoint %s refused the Zerobus resource of workspace id %q for client_id %q%s", e.Endpoint, e.WorkspaceID, e.ClientID, from)
+	default:
+		fmt.Fprintf(&b, "token endpoint %s refused a token for table %s to client_id %q%s", e.Endpoint, e.Table, e.ClientID, from)
+	}
+	fmt.Fprintf(&b, ": %d %s", e.Status, http.StatusText(e.Status))
+	if e.OAuthError != "" {
+		b.WriteString(" " + e.OAuthError)
+	}
+	if e.Description != "" {
+		b.WriteString(": " + e.Description)
+	}
+	b.WriteString("; " + e.Hint())
+	return b.String()
+}
+
+// Hint says what to do about the refusal.
+func (e *CredentialError) Hint() string {
+	switch {
+	case e.Status == http.StatusUnauthorized || e.OAuthError == "invalid_client" || e.OAuthError == "unauthorized_client":
+		return "check the service principal's OAuth secret (it may be wrong, expired or rotated: create a new one under the service principal's Secrets) and that client_id is that service principal's application id"
+	case e.OAuthError == "invalid_target":
+		return "check workspace_id (or the Zerobus endpoint, whose first DNS label names the workspace)"
+	case e.Status == http.StatusForbidden || e.OAuthError == "invalid_authorization_details" || e.OAuthError == "access_denied":
+		return typemap.GrantHint(e.Table, e.ClientID)
+	default:
+		return "check client_id, client_secret and the table name"
+	}
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -263,7 +373,7 @@ func discoverWorkspaceID(ctx context.Context, hc *http.Client, workspaceURL stri
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("discover workspace id: %w", err)
+		return "", &discoveryNetError{fmt.Errorf("discover workspace id from %s: %w", workspaceURL, err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -312,11 +422,20 @@ func WorkspaceIDFromEndpoint(endpoint string) (string, error) {
 	return label, nil
 }
 
-// splitTable splits catalog.schema.table, requiring three non-empty parts.
+// discoveryNetError is a workspace-id discovery that never got an answer (the
+// workspace was unreachable): worth retrying, unlike an answer without an id.
+type discoveryNetError struct{ err error }
+
+func (e *discoveryNetError) Error() string { return e.err.Error() }
+func (e *discoveryNetError) Unwrap() error { return e.err }
+
+// splitTable checks table against typemap.CheckTableName (three non-empty
+// parts of ASCII letters, digits and underscore: a name the table header can
+// carry) and splits it. The error is a permanent *typemap.TableNameError.
 func splitTable(table string) (catalog, schema, name string, err error) {
-	parts := strings.Split(table, ".")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return "", "", "", fmt.Errorf("table name %q must be catalog.schema.table", table)
+	if err := typemap.CheckTableName(table); err != nil {
+		return "", "", "", err
 	}
+	parts := strings.Split(table, ".")
 	return parts[0], parts[1], parts[2], nil
 }

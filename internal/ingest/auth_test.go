@@ -23,6 +23,8 @@ type tokenServer struct {
 	failCode  int
 	expiresIn int64
 	lastForm  atomic.Value // url.Values
+	// secret is the accepted client secret; empty means "secret".
+	secret string
 }
 
 func (ts *tokenServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -41,7 +43,11 @@ func (ts *tokenServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	user, pass, ok := r.BasicAuth()
-	if !ok || user != "cid" || pass != "secret" {
+	want := ts.secret
+	if want == "" {
+		want = "secret"
+	}
+	if !ok || user != "cid" || pass != want {
 		http.Error(w, `{"error":"invalid_client"}`, http.StatusUnauthorized)
 		return
 	}
@@ -122,14 +128,15 @@ func TestTableTokenSourceErrors(t *testing.T) {
 		wantClass Class
 		wantCalls int32
 	}{
-		{"5xx retried then success", 1, http.StatusServiceUnavailable, "secret", "tok-2", 0, 2},
-		{"5xx exhausts retries", 10, http.StatusInternalServerError, "secret", "", Transient, tokenFetchAttempts},
-		{"4xx not retried", 10, http.StatusBadRequest, "secret", "", FatalConfig, 1},
-		{"wrong secret", 0, 0, "wrong", "", FatalConfig, 1},
+		{"5xx retried then success", 1, http.StatusServiceUnavailable, "s3cr3t-ok", "tok-2", 0, 2},
+		{"5xx exhausts retries", 10, http.StatusInternalServerError, "s3cr3t-ok", "", Transient, tokenFetchAttempts},
+		{"4xx not retried", 10, http.StatusBadRequest, "s3cr3t-ok", "", FatalConfig, 1},
+		{"wrong secret", 0, 0, "wr0ng-s3cr3t", "", FatalConfig, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := &tokenServer{t: t, expiresIn: 3600, failFirst: tt.failFirst, failCode: tt.failCode}
+			// Distinctive secrets: refusal messages legitimately say "secret".
+			ts := &tokenServer{t: t, expiresIn: 3600, failFirst: tt.failFirst, failCode: tt.failCode, secret: "s3cr3t-ok"}
 			srv := httptest.NewServer(ts)
 			defer srv.Close()
 			src, err := NewTableTokenSource(srv.Client(), srv.URL, "1", "cid", tt.secret, "c.s.t")

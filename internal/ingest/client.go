@@ -70,6 +70,10 @@ type Config struct {
 	WorkspaceID  string
 	ClientID     string
 	ClientSecret string
+	// CredentialSource says where ClientID/ClientSecret came from (e.g.
+	// "env DATABRICKS_CLIENT_ID/DATABRICKS_CLIENT_SECRET"), for the message
+	// of a token refusal; empty leaves it unsaid.
+	CredentialSource string
 	// Token overrides OAuth for every table (static tokens, tests).
 	Token TokenSource
 	// HTTPClient is used for token requests; nil means http.DefaultClient.
@@ -237,7 +241,7 @@ func (c *Client) TokenSource(table string) (TokenSource, error) {
 	if ts, ok := c.tokens[table]; ok {
 		return ts, nil
 	}
-	ts, err := NewTableTokenSource(c.cfg.HTTPClient, c.cfg.WorkspaceURL, c.cfg.WorkspaceID, c.cfg.ClientID, c.cfg.ClientSecret, table)
+	ts, err := NewTableTokenSource(c.cfg.HTTPClient, c.cfg.WorkspaceURL, c.cfg.WorkspaceID, c.cfg.ClientID, c.cfg.ClientSecret, table, WithCredentialSource(c.cfg.CredentialSource))
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +281,7 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 		ready:       c.cfg.ReadyTimeout,
 	})
 	if err := s.connectFirst(ctx); err != nil {
-		return nil, fmt.Errorf("open stream to %s: %w", table, err)
+		return nil, fmt.Errorf("open stream to %s: %w", table, WithGrantHint(err, table, c.cfg.ClientID))
 	}
 	return s, nil
 }

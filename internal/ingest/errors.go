@@ -11,6 +11,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // Class says what the layers above should do about an error.
@@ -113,6 +115,54 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying cause.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Permanent reports whether retrying soon cannot help (FatalConfig): the
+// caller should back off exponentially and say what to fix.
+func (e *Error) Permanent() bool { return e.Class == FatalConfig }
+
+// IsPermanent reports whether err is permanent: bad credentials, an invalid
+// table name, missing grants, a missing table or a schema the table refuses.
+// Such errors are not cured by retrying once a second, only by a change of
+// configuration or grants, so callers back off exponentially (see
+// internal/backoff) and log each attempt. The first error in err's chain that
+// has a Permanent() bool method decides (*Error, *CredentialError,
+// *typemap.TableNameError, the catalog's workspace errors); otherwise err is
+// classified as a service error (see Classify). nil, cancellation and
+// transport failures are not permanent.
+func IsPermanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var p interface{ Permanent() bool }
+	if errors.As(err, &p) {
+		return p.Permanent()
+	}
+	return Classify(err).Class == FatalConfig
+}
+
+// HintError attaches advice to an error: what the user should do about it.
+type HintError struct {
+	Err  error
+	Hint string
+}
+
+func (e *HintError) Error() string { return e.Err.Error() + "; " + e.Hint }
+
+// Unwrap returns the error the hint is about.
+func (e *HintError) Unwrap() error { return e.Err }
+
+// WithGrantHint attaches the GRANT statements a Zerobus writer needs
+// (typemap.GrantHint) to err when the service refused the stream for missing
+// privileges: PERMISSION_DENIED, or service code 4024 (missing table-level
+// grants). principal is the service principal's application id (the OAuth
+// client id), empty when unknown. Other errors are returned unchanged.
+func WithGrantHint(err error, table, principal string) error {
+	c := Classify(err)
+	if c == nil || (c.Code != codes.PermissionDenied && c.ServiceCode != ServiceCodeMissingGrants) {
+		return err
+	}
+	return &HintError{Err: err, Hint: typemap.GrantHint(table, principal)}
+}
+
 // IsSchemaMismatch reports whether the service rejected the stream's schema,
 // the cue to reconcile the catalog and rebuild the stream.
 func (e *Error) IsSchemaMismatch() bool {
@@ -134,6 +184,12 @@ func ClassOf(err error) (Class, bool) {
 
 var serviceCodeRE = regexp.MustCompile(`Error Code:\s*(\d{4})`)
 
+// invalidNameClass is the Databricks error class for a malformed catalog,
+// schema or table name (Unity Catalog answers it for names such as "a.b.c d";
+// docs.databricks.com error-classes INVALID_SCHEMA_OR_RELATION_NAME). A name
+// never becomes valid by retrying, whatever status code carries the class.
+const invalidNameClass = "INVALID_SCHEMA_OR_RELATION_NAME"
+
 // nonIncrementalOffset is the mock server's text for an offset gap; it means
 // our own stream state is broken, which a rebuild fixes.
 const nonIncrementalOffset = "Non-incremental offset"
@@ -143,7 +199,8 @@ const nonIncrementalOffset = "Non-incremental offset"
 //
 // The rules follow the official SDKs: INVALID_ARGUMENT, UNAUTHENTICATED,
 // PERMISSION_DENIED, OUT_OF_RANGE, UNIMPLEMENTED and NOT_FOUND are not
-// retryable (FatalConfig, schema mismatches carrying their causes);
+// retryable (FatalConfig, schema mismatches carrying their causes), nor is
+// an invalid-name refusal (INVALID_SCHEMA_OR_RELATION_NAME) under any code;
 // RESOURCE_EXHAUSTED and service code 6006 are concurrency rejects; rotation
 // (6002) and every other code or transport failure is transient. An offset
 // gap reported by the server is Poison: our stream state is wrong.
@@ -197,6 +254,8 @@ func Classify(err error) *Error {
 		out.Class = FatalConfig
 	case out.Code == codes.InvalidArgument && strings.Contains(st.Message(), nonIncrementalOffset):
 		out.Class = Poison
+	case strings.Contains(st.Message(), invalidNameClass):
+		out.Class = FatalConfig
 	case nonRetryable(out.Code):
 		out.Class = FatalConfig
 	default:

@@ -106,20 +106,25 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 	if st := w.st.Load(); st != nil && st.pool != nil {
 		return st, nil // another batch created it meanwhile
 	}
-	reserved := map[string]bool{}
-	for _, c := range reservedColumns() {
-		reserved[strings.ToLower(c.Name)] = true
-	}
-	fields, conflicts := inferFields(func(n string) bool { return reserved[strings.ToLower(n)] }, structured(batch, nil))
-	for _, c := range conflicts {
-		w.warnf("table %s: cannot infer a column type: %v", w.cfg.Table, c)
-	}
-	if len(fields) == 0 {
-		return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", w.cfg.Table, len(batch))
-	}
-	d, err := w.desiredForCreate(arrow.NewSchema(fields, nil))
-	if err != nil {
-		return nil, err
+	var d catalog.DesiredTable
+	if len(w.cfg.CreateColumns) > 0 {
+		d = w.desiredFromColumns(append(slices.Clone(w.cfg.CreateColumns), reservedColumns()...))
+	} else {
+		reserved := map[string]bool{}
+		for _, c := range reservedColumns() {
+			reserved[strings.ToLower(c.Name)] = true
+		}
+		fields, conflicts := inferFields(func(n string) bool { return reserved[strings.ToLower(n)] }, structured(batch, nil))
+		for _, c := range conflicts {
+			w.warnf("table %s: cannot infer a column type: %v", w.cfg.Table, c)
+		}
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", w.cfg.Table, len(batch))
+		}
+		var err error
+		if d, err = w.desiredForCreate(arrow.NewSchema(fields, nil)); err != nil {
+			return nil, err
+		}
 	}
 	out, err := w.cat.Reconcile(ctx, d)
 	if err != nil {

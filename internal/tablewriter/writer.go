@@ -70,6 +70,9 @@ type Config struct {
 	WriterID string
 	// Provision creates the table when absent and adds columns on drift.
 	Provision bool
+	// CreateColumns are the columns an absent table is created with (plus
+	// the reserved ones); nil: inferred from the first batch.
+	CreateColumns []typemap.Column
 	// Widen widens a narrow numeric column when a value outgrows it (with
 	// Provision).
 	Widen              bool

@@ -49,23 +49,33 @@ type deps struct {
 	catalog catalog.TableCatalog
 }
 
-// output is the zerobus BatchOutput: an adapter over one table writer.
+// output is the zerobus BatchOutput: an adapter over one table writer, or,
+// with an interpolated table, a router of writers; plus an optional
+// dead-letter writer.
 type output struct {
 	cfg     *outputConfig
 	log     *service.Logger
+	mgr     *service.Resources
 	met     *metrics
 	deps    deps
 	version string // the binary's, for the user agent
 	wcfg    tablewriter.Config
 
-	// mu guards building the clients and the writer on the first Connect;
-	// w is read without it on the write path.
+	// mu guards building the clients and the writers on the first Connect;
+	// the write path reads eng without it.
 	mu     sync.Mutex
 	opener ingest.Opener
 	cat    catalog.TableCatalog
-	w      atomic.Pointer[tablewriter.Writer]
+	eng    atomic.Pointer[engine]
 
 	loggedKnobs sync.Once
+}
+
+// engine is what the output writes through, built once.
+type engine struct {
+	w      *tablewriter.Writer      // a static table; nil when routed
+	router *tablewriter.Router      // an interpolated table; nil when static
+	dlq    *tablewriter.DeadLetters // nil without dead_letter
 }
 
 func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, error) {
@@ -80,6 +90,7 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 	return &output{
 		cfg:     cfg,
 		log:     mgr.Logger(),
+		mgr:     mgr,
 		met:     newMetrics(mgr.Metrics(), cfg.Table),
 		deps:    d,
 		version: mgr.EngineVersion(),
@@ -96,32 +107,62 @@ func (o *output) Connect(ctx context.Context) error {
 	o.loggedKnobs.Do(func() {
 		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(tablewriter.PoolSize(o.wcfg.Pool))))
 	})
-	w, err := o.writer()
+	e, err := o.engine()
 	if err != nil {
 		return err
 	}
-	if err := w.Open(ctx); err != nil {
-		if wait, ok := tablewriter.RetryAfter(err); ok {
-			return service.NewErrBackOff(err, wait)
+	for _, w := range []*tablewriter.Writer{e.w, e.dlqWriter()} {
+		if w == nil {
+			continue
 		}
-		return err
+		if err := w.Open(ctx); err != nil {
+			if wait, ok := tablewriter.RetryAfter(err); ok {
+				return service.NewErrBackOff(err, wait)
+			}
+			return err
+		}
 	}
 	return nil
 }
 
-// writer returns the table writer, creating it and its clients on first use.
-func (o *output) writer() (*tablewriter.Writer, error) {
+func (e *engine) dlqWriter() *tablewriter.Writer {
+	if e.dlq == nil {
+		return nil
+	}
+	return e.dlq.Writer()
+}
+
+// engine returns the writers, creating them and their clients on first use.
+func (o *output) engine() (*engine, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if w := o.w.Load(); w != nil {
-		return w, nil
+	if e := o.eng.Load(); e != nil {
+		return e, nil
 	}
 	if err := o.ensureClients(); err != nil {
 		return nil, err
 	}
-	w := tablewriter.New(o.wcfg, o.opener, o.cat, newSlogLogger(o.log), o.met)
-	o.w.Store(w)
-	return w, nil
+	log := newSlogLogger(o.log)
+	newWriter := func(cfg tablewriter.Config, met *metrics) *tablewriter.Writer {
+		return tablewriter.New(cfg, o.opener, o.cat, log, met)
+	}
+	e := &engine{}
+	if o.cfg.TableInterp == nil {
+		e.w = newWriter(o.wcfg, o.met)
+	} else {
+		e.router = tablewriter.NewRouter(func(table string) *tablewriter.Writer {
+			cfg := o.wcfg
+			cfg.Table = table
+			return newWriter(cfg, newMetrics(o.mgr.Metrics(), table))
+		}, o.cfg.MaxOpenTables, o.cfg.CloseTimeout, log)
+	}
+	if o.cfg.DLTable != "" {
+		cfg := o.wcfg
+		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived
+		e.dlq = tablewriter.NewDeadLetters(newWriter(cfg, newMetrics(o.mgr.Metrics(), o.cfg.DLTable)), o.cfg.DLPayload)
+	}
+	o.eng.Store(e)
+	return e, nil
 }
 
 // WriteBatch writes the batch and returns nil only once every row of it is
@@ -129,8 +170,8 @@ func (o *output) writer() (*tablewriter.Writer, error) {
 // naming the message index and the column; the good rows are durable before
 // it is returned. A cancelled ctx returns an error (a nack), never nil.
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
-	w := o.w.Load()
-	if w == nil {
+	e := o.eng.Load()
+	if e == nil {
 		return service.ErrNotConnected
 	}
 	rows := make([]tablewriter.Row, len(batch))
@@ -141,13 +182,33 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if o.cfg.OrderingKey != nil {
 		keyOf = func(i int) (string, error) { return o.cfg.OrderingKey.TryString(batch[i]) }
 	}
-	rowErrs, err := w.Write(ctx, rows, keyOf)
-	if err != nil {
-		if errors.Is(err, tablewriter.ErrNotOpen) {
-			o.log.Warnf("zerobus: %v", err)
-			return service.ErrNotConnected
+	var rowErrs []tablewriter.RowError
+	sourceOf := func(int) string { return o.cfg.Table }
+	if e.router != nil {
+		tables := make([]string, len(batch))
+		tableErrs := make([]error, len(batch))
+		for i, m := range batch {
+			tables[i], tableErrs[i] = o.cfg.TableInterp.TryString(m)
 		}
-		return err
+		sourceOf = func(i int) string { return tables[i] }
+		rowErrs = e.router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
+	} else {
+		var err error
+		if rowErrs, err = e.w.Write(ctx, rows, keyOf); err != nil {
+			if errors.Is(err, tablewriter.ErrNotOpen) {
+				o.log.Warnf("zerobus: %v", err)
+				return service.ErrNotConnected
+			}
+			return err
+		}
+	}
+	if len(rowErrs) > 0 && e.dlq != nil {
+		// The batch is acknowledged only once its dead letters are durable
+		// too: an error here nacks it whole (at-least-once).
+		var err error
+		if rowErrs, err = e.dlq.Write(ctx, sourceOf, rows, rowErrs); err != nil {
+			return err
+		}
 	}
 	if len(rowErrs) == 0 {
 		return nil
@@ -168,8 +229,16 @@ func (o *output) Close(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var errs []error
-	if w := o.w.Load(); w != nil {
-		errs = append(errs, w.Close(ctx))
+	if e := o.eng.Load(); e != nil {
+		if e.w != nil {
+			errs = append(errs, e.w.Close(ctx))
+		}
+		if e.router != nil {
+			errs = append(errs, e.router.Close(ctx))
+		}
+		if w := e.dlqWriter(); w != nil {
+			errs = append(errs, w.Close(ctx))
+		}
 	}
 	if c, ok := o.opener.(io.Closer); ok && o.deps.opener == nil {
 		errs = append(errs, c.Close())

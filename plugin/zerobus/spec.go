@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // Config field names. Kept as constants so that error messages and the
@@ -19,6 +22,10 @@ const (
 	fWorkspaceURL  = "workspace_url"
 	fWorkspaceID   = "workspace_id"
 	fTable         = "table"
+	fMaxOpenTables = "max_open_tables"
+	fDeadLetter    = "dead_letter"
+	fDLTable       = "table"
+	fDLPayload     = "include_payload"
 	fClientID      = "client_id"
 	fClientSecret  = "client_secret"
 	fBatching      = "batching"
@@ -74,6 +81,16 @@ const (
 // takes catalog, schema and table names of ASCII letters, digits and
 // underscores (shared/spec/zerobus-wire.md, "Published limits").
 const tableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
+
+// tableLint is the lint rule of a table-name field; an interpolated one
+// (when allowed) is checked per message instead.
+func tableLint(field string, interpolated bool) string {
+	skip := ""
+	if interpolated {
+		skip = ` && !this.contains("${!")`
+	}
+	return `root = if this.type() == "string"` + skip + ` && !this.re_match("` + tableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`
+}
 
 // urlLint is the lint rule of a URL field: https, or http for a loopback
 // host only, so a credential never crosses a network in the clear.
@@ -176,10 +193,23 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewStringField(fWorkspaceID).
 				Description("The workspace id the ingest token is scoped to. Empty means derived from the first DNS label of `endpoint`, or, for an IP-address or localhost endpoint (the emulator), discovered from `workspace_url`'s `/.well-known/databricks-config`.").
 				Advanced().Default(""),
-			service.NewStringField(fTable).
-				LintRule(`root = if this.type() == "string" && !this.re_match("`+tableNamePattern+`") { [ "field table: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`).
-				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts).").
-				Example("main.default.events"),
+			service.NewInterpolatedStringField(fTable).
+				LintRule(tableLint(fTable, true)).
+				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts of ASCII letters, digits and underscores). It may be interpolated per message: each distinct table then gets its own lazily opened writer (at most `max_open_tables`), a batch spanning tables is split into one write per table, and a message whose table cannot be computed, or is not a valid name, fails alone.").
+				Example("main.default.events").
+				Example(`main.cdc.${! meta("table_name") }`),
+			service.NewIntField(fMaxOpenTables).
+				Description("With an interpolated `table`: the most table writers kept open; the least recently used is drained and closed to make room.").
+				Default(tablewriter.DefaultMaxOpenTables).LintRule(atLeast(fMaxOpenTables, 1)).Advanced(),
+			service.NewObjectField(fDeadLetter,
+				service.NewStringField(fDLTable).
+					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, `_zb_emit_ts`); otherwise it must exist with them.").
+					LintRule(tableLint(fDeadLetter+"."+fDLTable, false)),
+				service.NewBoolField(fDLPayload).
+					Description("Store each failed message's bytes in `payload`.").
+					Default(true),
+			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. Without it, such rows fail through a batch error (a `fallback` output can route them).").
+				Optional(),
 			service.NewStringField(fClientID).
 				Description("OAuth client id of the service principal. Empty means the `DATABRICKS_CLIENT_ID` environment variable.").
 				Default(""),
@@ -298,6 +328,11 @@ type outputConfig struct {
 	WorkspaceURL string
 	WorkspaceID  string
 	Table        string
+	// TableInterp is the per-message table; nil when table is static.
+	TableInterp   *service.InterpolatedString
+	MaxOpenTables int
+	DLTable       string
+	DLPayload     bool
 	ClientID     string
 	ClientSecret string
 
@@ -370,6 +405,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	str(&c.WorkspaceURL, fWorkspaceURL)
 	str(&c.WorkspaceID, fWorkspaceID)
 	str(&c.Table, fTable)
+	integer(&c.MaxOpenTables, fMaxOpenTables)
 	str(&c.ClientID, fClientID)
 	str(&c.ClientSecret, fClientSecret)
 	if err == nil {
@@ -416,6 +452,19 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 			c.OrderingKey, c.orderingRaw = nil, ""
 		}
 	}
+	if strings.Contains(c.Table, "${!") {
+		if c.TableInterp, err = conf.FieldInterpolatedString(fTable); err != nil {
+			return nil, err
+		}
+	}
+	if conf.Contains(fDeadLetter) {
+		if c.DLTable, err = conf.FieldString(fDeadLetter, fDLTable); err != nil {
+			return nil, err
+		}
+		if c.DLPayload, err = conf.FieldBool(fDeadLetter, fDLPayload); err != nil {
+			return nil, err
+		}
+	}
 	if c.Batching, err = conf.FieldBatchPolicy(fBatching); err != nil {
 		return nil, err
 	}
@@ -457,8 +506,18 @@ func (c *outputConfig) validate() error {
 	if _, err := checkURL(fWorkspaceURL, c.WorkspaceURL); err != nil {
 		errs = append(errs, err)
 	}
-	if err := checkTable(c.Table); err != nil {
-		errs = append(errs, err)
+	if c.TableInterp == nil {
+		if err := typemap.CheckTableName(c.Table); err != nil {
+			errs = append(errs, fmt.Errorf("field %s: %w", fTable, err))
+		}
+	}
+	if c.DLTable != "" {
+		if err := typemap.CheckTableName(c.DLTable); err != nil {
+			errs = append(errs, fmt.Errorf("field %s.%s: %w", fDeadLetter, fDLTable, err))
+		}
+	}
+	if c.MaxOpenTables < 1 {
+		errs = append(errs, fmt.Errorf("field %s: must be at least 1, got %d", fMaxOpenTables, c.MaxOpenTables))
 	}
 	if c.WorkspaceID == "" && err == nil {
 		c.WorkspaceID = deriveWorkspaceID(c.Endpoint)
@@ -539,18 +598,6 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func checkTable(full string) error {
-	parts := strings.Split(full, ".")
-	if len(parts) != 3 {
-		return fmt.Errorf("field %s: must be catalog.schema.table (three dot-separated parts), got %q", fTable, full)
-	}
-	for i, p := range parts {
-		if p == "" {
-			return fmt.Errorf("field %s: part %d of %q is empty", fTable, i+1, full)
-		}
-	}
-	return nil
-}
 
 // deriveWorkspaceID returns the first DNS label of the endpoint host, the way
 // the Zerobus SDKs do; an IP address or localhost yields "" (emulator only).
@@ -580,6 +627,9 @@ func (c *outputConfig) knobs(poolSize int) []any {
 	}
 	return []any{
 		"table", c.Table,
+		"max_open_tables", c.MaxOpenTables,
+		"dead_letter.table", c.DLTable,
+		"dead_letter.include_payload", c.DLPayload,
 		"endpoint", c.Endpoint,
 		"tls", c.EndpointTLS,
 		"workspace_url", c.WorkspaceURL,

@@ -1,0 +1,231 @@
+package tablewriter
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// DefaultMaxOpenTables bounds the writers a Router keeps open.
+const DefaultMaxOpenTables = 64
+
+// Router keeps one Writer per target table for an output whose table is
+// chosen per message: each distinct table gets its own lazily opened writer
+// (catalog reconcile, pool, lanes), at most MaxOpen of them, the least
+// recently used one closed — drained first — to make room. A writer in use
+// by a Write is never evicted; when every open writer is in use the bound
+// is exceeded for as long as that lasts (logged), never deadlocked.
+type Router struct {
+	newWriter    func(table string) *Writer
+	max          int
+	closeTimeout time.Duration
+	log          *slog.Logger
+
+	mu      sync.Mutex
+	lru     *list.List // of *routed, most recently used at the front
+	byTable map[string]*list.Element
+	closed  bool
+	evicted int64 // writers closed to make room
+	opened  int64 // writers created
+}
+
+// routed is one table's writer in the Router.
+type routed struct {
+	table string
+	w     *Writer
+	refs  int // Writes in progress
+}
+
+// NewRouter returns a router that makes a table's writer with newWriter
+// (unopened) the first time the table is written, keeps at most max open
+// (DefaultMaxOpenTables when max <= 0), and drains an evicted writer within
+// closeTimeout.
+func NewRouter(newWriter func(table string) *Writer, max int, closeTimeout time.Duration, log *slog.Logger) *Router {
+	if max <= 0 {
+		max = DefaultMaxOpenTables
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Router{newWriter: newWriter, max: max, closeTimeout: closeTimeout, log: log,
+		lru: list.New(), byTable: map[string]*list.Element{}}
+}
+
+// Write writes rows into table through its writer, opening it first when
+// needed; keyOf may be nil. It is Writer.Write, plus the writer's Open.
+func (r *Router) Write(ctx context.Context, table string, rows []Row, keyOf KeyFunc) ([]RowError, error) {
+	e, err := r.acquire(table)
+	if err != nil {
+		return nil, err
+	}
+	defer r.release(e)
+	if err := e.w.Open(ctx); err != nil {
+		return nil, fmt.Errorf("table %s: %w", table, err)
+	}
+	return e.w.Write(ctx, rows, keyOf)
+}
+
+// acquire returns table's entry, creating it, marked in use and most
+// recently used; it evicts the least recently used idle writers beyond the
+// bound.
+func (r *Router) acquire(table string) (*routed, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var e *routed
+	if el, ok := r.byTable[table]; ok {
+		r.lru.MoveToFront(el)
+		e = el.Value.(*routed)
+	} else {
+		e = &routed{table: table, w: r.newWriter(table)}
+		r.byTable[table] = r.lru.PushFront(e)
+		r.opened++
+	}
+	e.refs++
+	victims := r.victimsLocked()
+	over := r.lru.Len() - r.max
+	r.mu.Unlock()
+	if over > 0 {
+		r.log.Warn(fmt.Sprintf("%d tables are being written at once, more than max_open_tables (%d): the writers close once idle", r.max+over, r.max))
+	}
+	r.closeAll(victims)
+	return e, nil
+}
+
+// victimsLocked unlinks idle writers from the back of the list until the
+// bound holds, and returns them to be closed outside the lock.
+func (r *Router) victimsLocked() []*routed {
+	var out []*routed
+	for el := r.lru.Back(); el != nil && r.lru.Len() > r.max; {
+		prev := el.Prev()
+		if e := el.Value.(*routed); e.refs == 0 {
+			r.lru.Remove(el)
+			delete(r.byTable, e.table)
+			out = append(out, e)
+			r.evicted++
+		}
+		el = prev
+	}
+	return out
+}
+
+func (r *Router) release(e *routed) {
+	r.mu.Lock()
+	e.refs--
+	victims := r.victimsLocked()
+	r.mu.Unlock()
+	r.closeAll(victims)
+}
+
+// closeAll drains and closes evicted writers; what a writer could not make
+// durable in time was already failed back to its Write.
+func (r *Router) closeAll(victims []*routed) {
+	for _, e := range victims {
+		ctx, cancel := context.WithTimeout(context.Background(), r.closeTimeout)
+		if err := e.w.Close(ctx); err != nil {
+			r.log.Warn(fmt.Sprintf("closing the writer of table %s (least recently used): %v", e.table, err))
+		}
+		cancel()
+	}
+}
+
+// Stats counts the writers made and evicted so far, and those open now.
+func (r *Router) Stats() (opened, evicted int64, open int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.opened, r.evicted, r.lru.Len()
+}
+
+// Close closes every writer within ctx.
+func (r *Router) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	var all []*routed
+	for el := r.lru.Front(); el != nil; el = el.Next() {
+		all = append(all, el.Value.(*routed))
+	}
+	r.lru.Init()
+	clear(r.byTable)
+	r.mu.Unlock()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, e := range all {
+		wg.Go(func() { errs[i] = e.w.Close(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// TableFunc returns the target table of row i of a batch.
+type TableFunc func(i int) (string, error)
+
+// TableColumn names the table in the row error of a row whose table could
+// not be computed or is not a valid name.
+const TableColumn = "table"
+
+// WriteRouted writes each row of a batch into the table tableOf names: a
+// batch spanning tables splits into one Write per table, run concurrently.
+// A row whose table cannot be computed or is no valid name fails alone
+// (column TableColumn); a table whose writer fails fails its rows alone,
+// with a *TableError (retry them; they are no dead letters). Row errors carry indices into rows.
+func (r *Router) WriteRouted(ctx context.Context, rows []Row, tableOf TableFunc, keyOf KeyFunc) []RowError {
+	var errs []RowError
+	groups := map[string][]int{}
+	var order []string
+	for i := range rows {
+		table, err := tableOf(i)
+		if err == nil {
+			err = typemap.CheckTableName(table)
+		}
+		if err != nil {
+			errs = append(errs, RowError{Index: i, Column: TableColumn, Err: err})
+			continue
+		}
+		if _, ok := groups[table]; !ok {
+			order = append(order, table)
+		}
+		groups[table] = append(groups[table], i)
+	}
+	results := make([][]RowError, len(order))
+	var wg sync.WaitGroup
+	for g, table := range order {
+		idx := groups[table]
+		wg.Go(func() {
+			sub := make([]Row, len(idx))
+			for k, i := range idx {
+				sub[k] = rows[i]
+			}
+			var subKey KeyFunc
+			if keyOf != nil {
+				subKey = func(k int) (string, error) { return keyOf(idx[k]) }
+			}
+			rowErrs, err := r.Write(ctx, table, sub, subKey)
+			if err != nil {
+				te := &TableError{Table: table, Err: err}
+				for _, i := range idx {
+					results[g] = append(results[g], RowError{Index: i, Err: te})
+				}
+				return
+			}
+			for _, re := range rowErrs {
+				re.Index = idx[re.Index]
+				results[g] = append(results[g], re)
+			}
+		})
+	}
+	wg.Wait()
+	for _, res := range results {
+		errs = append(errs, res...)
+	}
+	slices.SortStableFunc(errs, func(a, b RowError) int { return a.Index - b.Index })
+	return errs
+}

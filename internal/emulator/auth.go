@@ -34,9 +34,10 @@ const (
 )
 
 type tokenInfo struct {
-	kind    tokenKind
-	table   string // normalized full name, kindZerobus only
-	expires time.Time
+	kind      tokenKind
+	table     string // normalized full name, kindZerobus only
+	principal string // the client id the token was issued to
+	expires   time.Time
 }
 
 var (
@@ -58,6 +59,7 @@ type tokenStore struct {
 type tokenClaims struct {
 	Kind    tokenKind `json:"k"`
 	Table   string    `json:"t,omitempty"`
+	Subject string    `json:"s,omitempty"`
 	Expires int64     `json:"e"` // unix nanoseconds
 	Nonce   string    `json:"n"`
 }
@@ -95,7 +97,7 @@ func (ts *tokenStore) issue(info tokenInfo) (string, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return "", fmt.Errorf("generate token: %w", err)
 	}
-	raw, err := json.Marshal(tokenClaims{Kind: info.kind, Table: info.table, Expires: info.expires.UnixNano(),
+	raw, err := json.Marshal(tokenClaims{Kind: info.kind, Table: info.table, Subject: info.principal, Expires: info.expires.UnixNano(),
 		Nonce: base64.RawURLEncoding.EncodeToString(nonce)})
 	if err != nil {
 		return "", fmt.Errorf("encode token: %w", err)
@@ -128,7 +130,7 @@ func (ts *tokenStore) lookup(tok string) (tokenInfo, error) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return tokenInfo{}, errTokenUnknown
 	}
-	info := tokenInfo{kind: c.Kind, table: c.Table, expires: time.Unix(0, c.Expires)}
+	info := tokenInfo{kind: c.Kind, table: c.Table, principal: c.Subject, expires: time.Unix(0, c.Expires)}
 	if !ts.now().Before(info.expires) {
 		return tokenInfo{}, errTokenExpired
 	}
@@ -164,7 +166,8 @@ func (s *Server) authorizeWorkspace(r *http.Request) error {
 // Zerobus token (UNAUTHENTICATED), a three-part table header
 // (INVALID_ARGUMENT), a token scoped to that table (PERMISSION_DENIED), and
 // an existing table (NOT_FOUND). It returns the table as of now: the stream's
-// schema snapshot.
+// schema snapshot. With strict grants, the token's principal must hold the
+// writer's grants on the table (PERMISSION_DENIED naming the missing one).
 func (s *Server) authorizeStream(ctx context.Context, tableOverride string) (workspace.Table, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	first := func(k string) string {
@@ -188,6 +191,9 @@ func (s *Server) authorizeStream(ctx context.Context, tableOverride string) (wor
 	if name == "" {
 		return workspace.Table{}, status.Error(codes.InvalidArgument, "missing x-databricks-zerobus-table-name header")
 	}
+	if err := checkTableHeader(name); err != nil {
+		return workspace.Table{}, err
+	}
 	if tableOverride != "" && workspace.NormalizeName(tableOverride) != workspace.NormalizeName(name) {
 		return workspace.Table{}, status.Errorf(codes.InvalidArgument, "table_name %q does not match the x-databricks-zerobus-table-name header %q", tableOverride, name)
 	}
@@ -200,11 +206,37 @@ func (s *Server) authorizeStream(ctx context.Context, tableOverride string) (wor
 	if info.table != workspace.NormalizeName(name) {
 		return workspace.Table{}, status.Errorf(codes.PermissionDenied, "token is not authorized for table %s", name)
 	}
+	// Grants are checked before existence: Unity Catalog resolves a name
+	// only for a principal allowed to use its catalog and schema.
+	if err := s.grants.check(info.principal, name); err != nil {
+		return workspace.Table{}, err
+	}
 	t, ok := s.reg.Get(name)
 	if !ok {
 		return workspace.Table{}, status.Errorf(codes.NotFound, "table %s does not exist", name)
 	}
 	return t, nil
+}
+
+// checkTableHeader refuses a table name with a byte outside printable ASCII
+// (0x20-0x7E). Unity Catalog object names never hold ASCII control
+// characters (00-1F) or DELETE (7F) (docs.databricks.com, SQL language
+// reference "Names"), and Zerobus writes only tables named with ASCII
+// letters, digits and underscores (Zerobus Ingest connector limitations), so
+// such a header can name no table the service writes; gRPC itself defines an
+// ASCII metadata value as printable ASCII (PROTOCOL-HTTP2.md, ASCII-Value).
+// Observed: the official SDK 1.3.0 sends a tab in the header (tonic accepts
+// visible ASCII and tab) and refuses non-ASCII before sending; grpc-go
+// clients refuse both. The stream is refused INVALID_ARGUMENT, not
+// retryable, naming the byte (conformance TestSDKNonPrintableTableName).
+func checkTableHeader(name string) error {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return status.Errorf(codes.InvalidArgument,
+				"x-databricks-zerobus-table-name %q has a non-printable character (byte 0x%02x at offset %d): table names are printable ASCII", name, c, i)
+		}
+	}
+	return nil
 }
 
 // authorizationDetail is one entry of the OAuth authorization_details array.
@@ -341,7 +373,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	if scope == "" {
 		scope = "all-apis"
 	}
-	info := tokenInfo{kind: kindWorkspace, expires: s.tokens.now().Add(s.cfg.TokenTTL)}
+	info := tokenInfo{kind: kindWorkspace, principal: id, expires: s.tokens.now().Add(s.cfg.TokenTTL)}
 	resource := r.PostForm.Get("resource")
 	details := r.PostForm.Get("authorization_details")
 	switch {

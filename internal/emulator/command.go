@@ -48,6 +48,8 @@ func App(version string) *cli.App {
 			&cli.IntFlag{Name: "max-streams-per-table", Usage: "fault: concurrent stream cap per table (RESOURCE_EXHAUSTED beyond)"},
 			&cli.BoolFlag{Name: "ack-stall", Usage: "fault: never ack (until cleared through the admin API)"},
 			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing (benchmarks)"},
+			&cli.StringFlag{Name: "grants", Value: GrantsOpen, Usage: "Unity Catalog grants of Zerobus writers: open (not checked) or strict (USE CATALOG, USE SCHEMA, and SELECT + MODIFY on the table itself, else PERMISSION_DENIED at stream open); change them at runtime with PATCH /emulator/v1/grants"},
+			&cli.GenericFlag{Name: "grant", Value: &repeatedString{}, Usage: "grant privileges at start: 'PRINCIPAL:TYPE:FULL_NAME:PRIV[,PRIV]', e.g. 'emulator:TABLE:main.default.t:SELECT,MODIFY' (repeatable)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		Action: func(c *cli.Context) error {
@@ -100,6 +102,22 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		return Config{}, err
 	}
 	cfg.Faults.ErrorRate = rates
+	switch mode := c.String("grants"); mode {
+	case GrantsOpen:
+	case GrantsStrict:
+		cfg.Grants.Strict = true
+	default:
+		return Config{}, fmt.Errorf("--grants %q: want open or strict", mode)
+	}
+	if r, ok := c.Generic("grant").(*repeatedString); ok && r != nil {
+		for _, v := range r.values {
+			g, err := parseGrantFlag(v)
+			if err != nil {
+				return Config{}, err
+			}
+			cfg.Grants.Grants = append(cfg.Grants.Grants, g)
+		}
+	}
 	return cfg, cfg.Faults.Validate()
 }
 
@@ -152,10 +170,18 @@ func printBanner(w io.Writer, srv *Server, cfg Config) {
   data directory:                  %s
   read back:  GET %s/emulator/v1/tables/{catalog.schema.table}[/rows?limit=N]
   admin:      GET|PUT %s/emulator/v1/faults, GET %s/emulator/v1/stats
+  grants:     %s (GET|PATCH %s/emulator/v1/grants)
 Press Ctrl-C to stop.
 `, srv.HTTPURL(), srv.GRPCURL(), srv.WorkspaceID(), cfg.ClientID, secret, srv.DataDir(),
-		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL())
+		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), grantsMode(cfg.Grants), srv.HTTPURL())
 	for _, t := range srv.Registry().List() {
 		fmt.Fprintf(w, "  table %s (%d columns)\n", t.FullName, len(t.Columns))
 	}
+}
+
+func grantsMode(g GrantsConfig) string {
+	if g.Strict {
+		return GrantsStrict
+	}
+	return GrantsOpen
 }

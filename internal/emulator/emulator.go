@@ -30,6 +30,7 @@
 //	     /api/2.1/unity-catalog/…, /api/2.0/sql/…       package workspace
 //	GET  /emulator/v1/tables[/{full_name}[/rows?limit=N]]  read-back
 //	GET|PUT /emulator/v1/faults, GET /emulator/v1/stats    admin
+//	GET|PATCH /emulator/v1/grants                        writer grants
 package emulator
 
 import (
@@ -94,6 +95,9 @@ type Config struct {
 	IcebergLag time.Duration
 	// Faults are the initial fault-injection settings.
 	Faults Faults
+	// Grants is the Unity Catalog grant model of Zerobus writers; the zero
+	// value is open (no grant is checked).
+	Grants GrantsConfig
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -135,6 +139,7 @@ type Server struct {
 	// and Iceberg conversion; the table stores report data commits to it.
 	ws     *workspace.Workspace
 	tokens *tokenStore
+	grants *grantStore
 	stats  *statsCollector
 	faults atomic.Pointer[Faults]
 
@@ -168,6 +173,11 @@ func Start(cfg Config) (*Server, error) {
 	}
 	f := cfg.Faults.clone()
 	s.faults.Store(&f)
+	grants, err := newGrantStore(cfg.Grants)
+	if err != nil {
+		return nil, fmt.Errorf("emulator: grants: %w", err)
+	}
+	s.grants = grants
 
 	if s.cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "zerobus-emulator-")
@@ -236,7 +246,11 @@ func (s *Server) createConfiguredTables() error {
 		if err != nil {
 			return fmt.Errorf("emulator: table %s: %w", name, err)
 		}
-		if _, err := typemap.ArrowSchema(cols); err != nil {
+		// A seeded table is one the emulator is asked to ingest into, so a
+		// definition the service could never write is a configuration
+		// error here (tables made by SQL DDL may still be unwritable and
+		// are refused at stream open, as by the service).
+		if _, err := serviceSchema(cols); err != nil {
 			return fmt.Errorf("emulator: table %s: %w", name, err)
 		}
 		// The same CREATE-time properties a SQL CREATE TABLE gets (deletion

@@ -67,7 +67,7 @@ func (zs *zerobusService) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSer
 	default:
 		return status.Errorf(codes.InvalidArgument, "record_type %s is not supported; use JSON", create.GetRecordType())
 	}
-	schema, err := typemap.ArrowSchema(t.Columns)
+	schema, err := serviceSchema(t.Columns)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "table %s cannot be written by Zerobus: %v", t.FullName, err)
 	}

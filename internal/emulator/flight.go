@@ -61,11 +61,17 @@ func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
 		return err
 	}
 
-	rdr, err := flight.NewRecordReader(stream)
+	capture := &schemaCapture{FlightService_DoPutServer: stream}
+	rdr, err := flight.NewRecordReader(capture)
 	if err != nil {
 		return recvStatus(err, "reading the schema frame")
 	}
-	probs, err := checkSchema(t.Columns, rdr.Schema())
+	names, err := readFieldNames(capture.header)
+	if err != nil {
+		rdr.Release()
+		return status.Errorf(codes.InvalidArgument, "reading the schema frame: %v", err)
+	}
+	probs, err := checkSchema(t.Columns, rdr.Schema(), names)
 	if err != nil {
 		rdr.Release()
 		// A table Zerobus cannot write (e.g. an array of arrays): the
@@ -122,6 +128,19 @@ func (fs *flightService) recvLoop(ss *session, rdr *flight.Reader, conv *storage
 		f := s.currentFaults()
 		if err := injectedError(f, off); err != nil {
 			return err
+		}
+		// An empty batch is refused. The official SDK never sends one: its
+		// Arrow stream refuses a batch without rows client-side
+		// (validate_nonempty_batch in rust/sdk/src/stream/arrow/mod.rs;
+		// observed with the npm build 1.3.0: "Cannot ingest an empty
+		// RecordBatch (zero rows)", conformance TestSDKEmptyBatch), and its
+		// record path returns without sending for an empty record list
+		// (rust/tests test_ingest_empty_batch_returns_none). What the
+		// service answers to one is not documented; INVALID_ARGUMENT is the
+		// status the SDK uses for it. A 0-row frame would also ack zero
+		// records, which no client can tell from a lost ack.
+		if rec.NumRows() == 0 {
+			return status.Errorf(codes.InvalidArgument, "record batch at offset %d has no rows: empty batches are not accepted", off)
 		}
 		if err := conv.checkNulls(rec); err != nil {
 			return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)

@@ -142,14 +142,21 @@ type putStream struct {
 // PutResult (the ready signal), returning its decoded form or the error.
 func openPut(t testing.TB, conn *grpc.ClientConn, token, table string, schema *arrow.Schema) (*putStream, ack, error) {
 	t.Helper()
+	sp := ipc.GetSchemaPayload(schema, memory.DefaultAllocator)
+	defer sp.Release()
+	return openPutMeta(t, conn, token, table, sp.Meta().Bytes())
+}
+
+// openPutMeta opens a DoPut stream whose schema frame carries meta, an IPC
+// schema message, and waits for the ready signal.
+func openPutMeta(t testing.TB, conn *grpc.ClientConn, token, table string, meta []byte) (*putStream, ack, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	stream, err := flight.NewFlightServiceClient(conn).DoPut(streamCtx(ctx, token, table))
 	require.NoError(t, err)
 	p := &putStream{t: t, stream: stream, cancel: cancel}
-	sp := ipc.GetSchemaPayload(schema, memory.DefaultAllocator)
-	defer sp.Release()
-	if err := stream.Send(&flight.FlightData{DataHeader: sp.Meta().Bytes()}); err != nil {
+	if err := stream.Send(&flight.FlightData{DataHeader: meta}); err != nil {
 		_, rerr := stream.Recv()
 		return p, ack{}, rerr
 	}

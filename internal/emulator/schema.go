@@ -33,15 +33,152 @@ type schemaProblem struct {
 	msg   string
 }
 
+// Limits of what Zerobus can write, as the official Rust SDK states them in
+// rust/sdk/src/schema.rs (databricks/zerobus-sdk): arrow_schema_from_uc_columns
+// builds "the canonical Arrow schema the Databricks Arrow Flight server builds
+// from Delta" and refuses, with the same rules as descriptor_from_uc_columns,
+// nested arrays, arrays of maps, maps whose value is an array or a map, map
+// keys that are not integral, bool or string (is_valid_map_key: FLOAT, DOUBLE
+// and BINARY are refused), nesting deeper than MAX_NESTING_DEPTH = 100 levels
+// below the column, and field names outside [A-Za-z_][A-Za-z0-9_]*
+// (validate_field_name, applied to columns and struct fields alike).
+//
+// Where: Databricks SQL creates such tables (Delta allows ARRAY<ARRAY<INT>>,
+// and backquoted column names with other characters), so the workspace DDL
+// accepts them; it is the Zerobus stream over the table that cannot be
+// opened. The emulator refuses them at stream open, naming the column.
+const maxNestingDepth = 100
+
+// Map child names the service accepts. schema.rs emits the canonical
+// entries/keys/values and notes: "The server also accepts the Arrow-default
+// key_value/key/value names and normalizes via arrow::compute::cast". No
+// other form is documented; arrow-go's entries/key/value is neither.
+var acceptedMapNames = [][3]string{
+	{"entries", "keys", "values"},
+	{"key_value", "key", "value"},
+}
+
+// variantExtensionNames are the Arrow extension names of a Parquet variant.
+// The server "ignores and strips the marker on the write path" (official
+// Rust SDK changelog, v2.6.0), so a field carrying one is checked by its
+// storage type.
+var variantExtensionNames = map[string]bool{"arrow.parquet.variant": true, "parquet.variant": true}
+
+// validFieldName is schema.rs validate_field_name: non-empty, no leading
+// digit, ASCII letters, digits and underscores only.
+func validFieldName(name string) bool {
+	if name == "" || (name[0] >= '0' && name[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+			return false
+		}
+	}
+	return true
+}
+
+// variantStorageType is the Arrow form of a VARIANT value the service
+// expects: Struct<metadata: LargeBinary NOT NULL, value: LargeBinary NOT
+// NULL> holding the Parquet variant binary encoding (official Rust SDK
+// changelog v2.3.2/v2.4.0: arrow_schema_from_uc_columns "now project VARIANT
+// as Struct<metadata: LargeBinary not null, value: LargeBinary not null>
+// instead of LargeUtf8, matching the server's expected binary variant
+// representation"). LargeUtf8 is therefore a type mismatch.
+func variantStorageType() *arrow.StructType {
+	return arrow.StructOf(
+		arrow.Field{Name: "metadata", Type: arrow.BinaryTypes.LargeBinary},
+		arrow.Field{Name: "value", Type: arrow.BinaryTypes.LargeBinary},
+	)
+}
+
+// serviceSchema is the Arrow schema the service expects on a stream for a
+// table with these columns (UC position order), or an error naming the first
+// column Zerobus cannot write.
+func serviceSchema(cols []typemap.Column) (*arrow.Schema, error) {
+	fields := make([]arrow.Field, len(cols))
+	for i, c := range cols {
+		if !validFieldName(c.Name) {
+			return nil, fmt.Errorf("column %q: invalid field name: only ASCII letters, digits and '_' are allowed, not starting with a digit", c.Name)
+		}
+		dt, err := serviceType(c.Type, c.Name, 0)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", c.Name, err)
+		}
+		fields[i] = arrow.Field{Name: c.Name, Type: dt, Nullable: c.Nullable}
+	}
+	return arrow.NewSchema(fields, nil), nil
+}
+
+// serviceType is the Arrow type of t at nesting level (0 for a column) under
+// the service's rules; path names the position in errors.
+func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error) {
+	if level > maxNestingDepth {
+		return nil, fmt.Errorf("%s: nesting level exceeds maximum depth of %d", path, maxNestingDepth)
+	}
+	switch t.Kind {
+	case typemap.Variant:
+		return variantStorageType(), nil
+	case typemap.Array:
+		switch t.Elem.Kind {
+		case typemap.Array:
+			return nil, fmt.Errorf("%s: nested arrays not supported (%s)", path, t.Text())
+		case typemap.Map:
+			return nil, fmt.Errorf("%s: arrays of maps not supported (%s)", path, t.Text())
+		}
+		elem, err := serviceType(*t.Elem, path+".element", level+1)
+		if err != nil {
+			return nil, err
+		}
+		return arrow.ListOfField(arrow.Field{Name: "item", Type: elem, Nullable: true}), nil
+	case typemap.Map:
+		switch t.Key.Kind {
+		case typemap.Float, typemap.Double, typemap.Binary:
+			return nil, fmt.Errorf("%s: unsupported map key type %s (map keys must be integral, bool, or string)", path, t.Key.Text())
+		case typemap.Array, typemap.Map, typemap.Struct, typemap.Variant:
+			return nil, fmt.Errorf("%s: map keys must be primitive types (%s)", path, t.Text())
+		}
+		if t.Value.Kind == typemap.Array || t.Value.Kind == typemap.Map {
+			return nil, fmt.Errorf("%s: maps with complex value types not supported (%s)", path, t.Text())
+		}
+		k, err := serviceType(*t.Key, path+".key", level+1)
+		if err != nil {
+			return nil, err
+		}
+		v, err := serviceType(*t.Value, path+".value", level+1)
+		if err != nil {
+			return nil, err
+		}
+		return arrow.MapOfFields(arrow.Field{Name: "keys", Type: k}, arrow.Field{Name: "values", Type: v, Nullable: true}), nil
+	case typemap.Struct:
+		fields := make([]arrow.Field, len(t.Fields))
+		for i, f := range t.Fields {
+			if !validFieldName(f.Name) {
+				return nil, fmt.Errorf("%s.%s: invalid field name: only ASCII letters, digits and '_' are allowed, not starting with a digit", path, f.Name)
+			}
+			ft, err := serviceType(f.Type, path+"."+f.Name, level+1)
+			if err != nil {
+				return nil, err
+			}
+			fields[i] = arrow.Field{Name: f.Name, Type: ft, Nullable: f.Nullable}
+		}
+		return arrow.StructOf(fields...), nil
+	}
+	return typemap.ArrowType(t)
+}
+
 // checkSchema compares a stream's Arrow schema with the table's columns the
 // way the service does: every field must be a column, in UC column order,
-// with the expected Arrow type (map entry names aside) and nullability; NOT
-// NULL columns may not be omitted, nullable ones may. It returns the problems
-// found, in field order.
-func checkSchema(cols []typemap.Column, got *arrow.Schema) ([]schemaProblem, error) {
-	want, err := typemap.ArrowSchema(cols)
+// with the expected Arrow type and nullability, and map children named in a
+// form the service accepts (names are the ones written in the schema
+// message); NOT NULL columns may not be omitted, nullable ones may. It
+// returns the problems found, in field order, or an error naming the column
+// when the table itself cannot be written through Zerobus.
+func checkSchema(cols []typemap.Column, got *arrow.Schema, names []fieldNames) ([]schemaProblem, error) {
+	want, err := serviceSchema(cols)
 	if err != nil {
-		return nil, fmt.Errorf("table schema has no Arrow form: %w", err)
+		return nil, err
 	}
 	pos := make(map[string]int, len(cols))
 	for i, f := range want.Fields() {
@@ -54,7 +191,7 @@ func checkSchema(cols []typemap.Column, got *arrow.Schema) ([]schemaProblem, err
 	}
 	present := map[string]bool{}
 	last := -1
-	for _, f := range got.Fields() {
+	for fi, f := range got.Fields() {
 		i, ok := pos[f.Name]
 		if !ok {
 			probs = append(probs, schemaProblem{CauseFieldNotInTable, fmt.Sprintf("field %q is not a column of the table", f.Name)})
@@ -72,12 +209,21 @@ func checkSchema(cols []typemap.Column, got *arrow.Schema) ([]schemaProblem, err
 			last = i
 		}
 		wf := want.Field(i)
-		if !sameType(wf.Type, f.Type) {
+		var raw fieldNames
+		if fi < len(names) {
+			raw = names[fi]
+		}
+		switch {
+		case !sameType(wf.Type, f.Type):
 			probs = append(probs, schemaProblem{CauseTypeIncompatible,
 				fmt.Sprintf("field %q has type %s, column %s (%s) needs %s", f.Name, f.Type, wf.Name, cols[i].Type.Text(), wf.Type)})
-		} else if wf.Nullable != f.Nullable {
+		case wf.Nullable != f.Nullable:
 			probs = append(probs, schemaProblem{CauseTypeIncompatible,
 				fmt.Sprintf("field %q has nullable=%v, column %s needs nullable=%v", f.Name, f.Nullable, wf.Name, wf.Nullable)})
+		default:
+			if msg := mapNameProblem(f.Name, wf.Type, raw); msg != "" {
+				probs = append(probs, schemaProblem{CauseTypeIncompatible, msg})
+			}
 		}
 	}
 	for _, c := range cols {
@@ -88,11 +234,55 @@ func checkSchema(cols []typemap.Column, got *arrow.Schema) ([]schemaProblem, err
 	return probs, nil
 }
 
+// mapNameProblem walks the expected type of a field alongside the names the
+// schema message gave it and describes the first map whose children are
+// named in no form the service accepts ("" if none).
+func mapNameProblem(path string, want arrow.DataType, raw fieldNames) string {
+	switch w := want.(type) {
+	case *arrow.MapType:
+		entries := raw.child(0)
+		got := [3]string{entries.Name, entries.child(0).Name, entries.child(1).Name}
+		ok := false
+		for _, form := range acceptedMapNames {
+			if got == form {
+				ok = true
+			}
+		}
+		if !ok {
+			return fmt.Sprintf("field %q is a map written as %s{%s, %s}; the service accepts %s{%s, %s} (or %s{%s, %s})",
+				path, got[0], got[1], got[2],
+				acceptedMapNames[0][0], acceptedMapNames[0][1], acceptedMapNames[0][2],
+				acceptedMapNames[1][0], acceptedMapNames[1][1], acceptedMapNames[1][2])
+		}
+		return mapNameProblem(path+".values", w.ItemType(), entries.child(1))
+	case *arrow.ListType:
+		return mapNameProblem(path+".element", w.Elem(), raw.child(0))
+	case *arrow.StructType:
+		for i, f := range w.Fields() {
+			if msg := mapNameProblem(path+"."+f.Name, f.Type, raw.child(i)); msg != "" {
+				return msg
+			}
+		}
+	}
+	return ""
+}
+
+// storageOf is dt without a variant extension wrapper, which the service
+// strips.
+func storageOf(dt arrow.DataType) arrow.DataType {
+	if et, ok := dt.(arrow.ExtensionType); ok && variantExtensionNames[et.ExtensionName()] {
+		return et.StorageType()
+	}
+	return dt
+}
+
 // sameType compares Arrow types structurally: field names of struct members
-// must match, but the child names of lists and map entries ("item"/"element",
-// "entries"/"key_value", "key"/"keys", "value"/"values") are ignored, since
-// writers disagree on them. Nested nullability must match.
+// must match; list item names and map child names are not compared here (map
+// names are checked on the raw schema message by mapNameProblem). Nested
+// nullability must match. A variant extension type is compared by its
+// storage.
 func sameType(want, got arrow.DataType) bool {
+	got = storageOf(got)
 	if want.ID() != got.ID() {
 		return false
 	}

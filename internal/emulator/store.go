@@ -572,6 +572,14 @@ func protocolFor(t workspace.Table) *deltaProtocol {
 			break
 		}
 	}
+	// VARIANT columns need the variantType reader and writer feature (Delta
+	// PROTOCOL.md, "Variant Data Type").
+	for _, c := range t.Columns {
+		if c.Type.Contains(typemap.Variant) {
+			features = append(features, "variantType")
+			break
+		}
+	}
 	if t.PropertyTrue(workspace.PropDeletionVectors) {
 		features = append(features, "deletionVectors")
 	}
@@ -642,6 +650,10 @@ func readParquetRows(path string, cols []typemap.Column, max int, limited bool) 
 		return nil, err
 	}
 	defer tbl.Release()
+	types := make(map[string]typemap.Type, len(cols))
+	for _, c := range cols {
+		types[c.Name] = c.Type
+	}
 	tr := array.NewTableReader(tbl, 64<<10)
 	defer tr.Release()
 	var out []map[string]any
@@ -656,7 +668,11 @@ func readParquetRows(path string, cols []typemap.Column, max int, limited bool) 
 				row[c.Name] = nil
 			}
 			for j, f := range rec.Schema().Fields() {
-				row[f.Name] = jsonValue(rec.Column(j), i)
+				if t, ok := types[f.Name]; ok {
+					row[f.Name] = typedJSON(rec.Column(j), i, t)
+				} else {
+					row[f.Name] = jsonValue(rec.Column(j), i)
+				}
 			}
 			out = append(out, row)
 		}

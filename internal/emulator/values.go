@@ -107,9 +107,11 @@ func floatJSON(f float64) any {
 // the column's precision and scale), so Delta readers see the declared types.
 // It is built once per stream from the stream's schema snapshot.
 type storageConverter struct {
-	decimalCols map[int]typemap.Type // field index → UC type, for fields holding decimals
-	inSchema    *arrow.Schema        // transport schema
-	schema      *arrow.Schema        // stored schema
+	decimalCols map[int]typemap.Type   // field index → UC type, for fields holding decimals
+	extCols     map[int]arrow.DataType // field index → type without extension wrappers
+	cols        []typemap.Column       // the table's columns, for VARIANT checks
+	inSchema    *arrow.Schema          // transport schema
+	schema      *arrow.Schema          // stored schema
 }
 
 func newStorageConverter(cols []typemap.Column, in *arrow.Schema) *storageConverter {
@@ -117,9 +119,17 @@ func newStorageConverter(cols []typemap.Column, in *arrow.Schema) *storageConver
 	for _, c := range cols {
 		byName[c.Name] = c
 	}
-	sc := &storageConverter{decimalCols: map[int]typemap.Type{}, inSchema: in}
+	sc := &storageConverter{decimalCols: map[int]typemap.Type{}, extCols: map[int]arrow.DataType{}, inSchema: in, cols: cols}
 	fields := append([]arrow.Field(nil), in.Fields()...)
 	for i, f := range fields {
+		// The variant extension marker is stripped, as the service strips
+		// it (official Rust SDK changelog v2.6.0): files hold the plain
+		// struct whatever the writer sent.
+		if st, changed := stripExtensions(f.Type); changed {
+			sc.extCols[i] = st
+			fields[i].Type = st
+			f.Type = st
+		}
 		c, ok := byName[f.Name]
 		if !ok || !c.Type.Contains(typemap.Decimal) {
 			continue
@@ -173,7 +183,10 @@ func (sc *storageConverter) checkNulls(rec arrow.RecordBatch) error {
 // convert returns the stored form of rec (a new reference the caller owns)
 // or an error naming the column of a malformed decimal.
 func (sc *storageConverter) convert(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-	if len(sc.decimalCols) == 0 {
+	if err := checkVariants(sc.cols, rec); err != nil {
+		return nil, err
+	}
+	if len(sc.decimalCols) == 0 && len(sc.extCols) == 0 {
 		rec.Retain()
 		return rec, nil
 	}
@@ -185,12 +198,19 @@ func (sc *storageConverter) convert(rec arrow.RecordBatch) (arrow.RecordBatch, e
 		}
 	}()
 	for i := range cols {
+		col := rec.Column(i)
+		if st, ok := sc.extCols[i]; ok {
+			d := retypeData(col.Data(), st)
+			col = array.MakeFromData(d)
+			d.Release()
+			built = append(built, col)
+		}
 		t, ok := sc.decimalCols[i]
 		if !ok {
-			cols[i] = rec.Column(i)
+			cols[i] = col
 			continue
 		}
-		d, err := convertData(rec.Column(i).Data(), t, sc.schema.Field(i).Type)
+		d, err := convertData(col.Data(), t, sc.schema.Field(i).Type)
 		if err != nil {
 			return nil, fmt.Errorf("column %q: %w", rec.ColumnName(i), err)
 		}
@@ -438,11 +458,7 @@ func appendJSON(b array.Builder, t typemap.Type, v any) error {
 		}
 		b.(*array.LargeStringBuilder).Append(s)
 	case typemap.Variant:
-		raw, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		b.(*array.LargeStringBuilder).Append(string(raw))
+		return appendVariantJSON(b.(*array.StructBuilder), v)
 	case typemap.Binary:
 		s, ok := v.(string)
 		if !ok {

@@ -34,6 +34,7 @@ import (
 // not bounded (at-least-once).
 //
 // `make test` runs the short plan; CHAOS_LONG=1 (`make chaos`) the long one.
+// CHAOS_LOG=path writes the pipeline's output there after the run.
 
 const (
 	chaosTable = "main.default.chaos"
@@ -171,25 +172,29 @@ logger:
 		t.Log("fault:", f)
 	}
 
-	// Healed with no restart: the pipeline process is the one started above
-	// and still running.
+	// Healed with no restart: the pipeline process is the one started above,
+	// still running, and it answered every id. (Asserted, not required, so
+	// the read-back below reports what is missing either way.)
+	running := true
 	select {
 	case err := <-exited:
-		t.Fatalf("benthos-zerobus (pid %d) exited during the run (%v):\n%s", pid, err, tail(pipe.out.String(), 60))
+		running = false
+		t.Errorf("benthos-zerobus (pid %d) exited during the run (%v):\n%s", pid, err, tail(pipe.out.String(), 60))
 	default:
+		assert.NoError(t, syscall.Kill(pid, 0), "benthos-zerobus (pid %d) is gone", pid)
 	}
-	require.NoError(t, syscall.Kill(pid, 0), "benthos-zerobus (pid %d) is gone", pid)
-
 	acked := cl.ackedIDs()
-	require.Len(t, acked, plan.ids, "every id is answered 200 before the deadline (the pipeline healed from each fault); pipeline output:\n%s", tail(pipe.out.String(), 60))
+	assert.Len(t, acked, plan.ids, "every id is answered 200 before the deadline (the pipeline healed from each fault); pipeline output:\n%s", tail(pipe.out.String(), 60))
 
 	// Stop the pipeline the way a user does; it exits cleanly.
-	require.NoError(t, pipe.cmd.Process.Signal(os.Interrupt))
-	select {
-	case err := <-exited:
-		assert.NoError(t, err, "benthos-zerobus exit:\n%s", tail(pipe.out.String(), 30))
-	case <-time.After(30 * time.Second):
-		t.Fatalf("benthos-zerobus did not stop within 30s of SIGINT:\n%s", tail(pipe.out.String(), 30))
+	if running {
+		require.NoError(t, pipe.cmd.Process.Signal(os.Interrupt))
+		select {
+		case err := <-exited:
+			assert.NoError(t, err, "benthos-zerobus exit:\n%s", tail(pipe.out.String(), 30))
+		case <-time.After(30 * time.Second):
+			t.Errorf("benthos-zerobus did not stop within 30s of SIGINT:\n%s", tail(pipe.out.String(), 30))
+		}
 	}
 
 	// Read back through the emulator's API: limit=0 means every row (the
@@ -223,7 +228,7 @@ logger:
 	if path := os.Getenv("CHAOS_LOG"); path != "" { // the pipeline's output, to read after the run
 		assert.NoError(t, os.WriteFile(path, []byte(pipe.out.String()), 0o600))
 	}
-	assert.Empty(t, missing, "acked ids missing from the table (first 20 shown): %v", head(missing, 20))
+	assert.Zero(t, len(missing), "acked ids missing from the table (first 20 shown): %v", head(missing, 20))
 	assert.Equal(t, len(plan.killAt), emu.restarts, "every kill -9 was followed by a restart")
 	for id := range stored {
 		assert.True(t, id >= 0 && id < int64(plan.ids), "stored id %d was never posted", id)

@@ -11,7 +11,7 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
+.PHONY: all build test chaos conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
 
 all: build
 
@@ -24,6 +24,13 @@ build:
 test: fmt-check vet build conformance-deps lint-examples
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+## chaos: the long chaos suite (test/e2e/chaos_test.go with CHAOS_LONG=1): 20k ids through
+## http_server → zerobus against the emulator binary with rotation, injected errors, ack stalls,
+## grants refused then granted and two kill -9s; 0 acked rows missing, duplicates reported.
+## make test runs the short version of the same test.
+chaos: build
+	CHAOS_LONG=1 go test -count=1 -run '^TestChaos$$' -timeout 15m -v ./test/e2e/
 
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error

@@ -17,9 +17,11 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
@@ -67,6 +69,8 @@ type output struct {
 	opener ingest.Opener
 	cat    catalog.TableCatalog
 	eng    atomic.Pointer[engine]
+	// permanent spaces Connect attempts that failed for good (1s → 60s).
+	permanent *backoff.Backoff
 
 	loggedKnobs sync.Once
 }
@@ -88,13 +92,14 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		return nil, err
 	}
 	return &output{
-		cfg:     cfg,
-		log:     mgr.Logger(),
-		mgr:     mgr,
-		met:     newMetrics(mgr.Metrics(), cfg.Table),
-		deps:    d,
-		version: mgr.EngineVersion(),
-		wcfg:    wcfg,
+		cfg:       cfg,
+		log:       mgr.Logger(),
+		mgr:       mgr,
+		met:       newMetrics(mgr.Metrics(), cfg.Table),
+		deps:      d,
+		version:   mgr.EngineVersion(),
+		permanent: backoff.New(time.Second, time.Minute),
+		wcfg:      wcfg,
 	}, nil
 }
 
@@ -119,9 +124,16 @@ func (o *output) Connect(ctx context.Context) error {
 			if wait, ok := tablewriter.RetryAfter(err); ok {
 				return service.NewErrBackOff(err, wait)
 			}
+			if ingest.IsPermanent(err) {
+				// Bad credentials, missing grants, invalid names: retrying
+				// soon cannot help, so back off exponentially (the engine's
+				// own back-off stops at 1s) until someone fixes it.
+				return service.NewErrBackOff(err, o.permanent.Next())
+			}
 			return err
 		}
 	}
+	o.permanent.Reset()
 	return nil
 }
 
@@ -196,8 +208,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		var err error
 		if rowErrs, err = e.w.Write(ctx, rows, keyOf); err != nil {
 			if errors.Is(err, tablewriter.ErrNotOpen) {
-				o.log.Warnf("zerobus: %v", err)
-				return service.ErrNotConnected
+				return service.ErrNotConnected // the writer logged why, once
 			}
 			return err
 		}

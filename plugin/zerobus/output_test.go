@@ -7,14 +7,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
@@ -497,4 +500,35 @@ func TestZonedTimestampIntoNTZ(t *testing.T) {
 			assert.Contains(t, failed[0], `column "local"`)
 		})
 	}
+}
+
+// A fault only the user can fix (here PERMISSION_DENIED at every stream
+// open) makes Connect ask the engine to back off exponentially, 1s
+// doubling, instead of the engine's own 1s retry forever; once the grant is
+// there, Connect succeeds and the back-off starts over.
+func TestPermanentConnectErrorBacksOffExponentially(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{}, "", nil)
+	var granted atomic.Bool
+	h.opener.SetOpenHook(func(context.Context, int, string, *arrow.Schema) error {
+		if granted.Load() {
+			return nil
+		}
+		return &ingest.Error{Class: ingest.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("User does not have MODIFY on Table 'main.default.events'")}
+	})
+	var waits []time.Duration
+	for range 4 {
+		err := h.out.Connect(context.Background())
+		var bo *service.ErrBackOff
+		require.ErrorAs(t, err, &bo)
+		assert.Contains(t, err.Error(), "MODIFY")
+		waits = append(waits, bo.Wait)
+	}
+	for i, w := range waits {
+		nominal := time.Second << i
+		assert.InDelta(t, float64(nominal), float64(w), float64(nominal)/2, "wait %d: %v", i, waits)
+	}
+	granted.Store(true)
+	h.connect(t)
+	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1}`)))
+	assert.Equal(t, time.Second, h.out.permanent.Next().Round(time.Second), "a success resets the back-off")
 }

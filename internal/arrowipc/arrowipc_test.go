@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -384,15 +385,15 @@ func TestReadSchemaRefusesOtherMessages(t *testing.T) {
 }
 
 // TestReadSchemaRefusesDeepNesting uses arrow-go's writer, which has no depth
-// limit, for a list 101 levels deep.
+// limit, for a list MaxDepth+1 levels deep.
 func TestReadSchemaRefusesDeepNesting(t *testing.T) {
 	deep := arrow.DataType(arrow.PrimitiveTypes.Int64)
 	for range MaxDepth {
 		deep = arrow.ListOf(deep)
 	}
 	msg := arrowGoSchemaMessage(t, arrow.NewSchema([]arrow.Field{{Name: "deep", Type: deep}}, nil))
-	if _, err := ReadSchema(msg); err == nil || !strings.Contains(err.Error(), "deeper than 100") {
-		t.Fatalf("error %v, want deeper than 100", err)
+	if _, err := ReadSchema(msg); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("deeper than %d", MaxDepth)) {
+		t.Fatalf("error %v, want deeper than %d", err, MaxDepth)
 	}
 }
 

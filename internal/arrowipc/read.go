@@ -9,11 +9,14 @@ import (
 )
 
 // MaxDepth is the deepest field nesting ReadSchema and SchemaMessage accept:
-// a top-level field is at depth 1, each child one deeper. It matches the
-// official Rust SDK's MAX_NESTING_DEPTH for Unity Catalog type_json
-// (databricks/zerobus-sdk rust/sdk/src/schema.rs) and bounds recursion on
-// untrusted input.
-const MaxDepth = 100
+// a top-level field is at depth 1, each child one deeper. It bounds
+// recursion on untrusted input and sits above what the service accepts (100
+// Unity Catalog type levels below a column, the official Rust SDK's
+// MAX_NESTING_DEPTH in databricks/zerobus-sdk rust/sdk/src/schema.rs, which
+// is up to 101 Arrow field levels for nested structs and more where maps add
+// their entries level), so every schema the service takes also parses; the
+// service's own limit is the emulator's to enforce.
+const MaxDepth = 256
 
 // maxFields bounds the total number of fields ReadSchema visits. Flatbuffer
 // offsets may share a subtree, so a small message could otherwise describe an

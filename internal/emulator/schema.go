@@ -240,8 +240,8 @@ func checkSchema(cols []typemap.Column, got *arrow.Schema, names []fieldNames) (
 func mapNameProblem(path string, want arrow.DataType, raw fieldNames) string {
 	switch w := want.(type) {
 	case *arrow.MapType:
-		entries := raw.child(0)
-		got := [3]string{entries.Name, entries.child(0).Name, entries.child(1).Name}
+		entries := child(raw, 0)
+		got := [3]string{entries.Name, child(entries, 0).Name, child(entries, 1).Name}
 		ok := false
 		for _, form := range acceptedMapNames {
 			if got == form {
@@ -254,12 +254,12 @@ func mapNameProblem(path string, want arrow.DataType, raw fieldNames) string {
 				acceptedMapNames[0][0], acceptedMapNames[0][1], acceptedMapNames[0][2],
 				acceptedMapNames[1][0], acceptedMapNames[1][1], acceptedMapNames[1][2])
 		}
-		return mapNameProblem(path+".values", w.ItemType(), entries.child(1))
+		return mapNameProblem(path+".values", w.ItemType(), child(entries, 1))
 	case *arrow.ListType:
-		return mapNameProblem(path+".element", w.Elem(), raw.child(0))
+		return mapNameProblem(path+".element", w.Elem(), child(raw, 0))
 	case *arrow.StructType:
 		for i, f := range w.Fields() {
-			if msg := mapNameProblem(path+"."+f.Name, f.Type, raw.child(i)); msg != "" {
+			if msg := mapNameProblem(path+"."+f.Name, f.Type, child(raw, i)); msg != "" {
 				return msg
 			}
 		}

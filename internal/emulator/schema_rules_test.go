@@ -49,6 +49,14 @@ func schemaMeta(schema *arrow.Schema) []byte {
 // message lies before the end. It stands in for a schema writer until the
 // client side produces one.
 func renameMapChildren(t testing.TB, meta []byte, names [3]string) []byte {
+	// Flatbuffer vtable offsets, from the Arrow format's Message.fbs and
+	// Schema.fbs: the entry of field slot s sits at byte 4+2*s of a vtable.
+	const (
+		vtMessageHeader = 8  // Message.header (slot 2)
+		vtSchemaFields  = 6  // Schema.fields (slot 1)
+		vtFieldName     = 4  // Field.name (slot 0)
+		vtFieldChildren = 14 // Field.children (slot 5)
+	)
 	t.Helper()
 	buf := append([]byte(nil), meta...)
 	type target struct {
@@ -108,15 +116,15 @@ func TestReadFieldNamesKeepsMapChildNames(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, "id", got[0].Name)
-	m := got[1].child(0)
+	m := child(got[1], 0)
 	require.Equal(t, "m", m.Name)
-	require.Equal(t, "entries", m.child(0).Name)
-	require.Equal(t, []string{"keys", "values"}, []string{m.child(0).child(0).Name, m.child(0).child(1).Name})
+	require.Equal(t, "entries", child(m, 0).Name)
+	require.Equal(t, []string{"keys", "values"}, []string{child(child(m, 0), 0).Name, child(child(m, 0), 1).Name})
 
 	plain, err := readFieldNames(schemaMeta(schema))
 	require.NoError(t, err)
-	e := plain[1].child(0).child(0)
-	require.Equal(t, []string{"entries", "key", "value"}, []string{e.Name, e.child(0).Name, e.child(1).Name})
+	e := child(child(plain[1], 0), 0)
+	require.Equal(t, []string{"entries", "key", "value"}, []string{e.Name, child(e, 0).Name, child(e, 1).Name})
 
 	_, err = readFieldNames([]byte{1, 2, 3})
 	require.Error(t, err)

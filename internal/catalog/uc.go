@@ -202,6 +202,33 @@ func (u *UC) fromSource() string {
 	return " (from " + u.source + ")"
 }
 
+// pinnedAuthType is the auth type to give the SDK: the configured one, or the
+// one the credentials make plain (OAuth M2M for a client id and secret, PAT
+// for a token alone), from the configuration or the environment. Left empty,
+// the SDK tries every credential strategy in turn, each with its own
+// requests, and reports a refused secret only as "cannot configure default
+// credentials"; pinned, it makes one attempt and keeps the cause.
+func pinnedAuthType(cfg UCConfig) string {
+	if cfg.AuthType != "" || cfg.Profile != "" || os.Getenv("DATABRICKS_AUTH_TYPE") != "" || os.Getenv("DATABRICKS_CONFIG_PROFILE") != "" {
+		return cfg.AuthType
+	}
+	or := func(v, env string) string {
+		if v != "" {
+			return v
+		}
+		return os.Getenv(env)
+	}
+	id, secret := or(cfg.ClientID, "DATABRICKS_CLIENT_ID"), or(cfg.ClientSecret, "DATABRICKS_CLIENT_SECRET")
+	token := or(cfg.Token, "DATABRICKS_TOKEN")
+	switch {
+	case id != "" && secret != "" && token == "":
+		return "oauth-m2m"
+	case token != "" && id == "" && secret == "":
+		return "pat"
+	}
+	return ""
+}
+
 // warehouseID is the SQL warehouse statements run on: from the
 // configuration or the environment, else from the resolved SDK configuration
 // (a profile may name it).
@@ -243,7 +270,7 @@ func (u *UC) clients() (*databricks.WorkspaceClient, *client.DatabricksClient, e
 		ClientSecret:        u.cfg.ClientSecret,
 		Token:               u.cfg.Token,
 		Profile:             u.cfg.Profile,
-		AuthType:            u.cfg.AuthType,
+		AuthType:            pinnedAuthType(u.cfg),
 		WarehouseID:         u.cfg.WarehouseID,
 		HTTPTransport:       u.transport,
 		HTTPTimeoutSeconds:  int((u.callTimeout + time.Second - 1) / time.Second),
@@ -256,20 +283,17 @@ func (u *UC) clients() (*databricks.WorkspaceClient, *client.DatabricksClient, e
 		return m, err
 	}
 	w, err := databricks.NewWorkspaceClient(cfg)
-	if err != nil {
-		return nil, nil, &sdkConfigError{fmt.Errorf("databricks workspace client: %w", err)}
-	}
 	var ue *url.Error
 	if errors.As(metaErr, &ue) && !tokenRefused(ue.Err) {
 		return nil, nil, metaErr
 	}
-	if w.Config.AuthType == "" {
-		switch {
-		case w.Config.ClientID != "" && w.Config.ClientSecret != "" && w.Config.Token == "":
-			w.Config.AuthType = "oauth-m2m"
-		case w.Config.Token != "" && w.Config.ClientID == "" && w.Config.ClientSecret == "":
-			w.Config.AuthType = "pat"
-		}
+	if errors.As(err, &ue) {
+		// A request failed (a token refusal, an unreachable endpoint):
+		// the call explains it; the configuration may be fine.
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, &sdkConfigError{fmt.Errorf("databricks workspace client: %w", err)}
 	}
 	raw, err := client.New(w.Config)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -173,6 +174,11 @@ func (u *UC) explain(ctx, cctx context.Context, op, table string, err error) *Wo
 		e.Cause = fmt.Sprintf("token endpoint %s refused the OAuth client credentials of client_id %q%s: %s",
 			redactURL(ue.URL), u.principal(), u.fromSource(), oauthReason(ue.Err))
 		e.Hint = "check the service principal's OAuth secret (it may be wrong, expired or rotated: create a new one under the service principal's Secrets) and that client_id is that service principal's application id"
+	case errors.As(err, &ue) && (ue.Timeout() || strings.Contains(ue.Err.Error(), "timed out after")):
+		// The SDK's inactivity timeout is the call timeout too; it may fire
+		// just before ours.
+		e.Kind = KindTimeout
+		e.Cause = fmt.Sprintf("no answer within %s (call_timeout): %s", u.callTimeout, ue.Err)
 	case errors.As(err, &ue):
 		e.Kind, e.Cause, e.Hint = KindUnreachable, ue.Err.Error(), transportHint(ue.Err)
 	case errors.As(err, &ce):
@@ -391,13 +397,62 @@ func (s sdkLogger) Errorf(ctx context.Context, format string, v ...any) {
 	s.logf(ctx, logger.LevelError, format, v...)
 }
 
-// RouteSDKLogs sends databricks-sdk-go's process-wide logger
-// (logger.DefaultLogger) to l. The SDK logs configuration resolution and
-// token fetches there, on contexts of its own; the calls a UC makes carry
-// their UC's logger in their context as well. NewUC calls it when given a
-// logger, so the last configured logger wins for the SDK's global lines.
-func RouteSDKLogs(l *slog.Logger) {
-	if l != nil {
-		logger.DefaultLogger = sdkLogger{l}
+// globalSDKLog is where the SDK's process-wide lines go (nil: nowhere).
+var (
+	globalSDKLog     atomic.Pointer[slog.Logger]
+	installSDKLogger sync.Once
+)
+
+// globalSDKLogger is installed once as logger.DefaultLogger and forwards to
+// globalSDKLog, so that routing can change later without writing the SDK's
+// unsynchronised global while its goroutines read it.
+type globalSDKLogger struct{}
+
+func (globalSDKLogger) target() (sdkLogger, bool) {
+	l := globalSDKLog.Load()
+	return sdkLogger{l}, l != nil
+}
+
+func (g globalSDKLogger) Enabled(ctx context.Context, level logger.Level) bool {
+	l, ok := g.target()
+	return ok && l.Enabled(ctx, level)
+}
+func (g globalSDKLogger) Tracef(ctx context.Context, format string, v ...any) {
+	if l, ok := g.target(); ok {
+		l.Tracef(ctx, format, v...)
 	}
+}
+func (g globalSDKLogger) Debugf(ctx context.Context, format string, v ...any) {
+	if l, ok := g.target(); ok {
+		l.Debugf(ctx, format, v...)
+	}
+}
+func (g globalSDKLogger) Infof(ctx context.Context, format string, v ...any) {
+	if l, ok := g.target(); ok {
+		l.Infof(ctx, format, v...)
+	}
+}
+func (g globalSDKLogger) Warnf(ctx context.Context, format string, v ...any) {
+	if l, ok := g.target(); ok {
+		l.Warnf(ctx, format, v...)
+	}
+}
+func (g globalSDKLogger) Errorf(ctx context.Context, format string, v ...any) {
+	if l, ok := g.target(); ok {
+		l.Errorf(ctx, format, v...)
+	}
+}
+
+// RouteSDKLogs sends databricks-sdk-go's process-wide logger
+// (logger.DefaultLogger, which otherwise prints "[WARN] …" to stderr) to l.
+// The SDK logs configuration resolution and token fetches there, on contexts
+// of its own; the calls a UC makes carry their UC's logger in their context
+// as well. NewUC calls it when given a logger, so the last configured logger
+// wins for the SDK's process-wide lines.
+func RouteSDKLogs(l *slog.Logger) {
+	if l == nil {
+		return
+	}
+	globalSDKLog.Store(l)
+	installSDKLogger.Do(func() { logger.DefaultLogger = globalSDKLogger{} })
 }

@@ -232,12 +232,15 @@ func TestEmulatorRotationAndUnavailableDuplicates(t *testing.T) {
 func TestEmulatorErrorClasses(t *testing.T) {
 	t.Run("wrong secret is fatal config", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})
-		c := e2eClient(t, srv, func(cfg *ingest.Config) { cfg.ClientSecret = "wrong" })
+		// A distinctive secret: the refusal message legitimately says "wrong".
+		c := e2eClient(t, srv, func(cfg *ingest.Config) { cfg.ClientSecret = "wr0ng-s3cr3t" })
 		_, err := c.Open(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
 		class, ok := ingest.ClassOf(err)
 		require.True(t, ok, "%v", err)
 		assert.Equal(t, ingest.FatalConfig, class)
-		assert.NotContains(t, err.Error(), "wrong")
+		assert.NotContains(t, err.Error(), "wr0ng-s3cr3t")
+		assert.True(t, ingest.IsPermanent(err))
+		assert.Contains(t, err.Error(), `refused the OAuth client credentials of client_id "emulator"`)
 	})
 	t.Run("missing table is fatal config", func(t *testing.T) {
 		srv := startEmulator(t, emulator.Faults{})

@@ -348,7 +348,7 @@ func TestSchemaMessageRefusesUnsupported(t *testing.T) {
 			arrow.Field{Name: "ok", Type: arrow.PrimitiveTypes.Int8},
 			arrow.Field{Name: "bad", Type: arrow.ListOf(arrow.FixedWidthTypes.Time32ms)})}}, nil), `field "s.bad.item"`},
 		{"map value", arrow.NewSchema([]arrow.Field{{Name: "m", Type: arrow.MapOf(arrow.BinaryTypes.String, arrow.FixedWidthTypes.Duration_s)}}, nil), `field "m.entries.values"`},
-		{"too deep", arrow.NewSchema([]arrow.Field{{Name: "deep", Type: arrow.ListOf(deep)}}, nil), "deeper than 100"},
+		{"too deep", arrow.NewSchema([]arrow.Field{{Name: "deep", Type: arrow.ListOf(deep)}}, nil), fmt.Sprintf("deeper than %d", MaxDepth)},
 		{"big endian", arrow.NewSchemaWithEndian([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int8}}, nil, 1-arrow.NewSchema(nil, nil).Endianness()), "endian"},
 		{"nil", nil, "nil"},
 	} {

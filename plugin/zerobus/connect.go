@@ -65,14 +65,15 @@ func (o *output) ensureClients() error {
 			o.opener = o.deps.opener
 		} else {
 			c, err := ingest.NewClient(ingest.Config{
-				Endpoint:     o.cfg.Endpoint,
-				WorkspaceURL: o.cfg.WorkspaceURL,
-				WorkspaceID:  o.cfg.WorkspaceID,
-				ClientID:     o.cfg.ClientID,
-				ClientSecret: o.cfg.ClientSecret,
-				Compression:  o.cfg.Compression,
-				UserAgent:    userAgent(o.version),
-				Observer:     clientObserver{log: o.log},
+				Endpoint:         o.cfg.Endpoint,
+				WorkspaceURL:     o.cfg.WorkspaceURL,
+				WorkspaceID:      o.cfg.WorkspaceID,
+				ClientID:         o.cfg.ClientID,
+				ClientSecret:     o.cfg.ClientSecret,
+				CredentialSource: o.cfg.credSource,
+				Compression:      o.cfg.Compression,
+				UserAgent:        userAgent(o.version),
+				Observer:         clientObserver{log: o.log},
 			})
 			if err != nil {
 				return fmt.Errorf("zerobus client: %w", err)
@@ -85,12 +86,14 @@ func (o *output) ensureClients() error {
 			o.cat = o.deps.catalog
 		} else {
 			uc, err := catalog.NewUC(catalog.UCConfig{
-				Host:         o.cfg.WorkspaceURL,
-				ClientID:     o.cfg.ClientID,
-				ClientSecret: o.cfg.ClientSecret,
-				AuthType:     "oauth-m2m",
-				WarehouseID:  o.cfg.WarehouseID,
-				Logger:       newSlogLogger(o.log),
+				Host:             o.cfg.WorkspaceURL,
+				ClientID:         o.cfg.ClientID,
+				ClientSecret:     o.cfg.ClientSecret,
+				AuthType:         "oauth-m2m",
+				WarehouseID:      o.cfg.WarehouseID,
+				Logger:           newSlogLogger(o.log),
+				CallTimeout:      o.cfg.WSTimeout,
+				CredentialSource: o.cfg.credSource,
 			})
 			if err != nil {
 				return fmt.Errorf("catalog: %w", err)

@@ -128,6 +128,7 @@ func (o *output) Connect(ctx context.Context) error {
 				// Bad credentials, missing grants, invalid names: retrying
 				// soon cannot help, so back off exponentially (the engine's
 				// own back-off stops at 1s) until someone fixes it.
+				o.reloadCredentials(ctx)
 				return service.NewErrBackOff(err, o.permanent.Next())
 			}
 			return err
@@ -142,6 +143,23 @@ func (e *engine) dlqWriter() *tablewriter.Writer {
 		return nil
 	}
 	return e.dlq.Writer()
+}
+
+// reloadCredentials re-reads the credentials taken from the environment;
+// when they changed (a rotated secret), the writers and clients are dropped
+// so the next Connect builds them with the new ones.
+func (o *output) reloadCredentials(ctx context.Context) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	id, secret := o.cfg.ClientID, o.cfg.ClientSecret
+	o.cfg.loadCredentials()
+	if id == o.cfg.ClientID && secret == o.cfg.ClientSecret {
+		return
+	}
+	o.log.Infof("zerobus: the credentials in the environment changed (%s): reconnecting with them", o.cfg.credSource)
+	_ = o.closeLocked(ctx)
+	o.eng.Store(nil)
+	o.opener, o.cat = nil, nil
 }
 
 // engine returns the writers, creating them and their clients on first use.
@@ -239,6 +257,12 @@ func (o *output) Close(ctx context.Context) error {
 	defer cancel()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.closeLocked(ctx)
+}
+
+// closeLocked closes the writers and the clients the output built; o.mu is
+// held.
+func (o *output) closeLocked(ctx context.Context) error {
 	var errs []error
 	if e := o.eng.Load(); e != nil {
 		if e.w != nil {

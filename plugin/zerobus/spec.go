@@ -44,6 +44,7 @@ const (
 	fEpochUnit     = "timestamp_epoch_unit"
 	fNTZFromZoned  = "timestamp_ntz_from_zoned"
 	fCloseTimeout  = "close_timeout"
+	fWSTimeout     = "workspace_timeout"
 	fCatalog       = "catalog"
 	fProvision     = "provision"
 	fWarehouseID   = "warehouse_id"
@@ -267,6 +268,9 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewDurationField(fCloseTimeout).
 				Description("Bound on shutdown: draining streams and closing clients. The default stays inside the engine's `shutdown_timeout` (20s by default): keep it below yours. Rows not durable by then are nacked (redelivered), never acked, and the log says how many.").
 				Default("10s").LintRule(durationLint(fCloseTimeout)),
+			service.NewDurationField(fWSTimeout).
+				Description("Bound on every single workspace call (OAuth, Unity Catalog, SQL statements): an unreachable or silent workspace fails the attempt after this long, naming the URL and the cause, and the output retries with back-off.").
+				Default("30s").LintRule(durationLint(fWSTimeout)).Advanced(),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
 					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").
@@ -333,8 +337,10 @@ type outputConfig struct {
 	MaxOpenTables int
 	DLTable       string
 	DLPayload     bool
-	ClientID     string
-	ClientSecret string
+	ClientID      string
+	ClientSecret  string
+	// credSource says where the credentials came from, for messages.
+	credSource string
 
 	MaxInFlight int
 	Batching    service.BatchPolicy
@@ -357,6 +363,7 @@ type outputConfig struct {
 	NTZFromZoned   bool
 
 	CloseTimeout time.Duration
+	WSTimeout    time.Duration
 
 	Provision          bool
 	WarehouseID        string
@@ -422,6 +429,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	str(&c.EpochUnit, fReconcile, fEpochUnit)
 	boolean(&c.NTZFromZoned, fReconcile, fNTZFromZoned)
 	duration(&c.CloseTimeout, fCloseTimeout)
+	duration(&c.WSTimeout, fWSTimeout)
 	boolean(&c.Provision, fCatalog, fProvision)
 	str(&c.WarehouseID, fCatalog, fWarehouseID)
 	boolean(&c.Widen, fCatalog, fWiden)
@@ -470,12 +478,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	}
 	c.Batching, c.batchingDefaulted = effectiveBatching(c.Batching)
 
-	if c.ClientID == "" {
-		c.ClientID = os.Getenv(EnvClientID)
-	}
-	if c.ClientSecret == "" {
-		c.ClientSecret = os.Getenv(EnvClientSecret)
-	}
+	c.credSource = c.loadCredentials()
 	if c.WarehouseID == "" {
 		c.WarehouseID = os.Getenv(EnvWarehouseID)
 	}
@@ -483,6 +486,20 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// loadCredentials fills the credentials left empty in the config from the
+// environment (again on every call: a secret rotated in the environment is
+// picked up on reconnect) and says where they came from.
+func (c *outputConfig) loadCredentials() string {
+	src := [2]string{"config field " + fClientID, "config field " + fClientSecret}
+	if c.credSource == "" && c.ClientID == "" || strings.HasPrefix(c.credSource, "env "+EnvClientID) {
+		c.ClientID, src[0] = os.Getenv(EnvClientID), "env "+EnvClientID
+	}
+	if c.credSource == "" && c.ClientSecret == "" || strings.HasSuffix(c.credSource, "env "+EnvClientSecret) {
+		c.ClientSecret, src[1] = os.Getenv(EnvClientSecret), "env "+EnvClientSecret
+	}
+	return src[0] + ", " + src[1]
 }
 
 // effectiveBatching adds a period to a count/byte_size policy that lacks
@@ -598,7 +615,6 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-
 // deriveWorkspaceID returns the first DNS label of the endpoint host, the way
 // the Zerobus SDKs do; an IP address or localhost yields "" (emulator only).
 func deriveWorkspaceID(endpoint string) string {
@@ -651,6 +667,8 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"reconcile.timestamp_epoch_unit", c.EpochUnit,
 		"reconcile.timestamp_ntz_from_zoned", c.NTZFromZoned,
 		"close_timeout", c.CloseTimeout.String(),
+		"workspace_timeout", c.WSTimeout.String(),
+		"credentials", c.credSource,
 		"catalog.provision", c.Provision,
 		"catalog.warehouse_id", c.WarehouseID,
 		"catalog.widen", c.Widen,

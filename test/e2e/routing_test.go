@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"os"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -102,4 +104,43 @@ processors:
 	require.NoError(t, json.Unmarshal([]byte(fmt.Sprint(dl[0]["payload"])), &payload))
 	assert.Equal(t, "two", payload["id"])
 	assert.True(t, strings.Contains(fmt.Sprint(dl[0]["error"]), "BIGINT"), "the error says why: %v", dl[0]["error"])
+}
+
+// A wrong secret read from the environment backs off with a message that
+// names the credential and where it came from; once the environment holds
+// the rotated secret, the output picks it up on reconnect and the rows
+// land, with no restart.
+func TestRotatedSecretFromEnvironmentHeals(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
+	t.Setenv("DATABRICKS_CLIENT_ID", emulator.DefaultClientID)
+	t.Setenv("DATABRICKS_CLIENT_SECRET", "an-expired-s3cret")
+	out := fmt.Sprintf("zerobus:\n  endpoint: %s\n  workspace_url: %s\n  table: %s\n", srv.GRPCURL(), srv.HTTPURL(), eventsTable)
+	b := service.NewStreamBuilder()
+	logs := &syncBuffer{}
+	b.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	require.NoError(t, b.AddOutputYAML(out))
+	produce, err := b.AddBatchProducerFunc()
+	require.NoError(t, err)
+	ctx, stop := startStream(t, b)
+	defer func() { _ = stop() }()
+
+	done := make(chan error, 1)
+	go func() { done <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"after rotation"}`))}) }()
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "DATABRICKS_CLIENT_SECRET")
+	}, 10*time.Second, 50*time.Millisecond, "the refusal names where the secret came from: %s", logs.String())
+	assert.NotContains(t, logs.String(), "an-expired-s3cret", "the secret is never logged")
+	select {
+	case err := <-done:
+		t.Fatalf("the write returned before the secret was fixed: %v", err)
+	default:
+	}
+	require.NoError(t, os.Setenv("DATABRICKS_CLIENT_SECRET", emulator.DefaultClientSecret))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no write after the secret was rotated: %s", logs.String())
+	}
+	assert.Contains(t, rowsByID(t, srv, eventsTable), int64(1))
 }

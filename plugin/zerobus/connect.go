@@ -70,6 +70,8 @@ func (o *output) ensureClients() error {
 				WorkspaceID:  o.cfg.WorkspaceID,
 				ClientID:     o.cfg.ClientID,
 				ClientSecret: o.cfg.ClientSecret,
+				TLS:          o.cfg.TLS,
+				ProxyURL:     o.cfg.ProxyURL,
 				Compression:  o.cfg.Compression,
 				UserAgent:    userAgent(o.version),
 				Observer:     clientObserver{log: o.log},
@@ -90,7 +92,10 @@ func (o *output) ensureClients() error {
 				ClientSecret: o.cfg.ClientSecret,
 				AuthType:     "oauth-m2m",
 				WarehouseID:  o.cfg.WarehouseID,
-				Logger:       newSlogLogger(o.log),
+				// The SDK's own InsecureSkipVerify is ignored once a
+				// transport is given: tls carries it.
+				HTTPTransport: ingest.NewHTTPTransport(o.cfg.TLS, o.cfg.ProxyURL),
+				Logger:        newSlogLogger(o.log),
 			})
 			if err != nil {
 				return fmt.Errorf("catalog: %w", err)

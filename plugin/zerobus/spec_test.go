@@ -199,7 +199,7 @@ func TestConfigTLSAndProxy(t *testing.T) {
 	assert.Nil(t, c.TLS)
 
 	for y, want := range map[string]string{
-		"proxy_url: socks5://127.0.0.1:1080\n":                        "field proxy_url: proxy socks5://127.0.0.1:1080: scheme must be http",
+		"proxy_url: socks5://127.0.0.1:1080\n":                          "field proxy_url: proxy socks5://127.0.0.1:1080: scheme must be http",
 		"tls:\n  enabled: true\n  root_cas_file: /does/not/exist.pem\n": "field tls: ",
 	} {
 		_, err := parseYAML(t, minimalYAML+y)

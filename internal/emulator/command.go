@@ -50,6 +50,8 @@ func App(version string) *cli.App {
 			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing (benchmarks)"},
 			&cli.StringFlag{Name: "grants", Value: GrantsOpen, Usage: "Unity Catalog grants of Zerobus writers: open (not checked) or strict (USE CATALOG, USE SCHEMA, and SELECT + MODIFY on the table itself, else PERMISSION_DENIED at stream open); change them at runtime with PATCH /emulator/v1/grants"},
 			&cli.GenericFlag{Name: "grant", Value: &repeatedString{}, Usage: "grant privileges at start: 'PRINCIPAL:TYPE:FULL_NAME:PRIV[,PRIV]', e.g. 'emulator:TABLE:main.default.t:SELECT,MODIFY' (repeatable)"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain): serve HTTPS and gRPC over TLS (needs --tls-key)"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		Action: func(c *cli.Context) error {
@@ -87,6 +89,8 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		WorkspaceID:  c.String("workspace-id"),
 		TokenTTL:     c.Duration("token-ttl"),
 		IcebergLag:   c.Duration("iceberg-lag"),
+		TLSCertFile:  c.String("tls-cert"),
+		TLSKeyFile:   c.String("tls-key"),
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Faults: Faults{
 			AckLatency:         c.Duration("ack-latency"),
@@ -96,6 +100,9 @@ func configFromFlags(c *cli.Context) (Config, error) {
 			AckStall:           c.Bool("ack-stall"),
 			AckOnly:            c.Bool("ack-only"),
 		},
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return Config{}, fmt.Errorf("--tls-cert and --tls-key: set both or neither")
 	}
 	rates, err := parseErrorRates(c.StringSlice("error-rate"))
 	if err != nil {

@@ -34,6 +34,7 @@
 package emulator
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
@@ -98,6 +100,11 @@ type Config struct {
 	// Grants is the Unity Catalog grant model of Zerobus writers; the zero
 	// value is open (no grant is checked).
 	Grants GrantsConfig
+	// TLSCertFile and TLSKeyFile, when both set, are a PEM certificate
+	// (chain) and its key: both listeners then serve TLS (HTTPS, and gRPC
+	// over TLS) as the real workspace and Zerobus endpoints do, and the URLs
+	// are https://. Empty means plaintext on loopback.
+	TLSCertFile, TLSKeyFile string
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -143,6 +150,7 @@ type Server struct {
 	stats  *statsCollector
 	faults atomic.Pointer[Faults]
 
+	scheme  string // of both URLs: "https" with TLS, else "http"
 	httpLn  net.Listener
 	grpcLn  net.Listener
 	httpSrv *http.Server
@@ -273,6 +281,16 @@ func (s *Server) createConfiguredTables() error {
 }
 
 func (s *Server) listen() error {
+	var tlsConf *tls.Config
+	s.scheme = "http"
+	if s.cfg.TLSCertFile != "" || s.cfg.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("emulator: TLS certificate %q and key %q: %w", s.cfg.TLSCertFile, s.cfg.TLSKeyFile, err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.scheme = "https"
+	}
 	var err error
 	s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr)
 	if err != nil {
@@ -284,22 +302,33 @@ func (s *Server) listen() error {
 		return fmt.Errorf("emulator: listen grpc %s: %w", s.cfg.GRPCAddr, err)
 	}
 
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-	s.grpcSrv = grpc.NewServer(
+	// Failed handshakes (a client not trusting the CA) are the client's to
+	// report; here they are debug logs, not stderr noise.
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		grpc.MaxSendMsgSize(64<<20),
+		grpc.MaxSendMsgSize(64 << 20),
 		// Be as lenient with client keepalive pings as a cloud front end:
 		// grpc-go's default policy would GOAWAY a client pinging more often
 		// than every 5 minutes.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if tlsConf != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	s.grpcSrv = grpc.NewServer(grpcOpts...)
 	flight.RegisterFlightServiceServer(s.grpcSrv, &flightService{srv: s})
 	zbpb.RegisterZerobusServer(s.grpcSrv, &zerobusService{srv: s})
 
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := s.httpSrv.Serve
+		if tlsConf != nil {
+			// The certificate is in TLSConfig; ServeTLS adds HTTP/2.
+			serve = func(ln net.Listener) error { return s.httpSrv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
@@ -313,12 +342,14 @@ func (s *Server) listen() error {
 	return nil
 }
 
-// HTTPURL is the workspace URL ("http://127.0.0.1:port"): the host for the
-// Databricks SDK, the OAuth endpoints and the read-back API.
-func (s *Server) HTTPURL() string { return "http://" + s.httpLn.Addr().String() }
+// HTTPURL is the workspace URL ("http://127.0.0.1:port", https:// with
+// TLS): the host for the Databricks SDK, the OAuth endpoints and the
+// read-back API.
+func (s *Server) HTTPURL() string { return s.scheme + "://" + s.httpLn.Addr().String() }
 
-// GRPCURL is the Zerobus endpoint ("http://127.0.0.1:port", plaintext).
-func (s *Server) GRPCURL() string { return "http://" + s.grpcLn.Addr().String() }
+// GRPCURL is the Zerobus endpoint ("http://127.0.0.1:port", plaintext, or
+// https:// with TLS).
+func (s *Server) GRPCURL() string { return s.scheme + "://" + s.grpcLn.Addr().String() }
 
 // DataDir is the directory holding the tables.
 func (s *Server) DataDir() string { return s.cfg.DataDir }

@@ -38,7 +38,14 @@ func (s *Server) httpHandler() http.Handler {
 	return mux
 }
 
-func baseURL(r *http.Request) string { return "http://" + r.Host }
+// baseURL is the workspace URL as the client reached it, for the URLs the
+// discovery documents advertise.
+func baseURL(r *http.Request) string {
+	if r.TLS != nil {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}
 
 func (s *Server) handleDatabricksConfig(w http.ResponseWriter, r *http.Request) {
 	workspace.WriteJSON(w, http.StatusOK, map[string]any{

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -76,7 +77,17 @@ type Config struct {
 	CredentialSource string
 	// Token overrides OAuth for every table (static tokens, tests).
 	Token TokenSource
-	// HTTPClient is used for token requests; nil means http.DefaultClient.
+	// TLS is the TLS client config of https:// endpoints, gRPC and the
+	// token requests alike (custom roots, client certificates); nil means
+	// the system roots. http:// endpoints (loopback only) stay plaintext.
+	TLS *tls.Config
+	// ProxyURL, when set, is the HTTP CONNECT proxy of every connection,
+	// loopback included, overriding the environment. When nil, both paths
+	// honour HTTPS_PROXY / HTTP_PROXY / NO_PROXY the way net/http does (gRPC
+	// through grpc-go's own proxy support), never for a loopback host.
+	ProxyURL *url.URL
+	// HTTPClient is used for token requests; nil means a client over
+	// NewHTTPTransport(TLS, ProxyURL).
 	HTTPClient *http.Client
 	// Compression is the IPC body compression: "none" (default), "lz4_frame"
 	// or "zstd".
@@ -160,9 +171,12 @@ var _ Opener = (*Client)(nil)
 // NewClient validates cfg and creates the gRPC connection (lazily dialled).
 func NewClient(cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
-	target, creds, err := dialTarget(cfg.Endpoint)
+	target, creds, err := dialTarget(cfg.Endpoint, cfg.TLS)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: NewHTTPTransport(cfg.TLS, cfg.ProxyURL)}
 	}
 	if cfg.Token == nil {
 		if cfg.WorkspaceURL == "" || cfg.ClientID == "" || cfg.ClientSecret == "" {
@@ -186,6 +200,15 @@ func NewClient(cfg Config) (*Client, error) {
 			grpc.MaxCallSendMsgSize(math.MaxInt32),
 		),
 	}
+	if cfg.ProxyURL != nil {
+		if err := CheckProxyURL(cfg.ProxyURL); err != nil {
+			return nil, fmt.Errorf("zerobus client: %w", err)
+		}
+		// A custom dialer turns grpc-go's environment proxy off; passthrough
+		// hands the dialer the host name for the proxy to resolve.
+		opts = append(opts, grpc.WithContextDialer(dialViaProxy(cfg.ProxyURL, cfg.UserAgent)))
+		target = "passthrough:///" + target
+	}
 	opts = append(opts, cfg.DialOptions...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
@@ -200,13 +223,16 @@ func NewClient(cfg Config) (*Client, error) {
 	}, nil
 }
 
-// dialTarget turns an endpoint URL into a gRPC target and credentials.
-func dialTarget(endpoint string) (string, credentials.TransportCredentials, error) {
+// dialTarget turns an endpoint URL into a gRPC target and credentials: TLS
+// with custom (nil: the system roots) for https and a bare host:port,
+// plaintext for http.
+func dialTarget(endpoint string, custom *tls.Config) (string, credentials.TransportCredentials, error) {
 	if endpoint == "" {
 		return "", nil, errors.New("zerobus client: endpoint is required")
 	}
 	if !strings.Contains(endpoint, "://") {
-		return endpoint, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+		host, _, _ := net.SplitHostPort(endpoint)
+		return endpoint, credentials.NewTLS(endpointTLS(custom, host)), nil
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -218,7 +244,7 @@ func dialTarget(endpoint string) (string, credentials.TransportCredentials, erro
 		if u.Port() == "" {
 			host += ":443"
 		}
-		return host, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}), nil
+		return host, credentials.NewTLS(endpointTLS(custom, u.Hostname())), nil
 	case "http":
 		// Plaintext: only meant for loopback endpoints such as the emulator.
 		if u.Port() == "" {

@@ -134,7 +134,7 @@ func TestDialTarget(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.endpoint, func(t *testing.T) {
-			target, creds, err := dialTarget(tt.endpoint)
+			target, creds, err := dialTarget(tt.endpoint, nil)
 			if tt.wantErr {
 				assert.Error(t, err)
 				return

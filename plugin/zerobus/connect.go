@@ -71,6 +71,8 @@ func (o *output) ensureClients() error {
 				ClientID:         o.cfg.ClientID,
 				ClientSecret:     o.cfg.ClientSecret,
 				CredentialSource: o.cfg.credSource,
+				TLS:              o.cfg.TLS,
+				ProxyURL:         o.cfg.ProxyURL,
 				Compression:      o.cfg.Compression,
 				UserAgent:        userAgent(o.version),
 				Observer:         clientObserver{log: o.log},
@@ -86,11 +88,14 @@ func (o *output) ensureClients() error {
 			o.cat = o.deps.catalog
 		} else {
 			uc, err := catalog.NewUC(catalog.UCConfig{
-				Host:             o.cfg.WorkspaceURL,
-				ClientID:         o.cfg.ClientID,
-				ClientSecret:     o.cfg.ClientSecret,
-				AuthType:         "oauth-m2m",
-				WarehouseID:      o.cfg.WarehouseID,
+				Host:         o.cfg.WorkspaceURL,
+				ClientID:     o.cfg.ClientID,
+				ClientSecret: o.cfg.ClientSecret,
+				AuthType:     "oauth-m2m",
+				WarehouseID:  o.cfg.WarehouseID,
+				// The SDK's own InsecureSkipVerify is ignored once a
+				// transport is given: tls carries it.
+				HTTPTransport:    ingest.NewHTTPTransport(o.cfg.TLS, o.cfg.ProxyURL),
 				Logger:           newSlogLogger(o.log),
 				CallTimeout:      o.cfg.WSTimeout,
 				CredentialSource: o.cfg.credSource,

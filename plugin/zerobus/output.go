@@ -111,6 +111,9 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 func (o *output) Connect(ctx context.Context) error {
 	o.loggedKnobs.Do(func() {
 		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(tablewriter.PoolSize(o.wcfg.Pool))))
+		if o.cfg.TLS != nil && o.cfg.TLS.InsecureSkipVerify {
+			o.log.Warnf("zerobus: tls.skip_cert_verify is true: the certificates of %s and %s are NOT verified, so anyone on the path can read the credentials and the rows; use it only on a test rig", o.cfg.Endpoint, o.cfg.WorkspaceURL)
+		}
 	})
 	e, err := o.engine()
 	if err != nil {

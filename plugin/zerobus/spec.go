@@ -1,9 +1,9 @@
 package zerobus
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -54,6 +55,8 @@ const (
 	fColumnDescs   = "column_descriptions"
 	fRole          = "role"
 	fRecheck       = "recheck_interval"
+	fTLS           = "tls"
+	fProxyURL      = "proxy_url"
 )
 
 // Environment variables the credentials fall back to, named as the
@@ -165,10 +168,13 @@ USE SCHEMA and SELECT + MODIFY granted explicitly on the table. When left empty 
 `+"`DATABRICKS_CLIENT_ID`"+` and `+"`DATABRICKS_CLIENT_SECRET`"+` environment variables. The same principal
 authenticates to the workspace (Unity Catalog, SQL warehouse) for describing and provisioning the table.
 
-== TLS
+== TLS and proxies
 
-`+"`https://`"+` endpoints always use TLS. Plain `+"`http://`"+` is accepted only for loopback hosts (the local
-emulator started with `+"`zerobus-emulator`"+`).
+`+"`https://`"+` endpoints always use TLS, with the system roots unless the `+"`tls`"+` block is enabled (custom CAs, client
+certificates, `+"`skip_cert_verify`"+` for test rigs); it applies to the gRPC endpoint and the workspace calls
+(OAuth, Unity Catalog, SQL) alike. Plain `+"`http://`"+` is accepted only for loopback hosts (the local emulator
+started with `+"`zerobus-emulator`"+`). Both paths honour `+"`HTTPS_PROXY`"+` and `+"`NO_PROXY`"+` (never for loopback), unless
+`+"`proxy_url`"+` names an HTTP CONNECT proxy for all connections.
 
 == Metrics
 
@@ -194,6 +200,12 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewStringField(fWorkspaceID).
 				Description("The workspace id the ingest token is scoped to. Empty means derived from the first DNS label of `endpoint`, or, for an IP-address or localhost endpoint (the emulator), discovered from `workspace_url`'s `/.well-known/databricks-config`.").
 				Advanced().Default(""),
+			service.NewTLSToggledField(fTLS).
+				Description("Custom TLS settings of the `https://` endpoint and workspace URL. Disabled means TLS with the system roots; it never turns TLS off.").
+				Advanced(),
+			service.NewURLField(fProxyURL).
+				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every connection, gRPC and HTTP, loopback included. Absent means the `HTTPS_PROXY` / `NO_PROXY` environment.").
+				Example("http://proxy.corp.example.com:3128").Optional().Advanced(),
 			service.NewInterpolatedStringField(fTable).
 				LintRule(tableLint(fTable, true)).
 				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts of ASCII letters, digits and underscores). It may be interpolated per message: each distinct table then gets its own lazily opened writer (at most `max_open_tables`), a batch spanning tables is split into one write per table, and a message whose table cannot be computed, or is not a valid name, fails alone.").
@@ -329,6 +341,8 @@ output:
 type outputConfig struct {
 	Endpoint     string
 	EndpointTLS  bool
+	TLS          *tls.Config // nil: system roots (tls.enabled false)
+	ProxyURL     *url.URL    // nil: the environment's
 	WorkspaceURL string
 	WorkspaceID  string
 	Table        string
@@ -439,6 +453,14 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.TLS, _, err = conf.FieldTLSToggled(fTLS); err != nil {
+		return nil, fmt.Errorf("field %s: %w", fTLS, err)
+	}
+	if conf.Contains(fProxyURL) {
+		if c.ProxyURL, err = conf.FieldURL(fProxyURL); err != nil {
+			return nil, err
+		}
+	}
 	if conf.Contains(fCatalog, fContract) {
 		if c.ContractPath, err = conf.FieldString(fCatalog, fContract); err != nil {
 			return nil, err
@@ -515,13 +537,18 @@ func effectiveBatching(p service.BatchPolicy) (service.BatchPolicy, string) {
 
 func (c *outputConfig) validate() error {
 	var errs []error
-	tlsOn, err := checkURL(fEndpoint, c.Endpoint)
+	tlsOn, err := ingest.CheckURL(fEndpoint, c.Endpoint)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	c.EndpointTLS = tlsOn
-	if _, err := checkURL(fWorkspaceURL, c.WorkspaceURL); err != nil {
+	if _, err := ingest.CheckURL(fWorkspaceURL, c.WorkspaceURL); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ProxyURL != nil {
+		if err := ingest.CheckProxyURL(c.ProxyURL); err != nil {
+			errs = append(errs, fmt.Errorf("field %s: %w", fProxyURL, err))
+		}
 	}
 	if c.TableInterp == nil {
 		if err := typemap.CheckTableName(c.Table); err != nil {
@@ -537,7 +564,7 @@ func (c *outputConfig) validate() error {
 		errs = append(errs, fmt.Errorf("field %s: must be at least 1, got %d", fMaxOpenTables, c.MaxOpenTables))
 	}
 	if c.WorkspaceID == "" && err == nil {
-		c.WorkspaceID = deriveWorkspaceID(c.Endpoint)
+		c.WorkspaceID, _ = ingest.WorkspaceIDFromEndpoint(c.Endpoint) // none for loopback: discovered
 	}
 	if c.ClientID == "" {
 		errs = append(errs, fmt.Errorf("field %s: empty and %s is not set", fClientID, EnvClientID))
@@ -583,53 +610,6 @@ func (c *outputConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// checkURL validates an endpoint URL and reports whether TLS is used: always
-// for https, never for http, which is only accepted for loopback hosts so a
-// credential can never cross a network in the clear.
-func checkURL(field, raw string) (tlsOn bool, err error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return false, fmt.Errorf("field %s: %w", field, err)
-	}
-	if u.Host == "" {
-		return false, fmt.Errorf("field %s: %q has no host; want https://host[:port]", field, raw)
-	}
-	switch u.Scheme {
-	case "https":
-		return true, nil
-	case "http":
-		if !isLoopback(u.Hostname()) {
-			return false, fmt.Errorf("field %s: plaintext http:// is only allowed for a loopback host (the emulator), got %q; use https://", field, u.Hostname())
-		}
-		return false, nil
-	default:
-		return false, fmt.Errorf("field %s: scheme must be https (or http for a loopback host), got %q", field, u.Scheme)
-	}
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// deriveWorkspaceID returns the first DNS label of the endpoint host, the way
-// the Zerobus SDKs do; an IP address or localhost yields "" (emulator only).
-func deriveWorkspaceID(endpoint string) string {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return ""
-	}
-	host := u.Hostname()
-	if net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") {
-		return ""
-	}
-	label, _, _ := strings.Cut(host, ".")
-	return label
-}
-
 // knobs returns every effective setting as key/value pairs for the one
 // start-up log line. Secrets are reported only as set/unset.
 func (c *outputConfig) knobs(poolSize int) []any {
@@ -637,9 +617,12 @@ func (c *outputConfig) knobs(poolSize int) []any {
 	if c.OrderingKey != nil {
 		ordering = c.orderingRaw
 	}
-	secret := "unset"
+	secret, proxy := "unset", "(environment)"
 	if c.ClientSecret != "" {
 		secret = "set"
+	}
+	if c.ProxyURL != nil {
+		proxy = c.ProxyURL.Redacted()
 	}
 	return []any{
 		"table", c.Table,
@@ -648,6 +631,9 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"dead_letter.include_payload", c.DLPayload,
 		"endpoint", c.Endpoint,
 		"tls", c.EndpointTLS,
+		"tls.enabled", c.TLS != nil,
+		"tls.skip_cert_verify", c.TLS != nil && c.TLS.InsecureSkipVerify,
+		"proxy_url", proxy,
 		"workspace_url", c.WorkspaceURL,
 		"workspace_id", c.WorkspaceID,
 		"client_id", c.ClientID,

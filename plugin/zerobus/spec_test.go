@@ -1,6 +1,7 @@
 package zerobus
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/testnet"
 )
 
 const minimalYAML = `
@@ -160,16 +163,54 @@ func TestKnobsNeverContainSecret(t *testing.T) {
 	assert.Contains(t, line, "ack.timeout=5m0s")
 }
 
-func TestDeriveWorkspaceID(t *testing.T) {
-	tests := []struct{ endpoint, want string }{
-		{"https://1234567890123456.zerobus.us-west-2.cloud.databricks.com", "1234567890123456"},
-		{"https://987.zerobus.westeurope.azuredatabricks.net:443", "987"},
-		{"http://127.0.0.1:50051", ""},
-		{"http://localhost:50051", ""},
+func TestConfigTLSAndProxy(t *testing.T) {
+	// Absent: TLS on the system roots (nil config), proxies from the
+	// environment.
+	c, err := parseYAML(t, minimalYAML)
+	require.NoError(t, err)
+	assert.Nil(t, c.TLS)
+	assert.Nil(t, c.ProxyURL)
+	line := knobsLine(c.knobs(1))
+	assert.Contains(t, line, "tls.enabled=false tls.skip_cert_verify=false proxy_url=(environment)")
+
+	ca := testnet.NewCA(t)
+	y := minimalYAML + "tls:\n  enabled: true\n  root_cas: |\n" + indent(string(ca.CAPEM), "    ") +
+		"proxy_url: http://zb:proxy-pass@127.0.0.1:3128\n"
+	c, err = parseYAML(t, y)
+	require.NoError(t, err)
+	require.NotNil(t, c.TLS)
+	require.NotNil(t, c.TLS.RootCAs)
+	assert.True(t, c.TLS.RootCAs.Equal(ca.Pool()), "root_cas is the only root")
+	assert.False(t, c.TLS.InsecureSkipVerify)
+	assert.Equal(t, "127.0.0.1:3128", c.ProxyURL.Host)
+	line = knobsLine(c.knobs(1))
+	assert.Contains(t, line, "tls.enabled=true tls.skip_cert_verify=false proxy_url=http://zb:xxxxx@127.0.0.1:3128")
+	assert.NotContains(t, line, "proxy-pass", "the proxy password is never logged")
+	assert.NotContains(t, line, "BEGIN CERTIFICATE")
+
+	c, err = parseYAML(t, minimalYAML+"tls:\n  enabled: true\n  skip_cert_verify: true\n")
+	require.NoError(t, err)
+	assert.True(t, c.TLS.InsecureSkipVerify)
+	assert.Contains(t, knobsLine(c.knobs(1)), "tls.skip_cert_verify=true")
+
+	// Disabled settings are ignored: the block never turns TLS off.
+	c, err = parseYAML(t, minimalYAML+"tls:\n  enabled: false\n  skip_cert_verify: true\n")
+	require.NoError(t, err)
+	assert.Nil(t, c.TLS)
+
+	for y, want := range map[string]string{
+		"proxy_url: socks5://127.0.0.1:1080\n":                          "field proxy_url: proxy socks5://127.0.0.1:1080: scheme must be http",
+		"tls:\n  enabled: true\n  root_cas_file: /does/not/exist.pem\n": "field tls: ",
+	} {
+		_, err := parseYAML(t, minimalYAML+y)
+		require.Error(t, err, y)
+		assert.Contains(t, err.Error(), want)
 	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, deriveWorkspaceID(tt.endpoint), tt.endpoint)
-	}
+}
+
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix) + "\n"
 }
 
 func TestLintRuleTable(t *testing.T) {

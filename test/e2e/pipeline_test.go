@@ -309,7 +309,9 @@ func TestMetricsShowPipelining(t *testing.T) {
 
 	b := newStream(t, outputYAML(srv, eventsTable, "batching:\n  count: 0\n"))
 	b.SetHTTPMux(mux)
-	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
+	// Histograms in seconds (Redpanda Connect's default is summaries of
+	// nanoseconds): the mean below is in seconds.
+	require.NoError(t, b.SetMetricsYAML("prometheus:\n  use_histogram_timing: true\n"))
 	produce, ctx, stop := startProducer(t, b)
 
 	const writers, rounds, perBatch = 32, 4, 25

@@ -353,7 +353,9 @@ func TestMetricsShowPipelining(t *testing.T) {
 	assert.Equal(t, 2, latencySeries)
 	_, pendingSeries := promSum(text, "zerobus_pending_offsets")
 	assert.Equal(t, 2, pendingSeries)
-	_, ratioSeries := promSum(text, "zerobus_ack_coalesce_ratio")
+	// The ratio is a histogram of raw burst sizes (a *_ratio timer): one
+	// _count series per stream.
+	_, ratioSeries := promSum(text, "zerobus_ack_coalesce_ratio_count")
 	assert.Equal(t, 2, ratioSeries)
 	rowErrs, _ := promSum(text, "zerobus_row_errors_total")
 	assert.Equal(t, 0.0, rowErrs)

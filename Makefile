@@ -11,7 +11,7 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
+.PHONY: all build test docs conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
 
 all: build
 
@@ -24,6 +24,10 @@ build:
 test: fmt-check vet build conformance-deps lint-examples
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+## docs: regenerate docs/components/ from the component specs (internal/docsgen); `make test` fails when they are stale.
+docs:
+	go run ./cmd/docs-gen
 
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error

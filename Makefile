@@ -57,8 +57,10 @@ demo: build
 emulator: build
 	$(EMU)
 
+## docker: two images from the Dockerfile, the product (config at /benthos.yaml, port 4195) and the emulator (8080, 50051, /data).
 docker:
-	docker build --build-arg VERSION=$(VERSION) -t benthos-zerobus:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) --target benthos-zerobus -t benthos-zerobus:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) --target emulator -t zerobus-emulator:$(VERSION) .
 
 clean:
 	rm -rf bin

@@ -47,7 +47,7 @@ ENTRYPOINT ["/usr/local/bin/zerobus-emulator", "--http", "0.0.0.0:8080", "--grpc
 # Port 4195 is the Benthos HTTP server (/metrics, /ready, /ping) at Benthos'
 # default `http.address`, 0.0.0.0:4195; keep that address (or publish the one
 # your config sets) for Prometheus to scrape. Pass any other
-# subcommand as arguments, e.g. `lint /benthos.yaml` or `create stdin/zerobus/stdout`.
+# subcommand as arguments, e.g. `lint /benthos.yaml` or `create stdin//zerobus`.
 FROM ${RUNTIME_IMAGE} AS benthos-zerobus
 COPY --from=build /out/benthos-zerobus /usr/local/bin/benthos-zerobus
 USER nonroot:nonroot

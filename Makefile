@@ -11,7 +11,7 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test chaos conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
+.PHONY: all build test chaos docs conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
 
 all: build
 
@@ -31,6 +31,10 @@ test: fmt-check vet build conformance-deps lint-examples
 ## make test runs the short version of the same test.
 chaos: build
 	CHAOS_LONG=1 go test -count=1 -run '^TestChaos$$' -timeout 15m -v ./test/e2e/
+
+## docs: regenerate docs/components/ from the component specs (internal/docsgen); `make test` fails when they are stale.
+docs:
+	go run ./cmd/docs-gen
 
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
@@ -60,8 +64,10 @@ demo: build
 emulator: build
 	$(EMU)
 
+## docker: two images from the Dockerfile, the product (config at /benthos.yaml, port 4195) and the emulator (8080, 50051, /data).
 docker:
-	docker build --build-arg VERSION=$(VERSION) -t benthos-zerobus:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) --target benthos-zerobus -t benthos-zerobus:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) --target emulator -t zerobus-emulator:$(VERSION) .
 
 clean:
 	rm -rf bin

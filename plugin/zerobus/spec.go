@@ -179,12 +179,14 @@ started with `+"`zerobus-emulator`"+`). Both paths honour `+"`HTTPS_PROXY`"+` an
 == Metrics
 
 Besides the engine's `+"`output_*`"+` metrics, the output emits, labelled `+"`{table, stream}`"+`:
-`+"`zerobus_ack_coalesce_ratio`"+` (gauge: size of the last acknowledgement burst; > 1 under load means
-batches are pipelined), `+"`zerobus_ack_bursts_total`"+` and `+"`zerobus_ack_burst_items_total`"+` (their rate
-ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_delivery_latency`"+` (timer),
+`+"`zerobus_ack_coalesce_ratio`"+` (a distribution of ack burst sizes, exported by the project's `+"`prometheus`"+`
+exporter as a histogram of raw values; a p50 > 1 under load means batches are pipelined),
+`+"`zerobus_ack_bursts_total`"+` and `+"`zerobus_ack_burst_items_total`"+` (their rate ratio is the mean coalesce ratio),
+`+"`zerobus_pending_offsets`"+`, `+"`zerobus_delivery_latency`"+` (timer, submit to durable ack),
 `+"`zerobus_ack_lane_retry_total`"+`, `+"`zerobus_ack_lane_poisoned_total`"+`, `+"`zerobus_stream_rebuilds_total`"+`,
-`+"`zerobus_concurrency_rejects_total`"+`, `+"`zerobus_rows_sent_total`"+`, `+"`zerobus_bytes_sent_total`"+`; labelled
-`+"`{table}`"+`: `+"`zerobus_row_errors_total`"+`, `+"`zerobus_type_reconcile_total{kind}`"+`,
+`+"`zerobus_concurrency_rejects_total`"+`, `+"`zerobus_stream_reconnects_total{cause}`"+` (`+"`rotation`"+`, `+"`transient`"+`,
+`+"`reject`"+`), `+"`zerobus_rows_sent_total`"+`, `+"`zerobus_bytes_sent_total`"+`; labelled `+"`{table}`"+`:
+`+"`zerobus_row_errors_total`"+`, `+"`zerobus_type_reconcile_total{kind}`"+`,
 `+"`zerobus_primary_raw_unmet{precondition}`"+`.`).
 		Fields(
 			service.NewStringField(fEndpoint).
@@ -320,7 +322,7 @@ output:
     workspace_url: http://127.0.0.1:8080
     table: main.default.events
     client_id: emulator
-    client_secret: emulator
+    client_secret: emulator-secret
 `).
 		Example("Databricks with provisioning",
 			"Creates the table when absent and adds columns for new fields; credentials from the environment.",

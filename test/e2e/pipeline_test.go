@@ -309,7 +309,9 @@ func TestMetricsShowPipelining(t *testing.T) {
 
 	b := newStream(t, outputYAML(srv, eventsTable, "batching:\n  count: 0\n"))
 	b.SetHTTPMux(mux)
-	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
+	// Histograms in seconds (Redpanda Connect's default is summaries of
+	// nanoseconds): the mean below is in seconds.
+	require.NoError(t, b.SetMetricsYAML("prometheus:\n  use_histogram_timing: true\n"))
 	produce, ctx, stop := startProducer(t, b)
 
 	const writers, rounds, perBatch = 32, 4, 25
@@ -351,7 +353,9 @@ func TestMetricsShowPipelining(t *testing.T) {
 	assert.Equal(t, 2, latencySeries)
 	_, pendingSeries := promSum(text, "zerobus_pending_offsets")
 	assert.Equal(t, 2, pendingSeries)
-	_, ratioSeries := promSum(text, "zerobus_ack_coalesce_ratio")
+	// The ratio is a histogram of raw burst sizes (a *_ratio timer): one
+	// _count series per stream.
+	_, ratioSeries := promSum(text, "zerobus_ack_coalesce_ratio_count")
 	assert.Equal(t, 2, ratioSeries)
 	rowErrs, _ := promSum(text, "zerobus_row_errors_total")
 	assert.Equal(t, 0.0, rowErrs)

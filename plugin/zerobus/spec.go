@@ -2,6 +2,7 @@ package zerobus
 
 import (
 	"crypto/tls"
+	_ "embed"
 	"errors"
 	"fmt"
 	"net/url"
@@ -129,65 +130,19 @@ func atLeast(field string, lo int) string {
 	return fmt.Sprintf(`root = if this < %d { [ "field %s: must be at least %d, got %%v".format(this) ] } else { [] }`, lo, field, lo)
 }
 
+// description is the component's documentation text (AsciiDoc headings, as
+// Benthos renders them), kept beside the code as a document.
+//
+//go:embed description.md
+var description string
+
 // Spec returns the configuration spec of the zerobus output.
 func Spec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Services").
 		Summary("Streams message batches into a Databricks Unity Catalog managed Delta table through the Zerobus ingest service, as Apache Arrow over Arrow Flight.").
-		Description(`
-Each message is a JSON object whose fields are the table's columns. The target schema always comes from
-describing the table in Unity Catalog (`+"`GET /api/2.1/unity-catalog/tables/{name}`"+`), so the Arrow
-record batches match what the service expects.
-
-== Delivery guarantees
-
-A batch is acknowledged upstream (the input commits) only after the Zerobus service has confirmed every
-row of it durable. Submission is fire-and-forget onto a small pool of long-lived streams; each stream's
-acknowledgement lane waits once for a burst of pending batches and confirms them together, so many
-batches (up to `+"`max_in_flight`"+`) are in flight at once without a per-batch round trip. A batch that
-cannot be confirmed (shutdown, stream failure, timeout) is nacked and redelivered: delivery is
-at-least-once.
-
-== Row-level errors
-
-A message that cannot be converted to the table's schema (an unknown field, a missing NOT NULL
-column, a value out of range, a nested value landing in a STRING column without
-`+"`reconcile.nested_to_string`"+`, a zoned timestamp into TIMESTAMP_NTZ) fails only itself: the output
-returns a batch error naming the message index and the column, while the other rows are written and
-durable before the batch returns. Wrap the output in a `+"`fallback`"+` to route failed rows to a
-dead-letter queue with the reason in the `+"`fallback_error`"+` metadata. For a row-level dead-letter queue
-batch at the input and set `+"`batching.count: 0`"+` here: the engine's output batcher reduces a per-row error
-to one error for each upstream batch, which would route whole batches (good rows included, already
-written) to the fallback.
-
-== Credentials
-
-OAuth machine-to-machine: `+"`client_id`"+` and `+"`client_secret`"+` of a service principal with USE CATALOG,
-USE SCHEMA and SELECT + MODIFY granted explicitly on the table. When left empty they are read from the
-`+"`DATABRICKS_CLIENT_ID`"+` and `+"`DATABRICKS_CLIENT_SECRET`"+` environment variables. The same principal
-authenticates to the workspace (Unity Catalog, SQL warehouse) for describing and provisioning the table.
-
-== TLS and proxies
-
-`+"`https://`"+` endpoints always use TLS, with the system roots unless the `+"`tls`"+` block is enabled (custom CAs, client
-certificates, `+"`skip_cert_verify`"+` for test rigs); it applies to the gRPC endpoint and the workspace calls
-(OAuth, Unity Catalog, SQL) alike. Plain `+"`http://`"+` is accepted only for loopback hosts (the local emulator
-started with `+"`zerobus-emulator`"+`). Both paths honour `+"`HTTPS_PROXY`"+` and `+"`NO_PROXY`"+` (never for loopback), unless
-`+"`proxy_url`"+` names an HTTP CONNECT proxy for all connections.
-
-== Metrics
-
-Besides the engine's `+"`output_*`"+` metrics, the output emits, labelled `+"`{table, stream}`"+`:
-`+"`zerobus_ack_coalesce_ratio`"+` (a distribution of ack burst sizes, exported by the project's `+"`prometheus`"+`
-exporter as a histogram of raw values; a p50 > 1 under load means batches are pipelined),
-`+"`zerobus_ack_bursts_total`"+` and `+"`zerobus_ack_burst_items_total`"+` (their rate ratio is the mean coalesce ratio),
-`+"`zerobus_pending_offsets`"+`, `+"`zerobus_delivery_latency`"+` (timer, submit to durable ack),
-`+"`zerobus_ack_lane_retry_total`"+`, `+"`zerobus_ack_lane_poisoned_total`"+`, `+"`zerobus_stream_rebuilds_total`"+`,
-`+"`zerobus_concurrency_rejects_total`"+`, `+"`zerobus_stream_reconnects_total{cause}`"+` (`+"`rotation`"+`, `+"`transient`"+`,
-`+"`reject`"+`), `+"`zerobus_rows_sent_total`"+`, `+"`zerobus_bytes_sent_total`"+`; labelled `+"`{table}`"+`:
-`+"`zerobus_row_errors_total`"+`, `+"`zerobus_type_reconcile_total{kind}`"+`,
-`+"`zerobus_primary_raw_unmet{precondition}`"+`.`).
+		Description(description).
 		Fields(
 			service.NewStringField(fEndpoint).
 				Description("The Zerobus ingest endpoint: `https://<workspace-id>.zerobus.<region>.cloud.databricks.com`. TLS is always used for `https://`; `http://` is accepted only for a loopback host (the emulator).").
@@ -539,75 +494,50 @@ func effectiveBatching(p service.BatchPolicy) (service.BatchPolicy, string) {
 
 func (c *outputConfig) validate() error {
 	var errs []error
-	tlsOn, err := ingest.CheckURL(fEndpoint, c.Endpoint)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	c.EndpointTLS = tlsOn
-	if _, err := ingest.CheckURL(fWorkspaceURL, c.WorkspaceURL); err != nil {
-		errs = append(errs, err)
-	}
-	if c.ProxyURL != nil {
-		if err := ingest.CheckProxyURL(c.ProxyURL); err != nil {
-			errs = append(errs, fmt.Errorf("field %s: %w", fProxyURL, err))
+	add := func(err error, format string, args ...any) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf(format+"%w", append(args, err)...))
 		}
+	}
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf("field "+format, args...))
+		}
+	}
+	tlsOn, urlErr := ingest.CheckURL(fEndpoint, c.Endpoint)
+	add(urlErr, "")
+	c.EndpointTLS = tlsOn
+	_, err := ingest.CheckURL(fWorkspaceURL, c.WorkspaceURL)
+	add(err, "")
+	if c.ProxyURL != nil {
+		add(ingest.CheckProxyURL(c.ProxyURL), "field %s: ", fProxyURL)
 	}
 	if c.TableInterp == nil {
-		if err := typemap.CheckTableName(c.Table); err != nil {
-			errs = append(errs, fmt.Errorf("field %s: %w", fTable, err))
-		}
+		add(typemap.CheckTableName(c.Table), "field %s: ", fTable)
 	}
 	if c.DLTable != "" {
-		if err := typemap.CheckTableName(c.DLTable); err != nil {
-			errs = append(errs, fmt.Errorf("field %s.%s: %w", fDeadLetter, fDLTable, err))
-		}
+		add(typemap.CheckTableName(c.DLTable), "field %s.%s: ", fDeadLetter, fDLTable)
 	}
-	if c.MaxOpenTables < 1 {
-		errs = append(errs, fmt.Errorf("field %s: must be at least 1, got %d", fMaxOpenTables, c.MaxOpenTables))
-	}
-	if c.WorkspaceID == "" && err == nil {
+	if c.WorkspaceID == "" && urlErr == nil {
 		c.WorkspaceID, _ = ingest.WorkspaceIDFromEndpoint(c.Endpoint) // none for loopback: discovered
 	}
-	if c.ClientID == "" {
-		errs = append(errs, fmt.Errorf("field %s: empty and %s is not set", fClientID, EnvClientID))
-	}
-	if c.ClientSecret == "" {
-		errs = append(errs, fmt.Errorf("field %s: empty and %s is not set", fClientSecret, EnvClientSecret))
-	}
-	if c.MaxInFlight < 1 {
-		errs = append(errs, fmt.Errorf("field max_in_flight: must be at least 1, got %d", c.MaxInFlight))
-	}
-	if c.StreamsMin < 1 {
-		errs = append(errs, fmt.Errorf("field %s.%s: must be at least 1, got %d", fStreams, fStreamsMin, c.StreamsMin))
-	}
-	if c.StreamsMax < c.StreamsMin {
-		errs = append(errs, fmt.Errorf("field %s.%s: must be at least %s.%s (%d), got %d", fStreams, fStreamsMax, fStreams, fStreamsMin, c.StreamsMin, c.StreamsMax))
-	}
-	if c.PerStreamMBps <= 0 {
-		errs = append(errs, fmt.Errorf("field %s.%s: must be positive, got %v", fStreams, fPerStreamMBps, c.PerStreamMBps))
-	}
-	if c.PeakMBps < 0 {
-		errs = append(errs, fmt.Errorf("field %s.%s: must not be negative, got %v", fStreams, fPeakMBps, c.PeakMBps))
-	}
-	if c.AckCapacity < 1 {
-		errs = append(errs, fmt.Errorf("field %s.%s: must be at least 1, got %d", fAck, fAckCapacity, c.AckCapacity))
-	}
-	if c.AckTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("field %s.%s: must be positive, got %v", fAck, fAckTimeout, c.AckTimeout))
-	}
-	if c.CloseTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("field %s: must be positive, got %v", fCloseTimeout, c.CloseTimeout))
-	}
-	if c.RecheckInterval <= 0 {
-		errs = append(errs, fmt.Errorf("field %s.%s: must be positive, got %v", fCatalog, fRecheck, c.RecheckInterval))
-	}
-	if c.Provision && c.WarehouseID == "" {
-		errs = append(errs, fmt.Errorf("field %s.%s: required when %s.%s is true (or set DATABRICKS_WAREHOUSE_ID)", fCatalog, fWarehouseID, fCatalog, fProvision))
-	}
+	check(c.ClientID == "", "%s: empty and %s is not set", fClientID, EnvClientID)
+	check(c.ClientSecret == "", "%s: empty and %s is not set", fClientSecret, EnvClientSecret)
+	check(c.MaxOpenTables < 1, "%s: must be at least 1, got %d", fMaxOpenTables, c.MaxOpenTables)
+	check(c.MaxInFlight < 1, "max_in_flight: must be at least 1, got %d", c.MaxInFlight)
+	check(c.StreamsMin < 1, "%s.%s: must be at least 1, got %d", fStreams, fStreamsMin, c.StreamsMin)
+	check(c.StreamsMax < c.StreamsMin, "%s.%s: must be at least %s.%s (%d), got %d", fStreams, fStreamsMax, fStreams, fStreamsMin, c.StreamsMin, c.StreamsMax)
+	check(c.PerStreamMBps <= 0, "%s.%s: must be positive, got %v", fStreams, fPerStreamMBps, c.PerStreamMBps)
+	check(c.PeakMBps < 0, "%s.%s: must not be negative, got %v", fStreams, fPeakMBps, c.PeakMBps)
+	check(c.AckCapacity < 1, "%s.%s: must be at least 1, got %d", fAck, fAckCapacity, c.AckCapacity)
+	check(c.AckTimeout <= 0, "%s.%s: must be positive, got %v", fAck, fAckTimeout, c.AckTimeout)
+	check(c.CloseTimeout <= 0, "%s: must be positive, got %v", fCloseTimeout, c.CloseTimeout)
+	check(c.WSTimeout <= 0, "%s: must be positive, got %v", fWSTimeout, c.WSTimeout)
+	check(c.RecheckInterval <= 0, "%s.%s: must be positive, got %v", fCatalog, fRecheck, c.RecheckInterval)
+	check(c.Provision && c.WarehouseID == "", "%s.%s: required when %s.%s is true (or set %s)", fCatalog, fWarehouseID, fCatalog, fProvision, EnvWarehouseID)
 	if c.ContractPath != "" {
-		if _, err := os.Stat(c.ContractPath); err != nil {
-			errs = append(errs, fmt.Errorf("field %s.%s: %w", fCatalog, fContract, err))
-		}
+		_, err := os.Stat(c.ContractPath)
+		add(err, "field %s.%s: ", fCatalog, fContract)
 	}
 	return errors.Join(errs...)
 }

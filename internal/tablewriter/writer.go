@@ -528,3 +528,26 @@ func (nopObserver) Sent(int, int64, int64)                      {}
 func (nopObserver) RowErrors(int)                               {}
 func (nopObserver) Reconciled(map[string]int)                   {}
 func (nopObserver) PrimaryRaw([]catalog.Unmet)                  {}
+
+// LogEvents is an ingest.Observer that logs the client's connection events
+// to log: rotations and reconnects are normal (debug), a failed reconnect
+// attempt is a warning, a stream failing for good an error.
+func LogEvents(log *slog.Logger) ingest.Observer { return logEvents{log} }
+
+type logEvents struct{ log *slog.Logger }
+
+func (l logEvents) OnRotation(table string) {
+	l.log.Debug(fmt.Sprintf("zerobus stream to %s rotated by the service", table))
+}
+
+func (l logEvents) OnReconnect(table string, reason error) {
+	l.log.Debug(fmt.Sprintf("zerobus stream to %s reconnected: %v", table, reason))
+}
+
+func (l logEvents) OnRetry(table string, attempt int, err error) {
+	l.log.Warn(fmt.Sprintf("zerobus stream to %s: reconnect attempt %d failed: %v", table, attempt, err))
+}
+
+func (l logEvents) OnFailure(table string, err *ingest.Error) {
+	l.log.Error(fmt.Sprintf("zerobus stream to %s failed: %v", table, err))
+}

@@ -6,8 +6,6 @@ package zerobus
 import (
 	"fmt"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -75,7 +73,7 @@ func (o *output) ensureClients() error {
 				ProxyURL:         o.cfg.ProxyURL,
 				Compression:      o.cfg.Compression,
 				UserAgent:        userAgent(o.version),
-				Observer:         clientObserver{log: o.log},
+				Observer:         tablewriter.LogEvents(newSlogLogger(o.log)),
 			})
 			if err != nil {
 				return fmt.Errorf("zerobus client: %w", err)
@@ -116,24 +114,4 @@ func userAgent(version string) string {
 		version = "dev"
 	}
 	return "benthos-zerobus/" + version
-}
-
-// clientObserver logs the client's connection events. Rotations are normal
-// and logged at debug; a stream failing for good is an error.
-type clientObserver struct{ log *service.Logger }
-
-func (c clientObserver) OnRotation(table string) {
-	c.log.Debugf("zerobus stream to %s rotated by the service", table)
-}
-
-func (c clientObserver) OnReconnect(table string, reason error) {
-	c.log.Debugf("zerobus stream to %s reconnected: %v", table, reason)
-}
-
-func (c clientObserver) OnRetry(table string, attempt int, err error) {
-	c.log.Warnf("zerobus stream to %s: reconnect attempt %d failed: %v", table, attempt, err)
-}
-
-func (c clientObserver) OnFailure(table string, err *ingest.Error) {
-	c.log.Errorf("zerobus stream to %s failed: %v", table, err)
 }

@@ -58,7 +58,6 @@ type output struct {
 	cfg     *outputConfig
 	log     *service.Logger
 	mgr     *service.Resources
-	met     *metrics
 	deps    deps
 	version string // the binary's, for the user agent
 	wcfg    tablewriter.Config
@@ -95,7 +94,6 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		cfg:       cfg,
 		log:       mgr.Logger(),
 		mgr:       mgr,
-		met:       newMetrics(mgr.Metrics(), cfg.Table),
 		deps:      d,
 		version:   mgr.EngineVersion(),
 		permanent: backoff.New(time.Second, time.Minute),
@@ -176,23 +174,24 @@ func (o *output) engine() (*engine, error) {
 		return nil, err
 	}
 	log := newSlogLogger(o.log)
-	newWriter := func(cfg tablewriter.Config, met *metrics) *tablewriter.Writer {
+	newWriter := func(cfg tablewriter.Config) *tablewriter.Writer {
+		met := tablewriter.NewMetrics(metricsSink{o.mgr.Metrics()}, cfg.Table)
 		return tablewriter.New(cfg, o.opener, o.cat, log, met)
 	}
 	e := &engine{}
 	if o.cfg.TableInterp == nil {
-		e.w = newWriter(o.wcfg, o.met)
+		e.w = newWriter(o.wcfg)
 	} else {
 		e.router = tablewriter.NewRouter(func(table string) *tablewriter.Writer {
 			cfg := o.wcfg
 			cfg.Table = table
-			return newWriter(cfg, newMetrics(o.mgr.Metrics(), table))
+			return newWriter(cfg)
 		}, o.cfg.MaxOpenTables, o.cfg.CloseTimeout, log)
 	}
 	if o.cfg.DLTable != "" {
 		cfg := o.wcfg
 		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived
-		e.dlq = tablewriter.NewDeadLetters(newWriter(cfg, newMetrics(o.mgr.Metrics(), o.cfg.DLTable)), o.cfg.DLPayload)
+		e.dlq = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)
 	return e, nil
@@ -285,4 +284,20 @@ func (o *output) closeLocked(ctx context.Context) error {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// metricsSink makes the table writers' metric handles in the pipeline's
+// Benthos metrics (nil-safe: MockResources has none).
+type metricsSink struct{ m *service.Metrics }
+
+func (s metricsSink) Counter(name string, keys ...string) tablewriter.Counter {
+	return s.m.NewCounter(name, keys...)
+}
+
+func (s metricsSink) Gauge(name string, keys ...string) tablewriter.Gauge {
+	return s.m.NewGauge(name, keys...)
+}
+
+func (s metricsSink) Timer(name string, keys ...string) tablewriter.Timer {
+	return s.m.NewTimer(name, keys...)
 }

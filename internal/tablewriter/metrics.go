@@ -1,21 +1,41 @@
-package zerobus
+package tablewriter
 
 import (
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
-// Metric names. The engine already emits output_sent, output_batch_sent,
+// Sink makes the labelled metric handles Metrics records into; the output
+// backs it with the Benthos metrics of its pipeline. A handle may be a nil
+// pointer whose methods do nothing.
+type Sink interface {
+	Counter(name string, labelKeys ...string) Counter
+	Gauge(name string, labelKeys ...string) Gauge
+	Timer(name string, labelKeys ...string) Timer
+}
+
+// Counter, Gauge and Timer are metric handles; labelValues follow the keys
+// they were made with.
+type (
+	Counter interface {
+		Incr(n int64, labelValues ...string)
+	}
+	Gauge interface {
+		Set(v int64, labelValues ...string)
+	}
+	Timer interface {
+		Timing(v int64, labelValues ...string)
+	}
+)
+
+// Metric names. The Benthos engine already emits output_sent, output_batch_sent,
 // output_error, output_latency_ns and the connection metrics for every
 // output, so none of those is repeated here.
 const (
@@ -47,18 +67,18 @@ var allPreconditions = []string{
 	catalog.PreColumnTypes,
 }
 
-// metrics holds the zerobus_* metric handles of one output. Per-stream
+// Metrics holds the zerobus_* metric handles of one table writer. Per-stream
 // handles are created when the pool makes its members (every series then
 // exists at 0 from start-up) and cached, so the hot path never builds label
-// sets. All methods are safe for concurrent use and cheap; with a nil
-// *service.Metrics (as in MockResources) they record nothing.
-type metrics struct {
+// sets. All methods are safe for concurrent use and cheap. It is the
+// writer's Observer.
+type Metrics struct {
 	table string
-	m     *service.Metrics
+	m     Sink
 
-	rowErrors *service.MetricCounter
-	unmet     *service.MetricGauge
-	reconcile *service.MetricCounter
+	rowErrors Counter
+	unmet     Gauge
+	reconcile Counter
 
 	mu      sync.Mutex
 	streams map[int]*streamMetrics
@@ -67,18 +87,18 @@ type metrics struct {
 // streamMetrics are the {table, stream}-labelled handles of one stream.
 type streamMetrics struct {
 	label      string
-	coalesce   *service.MetricTimer
-	bursts     *service.MetricCounter
-	burstItems *service.MetricCounter
-	pending    *service.MetricGauge
-	latency    *service.MetricTimer
-	retries    *service.MetricCounter
-	poisoned   *service.MetricCounter
-	rebuilds   *service.MetricCounter
-	rejects    *service.MetricCounter
-	reconnects *service.MetricCounter
-	rows       *service.MetricCounter
-	bytes      *service.MetricCounter
+	coalesce   Timer
+	bursts     Counter
+	burstItems Counter
+	pending    Gauge
+	latency    Timer
+	retries    Counter
+	poisoned   Counter
+	rebuilds   Counter
+	rejects    Counter
+	reconnects Counter
+	rows       Counter
+	bytes      Counter
 }
 
 // reconcileKinds are the emit-time reconciliations the converter counts,
@@ -94,13 +114,15 @@ const (
 	causeReject    = "reject"    // a concurrency reject at reconnect: a limit
 )
 
-func newMetrics(m *service.Metrics, table string) *metrics {
-	x := &metrics{
+// NewMetrics makes the handles of table's metrics in m; the table-level
+// series exist at 0 from here on, each stream's once the pool makes it.
+func NewMetrics(m Sink, table string) *Metrics {
+	x := &Metrics{
 		table:     table,
 		m:         m,
-		rowErrors: m.NewCounter(mRowErrors, "table"),
-		unmet:     m.NewGauge(mPrimaryRawUnmet, "table", "precondition"),
-		reconcile: m.NewCounter(mTypeReconcile, "table", "kind"),
+		rowErrors: m.Counter(mRowErrors, "table"),
+		unmet:     m.Gauge(mPrimaryRawUnmet, "table", "precondition"),
+		reconcile: m.Counter(mTypeReconcile, "table", "kind"),
 		streams:   map[int]*streamMetrics{},
 	}
 	x.rowErrors.Incr(0, table)
@@ -111,7 +133,7 @@ func newMetrics(m *service.Metrics, table string) *metrics {
 }
 
 // stream returns the handles of stream i, creating its series at 0.
-func (x *metrics) stream(i int) *streamMetrics {
+func (x *Metrics) stream(i int) *streamMetrics {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s, ok := x.streams[i]; ok {
@@ -121,21 +143,21 @@ func (x *metrics) stream(i int) *streamMetrics {
 	m := x.m
 	s := &streamMetrics{
 		label:      strconv.Itoa(i),
-		coalesce:   m.NewTimer(mCoalesceRatio, labels...),
-		bursts:     m.NewCounter(mAckBursts, labels...),
-		burstItems: m.NewCounter(mAckBurstItems, labels...),
-		pending:    m.NewGauge(mPendingOffsets, labels...),
-		latency:    m.NewTimer(mDeliveryLatency, labels...),
-		retries:    m.NewCounter(mAckLaneRetry, labels...),
-		poisoned:   m.NewCounter(mAckLanePoisoned, labels...),
-		rebuilds:   m.NewCounter(mStreamRebuilds, labels...),
-		rejects:    m.NewCounter(mConcurrencyReject, labels...),
-		reconnects: m.NewCounter(mStreamReconnects, "table", "stream", "cause"),
-		rows:       m.NewCounter(mRowsSent, labels...),
-		bytes:      m.NewCounter(mBytesSent, labels...),
+		coalesce:   m.Timer(mCoalesceRatio, labels...),
+		bursts:     m.Counter(mAckBursts, labels...),
+		burstItems: m.Counter(mAckBurstItems, labels...),
+		pending:    m.Gauge(mPendingOffsets, labels...),
+		latency:    m.Timer(mDeliveryLatency, labels...),
+		retries:    m.Counter(mAckLaneRetry, labels...),
+		poisoned:   m.Counter(mAckLanePoisoned, labels...),
+		rebuilds:   m.Counter(mStreamRebuilds, labels...),
+		rejects:    m.Counter(mConcurrencyReject, labels...),
+		reconnects: m.Counter(mStreamReconnects, "table", "stream", "cause"),
+		rows:       m.Counter(mRowsSent, labels...),
+		bytes:      m.Counter(mBytesSent, labels...),
 	}
 	t, l := x.table, s.label
-	for _, c := range []*service.MetricCounter{s.bursts, s.burstItems, s.retries, s.poisoned, s.rebuilds, s.rejects, s.rows, s.bytes} {
+	for _, c := range []Counter{s.bursts, s.burstItems, s.retries, s.poisoned, s.rebuilds, s.rejects, s.rows, s.bytes} {
 		c.Incr(0, t, l)
 	}
 	for _, c := range reconnectCauses {
@@ -146,25 +168,25 @@ func (x *metrics) stream(i int) *streamMetrics {
 	return s
 }
 
-// metrics is the table writer's observer: every pool member gets a lane
+// Metrics is the table writer's observer: every pool member gets a lane
 // observer bound to its {table, stream} handles.
-var _ tablewriter.Observer = (*metrics)(nil)
+var _ Observer = (*Metrics)(nil)
 
 // StreamObserver implements pool.Observer; the pool asks once per member
 // when it is made, which is when the member's series appear (at 0).
-func (x *metrics) StreamObserver(_ string, index int) acklane.Observer {
+func (x *Metrics) StreamObserver(_ string, index int) acklane.Observer {
 	return laneObserver{s: x.stream(index), table: x.table}
 }
 
 // IncRebuild implements pool.Observer.
-func (x *metrics) IncRebuild(_ string, index int) {
+func (x *Metrics) IncRebuild(_ string, index int) {
 	s := x.stream(index)
 	s.rebuilds.Incr(1, x.table, s.label)
 }
 
 // IncConcurrencyReject implements pool.Observer: an open of the member
 // refused by the service for concurrency (too many streams or pipelines).
-func (x *metrics) IncConcurrencyReject(_ string, index int) {
+func (x *Metrics) IncConcurrencyReject(_ string, index int) {
 	s := x.stream(index)
 	s.rejects.Incr(1, x.table, s.label)
 }
@@ -214,7 +236,7 @@ func (l laneObserver) IncPoisoned(cause error) {
 }
 
 // Sent counts rows and bytes confirmed durable on a stream.
-func (x *metrics) Sent(stream int, rows, bytes int64) {
+func (x *Metrics) Sent(stream int, rows, bytes int64) {
 	s := x.stream(stream)
 	s.rows.Incr(rows, x.table, s.label)
 	s.bytes.Incr(bytes, x.table, s.label)
@@ -222,7 +244,7 @@ func (x *metrics) Sent(stream int, rows, bytes int64) {
 
 // StreamEvents implements pool.StreamEventer: the reconnects the client
 // makes inside member index's logical stream, counted by cause.
-func (x *metrics) StreamEvents(_ string, index int) ingest.Observer {
+func (x *Metrics) StreamEvents(_ string, index int) ingest.Observer {
 	return streamEvents{s: x.stream(index), table: x.table}
 }
 
@@ -233,7 +255,7 @@ type streamEvents struct {
 	table string
 }
 
-var _ pool.StreamEventer = (*metrics)(nil)
+var _ pool.StreamEventer = (*Metrics)(nil)
 
 // OnReconnect counts a connection the logical stream replaced: a rotation
 // the service announced, a concurrency reject, or a transient error.
@@ -251,14 +273,14 @@ func (e streamEvents) OnReconnect(_ string, reason error) {
 }
 
 // RowErrors counts rows that failed conversion.
-func (x *metrics) RowErrors(n int) {
+func (x *Metrics) RowErrors(n int) {
 	if n > 0 {
 		x.rowErrors.Incr(int64(n), x.table)
 	}
 }
 
 // Reconciled counts emit-time type reconciliations by kind.
-func (x *metrics) Reconciled(kinds map[string]int) {
+func (x *Metrics) Reconciled(kinds map[string]int) {
 	for k, n := range kinds {
 		if n > 0 {
 			x.reconcile.Incr(int64(n), x.table, k)
@@ -268,7 +290,7 @@ func (x *metrics) Reconciled(kinds map[string]int) {
 
 // PrimaryRaw exports the primary-raw verdict: 1 for each unmet
 // precondition, 0 for the others.
-func (x *metrics) PrimaryRaw(unmet []catalog.Unmet) {
+func (x *Metrics) PrimaryRaw(unmet []catalog.Unmet) {
 	bad := map[string]bool{}
 	for _, u := range unmet {
 		bad[u.Precondition] = true

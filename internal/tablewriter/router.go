@@ -165,6 +165,13 @@ func (r *Router) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // TableFunc returns the target table of row i of a batch.
 type TableFunc func(i int) (string, error)
 
@@ -195,11 +202,24 @@ func (r *Router) WriteRouted(ctx context.Context, rows []Row, tableOf TableFunc,
 		}
 		groups[table] = append(groups[table], i)
 	}
+	// Tables whose writers are open go first, and at most MaxOpen tables
+	// are written at once, so a batch spanning more tables than the bound
+	// never holds more writers open than it.
+	r.mu.Lock()
+	slices.SortStableFunc(order, func(a, b string) int {
+		_, oa := r.byTable[a]
+		_, ob := r.byTable[b]
+		return boolRank(ob) - boolRank(oa)
+	})
+	r.mu.Unlock()
 	results := make([][]RowError, len(order))
+	sem := make(chan struct{}, r.max)
 	var wg sync.WaitGroup
 	for g, table := range order {
 		idx := groups[table]
+		sem <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-sem }()
 			sub := make([]Row, len(idx))
 			for k, i := range idx {
 				sub[k] = rows[i]

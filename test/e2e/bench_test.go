@@ -69,12 +69,19 @@ generate:
 // out connecting at the start and the batcher's last period at the end.
 func runPipeline(b *testing.B, rows int, output string) float64 {
 	b.Helper()
+	return runPipelineWith(b, rows, benchInput(rows), output)
+}
+
+// runPipelineWith is runPipeline with its own input YAML producing rows
+// messages.
+func runPipelineWith(b *testing.B, rows int, input, output string) float64 {
+	b.Helper()
 	mux := http.NewServeMux()
 	sb := service.NewStreamBuilder()
 	sb.SetHTTPMux(mux)
 	require.NoError(b, sb.SetLoggerYAML("level: warn"))
 	require.NoError(b, sb.SetMetricsYAML("prometheus:\n  add_go_metrics: false\n  add_process_metrics: false\n"))
-	require.NoError(b, sb.AddInputYAML(benchInput(rows)))
+	require.NoError(b, sb.AddInputYAML(input))
 	require.NoError(b, sb.AddOutputYAML(output))
 	s, err := sb.Build()
 	require.NoError(b, err)
@@ -208,4 +215,56 @@ func indent(s string) string {
 		out = append(out, "  "+l)
 	}
 	return strings.Join(out, "\n")
+}
+
+// BenchmarkManyTables offers 1,000 rows/s to one table and then spread
+// evenly over 200 tables with max_open_tables: 64 (the least recently used
+// writer drained and closed to make room), and compares the rows/s the
+// output keeps up with. Target: x_vs_single >= 0.9, with the stream opens
+// counted (an open storm would show as opens far above evictions × pool
+// size).
+func BenchmarkManyTables(b *testing.B) {
+	const tables, rate, seconds = 200, 1000, 10
+	var specs []string
+	for i := range tables {
+		specs = append(specs, fmt.Sprintf("main.many.t%d:id BIGINT NOT NULL, msg STRING, level STRING, ts TIMESTAMP", i))
+	}
+	srv := startEmulator(b, emulator.Faults{AckOnly: true}, append(specs, eventsTable+":"+eventsCols)...)
+	input := func(routed bool) string {
+		meta := ""
+		if routed {
+			meta = fmt.Sprintf("    meta t = ($n %% %d).string()\n", tables)
+		}
+		return fmt.Sprintf(`
+generate:
+  count: %d
+  interval: 10ms
+  batch_size: %d
+  mapping: |
+    let n = counter()
+    root.id = $n
+    root.msg = "row %%d".format($n)
+    root.level = "info"
+    root.ts = "2026-01-02T03:04:05Z"
+%s`, rate*seconds, rate/100, meta)
+	}
+	opens := func() (n int64) {
+		for _, t := range srv.Stats().Tables {
+			n += t.StreamsOpened
+		}
+		return n
+	}
+	var single, many float64
+	var manyOpens int64
+	for range b.N {
+		single = runPipelineWith(b, rate*seconds, input(false), outputYAML(srv, eventsTable, "batching:\n  count: 100\n  period: 100ms\n"))
+		before := opens()
+		many = runPipelineWith(b, rate*seconds, input(true), outputYAML(srv, `main.many.t${! meta("t") }`, "max_open_tables: 64\nbatching:\n  count: 100\n  period: 100ms\n"))
+		manyOpens = opens() - before
+	}
+	b.ReportMetric(single, "single_rows/s")
+	b.ReportMetric(many, "200_tables_rows/s")
+	b.ReportMetric(many/single, "x_vs_single")
+	b.ReportMetric(float64(manyOpens), "stream_opens")
+	b.ReportMetric(float64(manyOpens)/seconds, "stream_opens/s")
 }

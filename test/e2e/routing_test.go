@@ -3,11 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"log/slog"
-	"os"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +125,9 @@ func TestRotatedSecretFromEnvironmentHeals(t *testing.T) {
 	defer func() { _ = stop() }()
 
 	done := make(chan error, 1)
-	go func() { done <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"after rotation"}`))}) }()
+	go func() {
+		done <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"after rotation"}`))})
+	}()
 	require.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), "DATABRICKS_CLIENT_SECRET")
 	}, 10*time.Second, 50*time.Millisecond, "the refusal names where the secret came from: %s", logs.String())

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -91,7 +93,19 @@ func TestMetricsCountEachFault(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		produceIDs(t, ctx, produce, next, next+50, 50)
+		// A batch whose stream died is nacked: an input redelivers it, so
+		// this producer sends it again until it is acknowledged.
+		var batch service.MessageBatch
+		for id := next; id < next+50; id++ {
+			batch = append(batch, service.NewMessage([]byte(fmt.Sprintf(`{"id":%d,"msg":"m%d"}`, id, id))))
+		}
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+			if produce(ctx, batch.DeepCopy()) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("the batch written during the outage was never acknowledged")
 	}()
 	require.Eventually(t, func() bool {
 		return promValue(scrape(), "zerobus_stream_rebuilds_total", tbl) > 0

@@ -24,6 +24,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -273,7 +274,7 @@ func metaKey(schema string, conf map[string]string) string {
 // while more than maxQueuedBytes wait for a commit.
 func (ts *tableStore) submit(rec arrow.RecordBatch) <-chan error {
 	done := make(chan error, 1)
-	size := recordBytes(rec)
+	size := arrowipc.RecordBytes(rec)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	for ts.queuedBytes > 0 && ts.queuedBytes+size > maxQueuedBytes && !ts.closing {
@@ -678,27 +679,4 @@ func readParquetRows(path string, cols []typemap.Column, max int, limited bool) 
 		}
 	}
 	return out, tr.Err()
-}
-
-// recordBytes is the memory held by a batch's buffers (an upper bound for
-// slices, which share their parent's buffers).
-func recordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	for _, col := range rec.Columns() {
-		n += dataBytes(col.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	return n
 }

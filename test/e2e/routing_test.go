@@ -146,3 +146,58 @@ func TestRotatedSecretFromEnvironmentHeals(t *testing.T) {
 	}
 	assert.Contains(t, rowsByID(t, srv, eventsTable), int64(1))
 }
+
+// A pipeline started while its writes are refused (the principal lacks
+// MODIFY on the table) for 10 s logs what to grant, backs off, and lands all
+// its rows once the grant is given, with no restart.
+func TestWritesRefusedForTenSecondsLandAfterTheGrant(t *testing.T) {
+	p := emulator.DefaultClientID
+	srv, err := emulator.Start(emulator.Config{
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
+		Tables: []string{eventsTable + ":" + eventsCols},
+		Grants: emulator.GrantsConfig{Strict: true, Grants: []emulator.Grant{
+			{Principal: p, SecurableType: "CATALOG", FullName: "main", Privileges: []string{"USE CATALOG"}},
+			{Principal: p, SecurableType: "SCHEMA", FullName: "main.default", Privileges: []string{"USE SCHEMA"}},
+			{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Privileges: []string{"SELECT"}},
+		}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	b := service.NewStreamBuilder()
+	logs := &syncBuffer{}
+	b.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	require.NoError(t, b.AddOutputYAML(outputYAML(srv, eventsTable, "batching:\n  count: 0\n")))
+	produce, err := b.AddBatchProducerFunc()
+	require.NoError(t, err)
+	ctx, stop := startStream(t, b)
+	defer func() { _ = stop() }()
+
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		var batch service.MessageBatch
+		for id := range 100 {
+			batch = append(batch, service.NewMessage([]byte(fmt.Sprintf(`{"id":%d,"msg":"m"}`, id))))
+		}
+		done <- produce(ctx, batch)
+	}()
+	require.Eventually(t, func() bool {
+		l := logs.String()
+		return strings.Contains(l, "MODIFY") && strings.Contains(l, "GRANT SELECT, MODIFY ON TABLE")
+	}, 10*time.Second, 50*time.Millisecond, "the refusal says which grant to run: %s", logs.String())
+	time.Sleep(time.Until(began.Add(10 * time.Second)))
+	select {
+	case err := <-done:
+		t.Fatalf("the write returned while refused: %v", err)
+	default:
+	}
+	require.NoError(t, srv.UpdateGrants(emulator.GrantChange{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Add: []string{"MODIFY"}}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("rows did not land after the grant: %s", logs.String())
+	}
+	assert.Len(t, rowsByID(t, srv, eventsTable), 100)
+	t.Logf("refused for %s, rows landed %s after the start", 10*time.Second, time.Since(began).Round(time.Millisecond))
+}

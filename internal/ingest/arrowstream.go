@@ -173,6 +173,7 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 		size += int64(f.size())
 	}
 	if err := s.admit(ctx, size); err != nil {
+		releaseFrames(frames, s.encoder.pool)
 		return Span{}, err
 	}
 	defer s.sendMu.Unlock()
@@ -194,7 +195,10 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 		}
 		// A send error marks the connection broken; its reader gets the
 		// status and triggers recovery, which resends this batch.
-		_ = c.send(frames)
+		_ = c.send(frames, s.encoder.pool)
+	} else {
+		// It goes out, re-encoded, on the next connection.
+		releaseFrames(frames, s.encoder.pool)
 	}
 	return span, nil
 }
@@ -745,7 +749,7 @@ func (s *ArrowStream) reconnectLocked() error {
 			c.close()
 			return poisonf("re-encode unacked rows of %s: %w", s.table, err)
 		}
-		if err := c.send(frames); err != nil {
+		if err := c.send(frames, s.encoder.pool); err != nil {
 			c.close()
 			return fmt.Errorf("resend to %s: %w", s.table, err)
 		}

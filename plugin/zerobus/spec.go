@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
 // Config field names. Kept as constants so that error messages and the
@@ -22,6 +24,7 @@ const (
 	fClientID      = "client_id"
 	fClientSecret  = "client_secret"
 	fBatching      = "batching"
+	fMaxInFlightB  = "max_in_flight_bytes"
 	fStreams       = "streams"
 	fStreamsMin    = "min"
 	fStreamsMax    = "max"
@@ -189,6 +192,10 @@ ratio is the mean coalesce ratio), `+"`zerobus_pending_offsets`"+`, `+"`zerobus_
 			service.NewOutputMaxInFlightField().
 				LintRule(atLeast("max_in_flight", 1)).
 				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth; the default keeps a small stream pool busy."),
+			service.NewIntField(fMaxInFlightB).
+				Description("A byte budget for the data in flight: a batch reserves its bytes (its messages' bytes, corrected to its Arrow size once converted) before it is converted, waits while the budget is used up, and gives them back once it is durable or failed. This, not `max_in_flight`, bounds the output's memory whatever the row size; a batch larger than the whole budget is written alone. It also bounds, in bytes, what the `ack` lanes hold. It does not cover the messages of batches waiting their turn: the engine holds up to `max_in_flight` batches, so with large rows keep `batching.byte_size` or `max_in_flight` modest too.").
+				Advanced().Default(tablewriter.DefaultMaxInFlightBytes).
+				LintRule(`root = if this <= 0 { [ "field `+fMaxInFlightB+`: must be positive, got %v".format(this) ] } else { [] }`),
 			service.NewBatchPolicyField(fBatching).
 				Description("Batching policy. When the field is absent the output batches `count: 1000` with `period: 1s`; a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
 				Default(map[string]any{"count": defaultBatchCount, "byte_size": 0, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
@@ -301,8 +308,9 @@ type outputConfig struct {
 	ClientID     string
 	ClientSecret string
 
-	MaxInFlight int
-	Batching    service.BatchPolicy
+	MaxInFlight      int
+	MaxInFlightBytes int
+	Batching         service.BatchPolicy
 
 	StreamsMin    int
 	StreamsMax    int
@@ -375,6 +383,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	if err == nil {
 		c.MaxInFlight, err = conf.FieldMaxInFlight()
 	}
+	integer(&c.MaxInFlightBytes, fMaxInFlightB)
 	integer(&c.StreamsMin, fStreams, fStreamsMin)
 	integer(&c.StreamsMax, fStreams, fStreamsMax)
 	float(&c.PerStreamMBps, fStreams, fPerStreamMBps)
@@ -471,6 +480,9 @@ func (c *outputConfig) validate() error {
 	}
 	if c.MaxInFlight < 1 {
 		errs = append(errs, fmt.Errorf("field max_in_flight: must be at least 1, got %d", c.MaxInFlight))
+	}
+	if c.MaxInFlightBytes <= 0 {
+		errs = append(errs, fmt.Errorf("field %s: must be positive, got %d", fMaxInFlightB, c.MaxInFlightBytes))
 	}
 	if c.StreamsMin < 1 {
 		errs = append(errs, fmt.Errorf("field %s.%s: must be at least 1, got %d", fStreams, fStreamsMin, c.StreamsMin))
@@ -587,6 +599,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"client_id", c.ClientID,
 		"client_secret", secret,
 		"max_in_flight", c.MaxInFlight,
+		"max_in_flight_bytes", c.MaxInFlightBytes,
 		"batching", fmt.Sprintf("count=%d byte_size=%d period=%q check=%q (%s)", c.Batching.Count, c.Batching.ByteSize, c.Batching.Period, c.Batching.Check, c.batchingDefaulted),
 		"streams.min", c.StreamsMin,
 		"streams.max", c.StreamsMax,

@@ -33,6 +33,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 
 	assert.Equal(t, 64, c.MaxInFlight)
+	assert.Equal(t, 64<<20, c.MaxInFlightBytes, "a conservative byte budget by default")
 	assert.Equal(t, 1000, c.Batching.Count)
 	assert.Equal(t, "1s", c.Batching.Period)
 	assert.Equal(t, 2, c.StreamsMin)
@@ -149,6 +150,20 @@ func TestConfigOrderingKey(t *testing.T) {
 	assert.Nil(t, c.OrderingKey, "an empty ordering key means round-robin")
 }
 
+// The byte budget reaches the writer, and a non-positive one is refused
+// naming the field.
+func TestMaxInFlightBytes(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML+"max_in_flight_bytes: 1048576\n")
+	require.NoError(t, err)
+	wc, err := c.writerConfig("w")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1<<20), wc.MaxInFlightBytes)
+
+	_, err = parseYAML(t, minimalYAML+"max_in_flight_bytes: 0\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "field max_in_flight_bytes: must be positive, got 0")
+}
+
 func TestKnobsNeverContainSecret(t *testing.T) {
 	c, err := parseYAML(t, minimalYAML)
 	require.NoError(t, err)
@@ -157,6 +172,7 @@ func TestKnobsNeverContainSecret(t *testing.T) {
 	assert.Contains(t, line, "client_secret=set")
 	assert.Contains(t, line, "pool_size=3")
 	assert.Contains(t, line, "max_in_flight=64")
+	assert.Contains(t, line, "max_in_flight_bytes=67108864")
 	assert.Contains(t, line, "ack.timeout=5m0s")
 }
 

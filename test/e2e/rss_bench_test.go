@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -101,8 +102,13 @@ func runRSSCase(b *testing.B, httpURL, grpcURL string, c rssCase) (int64, float6
     client_id: %s
     client_secret: %s
 `, grpcURL, httpURL, rssTable, emulator.DefaultClientID, emulator.DefaultClientSecret)
-	if c.extra != "" {
-		out += "    " + c.extra + "\n"
+	// ZEROBUS_BENCH_OUTPUT adds knobs to every case, for exploring them.
+	for _, extra := range []string{c.extra, benchOutputExtra()} {
+		for _, l := range strings.Split(strings.TrimRight(extra, "\n"), "\n") {
+			if l != "" {
+				out += "    " + l + "\n"
+			}
+		}
 	}
 	cfg := filepath.Join(b.TempDir(), "rss.yaml")
 	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`

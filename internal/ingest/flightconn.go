@@ -69,28 +69,37 @@ func (c *flightConn) close() { c.closeOnce.Do(c.cancel) }
 // sentUpTo is the logical position after the last row sent on c.
 func (c *flightConn) sentUpTo() uint64 { return c.base + c.rowsSent.Load() }
 
-// send writes frames with consecutive offset_ids through flightCodec,
-// handing each frame's buffers to gRPC (see wireFrame); frames left unsent
-// after an error go back to pool. The caller holds the stream's sendMu.
+// send writes frames with consecutive offset_ids (see sendFrame); frames
+// left unsent after an error go back to pool. The caller holds the stream's
+// sendMu.
 func (c *flightConn) send(frames []frame, pool *bufPool) error {
 	for i := range frames {
-		f := &frames[i]
-		c.wf = wireFrame{env: f.env, body: f.body, offset: c.nextOffset, pool: pool}
-		f.env, f.body, f.header = nil, nil, nil
-		c.rowsSent.Add(uint64(f.rows))
-		err := c.call.SendMsg(&c.wf)
-		if c.wf.env != nil { // gRPC failed before marshalling: still ours
-			pool.Put(c.wf.env)
-			pool.Put(c.wf.body)
-		}
-		c.wf = wireFrame{}
-		if err != nil {
-			c.broken.Store(true)
+		if err := c.sendFrame(frames[i], pool); err != nil {
 			releaseFrames(frames[i+1:], pool)
-			return fmt.Errorf("send frame offset %d: %w", c.nextOffset, err)
+			return err
 		}
-		c.nextOffset++
 	}
+	return nil
+}
+
+// sendFrame writes f with the next offset_id through flightCodec, handing
+// its buffers to gRPC (see wireFrame), which returns them to pool once
+// written. A failed Send marks c broken. The caller holds the stream's
+// sendMu.
+func (c *flightConn) sendFrame(f frame, pool *bufPool) error {
+	c.wf = wireFrame{env: f.env, body: f.body, offset: c.nextOffset, pool: pool}
+	c.rowsSent.Add(uint64(f.rows))
+	err := c.call.SendMsg(&c.wf)
+	if c.wf.env != nil { // gRPC failed before marshalling: still ours
+		pool.Put(c.wf.env)
+		pool.Put(c.wf.body)
+	}
+	c.wf = wireFrame{}
+	if err != nil {
+		c.broken.Store(true)
+		return fmt.Errorf("send frame offset %d: %w", c.nextOffset, err)
+	}
+	c.nextOffset++
 	return nil
 }
 

@@ -111,15 +111,34 @@ func (e *frameEncoder) schemaHeader(schema *arrow.Schema) ([]byte, error) {
 	return msg, nil
 }
 
-// encode returns the frames for rec. It first cuts the batch into chunks by
-// its in-memory size, aiming a little under targetBytes, then halves any
-// chunk whose encoded size still passes targetBytes. A single row may take a
-// frame up to maxBytes; above that it is an error wrapping ErrRowTooLarge
-// (OversizedRows finds such rows beforehand, so that they fail alone).
+// encode returns the frames for rec (see encodeEach), all encoded before it
+// returns. On an error it returns none.
 func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
+	var frames []frame
+	err := e.encodeEach(rec, func(f frame) error {
+		frames = append(frames, f)
+		return nil
+	})
+	if err != nil {
+		releaseFrames(frames, e.pool)
+		return nil, err
+	}
+	return frames, nil
+}
+
+// encodeEach cuts rec into frames and passes each to emit, in row order, as
+// soon as it is encoded: a sender that sends each at once never holds the
+// batch encoded as a whole. emit owns the frame it gets. It first cuts the
+// batch into chunks by its in-memory size, aiming a little under
+// targetBytes, then halves any chunk whose encoded size still passes
+// targetBytes. A single row may take a frame up to maxBytes; above that it
+// is an error wrapping ErrRowTooLarge (OversizedRows finds such rows
+// beforehand, so that they fail alone). It stops at the first error, emit's
+// or its own.
+func (e *frameEncoder) encodeEach(rec arrow.RecordBatch, emit func(frame) error) error {
 	n := rec.NumRows()
 	if n == 0 {
-		return nil, nil
+		return nil
 	}
 	chunks := int64(1)
 	if est := RecordBytes(rec); est > int64(e.targetBytes) {
@@ -131,40 +150,42 @@ func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
 		}
 	}
 	per := (n + chunks - 1) / chunks
-	frames := make([]frame, 0, chunks)
 	for lo := int64(0); lo < n; lo += per {
-		var err error
-		if frames, err = e.encodeRange(frames, rec, lo, min(lo+per, n)); err != nil {
-			releaseFrames(frames, e.pool)
-			return nil, err
+		if err := e.encodeRange(rec, lo, min(lo+per, n), emit); err != nil {
+			return err
 		}
 	}
-	return frames, nil
+	return nil
 }
 
-func (e *frameEncoder) encodeRange(dst []frame, rec arrow.RecordBatch, lo, hi int64) ([]frame, error) {
+func (e *frameEncoder) encodeRange(rec arrow.RecordBatch, lo, hi int64, emit func(frame) error) error {
 	f, err := e.encodeSlice(rec, lo, hi)
 	if err != nil {
-		return dst, err
-	}
-	if f.size() <= e.targetBytes {
-		return append(dst, f), nil
+		return err
 	}
 	size := f.size()
-	if hi-lo == 1 && size <= e.maxBytes {
-		return append(dst, f), nil
+	if size <= e.targetBytes || (hi-lo == 1 && size <= e.maxBytes) {
+		return emit(f)
 	}
 	// Too large: its buffers go back to the pool before the halves take
 	// new ones.
 	f.release(e.pool)
 	if hi-lo == 1 {
-		return dst, fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, size, e.maxBytes, ErrRowTooLarge)
+		return fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, size, e.maxBytes, ErrRowTooLarge)
 	}
 	mid := lo + (hi-lo)/2
-	if dst, err = e.encodeRange(dst, rec, lo, mid); err != nil {
-		return dst, err
+	if err := e.encodeRange(rec, lo, mid, emit); err != nil {
+		return err
 	}
-	return e.encodeRange(dst, rec, mid, hi)
+	return e.encodeRange(rec, mid, hi, emit)
+}
+
+// mayRefuse reports whether encoding rec could fail with ErrRowTooLarge:
+// some row's size estimate, an upper bound of its frame plus frameEnvelope
+// (see OversizedRows), passes maxBytes plus frameEnvelope. When it reports
+// false no row of rec can be refused.
+func (e *frameEncoder) mayRefuse(rec arrow.RecordBatch) bool {
+	return len(OversizedRows(rec, e.maxBytes+frameEnvelope)) > 0
 }
 
 func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, error) {

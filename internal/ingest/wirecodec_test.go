@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/stretchr/testify/assert"
@@ -139,4 +140,37 @@ func TestFlightCodecKeepsContentType(t *testing.T) {
 	submitAll(t, s, makeBatch(0, 10, 10))
 	require.NoError(t, s.WaitDurable(waitCtx(t), 10))
 	assert.Equal(t, []string{"application/grpc"}, srv.conn(0).md.Get("content-type"))
+}
+
+// A batch is sent frame by frame as it is encoded; its in-flight
+// reservation, taken by its in-memory size, is settled to the bytes it was
+// sent as (here compressed, far smaller), and given back by the ack.
+func TestSubmitSettlesToEncodedBytes(t *testing.T) {
+	srv := &fakeFlightServer{onFrame: func(frameEvent) reply { return reply{noAck: true} }}
+	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Compression = "lz4_frame" })
+	s, err := c.OpenArrowStream(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	defer s.Close()
+	rec := makeBatch(0, 5000, 1000) // ~5 MB of repetitive rows: several frames
+	defer rec.Release()
+	span, err := s.Submit(waitCtx(t), rec)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, _, ids := srv.conn(0).snapshot(); return len(ids) == 5000 }, 5*time.Second, time.Millisecond)
+	raw, offsets, _ := srv.conn(0).snapshot()
+	require.Greater(t, len(offsets), 1, "several frames")
+	var wire int64
+	for _, f := range raw[1:] {
+		wire += int64(len(f.header) + f.bodyLen)
+	}
+	s.mu.Lock()
+	inflight := s.inflightBytes
+	s.mu.Unlock()
+	assert.Equal(t, wire, inflight, "the reservation is the bytes sent")
+	assert.Less(t, inflight, RecordBytes(rec)/4, "compressed, far below the in-memory estimate")
+
+	require.NoError(t, srv.conn(0).sendAck(offsets[len(offsets)-1], 5000, nil))
+	require.NoError(t, s.WaitDurable(waitCtx(t), span.To))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Zero(t, s.inflightBytes)
 }

@@ -43,7 +43,10 @@ type Waiter interface {
 // Config tunes a lane.
 type Config struct {
 	// Capacity bounds the pending channel; a full channel blocks Enqueue,
-	// which is the backpressure on writers. Zero means DefaultCapacity.
+	// which is the backpressure on writers. Zero means DefaultCapacity. It
+	// counts items; the rows and bytes they cover are bounded by whoever
+	// enqueues (the table writer's byte budget holds each batch's bytes
+	// until its item settles), not by the lane.
 	Capacity int
 	// AckTimeout bounds one WaitDurable attempt. When it elapses while the
 	// stream is still healthy the lane counts a retry (the slow-ack symptom)

@@ -155,24 +155,35 @@ func (s *ArrowStream) installLocked(c *flightConn) {
 	s.spawn(func() { s.readAcks(c) })
 }
 
-// Submit encodes rec (splitting it above the frame cap), waits for in-flight
-// capacity, assigns its logical span and sends it on the current connection.
-// It does not wait for durability. If the connection is rotating or broken
-// the batch stays pending and goes out on the next connection.
+// Submit waits for in-flight capacity, assigns rec its logical span and
+// sends it on the current connection, cut into frames (see encodeEach). It
+// does not wait for durability. If the connection is rotating or broken the
+// batch stays pending and goes out on the next connection.
+//
+// Frames are encoded one at a time and each sent at once, so a batch never
+// exists encoded as a whole; capacity is reserved by the batch's in-memory
+// size and corrected to its encoded size once sent. Only a batch with a row
+// that may pass the frame cap (see mayRefuse) is encoded in full first, so
+// that such a row is refused before the batch takes a span.
 func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, error) {
 	if !rec.Schema().Equal(s.schema) {
 		return Span{}, fmt.Errorf("submit to %s: %w", s.table, ErrSchemaMismatch)
 	}
 	rows := uint64(rec.NumRows())
-	frames, err := s.encoder.encode(rec)
-	if err != nil {
-		return Span{}, fmt.Errorf("submit to %s: %w", s.table, err)
-	}
-	var size int64
-	for _, f := range frames {
-		size += int64(f.size())
+	var frames []frame // encoded up front only when mayRefuse
+	size := RecordBytes(rec)
+	if rows > 0 && s.encoder.mayRefuse(rec) {
+		var err error
+		if frames, err = s.encoder.encode(rec); err != nil {
+			return Span{}, fmt.Errorf("submit to %s: %w", s.table, err)
+		}
+		size = 0
+		for _, f := range frames {
+			size += int64(f.size())
+		}
 	}
 	if err := s.admit(ctx, size); err != nil {
+		releaseFrames(frames, s.encoder.pool)
 		return Span{}, err
 	}
 	defer s.sendMu.Unlock()
@@ -188,15 +199,67 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	}
 	s.mu.Unlock()
 
-	if c := s.cur.Load(); rows > 0 && c != nil && c.usable() {
-		if s.durable.Load() >= c.sentUpTo() {
-			s.lastProgress.Store(time.Now().UnixNano())
-		}
-		// A send error marks the connection broken; its reader gets the
-		// status and triggers recovery, which resends this batch.
-		_ = c.send(frames)
+	c := s.cur.Load()
+	if rows == 0 || c == nil || !c.usable() {
+		// It goes out, encoded again, on the next connection.
+		releaseFrames(frames, s.encoder.pool)
+		return span, nil
+	}
+	if s.durable.Load() >= c.sentUpTo() {
+		s.lastProgress.Store(time.Now().UnixNano())
+	}
+	// A send error marks the connection broken; its reader gets the status
+	// and triggers recovery, which resends this batch.
+	if frames != nil {
+		_ = c.send(frames, s.encoder.pool)
+		return span, nil
+	}
+	if sent, ok := s.sendEncoding(c, rec); ok {
+		s.settleBytes(span, sent)
 	}
 	return span, nil
+}
+
+// sendEncoding encodes rec frame by frame on c, sending each as soon as it
+// is encoded, and returns the bytes sent and whether all of rec went out. A
+// send error marks c broken (recovery resends). An encode error fails the
+// stream: part of the batch may be out already, and the encoder refuses
+// nothing mayRefuse let through, so it is not a row's fault. The caller
+// holds sendMu.
+func (s *ArrowStream) sendEncoding(c *flightConn, rec arrow.RecordBatch) (int64, bool) {
+	var sent int64
+	var sendErr error
+	err := s.encoder.encodeEach(rec, func(f frame) error {
+		sent += int64(f.size())
+		sendErr = c.sendFrame(f, s.encoder.pool)
+		return sendErr
+	})
+	if err != nil && sendErr == nil {
+		s.fail(poisonf("encode rows for %s: %w", s.table, err))
+	}
+	return sent, err == nil
+}
+
+// settleBytes replaces the in-flight estimate of the pending batch at span
+// with the bytes it was sent as, waking senders if that made room. A batch
+// already released (acked, or the stream closed) is left alone.
+func (s *ArrowStream) settleBytes(span Span, sent int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.pending) - 1; i >= 0; i-- {
+		p := &s.pending[i]
+		if p.span == span {
+			s.inflightBytes += sent - p.bytes
+			if sent < p.bytes {
+				s.broadcastLocked()
+			}
+			p.bytes = sent
+			return
+		}
+		if p.span.To <= span.From {
+			return
+		}
+	}
 }
 
 // admit lets a sender in: it reserves room for size bytes (see reserve), then
@@ -737,17 +800,21 @@ func (s *ArrowStream) reconnectLocked() error {
 		if p.span.From < base {
 			rec = rec.NewSlice(int64(base-p.span.From), rec.NumRows())
 		}
-		frames, err := s.encoder.encode(rec)
+		// Encoded frame by frame, each sent at once (see sendEncoding).
+		var sendErr error
+		err := s.encoder.encodeEach(rec, func(f frame) error {
+			sendErr = c.sendFrame(f, s.encoder.pool)
+			return sendErr
+		})
 		if rec != p.rec {
 			rec.Release()
 		}
 		if err != nil {
 			c.close()
+			if sendErr != nil {
+				return fmt.Errorf("resend to %s: %w", s.table, err)
+			}
 			return poisonf("re-encode unacked rows of %s: %w", s.table, err)
-		}
-		if err := c.send(frames); err != nil {
-			c.close()
-			return fmt.Errorf("resend to %s: %w", s.table, err)
 		}
 	}
 	return nil

@@ -161,6 +161,7 @@ type Client struct {
 	conn    *grpc.ClientConn
 	flight  flight.FlightServiceClient
 	encoder *frameEncoder
+	codec   flightCodec
 
 	mu     sync.Mutex
 	tokens map[string]TokenSource
@@ -192,6 +193,10 @@ func NewClient(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zerobus client: %w", err)
 	}
+	codec, err := newFlightCodec()
+	if err != nil {
+		return nil, fmt.Errorf("zerobus client: %w", err)
+	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithUserAgent(cfg.UserAgent),
@@ -219,6 +224,7 @@ func NewClient(cfg Config) (*Client, error) {
 		conn:    conn,
 		flight:  flight.NewFlightServiceClient(conn),
 		encoder: enc,
+		codec:   codec,
 		tokens:  make(map[string]TokenSource),
 	}, nil
 }
@@ -301,6 +307,7 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 	}
 	s := newArrowStream(c, streamObserver(ctx, c.cfg.Observer), table, schema, connParams{
 		client:      c.flight,
+		codec:       c.codec,
 		token:       ts,
 		table:       table,
 		schemaFrame: schemaFrame,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +38,7 @@ type flightConn struct {
 	base uint64
 
 	nextOffset int64         // next offset_id; guarded by the stream's sendMu
+	wf         wireFrame     // the frame being sent, reused; guarded by sendMu
 	rowsSent   atomic.Uint64 // rows handed to Send, counted before Send
 
 	rotating atomic.Bool // close signal seen: send nothing more
@@ -69,28 +69,44 @@ func (c *flightConn) close() { c.closeOnce.Do(c.cancel) }
 // sentUpTo is the logical position after the last row sent on c.
 func (c *flightConn) sentUpTo() uint64 { return c.base + c.rowsSent.Load() }
 
-// send writes frames with consecutive offset_ids. The caller holds the
-// stream's sendMu.
-func (c *flightConn) send(frames []frame) error {
-	var fd flight.FlightData
-	for _, f := range frames {
-		fd.DataHeader = f.header
-		fd.DataBody = f.body
-		fd.AppMetadata = strconv.AppendInt([]byte(`{"offset_id":`), c.nextOffset, 10)
-		fd.AppMetadata = append(fd.AppMetadata, '}')
-		c.rowsSent.Add(uint64(f.rows))
-		if err := c.call.Send(&fd); err != nil {
-			c.broken.Store(true)
-			return fmt.Errorf("send frame offset %d: %w", c.nextOffset, err)
+// send writes frames with consecutive offset_ids (see sendFrame); frames
+// left unsent after an error go back to pool. The caller holds the stream's
+// sendMu.
+func (c *flightConn) send(frames []frame, pool *bufPool) error {
+	for i := range frames {
+		if err := c.sendFrame(frames[i], pool); err != nil {
+			releaseFrames(frames[i+1:], pool)
+			return err
 		}
-		c.nextOffset++
 	}
+	return nil
+}
+
+// sendFrame writes f with the next offset_id through flightCodec, handing
+// its buffers to gRPC (see wireFrame), which returns them to pool once
+// written. A failed Send marks c broken. The caller holds the stream's
+// sendMu.
+func (c *flightConn) sendFrame(f frame, pool *bufPool) error {
+	c.wf = wireFrame{env: f.env, body: f.body, offset: c.nextOffset, pool: pool}
+	c.rowsSent.Add(uint64(f.rows))
+	err := c.call.SendMsg(&c.wf)
+	if c.wf.env != nil { // gRPC failed before marshalling: still ours
+		pool.Put(c.wf.env)
+		pool.Put(c.wf.body)
+	}
+	c.wf = wireFrame{}
+	if err != nil {
+		c.broken.Store(true)
+		return fmt.Errorf("send frame offset %d: %w", c.nextOffset, err)
+	}
+	c.nextOffset++
 	return nil
 }
 
 // connParams are what opening one connection needs.
 type connParams struct {
 	client      flight.FlightServiceClient
+	codec       flightCodec
 	token       TokenSource
 	table       string
 	schemaFrame []byte
@@ -118,7 +134,7 @@ func openFlightConnOnce(ctx context.Context, p connParams, gen uint64) (*flightC
 	if err != nil {
 		return nil, err
 	}
-	call, err := p.client.DoPut(callCtx)
+	call, err := p.client.DoPut(callCtx, p.codec.callOption())
 	if err != nil {
 		cancel()
 		stop()

@@ -1,7 +1,7 @@
 package ingest
 
 import (
-	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -35,20 +35,44 @@ const DefaultMaxFrameBytes = MaxRequestBytes - frameEnvelope
 // holding a single row may exceed it, up to DefaultMaxFrameBytes.
 const FrameTargetBytes = 2 << 20
 
-// frame is one encoded IPC record batch ready to become a FlightData.
+// frame is one encoded IPC record batch ready to become a FlightData. Its
+// two buffers come from the encoder's pool: env is the protobuf envelope
+// so far (data_header's tag and length, then the IPC header, with room for
+// what the send path appends, see flightCodec) and body the IPC body.
+// Sending hands both to gRPC, which returns them to the pool once written;
+// a frame that is not sent gives them back with release.
 type frame struct {
-	header []byte
-	body   []byte
-	rows   int64
+	env, body *[]byte
+	header    []byte // the IPC header, inside env
+	rows      int64
 }
 
-func (f frame) size() int { return len(f.header) + len(f.body) }
+func (f frame) size() int { return len(f.header) + len(*f.body) }
+
+// release returns the buffers of a frame that will not be sent.
+func (f *frame) release(pool *bufPool) {
+	if f.env != nil {
+		pool.Put(f.env)
+		pool.Put(f.body)
+		f.env, f.body, f.header = nil, nil, nil
+	}
+}
+
+// releaseFrames releases every frame of frames.
+func releaseFrames(frames []frame, pool *bufPool) {
+	for i := range frames {
+		frames[i].release(pool)
+	}
+}
 
 // frameEncoder turns record batches into IPC frames of about targetBytes,
 // never larger than maxBytes, slicing a batch into several frames when
 // needed. It is safe for concurrent use: it holds no mutable state.
 type frameEncoder struct {
-	mem     memory.Allocator
+	mem memory.Allocator
+	// pool holds the frames' buffers, reused across frames: gRPC frees a
+	// frame's buffers into it once they are written.
+	pool    *bufPool
 	ipcOpts []ipc.Option
 	// targetBytes is what a frame of several rows stays under; maxBytes is
 	// what a frame of one row stays under (else the row is refused).
@@ -70,7 +94,7 @@ func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
 	if maxBytes <= 0 || maxBytes > DefaultMaxFrameBytes {
 		maxBytes = DefaultMaxFrameBytes
 	}
-	return &frameEncoder{mem: mem, ipcOpts: opts, targetBytes: min(FrameTargetBytes, maxBytes), maxBytes: maxBytes}, nil
+	return &frameEncoder{mem: mem, pool: newBufPool(defaultPoolIdle), ipcOpts: opts, targetBytes: min(FrameTargetBytes, maxBytes), maxBytes: maxBytes}, nil
 }
 
 // schemaHeader returns the IPC schema message for FlightData #0. It is
@@ -87,15 +111,34 @@ func (e *frameEncoder) schemaHeader(schema *arrow.Schema) ([]byte, error) {
 	return msg, nil
 }
 
-// encode returns the frames for rec. It first cuts the batch into chunks by
-// its in-memory size, aiming a little under targetBytes, then halves any
-// chunk whose encoded size still passes targetBytes. A single row may take a
-// frame up to maxBytes; above that it is an error wrapping ErrRowTooLarge
-// (OversizedRows finds such rows beforehand, so that they fail alone).
+// encode returns the frames for rec (see encodeEach), all encoded before it
+// returns. On an error it returns none.
 func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
+	var frames []frame
+	err := e.encodeEach(rec, func(f frame) error {
+		frames = append(frames, f)
+		return nil
+	})
+	if err != nil {
+		releaseFrames(frames, e.pool)
+		return nil, err
+	}
+	return frames, nil
+}
+
+// encodeEach cuts rec into frames and passes each to emit, in row order, as
+// soon as it is encoded: a sender that sends each at once never holds the
+// batch encoded as a whole. emit owns the frame it gets. It first cuts the
+// batch into chunks by its in-memory size, aiming a little under
+// targetBytes, then halves any chunk whose encoded size still passes
+// targetBytes. A single row may take a frame up to maxBytes; above that it
+// is an error wrapping ErrRowTooLarge (OversizedRows finds such rows
+// beforehand, so that they fail alone). It stops at the first error, emit's
+// or its own.
+func (e *frameEncoder) encodeEach(rec arrow.RecordBatch, emit func(frame) error) error {
 	n := rec.NumRows()
 	if n == 0 {
-		return nil, nil
+		return nil
 	}
 	chunks := int64(1)
 	if est := RecordBytes(rec); est > int64(e.targetBytes) {
@@ -107,35 +150,42 @@ func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
 		}
 	}
 	per := (n + chunks - 1) / chunks
-	frames := make([]frame, 0, chunks)
 	for lo := int64(0); lo < n; lo += per {
-		var err error
-		if frames, err = e.encodeRange(frames, rec, lo, min(lo+per, n)); err != nil {
-			return nil, err
+		if err := e.encodeRange(rec, lo, min(lo+per, n), emit); err != nil {
+			return err
 		}
 	}
-	return frames, nil
+	return nil
 }
 
-func (e *frameEncoder) encodeRange(dst []frame, rec arrow.RecordBatch, lo, hi int64) ([]frame, error) {
+func (e *frameEncoder) encodeRange(rec arrow.RecordBatch, lo, hi int64, emit func(frame) error) error {
 	f, err := e.encodeSlice(rec, lo, hi)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if f.size() <= e.targetBytes {
-		return append(dst, f), nil
+	size := f.size()
+	if size <= e.targetBytes || (hi-lo == 1 && size <= e.maxBytes) {
+		return emit(f)
 	}
+	// Too large: its buffers go back to the pool before the halves take
+	// new ones.
+	f.release(e.pool)
 	if hi-lo == 1 {
-		if f.size() <= e.maxBytes {
-			return append(dst, f), nil
-		}
-		return nil, fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, f.size(), e.maxBytes, ErrRowTooLarge)
+		return fmt.Errorf("row %d encodes to %d bytes, above the %d byte request cap: %w", lo, size, e.maxBytes, ErrRowTooLarge)
 	}
 	mid := lo + (hi-lo)/2
-	if dst, err = e.encodeRange(dst, rec, lo, mid); err != nil {
-		return nil, err
+	if err := e.encodeRange(rec, lo, mid, emit); err != nil {
+		return err
 	}
-	return e.encodeRange(dst, rec, mid, hi)
+	return e.encodeRange(rec, mid, hi, emit)
+}
+
+// mayRefuse reports whether encoding rec could fail with ErrRowTooLarge:
+// some row's size estimate, an upper bound of its frame plus frameEnvelope
+// (see OversizedRows), passes maxBytes plus frameEnvelope. When it reports
+// false no row of rec can be refused.
+func (e *frameEncoder) mayRefuse(rec arrow.RecordBatch) bool {
+	return len(OversizedRows(rec, e.maxBytes+frameEnvelope)) > 0
 }
 
 func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, error) {
@@ -152,16 +202,44 @@ func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, 
 	meta := p.Meta()
 	defer meta.Release()
 	// Size the body exactly first (counting is free next to copying), so
-	// serializing costs one copy and no buffer regrowth.
+	// serializing costs one copy into a buffer of the right size.
 	var size byteCounter
 	if err := p.SerializeBody(&size); err != nil {
 		return frame{}, fmt.Errorf("size record batch body: %w", err)
 	}
-	body := bytes.NewBuffer(make([]byte, 0, int(size)))
-	if err := p.SerializeBody(body); err != nil {
+	hdr := meta.Bytes()
+	env := e.pool.Get(1 + binary.MaxVarintLen64 + len(hdr) + envelopeTail)
+	b := append((*env)[:0], tagDataHeader)
+	b = binary.AppendUvarint(b, uint64(len(hdr)))
+	at := len(b)
+	b = append(b, hdr...)
+	*env = b
+	body := e.pool.Get(int(size))
+	w := fillWriter{buf: *body}
+	err = p.SerializeBody(&w)
+	if err == nil && w.n != len(w.buf) {
+		err = fmt.Errorf("wrote %d of the %d counted bytes", w.n, len(w.buf))
+	}
+	if err != nil {
+		e.pool.Put(env)
+		e.pool.Put(body)
 		return frame{}, fmt.Errorf("serialize record batch body: %w", err)
 	}
-	return frame{header: bytes.Clone(meta.Bytes()), body: body.Bytes(), rows: hi - lo}, nil
+	return frame{env: env, body: body, header: b[at:], rows: hi - lo}, nil
+}
+
+// fillWriter writes into buf, which has exactly the room needed.
+type fillWriter struct {
+	buf []byte
+	n   int
+}
+
+func (w *fillWriter) Write(p []byte) (int, error) {
+	if len(p) > len(w.buf)-w.n {
+		return 0, fmt.Errorf("body grew past its %d counted bytes", len(w.buf))
+	}
+	w.n += copy(w.buf[w.n:], p)
+	return len(p), nil
 }
 
 // RecordBytes estimates the in-memory size of rec from its buffers. Buffers

@@ -22,7 +22,11 @@ type Config struct {
 	// at MinStreams.
 	PeakMBps float64
 	// AckChannelCapacity bounds each stream's ack lane; a full lane blocks
-	// writers (backpressure).
+	// writers (backpressure). It counts claims (one per Write), not rows or
+	// bytes: the bytes behind the claims pending on all lanes are bounded
+	// by the caller's byte budget (tablewriter.Config.MaxInFlightBytes,
+	// held by each writer until its claim settles) and, per stream, by
+	// ingest.Config.MaxInflightBytes (encoded bytes not yet acked).
 	AckChannelCapacity int
 	// AckTimeout bounds one durability wait of a lane before it counts a
 	// retry and waits again (see acklane.Config).

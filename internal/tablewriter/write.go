@@ -16,13 +16,20 @@ import (
 
 // writeOnce converts batch against st, submits the good rows and waits
 // for them. It returns the rows that failed conversion and the state used.
-func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf KeyFunc) ([]arrowconv.RowError, *state, error) {
+// resv, the batch's share of the in-flight budget, is corrected to the
+// converted record's Arrow size.
+func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, resv *reservation) ([]arrowconv.RowError, *state, error) {
 	lay := w.layout(st, batch, keyOf)
 	res, st, err := w.convert(ctx, st, batch, lay.order)
 	if err != nil {
 		return nil, st, err
 	}
 	defer res.Record.Release()
+	if n := res.Record.NumRows(); n > 0 {
+		size := ingest.RecordBytes(res.Record)
+		resv.resize(size)
+		w.rowBytes.Store(max(size/n, 1))
+	}
 	w.obs.Reconciled(res.Reconciled)
 	// A row no request can carry fails alone, before anything is sent: the
 	// rest of its batch still lands.

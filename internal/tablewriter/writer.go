@@ -97,6 +97,20 @@ type Config struct {
 	// SchemaRefreshInterval is the least time between two re-describes
 	// triggered by rows carrying fields the table lacks (without Provision).
 	SchemaRefreshInterval time.Duration
+	// MaxInFlightBytes bounds the data of the batches Write converts,
+	// sends and waits for at once (zero: DefaultMaxInFlightBytes). Write
+	// reserves a batch's bytes before converting it, waiting under its ctx,
+	// and holds them until the batch is durable or failed; a batch larger
+	// than the whole budget is admitted alone. The estimate is the
+	// messages' bytes (for messages holding only a decoded value, the Arrow
+	// bytes per row of the last converted batch; before the first one, the
+	// whole budget), corrected to the Arrow size once converted.
+	//
+	// It is also the bound, in bytes, of what the pool's ack lanes hold:
+	// every claim in a lane belongs to a Write that holds its reservation
+	// until the claim settles, so a lane's AckChannelCapacity (a count of
+	// claims) is never what limits memory.
+	MaxInFlightBytes int64
 }
 
 // Defaults of the Config durations.
@@ -123,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SchemaRefreshInterval == 0 {
 		c.SchemaRefreshInterval = DefaultSchemaRefresh
+	}
+	if c.MaxInFlightBytes <= 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
 	return c
 }
@@ -159,6 +176,12 @@ type Writer struct {
 
 	openMu sync.Mutex
 	closed atomic.Bool
+
+	// budget bounds the bytes of the batches in flight (MaxInFlightBytes).
+	budget *budget
+	// rowBytes is the Arrow bytes per row of the last converted batch: the
+	// estimate for rows that hold only a decoded value. 0: none converted.
+	rowBytes atomic.Int64
 
 	// schemaMu serialises everything that changes the table or the target
 	// schema (create on first write, add columns on drift, re-describe on a
@@ -217,8 +240,10 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	if obs == nil {
 		obs = nopObserver{}
 	}
+	cfg = cfg.withDefaults()
 	return &Writer{
-		cfg:     cfg.withDefaults(),
+		cfg:     cfg,
+		budget:  newBudget(cfg.MaxInFlightBytes),
 		opener:  opener,
 		cat:     cat,
 		log:     log,
@@ -317,7 +342,14 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	var err error
+	// Reserve the batch's bytes before anything converts it, and hold them
+	// until it is settled: the data in flight stays within the budget
+	// whatever the row size.
+	resv, err := w.budget.acquire(ctx, w.estimateBytes(rows))
+	if err != nil {
+		return nil, fmt.Errorf("write %d rows to %s: %w", len(rows), w.cfg.Table, err)
+	}
+	defer resv.release()
 	if st.pool == nil {
 		if st, err = w.createFromBatch(ctx, rows); err != nil {
 			return nil, err
@@ -329,7 +361,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	var rowErrs []RowError
 	for attempt := 0; ; attempt++ {
 		var used *state
-		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf)
+		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf, resv)
 		// A batch converted just before another one evolved the table meets
 		// a pool already switched to the new schema: convert it again.
 		if err != nil && errors.Is(err, pool.ErrSchemaMismatch) && attempt < 3 {
@@ -348,6 +380,29 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	}
 	w.obs.RowErrors(len(rowErrs))
 	return rowErrs, nil
+}
+
+// estimateBytes is a batch's reservation before conversion: the bytes of
+// its messages; a message holding only a decoded value (AsBytes would
+// serialize it) counts the Arrow bytes per row of the last converted batch.
+// Before any batch was converted that is unknown, and the batch takes the
+// whole budget: the first batch converts alone and sets the estimate.
+func (w *Writer) estimateBytes(rows []Row) int64 {
+	per := w.rowBytes.Load()
+	var n int64
+	for _, r := range rows {
+		if !r.HasStructured() {
+			if b, err := r.AsBytes(); err == nil {
+				n += int64(len(b))
+				continue
+			}
+		}
+		if per == 0 {
+			return w.cfg.MaxInFlightBytes
+		}
+		n += per
+	}
+	return n
 }
 
 // stopIfStopped turns a pool that stopped for good into ErrNotOpen: the

@@ -29,6 +29,7 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		Pool:               c.poolConfig(),
 		AckTimeout:         c.AckTimeout,
 		RedescribeTimeout:  c.CloseTimeout,
+		MaxInFlightBytes:   int64(c.MaxInFlightBytes),
 	}
 	if c.ContractPath != "" {
 		contract, err := catalog.LoadContract(c.ContractPath)

@@ -31,6 +31,7 @@ const (
 	fClientID      = "client_id"
 	fClientSecret  = "client_secret"
 	fBatching      = "batching"
+	fMaxInFlightB  = "max_in_flight_bytes"
 	fStreams       = "streams"
 	fStreamsMin    = "min"
 	fStreamsMax    = "max"
@@ -79,6 +80,7 @@ const (
 // rows) is flushed within a second instead of parking until shutdown.
 const (
 	defaultBatchCount  = 1000
+	defaultBatchBytes  = 1 << 20
 	defaultBatchPeriod = "1s"
 )
 
@@ -189,9 +191,13 @@ func Spec() *service.ConfigSpec {
 			service.NewOutputMaxInFlightField().
 				LintRule(atLeast("max_in_flight", 1)).
 				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth; the default keeps a small stream pool busy."),
+			service.NewIntField(fMaxInFlightB).
+				Description("A byte budget for the data in flight: a batch reserves its bytes (its messages' bytes, corrected to its Arrow size once converted) before it is converted, waits while the budget is used up, and gives them back once it is durable or failed. This, not `max_in_flight`, bounds the output's memory whatever the row size; a batch larger than the whole budget is written alone. It also bounds, in bytes, what the `ack` lanes hold. It does not cover the messages of batches waiting their turn: the engine holds up to `max_in_flight` batches, so with large rows keep `batching.byte_size` or `max_in_flight` modest too.").
+				Advanced().Default(tablewriter.DefaultMaxInFlightBytes).
+				LintRule(`root = if this <= 0 { [ "field `+fMaxInFlightB+`: must be positive, got %v".format(this) ] } else { [] }`),
 			service.NewBatchPolicyField(fBatching).
-				Description("Batching policy. When the field is absent the output batches `count: 1000` with `period: 1s`; a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
-				Default(map[string]any{"count": defaultBatchCount, "byte_size": 0, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
+				Description("Batching policy. When the field is absent the output batches `count: 1000` or `byte_size: 1048576`, whichever comes first, with `period: 1s` (the byte bound keeps the memory of large rows in check: the engine holds up to `max_in_flight` batches); a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
+				Default(map[string]any{"count": defaultBatchCount, "byte_size": defaultBatchBytes, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
 					Description("The minimum number of long-lived streams to the table.").
@@ -313,8 +319,9 @@ type outputConfig struct {
 	// credSource says where the credentials came from, for messages.
 	credSource string
 
-	MaxInFlight int
-	Batching    service.BatchPolicy
+	MaxInFlight      int
+	MaxInFlightBytes int
+	Batching         service.BatchPolicy
 
 	StreamsMin    int
 	StreamsMax    int
@@ -389,6 +396,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	if err == nil {
 		c.MaxInFlight, err = conf.FieldMaxInFlight()
 	}
+	integer(&c.MaxInFlightBytes, fMaxInFlightB)
 	integer(&c.StreamsMin, fStreams, fStreamsMin)
 	integer(&c.StreamsMax, fStreams, fStreamsMax)
 	float(&c.PerStreamMBps, fStreams, fPerStreamMBps)
@@ -525,6 +533,7 @@ func (c *outputConfig) validate() error {
 	check(c.ClientSecret == "", "%s: empty and %s is not set", fClientSecret, EnvClientSecret)
 	check(c.MaxOpenTables < 1, "%s: must be at least 1, got %d", fMaxOpenTables, c.MaxOpenTables)
 	check(c.MaxInFlight < 1, "max_in_flight: must be at least 1, got %d", c.MaxInFlight)
+	check(c.MaxInFlightBytes <= 0, "%s: must be positive, got %d", fMaxInFlightB, c.MaxInFlightBytes)
 	check(c.StreamsMin < 1, "%s.%s: must be at least 1, got %d", fStreams, fStreamsMin, c.StreamsMin)
 	check(c.StreamsMax < c.StreamsMin, "%s.%s: must be at least %s.%s (%d), got %d", fStreams, fStreamsMax, fStreams, fStreamsMin, c.StreamsMin, c.StreamsMax)
 	check(c.PerStreamMBps <= 0, "%s.%s: must be positive, got %v", fStreams, fPerStreamMBps, c.PerStreamMBps)
@@ -571,6 +580,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"client_id", c.ClientID,
 		"client_secret", secret,
 		"max_in_flight", c.MaxInFlight,
+		"max_in_flight_bytes", c.MaxInFlightBytes,
 		"batching", fmt.Sprintf("count=%d byte_size=%d period=%q check=%q (%s)", c.Batching.Count, c.Batching.ByteSize, c.Batching.Period, c.Batching.Check, c.batchingDefaulted),
 		"streams.min", c.StreamsMin,
 		"streams.max", c.StreamsMax,

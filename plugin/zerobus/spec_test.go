@@ -36,6 +36,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 
 	assert.Equal(t, 64, c.MaxInFlight)
+	assert.Equal(t, 64<<20, c.MaxInFlightBytes, "a conservative byte budget by default")
 	assert.Equal(t, 1000, c.Batching.Count)
 	assert.Equal(t, "1s", c.Batching.Period)
 	assert.Equal(t, 2, c.StreamsMin)
@@ -77,6 +78,9 @@ func TestConfigBatching(t *testing.T) {
 			c, err := parseYAML(t, minimalYAML+tt.batching)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantCount, c.Batching.Count)
+			if tt.batching == "" {
+				assert.Equal(t, 1<<20, c.Batching.ByteSize, "absent batching bounds bytes too")
+			}
 			assert.Equal(t, tt.wantPeriod, c.Batching.Period)
 			assert.Equal(t, tt.wantHow, c.batchingDefaulted)
 		})
@@ -152,6 +156,20 @@ func TestConfigOrderingKey(t *testing.T) {
 	assert.Nil(t, c.OrderingKey, "an empty ordering key means round-robin")
 }
 
+// The byte budget reaches the writer, and a non-positive one is refused
+// naming the field.
+func TestMaxInFlightBytes(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML+"max_in_flight_bytes: 1048576\n")
+	require.NoError(t, err)
+	wc, err := c.writerConfig("w")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1<<20), wc.MaxInFlightBytes)
+
+	_, err = parseYAML(t, minimalYAML+"max_in_flight_bytes: 0\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "field max_in_flight_bytes: must be positive, got 0")
+}
+
 func TestKnobsNeverContainSecret(t *testing.T) {
 	c, err := parseYAML(t, minimalYAML)
 	require.NoError(t, err)
@@ -160,6 +178,7 @@ func TestKnobsNeverContainSecret(t *testing.T) {
 	assert.Contains(t, line, "client_secret=set")
 	assert.Contains(t, line, "pool_size=3")
 	assert.Contains(t, line, "max_in_flight=64")
+	assert.Contains(t, line, "max_in_flight_bytes=67108864")
 	assert.Contains(t, line, "ack.timeout=5m0s")
 }
 

@@ -9,12 +9,14 @@ import "github.com/apache/arrow-go/v18/arrow"
 func RecordBytes(rec arrow.RecordBatch) int64 {
 	var n int64
 	for _, col := range rec.Columns() {
-		n += dataBytes(col.Data())
+		n += DataBytes(col.Data())
 	}
 	return n
 }
 
-func dataBytes(d arrow.ArrayData) int64 {
+// DataBytes is the memory held by one array's buffers, its children's and
+// its dictionary's.
+func DataBytes(d arrow.ArrayData) int64 {
 	var n int64
 	for _, b := range d.Buffers() {
 		if b != nil {
@@ -22,10 +24,10 @@ func dataBytes(d arrow.ArrayData) int64 {
 		}
 	}
 	for _, child := range d.Children() {
-		n += dataBytes(child)
+		n += DataBytes(child)
 	}
 	if d.DataType().ID() == arrow.DICTIONARY && d.Dictionary() != nil {
-		n += dataBytes(d.Dictionary())
+		n += DataBytes(d.Dictionary())
 	}
 	return n
 }

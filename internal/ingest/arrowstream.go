@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -171,7 +173,7 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	}
 	rows := uint64(rec.NumRows())
 	var frames []frame // encoded up front only when mayRefuse
-	size := RecordBytes(rec)
+	size := arrowipc.RecordBytes(rec)
 	if rows > 0 && s.encoder.mayRefuse(rec) {
 		var err error
 		if frames, err = s.encoder.encode(rec); err != nil {

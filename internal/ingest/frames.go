@@ -141,7 +141,7 @@ func (e *frameEncoder) encodeEach(rec arrow.RecordBatch, emit func(frame) error)
 		return nil
 	}
 	chunks := int64(1)
-	if est := RecordBytes(rec); est > int64(e.targetBytes) {
+	if est := arrowipc.RecordBytes(rec); est > int64(e.targetBytes) {
 		// Aim a little under the target so most chunks need no second pass.
 		aim := int64(e.targetBytes) * 9 / 10
 		chunks = (est + aim - 1) / aim
@@ -240,33 +240,6 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 	}
 	w.n += copy(w.buf[w.n:], p)
 	return len(p), nil
-}
-
-// RecordBytes estimates the in-memory size of rec from its buffers. Buffers
-// shared with a larger parent count in full, so slices are overestimated;
-// encodeRange corrects with the real encoded size.
-func RecordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	for _, col := range rec.Columns() {
-		n += dataBytes(col.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, child := range d.Children() {
-		n += dataBytes(child)
-	}
-	if d.DataType().ID() == arrow.DICTIONARY {
-		n += dataBytes(d.Dictionary())
-	}
-	return n
 }
 
 // byteCounter is an io.Writer that only counts.

@@ -2,7 +2,9 @@ package ingest
 
 import (
 	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
 
 // Oversized is a row whose request alone would pass the limit given to
@@ -37,7 +39,7 @@ func OversizedRows(rec arrow.RecordBatch, limit int) []Oversized {
 		return nil
 	}
 	overhead := frameOverhead(rec.Schema())
-	if RecordBytes(rec)+overhead <= int64(limit) {
+	if arrowipc.RecordBytes(rec)+overhead <= int64(limit) {
 		return nil // no row can be larger than the batch
 	}
 	total := make([]int64, n)
@@ -147,7 +149,7 @@ func addValueBytes(arr arrow.Array, out []int64) {
 		// Unions, run-end encoded and other layouts the product never
 		// sends: charge every element the array's average.
 		if len(out) > 0 {
-			addEach(out, (dataBytes(arr.Data())+int64(len(out))-1)/int64(len(out)))
+			addEach(out, (arrowipc.DataBytes(arr.Data())+int64(len(out))-1)/int64(len(out)))
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	flatbuffers "github.com/google/flatbuffers/go"
 	"google.golang.org/grpc"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
 
 // ackingFlightServer acks every batch frame as soon as it arrives, without
@@ -99,7 +101,7 @@ func BenchmarkSendFrames(b *testing.B) {
 			defer s.Close()
 			rec := makeBatch(0, 4000, 1<<10)
 			defer rec.Release()
-			b.SetBytes(RecordBytes(rec))
+			b.SetBytes(arrowipc.RecordBytes(rec))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

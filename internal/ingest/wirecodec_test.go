@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
 
 // The zero-copy path puts on the wire exactly the bytes the standard proto
@@ -166,7 +168,7 @@ func TestSubmitSettlesToEncodedBytes(t *testing.T) {
 	inflight := s.inflightBytes
 	s.mu.Unlock()
 	assert.Equal(t, wire, inflight, "the reservation is the bytes sent")
-	assert.Less(t, inflight, RecordBytes(rec)/4, "compressed, far below the in-memory estimate")
+	assert.Less(t, inflight, arrowipc.RecordBytes(rec)/4, "compressed, far below the in-memory estimate")
 
 	require.NoError(t, srv.conn(0).sendAck(offsets[len(offsets)-1], 5000, nil))
 	require.NoError(t, s.WaitDurable(waitCtx(t), span.To))

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 )
@@ -26,7 +27,7 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 	}
 	defer res.Record.Release()
 	if n := res.Record.NumRows(); n > 0 {
-		size := ingest.RecordBytes(res.Record)
+		size := arrowipc.RecordBytes(res.Record)
 		resv.resize(size)
 		w.rowBytes.Store(max(size/n, 1))
 	}
@@ -275,7 +276,7 @@ func (w *Writer) onWriteErr(ctx context.Context, st *state, err error) {
 func split(res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError) []part {
 	n := int(res.Record.NumRows())
 	// Bytes are the Arrow size of the record, shared pro rata among slices.
-	total := ingest.RecordBytes(res.Record)
+	total := arrowipc.RecordBytes(res.Record)
 	skipped := func(r int) bool { _, ok := skip[r]; return ok }
 	var parts []part
 	for lo := 0; lo < n; {

@@ -443,7 +443,7 @@ func (s *Server) store(fullName string) (*tableStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log, s.ws.NoteDataCommit)
+	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log, s.ws.NoteDataCommit, s.ws.DeltaVersion)
 	if err != nil {
 		return nil, err
 	}

@@ -175,8 +175,8 @@ type Server struct {
 	grants *grantStore
 	// s3creds are the storage credentials vended with Iceberg tables.
 	s3creds *s3Credentials
-	stats  *statsCollector
-	faults atomic.Pointer[Faults]
+	stats   *statsCollector
+	faults  atomic.Pointer[Faults]
 
 	scheme  string // of both URLs: "https" with TLS, else "http"
 	httpLn  net.Listener

@@ -26,12 +26,16 @@ func App(version string) *cli.App {
 		Name:    "zerobus-emulator",
 		Version: version,
 		Usage:   "Run a local Databricks workspace + Zerobus ingest emulator",
-		Description: "Serves OAuth M2M, Unity Catalog and SQL statements over HTTP, and Zerobus " +
-			"(Arrow Flight DoPut and the JSON EphemeralStream) over gRPC, storing tables as " +
-			"Parquet + Delta log under --data. Every flag has a loopback default.",
+		Description: "Serves OAuth M2M, Unity Catalog, SQL statements and the Iceberg REST catalog " +
+			"(/api/2.1/unity-catalog/iceberg-rest) over HTTP, Zerobus (Arrow Flight DoPut and the " +
+			"JSON EphemeralStream) over gRPC, and table storage over an S3-compatible endpoint (--s3), " +
+			"storing tables as Parquet + Delta log (+ Iceberg metadata once converted, see --iceberg-lag) " +
+			"under --data. Every flag has a loopback default.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "http", Value: DefaultHTTPAddr, Usage: "workspace HTTP listen address"},
 			&cli.StringFlag{Name: "grpc", Value: DefaultGRPCAddr, Usage: "Zerobus gRPC listen address"},
+			&cli.StringFlag{Name: "s3", Value: DefaultS3Addr, Usage: "S3-compatible storage listen address: table files for Iceberg readers, read-only, signed with the credentials the Iceberg REST catalog vends"},
+			&cli.DurationFlag{Name: "credential-ttl", Value: DefaultCredentialTTL, Usage: "lifetime of the storage credentials vended by the Iceberg REST catalog"},
 			&cli.StringFlag{Name: "data", Value: DefaultDataDir(), Usage: "data directory (tables persist across restarts)"},
 			// Not a StringSliceFlag: that splits values on commas, and a
 			// table spec is a comma-separated column list.
@@ -80,18 +84,20 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		return Config{}, fmt.Errorf("--log-level: %w", err)
 	}
 	cfg := Config{
-		HTTPAddr:     c.String("http"),
-		GRPCAddr:     c.String("grpc"),
-		DataDir:      c.String("data"),
-		Tables:       tablesFlag(c),
-		ClientID:     c.String("client-id"),
-		ClientSecret: c.String("client-secret"),
-		WorkspaceID:  c.String("workspace-id"),
-		TokenTTL:     c.Duration("token-ttl"),
-		IcebergLag:   c.Duration("iceberg-lag"),
-		TLSCertFile:  c.String("tls-cert"),
-		TLSKeyFile:   c.String("tls-key"),
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		HTTPAddr:      c.String("http"),
+		GRPCAddr:      c.String("grpc"),
+		S3Addr:        c.String("s3"),
+		CredentialTTL: c.Duration("credential-ttl"),
+		DataDir:       c.String("data"),
+		Tables:        tablesFlag(c),
+		ClientID:      c.String("client-id"),
+		ClientSecret:  c.String("client-secret"),
+		WorkspaceID:   c.String("workspace-id"),
+		TokenTTL:      c.Duration("token-ttl"),
+		IcebergLag:    c.Duration("iceberg-lag"),
+		TLSCertFile:   c.String("tls-cert"),
+		TLSKeyFile:    c.String("tls-key"),
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Faults: Faults{
 			AckLatency:         c.Duration("ack-latency"),
 			StreamLifetime:     c.Duration("stream-lifetime"),
@@ -172,15 +178,19 @@ func printBanner(w io.Writer, srv *Server, cfg Config) {
 	fmt.Fprintf(w, `Zerobus emulator running.
   workspace URL (DATABRICKS_HOST): %s
   Zerobus endpoint:                %s
+  S3 storage endpoint:             %s (read-only, vended credentials only)
   workspace id:                    %s
   client id / secret:              %s / %s
   data directory:                  %s
   read back:  GET %s/emulator/v1/tables/{catalog.schema.table}[/rows?limit=N]
   admin:      GET|PUT %s/emulator/v1/faults, GET %s/emulator/v1/stats
   grants:     %s (GET|PATCH %s/emulator/v1/grants)
+  iceberg:    %s/api/2.1/unity-catalog/iceberg-rest (warehouse=<catalog>; GET v1/config,
+              v1/catalogs/{catalog}/namespaces[/{ns}[/tables[/{table}]]]; load table with
+              X-Iceberg-Access-Delegation: vended-credentials returns S3 credentials valid %s)
 Press Ctrl-C to stop.
-`, srv.HTTPURL(), srv.GRPCURL(), srv.WorkspaceID(), cfg.ClientID, secret, srv.DataDir(),
-		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), grantsMode(cfg.Grants), srv.HTTPURL())
+`, srv.HTTPURL(), srv.GRPCURL(), srv.S3URL(), srv.WorkspaceID(), cfg.ClientID, secret, srv.DataDir(),
+		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), grantsMode(cfg.Grants), srv.HTTPURL(), srv.HTTPURL(), srv.cfg.CredentialTTL)
 	for _, t := range srv.Registry().List() {
 		fmt.Fprintf(w, "  table %s (%d columns)\n", t.FullName, len(t.Columns))
 	}

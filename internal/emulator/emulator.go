@@ -31,6 +31,13 @@
 //	GET  /emulator/v1/tables[/{full_name}[/rows?limit=N]]  read-back
 //	GET|PUT /emulator/v1/faults, GET /emulator/v1/stats    admin
 //	GET|PATCH /emulator/v1/grants                        writer grants
+//	GET  /api/2.1/unity-catalog/iceberg-rest/v1/…        Iceberg REST catalog (icebergrest.go)
+//
+// A third listener (Config.S3Addr) serves table storage over an
+// S3-compatible API, read-only, to holders of the temporary credentials the
+// Iceberg REST catalog vends (s3.go); the Iceberg metadata it serves is
+// generated over the stored Parquet files as tables are converted
+// (iceberg.go).
 package emulator
 
 import (
@@ -65,6 +72,11 @@ const (
 	DefaultClientSecret = "emulator-secret"
 	DefaultWorkspaceID  = "123"
 	DefaultTokenTTL     = time.Hour
+	// DefaultS3Addr is the --s3 default of the command; Config.S3Addr
+	// empty means a free loopback port instead.
+	DefaultS3Addr = "127.0.0.1:9000"
+	// DefaultCredentialTTL is the lifetime of vended storage credentials.
+	DefaultCredentialTTL = time.Hour
 
 	// MaxRequestBytes is the service's cap on one ingest request.
 	MaxRequestBytes = 10 << 20
@@ -95,6 +107,14 @@ type Config struct {
 	// service converts asynchronously). Zero means workspace.DefaultIcebergLag;
 	// a negative value means no lag.
 	IcebergLag time.Duration
+	// S3Addr is the listen address of the S3-compatible storage endpoint
+	// serving table files to Iceberg readers. Empty means "127.0.0.1:0" (a
+	// free port; see Server.S3URL), so that emulators started side by side
+	// never collide.
+	S3Addr string
+	// CredentialTTL is the lifetime of the storage credentials the Iceberg
+	// REST catalog vends; zero means DefaultCredentialTTL.
+	CredentialTTL time.Duration
 	// Faults are the initial fault-injection settings.
 	Faults Faults
 	// Grants is the Unity Catalog grant model of Zerobus writers; the zero
@@ -128,6 +148,12 @@ func (c *Config) applyDefaults() {
 	if c.TokenTTL <= 0 {
 		c.TokenTTL = DefaultTokenTTL
 	}
+	if c.S3Addr == "" {
+		c.S3Addr = "127.0.0.1:0"
+	}
+	if c.CredentialTTL <= 0 {
+		c.CredentialTTL = DefaultCredentialTTL
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(discard{}, nil))
 	}
@@ -147,14 +173,18 @@ type Server struct {
 	ws     *workspace.Workspace
 	tokens *tokenStore
 	grants *grantStore
-	stats  *statsCollector
-	faults atomic.Pointer[Faults]
+	// s3creds are the storage credentials vended with Iceberg tables.
+	s3creds *s3Credentials
+	stats   *statsCollector
+	faults  atomic.Pointer[Faults]
 
 	scheme  string // of both URLs: "https" with TLS, else "http"
 	httpLn  net.Listener
 	grpcLn  net.Listener
 	httpSrv *http.Server
 	grpcSrv *grpc.Server
+	s3Ln    net.Listener
+	s3Srv   *http.Server
 
 	storesMu sync.Mutex
 	stores   map[string]*tableStore // key: workspace.NormalizeName
@@ -217,7 +247,8 @@ func (s *Server) open() error {
 		return fmt.Errorf("emulator: %w", err)
 	}
 	s.reg = reg
-	s.ws = workspace.New(reg, workspace.Options{Authorize: s.authorizeWorkspace, Now: time.Now, IcebergLag: s.cfg.IcebergLag})
+	s.ws = workspace.New(reg, workspace.Options{Authorize: s.authorizeWorkspace, Now: time.Now, IcebergLag: s.cfg.IcebergLag, StorageLocation: tableLocation})
+	s.s3creds = newS3Credentials(time.Now)
 	key, err := loadTokenKey(filepath.Join(s.cfg.DataDir, ".workspace", "token-signing-key"))
 	if err != nil {
 		return fmt.Errorf("emulator: %w", err)
@@ -301,6 +332,13 @@ func (s *Server) listen() error {
 		s.httpLn.Close()
 		return fmt.Errorf("emulator: listen grpc %s: %w", s.cfg.GRPCAddr, err)
 	}
+	s.s3Ln, err = net.Listen("tcp", s.cfg.S3Addr)
+	if err != nil {
+		s.httpLn.Close()
+		s.grpcLn.Close()
+		return fmt.Errorf("emulator: listen s3 %s: %w", s.cfg.S3Addr, err)
+	}
+	s.s3Srv = &http.Server{Handler: s.s3Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 
 	// Failed handshakes (a client not trusting the CA) are the client's to
 	// report; here they are debug logs, not stderr noise.
@@ -320,7 +358,17 @@ func (s *Server) listen() error {
 	flight.RegisterFlightServiceServer(s.grpcSrv, &flightService{srv: s})
 	zbpb.RegisterZerobusServer(s.grpcSrv, &zerobusService{srv: s})
 
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		serve := s.s3Srv.Serve
+		if tlsConf != nil {
+			serve = func(ln net.Listener) error { return s.s3Srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(s.s3Ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("s3 server stopped", "err", err)
+		}
+	}()
 	go func() {
 		defer s.wg.Done()
 		serve := s.httpSrv.Serve
@@ -338,7 +386,7 @@ func (s *Server) listen() error {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
-	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "data", s.cfg.DataDir)
+	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "data", s.cfg.DataDir)
 	return nil
 }
 
@@ -350,6 +398,16 @@ func (s *Server) HTTPURL() string { return s.scheme + "://" + s.httpLn.Addr().St
 // GRPCURL is the Zerobus endpoint ("http://127.0.0.1:port", plaintext, or
 // https:// with TLS).
 func (s *Server) GRPCURL() string { return s.scheme + "://" + s.grpcLn.Addr().String() }
+
+// S3URL is the S3-compatible storage endpoint ("http://127.0.0.1:port", or
+// https:// with TLS) vended as s3.endpoint with Iceberg tables.
+func (s *Server) S3URL() string { return s.scheme + "://" + s.s3Ln.Addr().String() }
+
+// tableDir is the directory holding a table's files.
+func (s *Server) tableDir(fullName string) string {
+	cat, sch, tbl, _ := typemap.ParseTableName(workspace.NormalizeName(fullName))
+	return filepath.Join(s.cfg.DataDir, cat, sch, tbl)
+}
 
 // DataDir is the directory holding the tables.
 func (s *Server) DataDir() string { return s.cfg.DataDir }
@@ -443,7 +501,7 @@ func (s *Server) store(fullName string) (*tableStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log, s.ws.NoteDataCommit)
+	ts, err := openTableStore(key, filepath.Join(s.cfg.DataDir, cat, sch, tbl), s.reg, s.log, s.ws.NoteDataCommit, s.ws.DeltaVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -468,6 +526,9 @@ func (s *Server) Close() error {
 		s.grpcSrv.Stop()
 		if err := s.httpSrv.Close(); err != nil {
 			s.closeErr = fmt.Errorf("emulator: close http: %w", err)
+		}
+		if err := s.s3Srv.Close(); err != nil && s.closeErr == nil {
+			s.closeErr = fmt.Errorf("emulator: close s3: %w", err)
 		}
 		s.wg.Wait()
 		s.closeStores()

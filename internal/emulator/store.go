@@ -66,6 +66,15 @@ type tableStore struct {
 	// workspace side (Delta version, Iceberg conversion) never lags behind
 	// what a client has been told is stored.
 	onDataCommit func(fullName string)
+	// deltaVersion, if set, returns the workspace's Delta version of
+	// fullName; each data commit is recorded with it so that the Iceberg
+	// conversion can tell which commits a converted version holds.
+	deltaVersion func(fullName string) (int64, bool)
+
+	// icebergMu orders a data commit's publication (files, workspace
+	// version, dataLog) against Iceberg metadata generation, so that a
+	// converted version never names a commit dataLog does not hold yet.
+	icebergMu sync.Mutex
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -83,13 +92,31 @@ type tableStore struct {
 	dataCommits int64  // data commits in the whole log, replayed ones included
 	metaKey     string // schemaString + configuration of the last metaData
 	protoKey    string // protocol action last written
+	// dataLog lists every data commit in log order with the files it added,
+	// for the Iceberg metadata generated over them (iceberg.go).
+	dataLog []dataCommit
+}
+
+// dataCommit is one Delta data commit as the Iceberg conversion sees it.
+type dataCommit struct {
+	// version is the workspace Delta version the commit made; -1 for
+	// commits replayed at start, which the workspace counts as converted.
+	version int64
+	at      time.Time
+	files   []dataFile
+}
+
+// dataFile is one Parquet file a data commit added.
+type dataFile struct {
+	path       string // relative to the table directory
+	size, rows int64
 }
 
 // openTableStore recovers the table stored under dir from its Delta log
 // (writing the CREATE TABLE commit for a new table) and starts its commit
 // loop. onDataCommit may be nil; see tableStore.onDataCommit.
-func openTableStore(fullName, dir string, reg *workspace.Registry, log *slog.Logger, onDataCommit func(string)) (*tableStore, error) {
-	ts := &tableStore{fullName: fullName, dir: dir, reg: reg, log: log, onDataCommit: onDataCommit, loopDone: make(chan struct{})}
+func openTableStore(fullName, dir string, reg *workspace.Registry, log *slog.Logger, onDataCommit func(string), deltaVersion func(string) (int64, bool)) (*tableStore, error) {
+	ts := &tableStore{fullName: fullName, dir: dir, reg: reg, log: log, onDataCommit: onDataCommit, deltaVersion: deltaVersion, loopDone: make(chan struct{})}
 	ts.cond = sync.NewCond(&ts.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "_delta_log"), 0o755); err != nil {
 		return nil, fmt.Errorf("create table dir: %w", err)
@@ -183,12 +210,13 @@ func (ts *tableStore) replay() error {
 		if v != int64(i) {
 			return fmt.Errorf("delta log of %s: version %d missing", ts.fullName, i)
 		}
-		data, err := ts.replayCommit(filepath.Join(logDir, fmt.Sprintf("%020d.json", v)), live, &order)
+		dc, err := ts.replayCommit(filepath.Join(logDir, fmt.Sprintf("%020d.json", v)), live, &order)
 		if err != nil {
 			return fmt.Errorf("delta log of %s: version %d: %w", ts.fullName, v, err)
 		}
-		if data {
+		if dc != nil {
 			ts.dataCommits++
+			ts.dataLog = append(ts.dataLog, *dc)
 		}
 	}
 	ts.nextVersion = int64(len(versions))
@@ -219,13 +247,13 @@ func (ts *tableStore) replay() error {
 }
 
 // replayCommit applies one commit file to live (path -> rows) and order,
-// and reports whether it was a data commit (one that adds files).
-func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]string) (bool, error) {
+// and returns the data commit it was (one that adds files), or nil.
+func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]string) (*dataCommit, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	data := false
+	var data *dataCommit
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -235,7 +263,7 @@ func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]
 		}
 		var a deltaAction
 		if err := json.Unmarshal(line, &a); err != nil {
-			return false, fmt.Errorf("bad action: %w", err)
+			return nil, fmt.Errorf("bad action: %w", err)
 		}
 		switch {
 		case a.Add != nil:
@@ -244,10 +272,13 @@ func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]
 			}
 			if a.Add.Stats != "" {
 				if err := json.Unmarshal([]byte(a.Add.Stats), &st); err != nil {
-					return false, fmt.Errorf("bad stats of %s: %w", a.Add.Path, err)
+					return nil, fmt.Errorf("bad stats of %s: %w", a.Add.Path, err)
 				}
 			}
-			data = true
+			if data == nil {
+				data = &dataCommit{version: -1, at: time.UnixMilli(a.Add.ModificationTime)}
+			}
+			data.files = append(data.files, dataFile{path: a.Add.Path, size: a.Add.Size, rows: st.NumRecords})
 			if _, ok := live[a.Add.Path]; !ok {
 				*order = append(*order, a.Add.Path)
 			}
@@ -381,6 +412,7 @@ func (ts *tableStore) commit(batch []writeReq) error {
 	var (
 		actions []deltaAction
 		written []string
+		added   []dataFile
 		total   int64
 	)
 	cleanup := func() {
@@ -393,12 +425,15 @@ func (ts *tableStore) commit(batch []writeReq) error {
 			continue
 		}
 		name := fmt.Sprintf("part-%05d-%s-c000.zstd.parquet", i, workspace.RandomHex(16))
-		size, err := writeParquet(filepath.Join(ts.dir, name), g.schema, g.recs)
+		// Files carry Iceberg field ids, so that the Iceberg metadata
+		// generated over them later (iceberg.go) reads them as they are.
+		size, err := writeParquet(filepath.Join(ts.dir, name), withFieldIDs(g.schema, t.Columns), g.recs)
 		if err != nil {
 			cleanup()
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		written = append(written, name)
+		added = append(added, dataFile{path: name, size: size, rows: g.rows})
 		total += g.rows
 		actions = append(actions, deltaAction{Add: &deltaAdd{
 			Path:             name,
@@ -421,6 +456,8 @@ func (ts *tableStore) commit(batch []writeReq) error {
 		cleanup()
 		return err
 	}
+	ts.icebergMu.Lock()
+	defer ts.icebergMu.Unlock()
 	ts.mu.Lock()
 	ts.files = append(ts.files, written...)
 	ts.rows += total
@@ -430,6 +467,15 @@ func (ts *tableStore) commit(batch []writeReq) error {
 	if ts.onDataCommit != nil {
 		ts.onDataCommit(ts.fullName)
 	}
+	version := int64(-1)
+	if ts.deltaVersion != nil {
+		if v, ok := ts.deltaVersion(ts.fullName); ok {
+			version = v
+		}
+	}
+	ts.mu.Lock()
+	ts.dataLog = append(ts.dataLog, dataCommit{version: version, at: now, files: added})
+	ts.mu.Unlock()
 	return nil
 }
 
@@ -544,7 +590,11 @@ func writeParquet(path string, schema *arrow.Schema, recs []arrow.RecordBatch) (
 		if rec.NumRows() == 0 {
 			continue
 		}
-		if err := w.WriteBuffered(rec); err != nil {
+		// The writer's schema carries field ids the batch's may lack.
+		r := withSchema(rec, schema)
+		err := w.WriteBuffered(r)
+		r.Release()
+		if err != nil {
 			w.Close()
 			return 0, fmt.Errorf("parquet write: %w", err)
 		}

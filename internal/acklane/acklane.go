@@ -346,9 +346,11 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 	}
 	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
 	now := time.Now()
+	// Observe before settling: once a waiter wakes, its batch's latency
+	// is already recorded.
 	for i := range burst {
-		burst[i].Confirm.receipt().settle(nil)
 		l.obs.ObserveDeliveryLatency(now.Sub(burst[i].SubmittedAt))
+		burst[i].Confirm.receipt().settle(nil)
 	}
 	l.done(burst)
 }

@@ -41,11 +41,11 @@ func (n *strNode) decode(st *state) error {
 	case modeString:
 		switch c {
 		case '"':
-			s, err := st.readString()
+			out, err := st.appendString(n.data)
+			n.data = out
 			if err != nil {
 				return err
 			}
-			n.data = append(n.data, s...)
 			return n.commit()
 		case '{', '[':
 			if !st.nestedToString {

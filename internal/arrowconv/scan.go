@@ -1,8 +1,10 @@
 package arrowconv
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -116,66 +118,89 @@ func (s *scanner) literal(lit string) error {
 }
 
 // readString reads the string starting at pos (which holds '"') and returns
-// its unescaped bytes.
+// its unescaped bytes: a sub-slice of the input when the string has no
+// escapes, else scanner.buf, valid until the next string is read.
 func (s *scanner) readString() ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	hi := false
-	for i := start; i < len(d); i++ {
-		c := d[i]
-		switch {
-		case c == '"':
-			s.pos = i + 1
-			str := d[start:i]
-			if hi && !utf8.Valid(str) {
-				return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
-			}
-			return str, nil
-		case c == '\\':
-			return s.readStringSlow(start, i, hi)
-		case c < 0x20:
-			s.pos = i
-			return nil, s.errorf("control character %#x in string", c)
-		case c >= utf8.RuneSelf:
-			hi = true
+	i, hi := scanPlain(d, start)
+	if i < len(d) && d[i] == '"' {
+		s.pos = i + 1
+		str := d[start:i]
+		if hi && !utf8.Valid(str) {
+			return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 		}
+		return str, nil
 	}
-	s.pos = len(d)
-	return nil, s.errorf("unterminated string")
+	b, err := s.unescape(s.buf[:0], start, i, hi)
+	s.buf = b
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
-func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
+// appendString reads the string starting at pos (which holds '"') and appends
+// its unescaped bytes to dst: one bulk copy when it has no escapes, and no
+// detour through scanner.buf when it has. On error dst is returned as it was.
+func (s *scanner) appendString(dst []byte) ([]byte, error) {
 	d := s.data
-	b := append(s.buf[:0], d[start:i]...)
-	for i < len(d) {
-		c := d[i]
-		switch {
+	start := s.pos + 1
+	i, hi := scanPlain(d, start)
+	if i < len(d) && d[i] == '"' {
+		s.pos = i + 1
+		str := d[start:i]
+		if hi && !utf8.Valid(str) {
+			return dst, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
+		}
+		return append(dst, str...), nil
+	}
+	out, err := s.unescape(dst, start, i, hi)
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
+
+// unescape appends to dst the string whose contents start at start, of which
+// d[start:i] are plain bytes, and consumes it up to its closing quote. hi
+// reports a byte >= 0x80 among the plain bytes so far: the UTF-8 check then
+// runs once, over what was appended.
+func (s *scanner) unescape(dst []byte, start, i int, hi bool) ([]byte, error) {
+	d := s.data
+	base := len(dst)
+	dst = append(dst, d[start:i]...)
+	for {
+		if i >= len(d) {
+			s.pos = len(d)
+			return dst, s.errorf("unterminated string")
+		}
+		switch c := d[i]; {
 		case c == '"':
 			s.pos = i + 1
-			s.buf = b
-			if hi && !utf8.Valid(b) {
-				return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
+			if hi && !utf8.Valid(dst[base:]) {
+				return dst, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 			}
-			return b, nil
+			return dst, nil
 		case c == '\\':
 			if i+1 >= len(d) {
 				s.pos = i
-				return nil, s.errorf("unterminated string")
+				return dst, s.errorf("unterminated string")
 			}
 			e := d[i+1]
 			if u := simpleEscapes[e]; u != 0 {
-				b = append(b, u)
+				dst = append(dst, u)
 				i += 2
-				continue
+				break
 			}
 			if e != 'u' {
 				s.pos = i
-				return nil, s.errorf("invalid escape \\%c", e)
+				return dst, s.errorf("invalid escape \\%c", e)
 			}
 			r, ok := hex4(d, i+2)
 			if !ok {
 				s.pos = i
-				return nil, s.errorf("invalid \\u escape")
+				return dst, s.errorf("invalid \\u escape")
 			}
 			i += 6
 			if utf16.IsSurrogate(r) {
@@ -190,21 +215,52 @@ func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
 					r = utf8.RuneError
 				}
 			}
-			b = utf8.AppendRune(b, r)
-		case c < 0x20:
+			dst = utf8.AppendRune(dst, r)
+		default: // scanPlain stops only at a quote, a backslash or a control character
 			s.pos = i
-			return nil, s.errorf("control character %#x in string", c)
-		default:
-			if c >= utf8.RuneSelf {
-				hi = true
-			}
-			b = append(b, c)
-			i++
+			return dst, s.errorf("control character %#x in string", c)
+		}
+		j, h := scanPlain(d, i)
+		hi = hi || h
+		dst = append(dst, d[i:j]...)
+		i = j
+	}
+}
+
+// Word-at-a-time ("SWAR") constants: a byte of ones and of high bits.
+const (
+	swarLSB = 0x0101010101010101
+	swarMSB = 0x8080808080808080
+)
+
+// scanPlain returns the index of the first byte at or after i that ends a run
+// of plain string bytes (a quote, a backslash or a control character), or
+// len(d), and whether the run may hold a byte >= 0x80 (it may report one
+// that lies just past the run: that costs a UTF-8 check, never a wrong
+// answer). It tests eight bytes at a time: with x the word XORed with the
+// byte sought, (x - 0x01…) &^ x & 0x80… flags the zero bytes of x, and
+// (w - 0x20…) &^ w & 0x80… the bytes of w below 0x20. Borrows only run
+// upwards from a flagged byte, so the lowest flag is exact.
+func scanPlain(d []byte, i int) (int, bool) {
+	var hi uint64
+	for ; i+8 <= len(d); i += 8 {
+		w := binary.LittleEndian.Uint64(d[i:])
+		q := w ^ (swarLSB * '"')
+		b := w ^ (swarLSB * '\\')
+		m := ((q - swarLSB) &^ q) | ((b - swarLSB) &^ b) | ((w - swarLSB*0x20) &^ w)
+		hi |= w
+		if m &= swarMSB; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3, hi&swarMSB != 0
 		}
 	}
-	s.pos = len(d)
-	s.buf = b
-	return nil, s.errorf("unterminated string")
+	for ; i < len(d); i++ {
+		c := d[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+		hi |= uint64(c)
+	}
+	return i, hi&swarMSB != 0
 }
 
 // simpleEscapes maps the byte after a backslash to the byte it stands for;

@@ -1,0 +1,95 @@
+package arrowconv
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// scanPlainBytewise is scanPlain one byte at a time, the reference for the
+// word-at-a-time version.
+func scanPlainBytewise(d []byte, i int) (int, bool) {
+	hi := false
+	for ; i < len(d); i++ {
+		c := d[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+		hi = hi || c >= utf8.RuneSelf
+	}
+	return i, hi
+}
+
+// randomStringBody returns n bytes drawn mostly from the bytes that matter to
+// the string scanner, so that every one lands at every offset of a word.
+func randomStringBody(r *rand.Rand, n int) []byte {
+	const alphabet = "\"\\\x00\x1f\x20\x21\x7f\x80\xbf\xc3\xa9\xe2\x82\xacab/nu0"
+	b := make([]byte, n)
+	for i := range b {
+		if r.IntN(3) == 0 {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		} else {
+			b[i] = byte('a' + r.IntN(26))
+		}
+	}
+	return b
+}
+
+func TestScanPlainMatchesBytewise(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20_000 {
+		d := randomStringBody(r, r.IntN(40))
+		from := 0
+		if len(d) > 0 {
+			from = r.IntN(len(d))
+		}
+		got, gotHi := scanPlain(d, from)
+		want, wantHi := scanPlainBytewise(d, from)
+		require.Equal(t, want, got, "stop in %q from %d", d, from)
+		if wantHi {
+			require.True(t, gotHi, "missed a byte >= 0x80 in %q from %d", d, from)
+		}
+	}
+}
+
+// TestStringsMatchEncodingJSON reads random string literals with readString
+// and appendString and checks them against encoding/json: the same strings
+// accepted (ours also refuse invalid UTF-8, which encoding/json replaces), the
+// same values, and dst left as it was on error.
+func TestStringsMatchEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var s scanner
+	for range 20_000 {
+		lit := append(append([]byte{'"'}, randomStringBody(r, r.IntN(48))...), '"')
+		var want string
+		wantOK := json.Unmarshal(lit, &want) == nil && utf8.Valid(lit)
+
+		s.reset(lit)
+		got, err := s.readString()
+		if wantOK {
+			require.NoError(t, err, "%q", lit)
+			require.Equal(t, want, string(got), "%q", lit)
+		} else if err == nil {
+			// The literal may end early at an unescaped quote: then it must
+			// be a shorter valid literal followed by trailing bytes.
+			require.Less(t, s.pos, len(lit), "accepted %q", lit)
+		}
+		readPos, readErr := s.pos, err
+
+		s.reset(lit)
+		dst, err := s.appendString([]byte("prefix"))
+		require.Equal(t, readErr == nil, err == nil, "%q", lit)
+		require.Equal(t, readPos, s.pos, "%q", lit)
+		if err != nil {
+			require.Equal(t, readErr.Error(), err.Error())
+			require.Equal(t, "prefix", string(dst))
+			continue
+		}
+		if wantOK {
+			require.Equal(t, "prefix"+want, string(dst), "%q", lit)
+		}
+	}
+}

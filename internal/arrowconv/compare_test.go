@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,11 +187,12 @@ func readArrowJSON(tb testing.TB, schema *arrow.Schema, ndjson []byte, rows int)
 // converter's own schema from the rows as NDJSON.
 //
 // Each contender runs as its own sub-benchmark (MB/s, allocs/op), and the
-// "ratios" sub-benchmark runs all four interleaved in every iteration, so that
-// the shared machine's load falls on each alike, and reports how many times
-// faster Convert is (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2, x_vs_arrow ≥ 2),
-// Convert's MB/s and its cost per input byte (which must not rise with row
-// size).
+// "ratios" sub-benchmark runs all four back to back in every iteration, each
+// after a runtime.GC(), so
+// that the shared machine's load falls on each alike, and reports how many
+// times faster Convert is, as the median of the per-iteration ratios
+// (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2, x_vs_arrow ≥ 2), and Convert's
+// median MB/s and cost per input byte (which must not rise with row size).
 func BenchmarkVsAlternatives(b *testing.B) {
 	for _, cc := range compareCases() {
 		size := int64(totalLen(cc.rows))
@@ -206,22 +209,46 @@ func BenchmarkVsAlternatives(b *testing.B) {
 				})
 			}
 			b.Run("ratios", func(b *testing.B) {
-				spent := make([]time.Duration, len(cs))
+				spent := make([][]time.Duration, len(cs))
 				for b.Loop() {
 					for i, ct := range cs {
+						// Each contender starts from a collected heap: none
+						// pays for the collection of another's garbage.
+						b.StopTimer()
+						runtime.GC()
+						b.StartTimer()
 						start := time.Now()
 						ct.run(b)
-						spent[i] += time.Since(start)
+						spent[i] = append(spent[i], time.Since(start))
 					}
 				}
-				b.ReportMetric(float64(spent[1])/float64(spent[0]), "x_vs_json")
-				b.ReportMetric(float64(spent[2])/float64(spent[0]), "x_vs_sonic")
-				b.ReportMetric(float64(spent[3])/float64(spent[0]), "x_vs_arrow")
-				b.ReportMetric(float64(size)*float64(b.N)/spent[0].Seconds()/1e6, "convert_MB/s")
-				b.ReportMetric(float64(spent[0].Nanoseconds())/float64(b.N)/float64(size), "convert_ns/B")
+				b.ReportMetric(pairedRatio(spent[1], spent[0]), "x_vs_json")
+				b.ReportMetric(pairedRatio(spent[2], spent[0]), "x_vs_sonic")
+				b.ReportMetric(pairedRatio(spent[3], spent[0]), "x_vs_arrow")
+				conv := median(spent[0])
+				b.ReportMetric(float64(size)/conv.Seconds()/1e6, "convert_MB/s")
+				b.ReportMetric(float64(conv.Nanoseconds())/float64(size), "convert_ns/B")
 			})
 		})
 	}
+}
+
+// pairedRatio is the median over iterations of other[i]/conv[i]: each pair
+// ran back to back, under the same load, so a burst of load from other
+// processes on the shared machine skews one pair, not the result.
+func pairedRatio(other, conv []time.Duration) float64 {
+	r := make([]float64, len(conv))
+	for i := range conv {
+		r[i] = float64(other[i]) / float64(conv[i])
+	}
+	slices.Sort(r)
+	return r[len(r)/2]
+}
+
+func median(d []time.Duration) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // TestCompareCasesAgree checks that the comparison does the same work for

@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
@@ -72,8 +71,8 @@ func (n *boolNode) truncate(k int) { n.values.truncateBits(k); n.truncateBits(k)
 func (n *boolNode) reset(c int)    { n.values.resetBits(c); n.resetBits(c) }
 func (n *boolNode) build() (arrow.ArrayData, error) {
 	size := n.n
-	vals := memory.NewBufferBytes(n.values.bits)
+	vals := pooledBuffer(n.values.bits)
 	n.values.bits, n.values.n = nil, 0
 	bits, nulls := n.takeBits()
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls), nil
 }

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -53,17 +52,17 @@ func (n *offsetsNode) truncateOffsets(k int) int {
 }
 
 func (n *offsetsNode) resetOffsets(c int) {
-	n.offsets = append(make([]int32, 0, c+1), 0)
+	n.offsets = append(getSlice[int32](c+1), 0)
 	n.resetBits(c)
 }
 
 // buildOffsets hands the values over as Arrow data with the given child.
 func (n *offsetsNode) buildOffsets(child arrow.ArrayData) arrow.ArrayData {
 	size := n.n
-	offs := memory.NewBufferBytes(arrow.GetBytes(n.offsets))
+	offs := pooledSlice(n.offsets)
 	bits, nulls := n.takeBits()
 	n.offsets = nil
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{child}, nulls, 0)
+	return newData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{child}, nulls)
 }
 
 // listNode holds an ARRAY column.
@@ -290,7 +289,7 @@ func (n *mapNode) build() (arrow.ArrayData, error) {
 	}
 	defer vd.Release()
 	mt := n.dt.(*arrow.MapType)
-	sd := array.NewData(mt.Elem(), entries, []*memory.Buffer{nil}, []arrow.ArrayData{kd, vd}, 0, 0)
+	sd := newData(mt.Elem(), entries, []*memory.Buffer{nil}, []arrow.ArrayData{kd, vd}, 0)
 	defer sd.Release()
 	return n.buildOffsets(sd), nil
 }
@@ -570,5 +569,5 @@ func (n *structNode) build() (arrow.ArrayData, error) {
 	}
 	size := n.n
 	bits, nulls := n.takeBits()
-	return array.NewData(n.dt, size, []*memory.Buffer{bits}, children, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits}, children, nulls), nil
 }

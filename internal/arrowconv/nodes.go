@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
@@ -267,7 +266,7 @@ func (v *validity) truncateBits(n int) {
 }
 
 func (v *validity) resetBits(capHint int) {
-	v.bits = make([]byte, 0, (capHint+7)/8)
+	v.bits = buffers.get((capHint + 7) / 8)
 	v.n = 0
 	v.sawNull = false
 }
@@ -280,8 +279,11 @@ func (v *validity) takeBits() (*memory.Buffer, int) {
 	if v.sawNull {
 		nulls = v.n - bitutil.CountSetBits(v.bits, 0, v.n)
 		if nulls > 0 {
-			buf = memory.NewBufferBytes(v.bits)
+			buf = pooledBuffer(v.bits)
 		}
+	}
+	if buf == nil {
+		buffers.Free(v.bits)
 	}
 	v.bits, v.n, v.sawNull = nil, 0, false
 	return buf, nulls
@@ -298,11 +300,11 @@ func (n *fixedNode[T]) push(v T)       { n.vals = append(n.vals, v); n.validity.
 func (n *fixedNode[T]) appendNull()    { n.vals = append(n.vals, 0); n.validity.add(false) }
 func (n *fixedNode[T]) appendEmpty()   { n.vals = append(n.vals, 0); n.validity.add(true) }
 func (n *fixedNode[T]) truncate(k int) { n.vals = n.vals[:k]; n.truncateBits(k) }
-func (n *fixedNode[T]) reset(c int)    { n.vals = make([]T, 0, c); n.resetBits(c) }
+func (n *fixedNode[T]) reset(c int)    { n.vals = getSlice[T](c); n.resetBits(c) }
 func (n *fixedNode[T]) build() (arrow.ArrayData, error) {
 	size := n.n
 	bits, nulls := n.takeBits()
-	vals := memory.NewBufferBytes(arrow.GetBytes(n.vals))
+	vals := pooledSlice(n.vals)
 	n.vals = nil
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls), nil
 }

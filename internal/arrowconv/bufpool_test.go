@@ -1,0 +1,90 @@
+package arrowconv
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHeldRecordSurvivesLaterBatches holds one record while later batches
+// recycle the pool: its storage must not be handed out again before it is
+// released.
+func TestHeldRecordSurvivesLaterBatches(t *testing.T) {
+	c := mustConverter(t, benchDefs, Options{})
+	rows := benchRows(512)
+	held, err := c.ConvertJSON(rows[:256])
+	require.NoError(t, err)
+	defer held.Record.Release()
+	slice := held.Record.NewSlice(10, 20)
+	defer slice.Release()
+	for range 5 {
+		res, err := c.ConvertJSON(rows[256:])
+		require.NoError(t, err)
+		res.Record.Release()
+	}
+	again, err := c.ConvertJSON(rows[:256])
+	require.NoError(t, err)
+	defer again.Record.Release()
+	require.True(t, array.RecordEqual(again.Record, held.Record), "a held record was overwritten")
+	want := again.Record.NewSlice(10, 20)
+	defer want.Release()
+	require.True(t, array.RecordEqual(want, slice), "a held slice was overwritten")
+	validateRecord(t, held.Record)
+}
+
+// TestReleasedStorageIsReused checks that batches whose records are released
+// recycle their column storage: the bytes allocated per batch are a small
+// fraction of the record's size (without the pool they exceed it).
+func TestReleasedStorageIsReused(t *testing.T) {
+	c := mustConverter(t, benchDefs, Options{})
+	rows := benchRows(4096)
+	res, err := c.ConvertJSON(rows)
+	require.NoError(t, err)
+	size := 0
+	for _, col := range res.Record.Columns() {
+		for _, b := range col.Data().Buffers() {
+			if b != nil {
+				size += b.Len()
+			}
+		}
+	}
+	res.Record.Release()
+
+	const batches = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range batches {
+		res, err := c.ConvertJSON(rows)
+		require.NoError(t, err)
+		res.Record.Release()
+	}
+	runtime.ReadMemStats(&after)
+	perBatch := int(after.TotalAlloc-before.TotalAlloc) / batches
+	require.Less(t, perBatch, size/4, "allocated %d bytes per batch for a %d-byte record", perBatch, size)
+}
+
+func TestBufPoolClasses(t *testing.T) {
+	var p bufPool
+	require.Nil(t, p.get(0))
+	for _, n := range []int{1, 100, 4095, 4096, 4097, 1 << 20, 3<<20 + 1} {
+		b := p.get(n)
+		require.Zero(t, len(b))
+		require.GreaterOrEqual(t, cap(b), n)
+		p.Free(b)
+	}
+	b := p.Allocate(5000)
+	require.Len(t, b, 5000)
+	b[4999] = 7
+	b = p.Reallocate(9000, b)
+	require.Len(t, b, 9000)
+	require.Equal(t, byte(7), b[4999])
+	p.Free(b)
+
+	// A typed slice keeps its whole capacity through bytesOf.
+	s := append(getSlice[int64](1000), 1, 2, 3)
+	bs := bytesOf(s)
+	require.Len(t, bs, 24)
+	require.Equal(t, cap(s)*8, cap(bs))
+}

@@ -1,11 +1,13 @@
 package arrowconv
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,4 +93,54 @@ func TestBufPoolClasses(t *testing.T) {
 	bs := bytesOf(s)
 	require.Len(t, bs, 24)
 	require.Equal(t, cap(s)*8, cap(bs))
+}
+
+// TestValidityMatchesReference drives the lazy bitmap through random adds
+// and truncates and checks its bits, null count and values buffer against a
+// plain []bool.
+func TestValidityMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for round := range 2000 {
+		var v validity
+		var want []bool
+		v.resetBits(0)
+		for range r.IntN(80) {
+			switch op := r.IntN(10); {
+			case op == 0 && len(want) > 0:
+				k := r.IntN(len(want) + 1)
+				v.truncateBits(k)
+				want = want[:k]
+			default:
+				ok := r.IntN(8) != 0 || round%3 == 0
+				v.add(ok)
+				want = append(want, ok)
+			}
+		}
+		require.Equal(t, len(want), v.length())
+		nulls := 0
+		for _, ok := range want {
+			if !ok {
+				nulls++
+			}
+		}
+		if round%2 == 0 {
+			buf, gotNulls := v.takeBits()
+			require.Equal(t, nulls, gotNulls)
+			if nulls == 0 {
+				require.Nil(t, buf)
+				continue
+			}
+			for i, ok := range want {
+				require.Equal(t, ok, bitutil.BitIsSet(buf.Bytes(), i), "bit %d of %v", i, want)
+			}
+			buf.Release()
+		} else {
+			buf := v.takeValues()
+			for i, ok := range want {
+				require.Equal(t, ok, bitutil.BitIsSet(buf.Bytes(), i), "bit %d of %v", i, want)
+			}
+			buf.Release()
+		}
+		require.Zero(t, v.length())
+	}
 }

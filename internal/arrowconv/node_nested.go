@@ -305,6 +305,9 @@ type structNode struct {
 	fold     map[string]int // lower-case name → field, for unique lower-case names
 	seen     []uint32
 	gen      uint32
+	// plain[i] reports that names[i] is spelled the same raw in JSON: valid
+	// UTF-8 without quotes, backslashes or control characters.
+	plain []bool
 	// follow[i+1] predicts the field after field i (follow[0]: the first),
 	// learned from the previous object: JSON producers repeat key order.
 	follow []int
@@ -321,6 +324,7 @@ func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root boo
 		fold:     make(map[string]int, len(fs)),
 		seen:     make([]uint32, len(fs)),
 		follow:   make([]int, len(fs)+1),
+		plain:    make([]bool, len(fs)),
 	}
 	folded := map[string]int{}
 	for i, f := range fs {
@@ -334,6 +338,9 @@ func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root boo
 		n.index[f.Name] = i
 		folded[strings.ToLower(f.Name)]++
 		n.follow[i] = i // first guess: keys in column order
+		n.plain[i] = utf8.ValidString(f.Name) && !strings.ContainsFunc(f.Name, func(r rune) bool {
+			return r == '"' || r == '\\' || r < 0x20
+		})
 	}
 	n.follow[len(fs)] = -1
 	for i, f := range fs {
@@ -402,19 +409,30 @@ func (n *structNode) decodeObject(st *state) error {
 		if st.peek() != '"' {
 			return st.errorf("expected object key")
 		}
-		k, err := st.readString()
-		if err != nil {
-			return err
-		}
-		i, folded := n.lookup(st, k, prev)
-		if i < 0 {
-			return n.unknown(string(k))
-		}
-		if folded {
-			st.rowFolded++
+		// The key the last object had here, when spelled plainly, is
+		// recognised in place: no string scan, UTF-8 check or lookup.
+		i := n.follow[prev+1]
+		var k []byte // the key, when it was read as a string
+		if i < 0 || !n.plain[i] || !st.plainKey(n.names[i]) {
+			var err error
+			if k, err = st.readString(); err != nil {
+				return err
+			}
+			var folded bool
+			i, folded = n.lookup(st, k, prev)
+			if i < 0 {
+				return n.unknown(string(k))
+			}
+			if folded {
+				st.rowFolded++
+			}
 		}
 		if n.seen[i] == n.gen {
-			return at(string(k), kerr(ErrDuplicateField, "duplicate field (maps to %q)", n.names[i]))
+			key := n.names[i] // recognised in place, so spelled so
+			if k != nil {
+				key = string(k)
+			}
+			return at(key, kerr(ErrDuplicateField, "duplicate field (maps to %q)", n.names[i]))
 		}
 		n.seen[i] = n.gen
 		if err := st.expect(':'); err != nil {

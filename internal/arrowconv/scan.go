@@ -140,6 +140,19 @@ func (s *scanner) readString() ([]byte, error) {
 	return b, nil
 }
 
+// plainKey consumes the string at pos (which holds '"') when its raw text is
+// exactly name, which must be plain (no quote, backslash or control
+// character, valid UTF-8): then the text needs no unescaping or checking.
+func (s *scanner) plainKey(name string) bool {
+	start := s.pos + 1
+	end := start + len(name)
+	if end >= len(s.data) || s.data[end] != '"' || string(s.data[start:end]) != name {
+		return false
+	}
+	s.pos = end + 1
+	return true
+}
+
 // appendString reads the string starting at pos (which holds '"') and appends
 // its unescaped bytes to dst: one bulk copy when it has no escapes, and no
 // detour through scanner.buf when it has. On error dst is returned as it was.

@@ -93,3 +93,39 @@ func TestStringsMatchEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysRecognisedInPlace converts rows whose keys repeat the previous
+// row's order, so that they are recognised in place, alongside spellings
+// that must still go through the string reader: escaped, case-folded,
+// duplicated and prefixed keys.
+func TestKeysRecognisedInPlace(t *testing.T) {
+	c := mustConverter(t, "id BIGINT NOT NULL, name STRING, `q\"x` STRING", Options{})
+	res, err := c.ConvertJSON([][]byte{
+		[]byte(`{"id": 1, "name": "a"}`),
+		[]byte(`{"id": 2, "name": "b"}`),
+		[]byte(`{"\u0069d": 3, "nam\u0065": "c"}`),
+		[]byte(`{"id": 4, "NAME": "d"}`),
+		[]byte(`{"id": 5, "id": 6}`),
+		[]byte(`{"id": 7, "id": 8}`),
+		[]byte(`{"idx": 9}`),
+		[]byte(`{"id": 10, "q\"x": "e"}`),
+		[]byte(`{"id": 11, "q\"x": "f"}`),
+	})
+	require.NoError(t, err)
+	defer res.Record.Release()
+	require.Equal(t, []int{0, 1, 2, 3, 7, 8}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 3)
+	for k, idx := range []int{4, 5} {
+		e := res.RowErrors[k]
+		require.Equal(t, idx, e.Index)
+		require.Equal(t, "id", e.Column)
+		require.ErrorIs(t, e, ErrDuplicateField)
+	}
+	require.Equal(t, "idx", res.RowErrors[2].Column)
+	require.ErrorIs(t, res.RowErrors[2], ErrUnknownField)
+	require.Equal(t, 1, res.Reconciled[ReconcileFieldNameCase])
+	names := res.Record.Column(1)
+	require.Equal(t, "c", names.ValueStr(2))
+	require.Equal(t, "d", names.ValueStr(3))
+	require.Equal(t, "f", res.Record.Column(2).ValueStr(5))
+}

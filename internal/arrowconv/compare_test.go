@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -187,10 +186,10 @@ func readArrowJSON(tb testing.TB, schema *arrow.Schema, ndjson []byte, rows int)
 // converter's own schema from the rows as NDJSON.
 //
 // Each contender runs as its own sub-benchmark (MB/s, allocs/op), and the
-// "ratios" sub-benchmark runs all four back to back in every iteration, each
-// after a runtime.GC(), so
-// that the shared machine's load falls on each alike, and reports how many
-// times faster Convert is, as the median of the per-iteration ratios
+// "ratios" sub-benchmark runs all four in turn in every iteration, each
+// warmed up and then timed over a few runs, so that the shared machine's
+// load falls on each alike, and reports how many times faster Convert is,
+// as the median of the per-iteration ratios
 // (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2, x_vs_arrow ≥ 2), and Convert's
 // median MB/s and cost per input byte (which must not rise with row size).
 func BenchmarkVsAlternatives(b *testing.B) {
@@ -212,26 +211,31 @@ func BenchmarkVsAlternatives(b *testing.B) {
 				spent := make([][]time.Duration, len(cs))
 				for b.Loop() {
 					for i, ct := range cs {
-						// Each contender starts from a collected heap: none
-						// pays for the collection of another's garbage.
-						b.StopTimer()
-						runtime.GC()
-						b.StartTimer()
-						start := time.Now()
+						// A block of runs per contender: the first warms it
+						// up (its pools, its caches) after the others ran,
+						// the rest are timed.
 						ct.run(b)
+						start := time.Now()
+						for range ratioBlock {
+							ct.run(b)
+						}
 						spent[i] = append(spent[i], time.Since(start))
 					}
 				}
 				b.ReportMetric(pairedRatio(spent[1], spent[0]), "x_vs_json")
 				b.ReportMetric(pairedRatio(spent[2], spent[0]), "x_vs_sonic")
 				b.ReportMetric(pairedRatio(spent[3], spent[0]), "x_vs_arrow")
-				conv := median(spent[0])
+				conv := median(spent[0]) / ratioBlock
 				b.ReportMetric(float64(size)/conv.Seconds()/1e6, "convert_MB/s")
 				b.ReportMetric(float64(conv.Nanoseconds())/float64(size), "convert_ns/B")
 			})
 		})
 	}
 }
+
+// ratioBlock is how many timed runs of each contender one iteration of the
+// ratios benchmark makes in a row.
+const ratioBlock = 3
 
 // pairedRatio is the median over iterations of other[i]/conv[i]: each pair
 // ran back to back, under the same load, so a burst of load from other

@@ -256,15 +256,26 @@ const (
 // upwards from a flagged byte, so the lowest flag is exact.
 func scanPlain(d []byte, i int) (int, bool) {
 	var hi uint64
-	for ; i+8 <= len(d); i += 8 {
+	// Two words per step: long strings are the bulk of large rows.
+	for ; i+16 <= len(d); i += 16 {
+		w1 := binary.LittleEndian.Uint64(d[i:])
+		w2 := binary.LittleEndian.Uint64(d[i+8:])
+		hi |= w1 | w2
+		m1, m2 := stopBytes(w1), stopBytes(w2)
+		if m1|m2 != 0 {
+			if m1 != 0 {
+				return i + bits.TrailingZeros64(m1)>>3, hi&swarMSB != 0
+			}
+			return i + 8 + bits.TrailingZeros64(m2)>>3, hi&swarMSB != 0
+		}
+	}
+	if i+8 <= len(d) {
 		w := binary.LittleEndian.Uint64(d[i:])
-		q := w ^ (swarLSB * '"')
-		b := w ^ (swarLSB * '\\')
-		m := ((q - swarLSB) &^ q) | ((b - swarLSB) &^ b) | ((w - swarLSB*0x20) &^ w)
 		hi |= w
-		if m &= swarMSB; m != 0 {
+		if m := stopBytes(w); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3, hi&swarMSB != 0
 		}
+		i += 8
 	}
 	for ; i < len(d); i++ {
 		c := d[i]
@@ -274,6 +285,14 @@ func scanPlain(d []byte, i int) (int, bool) {
 		hi |= uint64(c)
 	}
 	return i, hi&swarMSB != 0
+}
+
+// stopBytes flags (in its high bit) each byte of w that is a quote, a
+// backslash or a control character; only the lowest flag is exact.
+func stopBytes(w uint64) uint64 {
+	q := w ^ (swarLSB * '"')
+	b := w ^ (swarLSB * '\\')
+	return (((q - swarLSB) &^ q) | ((b - swarLSB) &^ b) | ((w - swarLSB*0x20) &^ w)) & swarMSB
 }
 
 // simpleEscapes maps the byte after a backslash to the byte it stands for;

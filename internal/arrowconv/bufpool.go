@@ -3,6 +3,7 @@ package arrowconv
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -34,6 +35,7 @@ const (
 type bufPool struct {
 	classes [poolClasses]sync.Pool // of *[]byte, class k holding cap >= 4 KiB << k
 	boxes   sync.Pool              // spare *[]byte, so that Free does not allocate
+	freed   atomic.Int64           // bytes of storage given back, for tests
 }
 
 var _ memory.Allocator = (*bufPool)(nil)
@@ -84,6 +86,13 @@ func (p *bufPool) Free(b []byte) {
 	k := bits.Len(uint(c)) - 1 - minPoolShift // floor(log2 c), from 4 KiB
 	if k >= poolClasses {
 		return
+	}
+	p.freed.Add(int64(c))
+	if poisonFreed {
+		full := b[:c]
+		for i := range full {
+			full[i] = 0xa5
+		}
 	}
 	bp, _ := p.boxes.Get().(*[]byte)
 	if bp == nil {

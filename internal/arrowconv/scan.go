@@ -1,6 +1,7 @@
 package arrowconv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -250,26 +251,27 @@ const (
 // of plain string bytes (a quote, a backslash or a control character), or
 // len(d), and whether the run may hold a byte >= 0x80 (it may report one
 // that lies just past the run: that costs a UTF-8 check, never a wrong
-// answer). It tests eight bytes at a time: with x the word XORed with the
-// byte sought, (x - 0x01…) &^ x & 0x80… flags the zero bytes of x, and
-// (w - 0x20…) &^ w & 0x80… the bytes of w below 0x20. Borrows only run
-// upwards from a flagged byte, so the lowest flag is exact.
+// answer).
+//
+// The first 16 bytes are tested a word at a time (stopBytes), which settles
+// keys and short values. A longer string is searched for its quote and for a
+// backslash with bytes.IndexByte, which the runtime vectorises, and only the
+// bytes before the first of the two are then checked, 32 at a time, for
+// control characters (printableASCII), so that long text costs little more
+// than the copy that follows.
 func scanPlain(d []byte, i int) (int, bool) {
 	var hi uint64
-	// Two words per step: long strings are the bulk of large rows.
-	for ; i+16 <= len(d); i += 16 {
-		w1 := binary.LittleEndian.Uint64(d[i:])
-		w2 := binary.LittleEndian.Uint64(d[i+8:])
-		hi |= w1 | w2
-		m1, m2 := stopBytes(w1), stopBytes(w2)
-		if m1|m2 != 0 {
-			if m1 != 0 {
-				return i + bits.TrailingZeros64(m1)>>3, hi&swarMSB != 0
+	for range 2 {
+		if i+8 > len(d) {
+			for ; i < len(d); i++ {
+				c := d[i]
+				if c == '"' || c == '\\' || c < 0x20 {
+					break
+				}
+				hi |= uint64(c)
 			}
-			return i + 8 + bits.TrailingZeros64(m2)>>3, hi&swarMSB != 0
+			return i, hi&swarMSB != 0
 		}
-	}
-	if i+8 <= len(d) {
 		w := binary.LittleEndian.Uint64(d[i:])
 		hi |= w
 		if m := stopBytes(w); m != 0 {
@@ -277,14 +279,58 @@ func scanPlain(d []byte, i int) (int, bool) {
 		}
 		i += 8
 	}
+	end := len(d)
+	if q := bytes.IndexByte(d[i:], '"'); q >= 0 {
+		end = i + q
+	}
+	if b := bytes.IndexByte(d[i:end], '\\'); b >= 0 {
+		end = i + b
+	}
+	j, h := firstControl(d[:end], i)
+	return j, h || hi&swarMSB != 0
+}
+
+// firstControl returns the index of the first control character at or after
+// i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
+// report one in the same word past it).
+func firstControl(d []byte, i int) (int, bool) {
+	hi := false
+	for ; i+32 <= len(d); i += 32 {
+		w1 := binary.LittleEndian.Uint64(d[i:])
+		w2 := binary.LittleEndian.Uint64(d[i+8:])
+		w3 := binary.LittleEndian.Uint64(d[i+16:])
+		w4 := binary.LittleEndian.Uint64(d[i+24:])
+		const k = swarLSB * 0x20
+		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB == 0 {
+			continue // all printable ASCII: see printableASCII
+		}
+		for k, w := range [4]uint64{w1, w2, w3, w4} {
+			if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
+				return i + 8*k + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
+			}
+			hi = hi || w&swarMSB != 0
+		}
+	}
+	for ; i+8 <= len(d); i += 8 {
+		w := binary.LittleEndian.Uint64(d[i:])
+		if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
+		}
+		hi = hi || w&swarMSB != 0
+	}
 	for ; i < len(d); i++ {
-		c := d[i]
-		if c == '"' || c == '\\' || c < 0x20 {
+		if d[i] < 0x20 {
 			break
 		}
-		hi |= uint64(c)
+		hi = hi || d[i] >= utf8.RuneSelf
 	}
-	return i, hi&swarMSB != 0
+	return i, hi
+}
+
+// printableASCII reports whether every byte of w lies in 0x20..0x7f: no byte
+// borrows in w - 0x20…, so neither it nor w has a high bit set.
+func printableASCII(w uint64) bool {
+	return ((w-swarLSB*0x20)|w)&swarMSB == 0
 }
 
 // stopBytes flags (in its high bit) each byte of w that is a quote, a

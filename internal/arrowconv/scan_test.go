@@ -28,8 +28,9 @@ func scanPlainBytewise(d []byte, i int) (int, bool) {
 func randomStringBody(r *rand.Rand, n int) []byte {
 	const alphabet = "\"\\\x00\x1f\x20\x21\x7f\x80\xbf\xc3\xa9\xe2\x82\xacab/nu0"
 	b := make([]byte, n)
+	rare := r.IntN(2) == 0 // long plain runs, now and then
 	for i := range b {
-		if r.IntN(3) == 0 {
+		if rare && r.IntN(60) == 0 || !rare && r.IntN(3) == 0 {
 			b[i] = alphabet[r.IntN(len(alphabet))]
 		} else {
 			b[i] = byte('a' + r.IntN(26))
@@ -41,7 +42,7 @@ func randomStringBody(r *rand.Rand, n int) []byte {
 func TestScanPlainMatchesBytewise(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 20_000 {
-		d := randomStringBody(r, r.IntN(40))
+		d := randomStringBody(r, r.IntN(40)+r.IntN(2)*r.IntN(200))
 		from := 0
 		if len(d) > 0 {
 			from = r.IntN(len(d))
@@ -63,7 +64,7 @@ func TestStringsMatchEncodingJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var s scanner
 	for range 20_000 {
-		lit := append(append([]byte{'"'}, randomStringBody(r, r.IntN(48))...), '"')
+		lit := append(append([]byte{'"'}, randomStringBody(r, r.IntN(48)+r.IntN(2)*r.IntN(200))...), '"')
 		var want string
 		wantOK := json.Unmarshal(lit, &want) == nil && utf8.Valid(lit)
 
@@ -128,4 +129,26 @@ func TestKeysRecognisedInPlace(t *testing.T) {
 	require.Equal(t, "c", names.ValueStr(2))
 	require.Equal(t, "d", names.ValueStr(3))
 	require.Equal(t, "f", res.Record.Column(2).ValueStr(5))
+}
+
+// BenchmarkScanPlainLong and BenchmarkScanPlainShort time the string scan on
+// a 9 KB text value and on a short value.
+func BenchmarkScanPlainLong(b *testing.B) {
+	body := []byte(lorem(5, 9200, false) + `"`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if i, _ := scanPlain(body, 0); i != len(body)-1 {
+			b.Fatal(i)
+		}
+	}
+}
+
+func BenchmarkScanPlainShort(b *testing.B) {
+	body := []byte(`user-001234","event"`)
+	b.SetBytes(12)
+	for b.Loop() {
+		if i, _ := scanPlain(body, 0); i != 11 {
+			b.Fatal(i)
+		}
+	}
 }

@@ -20,14 +20,16 @@ const maxDepth = 1000
 // as sub-slices of the input; strings with escapes are unescaped into buf and
 // are valid only until the next string is read.
 type scanner struct {
-	data []byte
-	pos  int
-	buf  []byte
+	data  []byte
+	pos   int
+	buf   []byte
+	quote quoteCache
 }
 
 func (s *scanner) reset(data []byte) {
 	s.data = data
 	s.pos = 0
+	s.quote = quoteCache{}
 }
 
 // syntaxError reports malformed JSON at a byte offset of the message.
@@ -124,7 +126,7 @@ func (s *scanner) literal(lit string) error {
 func (s *scanner) readString() ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	i, hi := scanPlain(d, start)
+	i, hi := scanPlainQ(d, start, &s.quote)
 	if i < len(d) && d[i] == '"' {
 		s.pos = i + 1
 		str := d[start:i]
@@ -160,7 +162,7 @@ func (s *scanner) plainKey(name string) bool {
 func (s *scanner) appendString(dst []byte) ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	i, hi := scanPlain(d, start)
+	i, hi := scanPlainQ(d, start, &s.quote)
 	if i < len(d) && d[i] == '"' {
 		s.pos = i + 1
 		str := d[start:i]
@@ -234,7 +236,7 @@ func (s *scanner) unescape(dst []byte, start, i int, hi bool) ([]byte, error) {
 			s.pos = i
 			return dst, s.errorf("control character %#x in string", c)
 		}
-		j, h := scanPlain(d, i)
+		j, h := scanPlainQ(d, i, &s.quote)
 		hi = hi || h
 		dst = append(dst, d[i:j]...)
 		i = j
@@ -260,6 +262,18 @@ const (
 // control characters (printableASCII), so that long text costs little more
 // than the copy that follows.
 func scanPlain(d []byte, i int) (int, bool) {
+	return scanPlainQ(d, i, &quoteCache{})
+}
+
+// quoteCache remembers where the last search for a quote, from index from,
+// found one (at; len(d) when there was none): that is the next quote for
+// every i in from..at. A string with many escapes is scanned run by run, and
+// each run would otherwise search again up to the same closing quote. The
+// zero value is valid for no i > 0, and no string's contents start at 0.
+type quoteCache struct{ from, at int }
+
+// scanPlainQ is scanPlain with a quote cache for d.
+func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 	var hi uint64
 	for range 2 {
 		if i+8 > len(d) {
@@ -279,10 +293,13 @@ func scanPlain(d []byte, i int) (int, bool) {
 		}
 		i += 8
 	}
-	end := len(d)
-	if q := bytes.IndexByte(d[i:], '"'); q >= 0 {
-		end = i + q
+	if i < qc.from || i > qc.at {
+		qc.from, qc.at = i, len(d)
+		if q := bytes.IndexByte(d[i:], '"'); q >= 0 {
+			qc.at = i + q
+		}
 	}
+	end := qc.at
 	if b := bytes.IndexByte(d[i:end], '\\'); b >= 0 {
 		end = i + b
 	}

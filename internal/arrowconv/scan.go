@@ -126,16 +126,15 @@ func (s *scanner) literal(lit string) error {
 func (s *scanner) readString() ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	i, hi := scanPlainQ(d, start, &s.quote)
+	i, valid := scanPlainQ(d, start, &s.quote)
 	if i < len(d) && d[i] == '"' {
 		s.pos = i + 1
-		str := d[start:i]
-		if hi && !utf8.Valid(str) {
+		if !valid {
 			return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 		}
-		return str, nil
+		return d[start:i], nil
 	}
-	b, err := s.unescape(s.buf[:0], start, i, hi)
+	b, err := s.unescape(s.buf[:0], start, i, valid)
 	s.buf = b
 	if err != nil {
 		return nil, err
@@ -162,16 +161,15 @@ func (s *scanner) plainKey(name string) bool {
 func (s *scanner) appendString(dst []byte) ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	i, hi := scanPlainQ(d, start, &s.quote)
+	i, valid := scanPlainQ(d, start, &s.quote)
 	if i < len(d) && d[i] == '"' {
 		s.pos = i + 1
-		str := d[start:i]
-		if hi && !utf8.Valid(str) {
+		if !valid {
 			return dst, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 		}
-		return append(dst, str...), nil
+		return append(dst, d[start:i]...), nil
 	}
-	out, err := s.unescape(dst, start, i, hi)
+	out, err := s.unescape(dst, start, i, valid)
 	if err != nil {
 		return dst, err
 	}
@@ -179,12 +177,13 @@ func (s *scanner) appendString(dst []byte) ([]byte, error) {
 }
 
 // unescape appends to dst the string whose contents start at start, of which
-// d[start:i] are plain bytes, and consumes it up to its closing quote. hi
-// reports a byte >= 0x80 among the plain bytes so far: the UTF-8 check then
-// runs once, over what was appended.
-func (s *scanner) unescape(dst []byte, start, i int, hi bool) ([]byte, error) {
+// d[start:i] are plain bytes, and consumes it up to its closing quote. valid
+// reports whether those plain bytes are valid UTF-8. Each run of plain bytes
+// is checked on its own: since an escape always yields ASCII or a whole
+// encoded rune, the unescaped string is valid UTF-8 exactly when every run
+// is.
+func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error) {
 	d := s.data
-	base := len(dst)
 	dst = append(dst, d[start:i]...)
 	for {
 		if i >= len(d) {
@@ -194,7 +193,7 @@ func (s *scanner) unescape(dst []byte, start, i int, hi bool) ([]byte, error) {
 		switch c := d[i]; {
 		case c == '"':
 			s.pos = i + 1
-			if hi && !utf8.Valid(dst[base:]) {
+			if !valid {
 				return dst, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 			}
 			return dst, nil
@@ -236,8 +235,8 @@ func (s *scanner) unescape(dst []byte, start, i int, hi bool) ([]byte, error) {
 			s.pos = i
 			return dst, s.errorf("control character %#x in string", c)
 		}
-		j, h := scanPlainQ(d, i, &s.quote)
-		hi = hi || h
+		j, ok := scanPlainQ(d, i, &s.quote)
+		valid = valid && ok
 		dst = append(dst, d[i:j]...)
 		i = j
 	}
@@ -249,18 +248,17 @@ const (
 	swarMSB = 0x8080808080808080
 )
 
-// scanPlain returns the index of the first byte at or after i that ends a run
-// of plain string bytes (a quote, a backslash or a control character), or
-// len(d), and whether the run may hold a byte >= 0x80 (it may report one
-// that lies just past the run: that costs a UTF-8 check, never a wrong
-// answer).
+// scanPlain returns the index j of the first byte at or after i that ends a
+// run of plain string bytes (a quote, a backslash or a control character), or
+// len(d), and whether d[i:j] is valid UTF-8: the run is scanned once for
+// both.
 //
 // The first 16 bytes are tested a word at a time (stopBytes), which settles
 // keys and short values. A longer string is searched for its quote and for a
 // backslash with bytes.IndexByte, which the runtime vectorises, and only the
 // bytes before the first of the two are then checked, 32 at a time, for
-// control characters (printableASCII), so that long text costs little more
-// than the copy that follows.
+// control characters and non-ASCII bytes (firstControl), so that long text
+// costs little more than the copy that follows.
 func scanPlain(d []byte, i int) (int, bool) {
 	return scanPlainQ(d, i, &quoteCache{})
 }
@@ -274,6 +272,7 @@ type quoteCache struct{ from, at int }
 
 // scanPlainQ is scanPlain with a quote cache for d.
 func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
+	start := i
 	var hi uint64
 	for range 2 {
 		if i+8 > len(d) {
@@ -284,13 +283,14 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 				}
 				hi |= uint64(c)
 			}
-			return i, hi&swarMSB != 0
+			return i, hi&swarMSB == 0 || utf8.Valid(d[start:i])
 		}
 		w := binary.LittleEndian.Uint64(d[i:])
-		hi |= w
 		if m := stopBytes(w); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3, hi&swarMSB != 0
+			j := i + bits.TrailingZeros64(m)>>3
+			return j, (hi|w)&swarMSB == 0 || utf8.Valid(d[start:j])
 		}
+		hi |= w
 		i += 8
 	}
 	if i < qc.from || i > qc.at {
@@ -303,15 +303,17 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 	if b := bytes.IndexByte(d[i:end], '\\'); b >= 0 {
 		end = i + b
 	}
-	j, h := firstControl(d[:end], i)
-	return j, h || hi&swarMSB != 0
+	// The first 16 bytes hold no stop byte: scan the run from its start, so
+	// that a rune across byte 16 is checked whole.
+	return firstControl(d[:end], start)
 }
 
-// firstControl returns the index of the first control character at or after
-// i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
-// report one in the same word past it).
+// firstControl returns the index j of the first control character at or
+// after i, or len(d), and whether d[i:j] is valid UTF-8. Words of printable
+// ASCII are skipped four at a time; the runes of a word with a non-ASCII
+// byte are decoded (validTo), and v tracks how far they have been.
 func firstControl(d []byte, i int) (int, bool) {
-	hi := false
+	v, valid := i, true // d[start:v] is valid and v is on a rune boundary
 	for ; i+32 <= len(d); i += 32 {
 		w1 := binary.LittleEndian.Uint64(d[i:])
 		w2 := binary.LittleEndian.Uint64(d[i+8:])
@@ -321,27 +323,60 @@ func firstControl(d []byte, i int) (int, bool) {
 		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB == 0 {
 			continue // all printable ASCII: see printableASCII
 		}
-		for k, w := range [4]uint64{w1, w2, w3, w4} {
-			if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
-				return i + 8*k + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
+		for p := i; p < i+32; p += 8 {
+			w := binary.LittleEndian.Uint64(d[p:])
+			if m := ((w - k) &^ w) & swarMSB; m != 0 {
+				j := p + bits.TrailingZeros64(m)>>3
+				if valid && v < j {
+					_, valid = validTo(d[:j], max(v, p), j)
+				}
+				return j, valid
 			}
-			hi = hi || w&swarMSB != 0
+			if valid && w&swarMSB != 0 {
+				v, valid = validTo(d, max(v, p), p+8)
+			}
 		}
 	}
 	for ; i+8 <= len(d); i += 8 {
 		w := binary.LittleEndian.Uint64(d[i:])
 		if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
-			return i + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
+			j := i + bits.TrailingZeros64(m)>>3
+			if valid && v < j {
+				_, valid = validTo(d[:j], max(v, i), j)
+			}
+			return j, valid
 		}
-		hi = hi || w&swarMSB != 0
-	}
-	for ; i < len(d); i++ {
-		if d[i] < 0x20 {
-			break
+		if valid && w&swarMSB != 0 {
+			v, valid = validTo(d, max(v, i), i+8)
 		}
-		hi = hi || d[i] >= utf8.RuneSelf
 	}
-	return i, hi
+	j := i
+	for j < len(d) && d[j] >= 0x20 {
+		j++
+	}
+	if valid && v < j {
+		_, valid = validTo(d[:j], max(v, i), j)
+	}
+	return j, valid
+}
+
+// validTo decodes the runes of d from v, a rune boundary after which the
+// bytes up to the first non-ASCII one need no check, until it reaches
+// until (it may go up to three bytes past it, to finish a rune), and
+// reports where it stopped and whether they were all valid UTF-8.
+func validTo(d []byte, v, until int) (int, bool) {
+	for v < until && v < len(d) {
+		if d[v] < utf8.RuneSelf {
+			v++
+			continue
+		}
+		r, size := utf8.DecodeRune(d[v:])
+		if r == utf8.RuneError && size == 1 {
+			return v, false
+		}
+		v += size
+	}
+	return v, true
 }
 
 // printableASCII reports whether every byte of w lies in 0x20..0x7f: no byte

@@ -12,15 +12,13 @@ import (
 // scanPlainBytewise is scanPlain one byte at a time, the reference for the
 // word-at-a-time version.
 func scanPlainBytewise(d []byte, i int) (int, bool) {
-	hi := false
-	for ; i < len(d); i++ {
-		c := d[i]
-		if c == '"' || c == '\\' || c < 0x20 {
+	j := i
+	for ; j < len(d); j++ {
+		if c := d[j]; c == '"' || c == '\\' || c < 0x20 {
 			break
 		}
-		hi = hi || c >= utf8.RuneSelf
 	}
-	return i, hi
+	return j, utf8.Valid(d[i:j])
 }
 
 // randomStringBody returns n bytes drawn mostly from the bytes that matter to
@@ -41,18 +39,16 @@ func randomStringBody(r *rand.Rand, n int) []byte {
 
 func TestScanPlainMatchesBytewise(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for range 20_000 {
+	for range 50_000 {
 		d := randomStringBody(r, r.IntN(40)+r.IntN(2)*r.IntN(200))
 		from := 0
 		if len(d) > 0 {
 			from = r.IntN(len(d))
 		}
-		got, gotHi := scanPlain(d, from)
-		want, wantHi := scanPlainBytewise(d, from)
+		got, gotValid := scanPlain(d, from)
+		want, wantValid := scanPlainBytewise(d, from)
 		require.Equal(t, want, got, "stop in %q from %d", d, from)
-		if wantHi {
-			require.True(t, gotHi, "missed a byte >= 0x80 in %q from %d", d, from)
-		}
+		require.Equal(t, wantValid, gotValid, "UTF-8 validity of %q from %d", d, from)
 	}
 }
 
@@ -150,5 +146,30 @@ func BenchmarkScanPlainShort(b *testing.B) {
 		if i, _ := scanPlain(body, 0); i != 11 {
 			b.Fatal(i)
 		}
+	}
+}
+
+// TestScanPlainUTF8 checks the scan's UTF-8 verdict on long text of valid
+// runes of every width, at every offset of a word, now and then broken (a
+// rune cut short, a stray continuation byte) or ended by a control
+// character, a quote or a backslash.
+func TestScanPlainUTF8(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	runes := []string{"a", "é", "€", "𝄞", " ", "~", "\x7f"}
+	breaks := []string{"\xc3", "\xa9", "\xe2\x82", "\xf0\x9d\x84", "\x1f", "\"", "\\", "\xed\xa0\x80", "\xc0\xaf"}
+	for range 20_000 {
+		var b []byte
+		n := r.IntN(300)
+		for len(b) < n {
+			b = append(b, runes[r.IntN(len(runes))]...)
+			if r.IntN(200) == 0 {
+				b = append(b, breaks[r.IntN(len(breaks))]...)
+			}
+		}
+		from := r.IntN(len(b) + 1)
+		got, gotValid := scanPlain(b, from)
+		want, wantValid := scanPlainBytewise(b, from)
+		require.Equal(t, want, got, "stop in %q from %d", b, from)
+		require.Equal(t, wantValid, gotValid, "UTF-8 validity of %q from %d", b, from)
 	}
 }

@@ -250,15 +250,14 @@ const (
 
 // scanPlain returns the index j of the first byte at or after i that ends a
 // run of plain string bytes (a quote, a backslash or a control character), or
-// len(d), and whether d[i:j] is valid UTF-8: the run is scanned once for
-// both.
+// len(d), and whether d[i:j] is valid UTF-8.
 //
 // The first 16 bytes are tested a word at a time (stopBytes), which settles
 // keys and short values. A longer string is searched for its quote and for a
 // backslash with bytes.IndexByte, which the runtime vectorises, and only the
 // bytes before the first of the two are then checked, 32 at a time, for
-// control characters and non-ASCII bytes (firstControl), so that long text
-// costs little more than the copy that follows.
+// control characters (firstControl), so that long text costs little more
+// than the copy that follows.
 func scanPlain(d []byte, i int) (int, bool) {
 	return scanPlainQ(d, i, &quoteCache{})
 }
@@ -303,17 +302,18 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 	if b := bytes.IndexByte(d[i:end], '\\'); b >= 0 {
 		end = i + b
 	}
-	// The first 16 bytes hold no stop byte: scan the run from its start, so
-	// that a rune across byte 16 is checked whole.
-	return firstControl(d[:end], start)
+	j, h := firstControl(d[:end], i)
+	// One more pass for UTF-8, only over text with a non-ASCII byte:
+	// utf8.Valid skips ASCII a word at a time, and checking runes inside
+	// the scan loop measured slower.
+	return j, (hi&swarMSB == 0 && !h) || utf8.Valid(d[start:j])
 }
 
-// firstControl returns the index j of the first control character at or
-// after i, or len(d), and whether d[i:j] is valid UTF-8. Words of printable
-// ASCII are skipped four at a time; the runes of a word with a non-ASCII
-// byte are decoded (validTo), and v tracks how far they have been.
+// firstControl returns the index of the first control character at or after
+// i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
+// report one in the same word past it).
 func firstControl(d []byte, i int) (int, bool) {
-	v, valid := i, true // d[start:v] is valid and v is on a rune boundary
+	hi := false
 	for ; i+32 <= len(d); i += 32 {
 		w1 := binary.LittleEndian.Uint64(d[i:])
 		w2 := binary.LittleEndian.Uint64(d[i+8:])
@@ -323,60 +323,27 @@ func firstControl(d []byte, i int) (int, bool) {
 		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB == 0 {
 			continue // all printable ASCII: see printableASCII
 		}
-		for p := i; p < i+32; p += 8 {
-			w := binary.LittleEndian.Uint64(d[p:])
-			if m := ((w - k) &^ w) & swarMSB; m != 0 {
-				j := p + bits.TrailingZeros64(m)>>3
-				if valid && v < j {
-					_, valid = validTo(d[:j], max(v, p), j)
-				}
-				return j, valid
+		for k, w := range [4]uint64{w1, w2, w3, w4} {
+			if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
+				return i + 8*k + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
 			}
-			if valid && w&swarMSB != 0 {
-				v, valid = validTo(d, max(v, p), p+8)
-			}
+			hi = hi || w&swarMSB != 0
 		}
 	}
 	for ; i+8 <= len(d); i += 8 {
 		w := binary.LittleEndian.Uint64(d[i:])
 		if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
-			j := i + bits.TrailingZeros64(m)>>3
-			if valid && v < j {
-				_, valid = validTo(d[:j], max(v, i), j)
-			}
-			return j, valid
+			return i + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
 		}
-		if valid && w&swarMSB != 0 {
-			v, valid = validTo(d, max(v, i), i+8)
+		hi = hi || w&swarMSB != 0
+	}
+	for ; i < len(d); i++ {
+		if d[i] < 0x20 {
+			break
 		}
+		hi = hi || d[i] >= utf8.RuneSelf
 	}
-	j := i
-	for j < len(d) && d[j] >= 0x20 {
-		j++
-	}
-	if valid && v < j {
-		_, valid = validTo(d[:j], max(v, i), j)
-	}
-	return j, valid
-}
-
-// validTo decodes the runes of d from v, a rune boundary after which the
-// bytes up to the first non-ASCII one need no check, until it reaches
-// until (it may go up to three bytes past it, to finish a rune), and
-// reports where it stopped and whether they were all valid UTF-8.
-func validTo(d []byte, v, until int) (int, bool) {
-	for v < until && v < len(d) {
-		if d[v] < utf8.RuneSelf {
-			v++
-			continue
-		}
-		r, size := utf8.DecodeRune(d[v:])
-		if r == utf8.RuneError && size == 1 {
-			return v, false
-		}
-		v += size
-	}
-	return v, true
+	return i, hi
 }
 
 // printableASCII reports whether every byte of w lies in 0x20..0x7f: no byte

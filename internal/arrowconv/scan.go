@@ -311,39 +311,37 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 
 // firstControl returns the index of the first control character at or after
 // i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
-// report one in the same word past it).
+// report one in the same 32 bytes past it). Control characters are flagged
+// as in stopBytes, 32 bytes per step with one branch, and non-ASCII bytes
+// are only accumulated.
 func firstControl(d []byte, i int) (int, bool) {
-	hi := false
+	const k = swarLSB * 0x20
+	var acc uint64
 	for ; i+32 <= len(d); i += 32 {
-		w1 := binary.LittleEndian.Uint64(d[i:])
-		w2 := binary.LittleEndian.Uint64(d[i+8:])
-		w3 := binary.LittleEndian.Uint64(d[i+16:])
-		w4 := binary.LittleEndian.Uint64(d[i+24:])
-		const k = swarLSB * 0x20
-		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB == 0 {
-			continue // all printable ASCII: see printableASCII
-		}
-		for k, w := range [4]uint64{w1, w2, w3, w4} {
-			if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
-				return i + 8*k + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
-			}
-			hi = hi || w&swarMSB != 0
+		b := d[i : i+32 : i+32]
+		w1 := binary.LittleEndian.Uint64(b[0:])
+		w2 := binary.LittleEndian.Uint64(b[8:])
+		w3 := binary.LittleEndian.Uint64(b[16:])
+		w4 := binary.LittleEndian.Uint64(b[24:])
+		acc |= w1 | w2 | w3 | w4
+		if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
+			break // the loop below finds it
 		}
 	}
 	for ; i+8 <= len(d); i += 8 {
 		w := binary.LittleEndian.Uint64(d[i:])
-		if m := ((w - swarLSB*0x20) &^ w) & swarMSB; m != 0 {
-			return i + bits.TrailingZeros64(m)>>3, hi || w&swarMSB != 0
+		acc |= w
+		if m := ((w - k) &^ w) & swarMSB; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3, acc&swarMSB != 0
 		}
-		hi = hi || w&swarMSB != 0
 	}
 	for ; i < len(d); i++ {
 		if d[i] < 0x20 {
 			break
 		}
-		hi = hi || d[i] >= utf8.RuneSelf
+		acc |= uint64(d[i])
 	}
-	return i, hi
+	return i, acc&swarMSB != 0
 }
 
 // printableASCII reports whether every byte of w lies in 0x20..0x7f: no byte

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -187,7 +188,7 @@ func readArrowJSON(tb testing.TB, schema *arrow.Schema, ndjson []byte, rows int)
 //
 // Each contender runs as its own sub-benchmark (MB/s, allocs/op), and the
 // "ratios" sub-benchmark runs all four in turn in every iteration, each
-// warmed up and then timed over a few runs, so that the shared machine's
+// after a collection, warmed up and then timed over a block of runs, so that the shared machine's
 // load falls on each alike, and reports how many times faster Convert is,
 // as the median of the per-iteration ratios
 // (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2, x_vs_arrow ≥ 2), and Convert's
@@ -211,21 +212,26 @@ func BenchmarkVsAlternatives(b *testing.B) {
 				spent := make([][]time.Duration, len(cs))
 				for b.Loop() {
 					for i, ct := range cs {
-						// A block of runs per contender: the first warms it
-						// up (its pools, its caches) after the others ran,
-						// the rest are timed.
+						// A block of runs per contender, from a collected
+						// heap (none pays for the collection of another's
+						// garbage): the first run warms it up (its pools, its
+						// caches) after the others ran, the rest are timed.
+						b.StopTimer()
+						runtime.GC()
+						b.StartTimer()
 						ct.run(b)
-						start := time.Now()
-						for range ratioBlock {
+						start, runs := time.Now(), 0
+						for runs < 2 || time.Since(start) < ratioBlock {
 							ct.run(b)
+							runs++
 						}
-						spent[i] = append(spent[i], time.Since(start))
+						spent[i] = append(spent[i], time.Since(start)/time.Duration(runs))
 					}
 				}
 				b.ReportMetric(pairedRatio(spent[1], spent[0]), "x_vs_json")
 				b.ReportMetric(pairedRatio(spent[2], spent[0]), "x_vs_sonic")
 				b.ReportMetric(pairedRatio(spent[3], spent[0]), "x_vs_arrow")
-				conv := median(spent[0]) / ratioBlock
+				conv := median(spent[0])
 				b.ReportMetric(float64(size)/conv.Seconds()/1e6, "convert_MB/s")
 				b.ReportMetric(float64(conv.Nanoseconds())/float64(size), "convert_ns/B")
 			})
@@ -233,9 +239,10 @@ func BenchmarkVsAlternatives(b *testing.B) {
 	}
 }
 
-// ratioBlock is how many timed runs of each contender one iteration of the
-// ratios benchmark makes in a row.
-const ratioBlock = 3
+// ratioBlock is how long each contender runs in a row (at least twice) in one
+// iteration of the ratios benchmark: long enough that a moment of load from
+// another process on the shared machine moves its mean run time little.
+const ratioBlock = 50 * time.Millisecond
 
 // pairedRatio is the median over iterations of other[i]/conv[i]: each pair
 // ran back to back, under the same load, so a burst of load from other
@@ -246,13 +253,13 @@ func pairedRatio(other, conv []time.Duration) float64 {
 		r[i] = float64(other[i]) / float64(conv[i])
 	}
 	slices.Sort(r)
-	return r[len(r)/2]
+	return r[(len(r)-1)/2] // of two middle values, the lower
 }
 
 func median(d []time.Duration) time.Duration {
 	d = slices.Clone(d)
 	slices.Sort(d)
-	return d[len(d)/2]
+	return d[len(d)/2] // of two middle values, the slower
 }
 
 // TestCompareCasesAgree checks that the comparison does the same work for

@@ -252,8 +252,8 @@ const (
 // run of plain string bytes (a quote, a backslash or a control character), or
 // len(d), and whether d[i:j] is valid UTF-8.
 //
-// The first 16 bytes are tested a word at a time (stopBytes), which settles
-// keys and short values. A longer string is searched for its quote and for a
+// The first 32 bytes are tested a word at a time (stopBytes), which settles
+// keys, short values and timestamps. A longer string is searched for its quote and for a
 // backslash with bytes.IndexByte, which the runtime vectorises, and only the
 // bytes before the first of the two are then checked, 32 at a time, for
 // control characters (firstControl), so that long text costs little more
@@ -273,7 +273,7 @@ type quoteCache struct{ from, at int }
 func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 	start := i
 	var hi uint64
-	for range 2 {
+	for range 4 {
 		if i+8 > len(d) {
 			for ; i < len(d); i++ {
 				c := d[i]

@@ -173,3 +173,15 @@ func TestScanPlainUTF8(t *testing.T) {
 		require.Equal(t, wantValid, gotValid, "UTF-8 validity of %q from %d", b, from)
 	}
 }
+
+// BenchmarkScanPlainTimestamp times the scan on a 24-byte value, the size of
+// an RFC 3339 timestamp with milliseconds.
+func BenchmarkScanPlainTimestamp(b *testing.B) {
+	body := []byte(`2026-11-29T08:00:01.234Z","user_id"`)
+	b.SetBytes(24)
+	for b.Loop() {
+		if i, _ := scanPlain(body, 0); i != 24 {
+			b.Fatal(i)
+		}
+	}
+}

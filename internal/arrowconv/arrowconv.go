@@ -187,7 +187,10 @@ func ReservedColumns() []ReservedColumn {
 // Result is the outcome of converting one batch.
 type Result struct {
 	// Record holds the rows that converted, in input order. It always has
-	// the converter's schema and may have zero rows. The caller releases it.
+	// the converter's schema and may have zero rows. The caller releases it
+	// (and every slice of it) once done: its column storage then goes back
+	// to a pool for later batches, so it must not be read after its last
+	// release. A record never released is left to the GC.
 	Record arrow.RecordBatch
 	// SourceIndex maps record row i to its input index SourceIndex[i].
 	SourceIndex []int

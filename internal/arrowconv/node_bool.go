@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
@@ -60,10 +59,12 @@ func (n *boolNode) addKey(st *state, k []byte) error {
 }
 
 func (n *boolNode) keyEqual(i, j int) bool {
+	n.values.materialise()
 	return bitutil.BitIsSet(n.values.bits, i) == bitutil.BitIsSet(n.values.bits, j)
 }
 
 func (n *boolNode) keyText(i int) string {
+	n.values.materialise()
 	return strconv.FormatBool(bitutil.BitIsSet(n.values.bits, i))
 }
 func (n *boolNode) appendNull()    { n.values.add(false); n.validity.add(false) }
@@ -72,8 +73,7 @@ func (n *boolNode) truncate(k int) { n.values.truncateBits(k); n.truncateBits(k)
 func (n *boolNode) reset(c int)    { n.values.resetBits(c); n.resetBits(c) }
 func (n *boolNode) build() (arrow.ArrayData, error) {
 	size := n.n
-	vals := memory.NewBufferBytes(n.values.bits)
-	n.values.bits, n.values.n = nil, 0
+	vals := n.values.takeValues()
 	bits, nulls := n.takeBits()
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls), nil
 }

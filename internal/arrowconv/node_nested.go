@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -53,17 +52,17 @@ func (n *offsetsNode) truncateOffsets(k int) int {
 }
 
 func (n *offsetsNode) resetOffsets(c int) {
-	n.offsets = append(make([]int32, 0, c+1), 0)
+	n.offsets = append(getSlice[int32](c+1), 0)
 	n.resetBits(c)
 }
 
 // buildOffsets hands the values over as Arrow data with the given child.
 func (n *offsetsNode) buildOffsets(child arrow.ArrayData) arrow.ArrayData {
 	size := n.n
-	offs := memory.NewBufferBytes(arrow.GetBytes(n.offsets))
+	offs := pooledSlice(n.offsets)
 	bits, nulls := n.takeBits()
 	n.offsets = nil
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{child}, nulls, 0)
+	return newData(n.dt, size, []*memory.Buffer{bits, offs}, []arrow.ArrayData{child}, nulls)
 }
 
 // listNode holds an ARRAY column.
@@ -290,7 +289,7 @@ func (n *mapNode) build() (arrow.ArrayData, error) {
 	}
 	defer vd.Release()
 	mt := n.dt.(*arrow.MapType)
-	sd := array.NewData(mt.Elem(), entries, []*memory.Buffer{nil}, []arrow.ArrayData{kd, vd}, 0, 0)
+	sd := newData(mt.Elem(), entries, []*memory.Buffer{nil}, []arrow.ArrayData{kd, vd}, 0)
 	defer sd.Release()
 	return n.buildOffsets(sd), nil
 }
@@ -306,6 +305,9 @@ type structNode struct {
 	fold     map[string]int // lower-case name → field, for unique lower-case names
 	seen     []uint32
 	gen      uint32
+	// plain[i] reports that names[i] is spelled the same raw in JSON: valid
+	// UTF-8 without quotes, backslashes or control characters.
+	plain []bool
 	// follow[i+1] predicts the field after field i (follow[0]: the first),
 	// learned from the previous object: JSON producers repeat key order.
 	follow []int
@@ -322,6 +324,7 @@ func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root boo
 		fold:     make(map[string]int, len(fs)),
 		seen:     make([]uint32, len(fs)),
 		follow:   make([]int, len(fs)+1),
+		plain:    make([]bool, len(fs)),
 	}
 	folded := map[string]int{}
 	for i, f := range fs {
@@ -335,6 +338,9 @@ func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root boo
 		n.index[f.Name] = i
 		folded[strings.ToLower(f.Name)]++
 		n.follow[i] = i // first guess: keys in column order
+		n.plain[i] = utf8.ValidString(f.Name) && !strings.ContainsFunc(f.Name, func(r rune) bool {
+			return r == '"' || r == '\\' || r < 0x20
+		})
 	}
 	n.follow[len(fs)] = -1
 	for i, f := range fs {
@@ -403,19 +409,30 @@ func (n *structNode) decodeObject(st *state) error {
 		if st.peek() != '"' {
 			return st.errorf("expected object key")
 		}
-		k, err := st.readString()
-		if err != nil {
-			return err
-		}
-		i, folded := n.lookup(st, k, prev)
-		if i < 0 {
-			return n.unknown(string(k))
-		}
-		if folded {
-			st.rowFolded++
+		// The key the last object had here, when spelled plainly, is
+		// recognised in place: no string scan, UTF-8 check or lookup.
+		i := n.follow[prev+1]
+		var k []byte // the key, when it was read as a string
+		if i < 0 || !n.plain[i] || !st.plainKey(n.names[i]) {
+			var err error
+			if k, err = st.readString(); err != nil {
+				return err
+			}
+			var folded bool
+			i, folded = n.lookup(st, k, prev)
+			if i < 0 {
+				return n.unknown(string(k))
+			}
+			if folded {
+				st.rowFolded++
+			}
 		}
 		if n.seen[i] == n.gen {
-			return at(string(k), kerr(ErrDuplicateField, "duplicate field (maps to %q)", n.names[i]))
+			key := n.names[i] // recognised in place, so spelled so
+			if k != nil {
+				key = string(k)
+			}
+			return at(key, kerr(ErrDuplicateField, "duplicate field (maps to %q)", n.names[i]))
 		}
 		n.seen[i] = n.gen
 		if err := st.expect(':'); err != nil {
@@ -570,5 +587,5 @@ func (n *structNode) build() (arrow.ArrayData, error) {
 	}
 	size := n.n
 	bits, nulls := n.takeBits()
-	return array.NewData(n.dt, size, []*memory.Buffer{bits}, children, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits}, children, nulls), nil
 }

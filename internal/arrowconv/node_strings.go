@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -41,11 +40,11 @@ func (n *strNode) decode(st *state) error {
 	case modeString:
 		switch c {
 		case '"':
-			s, err := st.readString()
+			out, err := st.appendString(n.data)
+			n.data = out
 			if err != nil {
 				return err
 			}
-			n.data = append(n.data, s...)
 			return n.commit()
 		case '{', '[':
 			if !st.nestedToString {
@@ -216,16 +215,16 @@ func (n *strNode) truncate(k int) {
 	n.truncateBits(k)
 }
 func (n *strNode) reset(c int) {
-	n.offsets = append(make([]int64, 0, c+1), 0)
-	n.data = make([]byte, 0, n.dataHint)
+	n.offsets = append(getSlice[int64](c+1), 0)
+	n.data = buffers.get(n.dataHint)
 	n.resetBits(c)
 }
 func (n *strNode) build() (arrow.ArrayData, error) {
 	size := n.n
-	offs := memory.NewBufferBytes(arrow.GetBytes(n.offsets))
-	data := memory.NewBufferBytes(n.data)
+	offs := pooledSlice(n.offsets)
+	data := pooledBuffer(n.data)
 	n.dataHint = len(n.data)
 	bits, nulls := n.takeBits()
 	n.offsets, n.data = nil, nil
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, offs, data}, nil, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits, offs, data}, nil, nulls), nil
 }

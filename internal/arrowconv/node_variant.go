@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -452,7 +451,7 @@ func (n *variantNode) build() (arrow.ArrayData, error) {
 	vd := n.value.build(st.Field(1).Type, size)
 	defer vd.Release()
 	bits, nulls := n.takeBits()
-	return array.NewData(n.dt, size, []*memory.Buffer{bits}, []arrow.ArrayData{md, vd}, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits}, []arrow.ArrayData{md, vd}, nulls), nil
 }
 
 // binColumn holds the values of a LargeBinary child without nulls: offsets
@@ -475,16 +474,16 @@ func (c *binColumn) truncate(k int) {
 }
 
 func (c *binColumn) reset(capHint int) {
-	c.offsets = append(make([]int64, 0, capHint+1), 0)
-	c.data = make([]byte, 0, c.dataHint)
+	c.offsets = append(getSlice[int64](capHint+1), 0)
+	c.data = buffers.get(c.dataHint)
 }
 
 func (c *binColumn) build(dt arrow.DataType, size int) arrow.ArrayData {
-	offs := memory.NewBufferBytes(arrow.GetBytes(c.offsets))
-	data := memory.NewBufferBytes(c.data)
+	offs := pooledSlice(c.offsets)
+	data := pooledBuffer(c.data)
 	c.dataHint = len(c.data)
 	c.offsets, c.data = nil, nil
-	return array.NewData(dt, size, []*memory.Buffer{nil, offs, data}, nil, 0, 0)
+	return newData(dt, size, []*memory.Buffer{nil, offs, data}, nil, 0)
 }
 
 // EncodeVariant encodes a structured value (the Go types a decoded JSON

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
@@ -237,15 +236,26 @@ func goKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// validity is a growable validity bitmap. Bits past n may be stale after a
+// validity is a growable bitmap (a validity bitmap, or a BOOLEAN column's
+// values), kept lazily: while every value added is set, it only counts them,
+// and the bits are written out when the first unset value arrives (or when
+// they are needed). Most columns of most batches have no nulls, and so cost
+// a counter instead of a bit per value. Bits past n may be stale after a
 // truncate; add always writes its bit.
 type validity struct {
-	bits    []byte
-	n       int
-	sawNull bool
+	bits []byte // the n values' bits, once mat
+	n    int
+	mat  bool // bits holds the values; before that, all n are set
 }
 
 func (v *validity) add(ok bool) {
+	if !v.mat {
+		if ok {
+			v.n++
+			return
+		}
+		v.materialise()
+	}
 	i := v.n
 	if i&7 == 0 {
 		v.bits = append(v.bits, 0)
@@ -254,22 +264,41 @@ func (v *validity) add(ok bool) {
 		v.bits[i>>3] |= 1 << (i & 7)
 	} else {
 		v.bits[i>>3] &^= 1 << (i & 7)
-		v.sawNull = true
 	}
 	v.n++
+}
+
+// materialise writes out the bits of the n values counted so far, all set.
+func (v *validity) materialise() {
+	if v.mat {
+		return
+	}
+	v.mat = true
+	b := v.bits[:0]
+	for range v.n >> 3 {
+		b = append(b, 0xff)
+	}
+	if r := v.n & 7; r != 0 {
+		b = append(b, byte(1)<<r-1)
+	}
+	v.bits = b
 }
 
 func (v *validity) length() int { return v.n }
 
 func (v *validity) truncateBits(n int) {
 	v.n = n
-	v.bits = v.bits[:(n+7)/8]
+	if v.mat {
+		v.bits = v.bits[:(n+7)/8]
+	}
 }
 
-func (v *validity) resetBits(capHint int) {
-	v.bits = make([]byte, 0, (capHint+7)/8)
+// resetBits empties v for a new batch. The bits' storage, when the last
+// batch did not hand it over, is reused.
+func (v *validity) resetBits(int) {
+	v.bits = v.bits[:0]
 	v.n = 0
-	v.sawNull = false
+	v.mat = false
 }
 
 // takeBits returns the validity buffer (nil when there are no nulls) and the
@@ -277,14 +306,25 @@ func (v *validity) resetBits(capHint int) {
 func (v *validity) takeBits() (*memory.Buffer, int) {
 	var buf *memory.Buffer
 	nulls := 0
-	if v.sawNull {
+	if v.mat {
 		nulls = v.n - bitutil.CountSetBits(v.bits, 0, v.n)
 		if nulls > 0 {
-			buf = memory.NewBufferBytes(v.bits)
+			buf = pooledBuffer(v.bits)
+			v.bits = nil
 		}
 	}
-	v.bits, v.n, v.sawNull = nil, 0, false
+	v.resetBits(0)
 	return buf, nulls
+}
+
+// takeValues returns the bitmap as a values buffer (a BOOLEAN column's) and
+// empties v.
+func (v *validity) takeValues() *memory.Buffer {
+	v.materialise()
+	buf := pooledBuffer(v.bits)
+	v.bits = nil
+	v.resetBits(0)
+	return buf
 }
 
 // fixedNode holds the values of a fixed-width column, one per row beside the
@@ -298,11 +338,11 @@ func (n *fixedNode[T]) push(v T)       { n.vals = append(n.vals, v); n.validity.
 func (n *fixedNode[T]) appendNull()    { n.vals = append(n.vals, 0); n.validity.add(false) }
 func (n *fixedNode[T]) appendEmpty()   { n.vals = append(n.vals, 0); n.validity.add(true) }
 func (n *fixedNode[T]) truncate(k int) { n.vals = n.vals[:k]; n.truncateBits(k) }
-func (n *fixedNode[T]) reset(c int)    { n.vals = make([]T, 0, c); n.resetBits(c) }
+func (n *fixedNode[T]) reset(c int)    { n.vals = getSlice[T](c); n.resetBits(c) }
 func (n *fixedNode[T]) build() (arrow.ArrayData, error) {
 	size := n.n
 	bits, nulls := n.takeBits()
-	vals := memory.NewBufferBytes(arrow.GetBytes(n.vals))
+	vals := pooledSlice(n.vals)
 	n.vals = nil
-	return array.NewData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls, 0), nil
+	return newData(n.dt, size, []*memory.Buffer{bits, vals}, nil, nulls), nil
 }

@@ -1,8 +1,11 @@
 package arrowconv
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -17,14 +20,16 @@ const maxDepth = 1000
 // as sub-slices of the input; strings with escapes are unescaped into buf and
 // are valid only until the next string is read.
 type scanner struct {
-	data []byte
-	pos  int
-	buf  []byte
+	data  []byte
+	pos   int
+	buf   []byte
+	quote quoteCache
 }
 
 func (s *scanner) reset(data []byte) {
 	s.data = data
 	s.pos = 0
+	s.quote = quoteCache{}
 }
 
 // syntaxError reports malformed JSON at a byte offset of the message.
@@ -116,66 +121,101 @@ func (s *scanner) literal(lit string) error {
 }
 
 // readString reads the string starting at pos (which holds '"') and returns
-// its unescaped bytes.
+// its unescaped bytes: a sub-slice of the input when the string has no
+// escapes, else scanner.buf, valid until the next string is read.
 func (s *scanner) readString() ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	hi := false
-	for i := start; i < len(d); i++ {
-		c := d[i]
-		switch {
-		case c == '"':
-			s.pos = i + 1
-			str := d[start:i]
-			if hi && !utf8.Valid(str) {
-				return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
-			}
-			return str, nil
-		case c == '\\':
-			return s.readStringSlow(start, i, hi)
-		case c < 0x20:
-			s.pos = i
-			return nil, s.errorf("control character %#x in string", c)
-		case c >= utf8.RuneSelf:
-			hi = true
+	i, valid := scanPlainQ(d, start, &s.quote)
+	if i < len(d) && d[i] == '"' {
+		s.pos = i + 1
+		if !valid {
+			return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 		}
+		return d[start:i], nil
 	}
-	s.pos = len(d)
-	return nil, s.errorf("unterminated string")
+	b, err := s.unescape(s.buf[:0], start, i, valid)
+	s.buf = b
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
-func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
+// plainKey consumes the string at pos (which holds '"') when its raw text is
+// exactly name, which must be plain (no quote, backslash or control
+// character, valid UTF-8): then the text needs no unescaping or checking.
+func (s *scanner) plainKey(name string) bool {
+	start := s.pos + 1
+	end := start + len(name)
+	if end >= len(s.data) || s.data[end] != '"' || string(s.data[start:end]) != name {
+		return false
+	}
+	s.pos = end + 1
+	return true
+}
+
+// appendString reads the string starting at pos (which holds '"') and appends
+// its unescaped bytes to dst: one bulk copy when it has no escapes, and no
+// detour through scanner.buf when it has. On error dst is returned as it was.
+func (s *scanner) appendString(dst []byte) ([]byte, error) {
 	d := s.data
-	b := append(s.buf[:0], d[start:i]...)
-	for i < len(d) {
-		c := d[i]
-		switch {
+	start := s.pos + 1
+	i, valid := scanPlainQ(d, start, &s.quote)
+	if i < len(d) && d[i] == '"' {
+		s.pos = i + 1
+		if !valid {
+			return dst, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
+		}
+		return append(dst, d[start:i]...), nil
+	}
+	out, err := s.unescape(dst, start, i, valid)
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
+
+// unescape appends to dst the string whose contents start at start, of which
+// d[start:i] are plain bytes, and consumes it up to its closing quote. valid
+// reports whether those plain bytes are valid UTF-8. Each run of plain bytes
+// is checked on its own: since an escape always yields ASCII or a whole
+// encoded rune, the unescaped string is valid UTF-8 exactly when every run
+// is.
+func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error) {
+	d := s.data
+	dst = append(dst, d[start:i]...)
+	for {
+		if i >= len(d) {
+			s.pos = len(d)
+			return dst, s.errorf("unterminated string")
+		}
+		switch c := d[i]; {
 		case c == '"':
 			s.pos = i + 1
-			s.buf = b
-			if hi && !utf8.Valid(b) {
-				return nil, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
+			if !valid {
+				return dst, &syntaxError{off: start, msg: "invalid UTF-8 in string"}
 			}
-			return b, nil
+			return dst, nil
 		case c == '\\':
 			if i+1 >= len(d) {
 				s.pos = i
-				return nil, s.errorf("unterminated string")
+				return dst, s.errorf("unterminated string")
 			}
 			e := d[i+1]
 			if u := simpleEscapes[e]; u != 0 {
-				b = append(b, u)
+				dst = append(dst, u)
 				i += 2
-				continue
+				break
 			}
 			if e != 'u' {
 				s.pos = i
-				return nil, s.errorf("invalid escape \\%c", e)
+				return dst, s.errorf("invalid escape \\%c", e)
 			}
 			r, ok := hex4(d, i+2)
 			if !ok {
 				s.pos = i
-				return nil, s.errorf("invalid \\u escape")
+				return dst, s.errorf("invalid \\u escape")
 			}
 			i += 6
 			if utf16.IsSurrogate(r) {
@@ -190,21 +230,132 @@ func (s *scanner) readStringSlow(start, i int, hi bool) ([]byte, error) {
 					r = utf8.RuneError
 				}
 			}
-			b = utf8.AppendRune(b, r)
-		case c < 0x20:
+			dst = utf8.AppendRune(dst, r)
+		default: // scanPlain stops only at a quote, a backslash or a control character
 			s.pos = i
-			return nil, s.errorf("control character %#x in string", c)
-		default:
-			if c >= utf8.RuneSelf {
-				hi = true
+			return dst, s.errorf("control character %#x in string", c)
+		}
+		j, ok := scanPlainQ(d, i, &s.quote)
+		valid = valid && ok
+		dst = append(dst, d[i:j]...)
+		i = j
+	}
+}
+
+// Word-at-a-time ("SWAR") constants: a byte of ones and of high bits.
+const (
+	swarLSB = 0x0101010101010101
+	swarMSB = 0x8080808080808080
+)
+
+// scanPlain returns the index j of the first byte at or after i that ends a
+// run of plain string bytes (a quote, a backslash or a control character), or
+// len(d), and whether d[i:j] is valid UTF-8.
+//
+// The first 32 bytes are tested a word at a time (stopBytes), which settles
+// keys, short values and timestamps. A longer string is searched for its quote and for a
+// backslash with bytes.IndexByte, which the runtime vectorises, and only the
+// bytes before the first of the two are then checked, 32 at a time, for
+// control characters (firstControl), so that long text costs little more
+// than the copy that follows.
+func scanPlain(d []byte, i int) (int, bool) {
+	return scanPlainQ(d, i, &quoteCache{})
+}
+
+// quoteCache remembers where the last search for a quote, from index from,
+// found one (at; len(d) when there was none): that is the next quote for
+// every i in from..at. A string with many escapes is scanned run by run, and
+// each run would otherwise search again up to the same closing quote. The
+// zero value is valid for no i > 0, and no string's contents start at 0.
+type quoteCache struct{ from, at int }
+
+// scanPlainQ is scanPlain with a quote cache for d.
+func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
+	start := i
+	var hi uint64
+	for range 4 {
+		if i+8 > len(d) {
+			for ; i < len(d); i++ {
+				c := d[i]
+				if c == '"' || c == '\\' || c < 0x20 {
+					break
+				}
+				hi |= uint64(c)
 			}
-			b = append(b, c)
-			i++
+			return i, hi&swarMSB == 0 || utf8.Valid(d[start:i])
+		}
+		w := binary.LittleEndian.Uint64(d[i:])
+		if m := stopBytes(w); m != 0 {
+			j := i + bits.TrailingZeros64(m)>>3
+			return j, (hi|w)&swarMSB == 0 || utf8.Valid(d[start:j])
+		}
+		hi |= w
+		i += 8
+	}
+	if i < qc.from || i > qc.at {
+		qc.from, qc.at = i, len(d)
+		if q := bytes.IndexByte(d[i:], '"'); q >= 0 {
+			qc.at = i + q
 		}
 	}
-	s.pos = len(d)
-	s.buf = b
-	return nil, s.errorf("unterminated string")
+	end := qc.at
+	if b := bytes.IndexByte(d[i:end], '\\'); b >= 0 {
+		end = i + b
+	}
+	j, h := firstControl(d[:end], i)
+	// One more pass for UTF-8, only over text with a non-ASCII byte:
+	// utf8.Valid skips ASCII a word at a time, and checking runes inside
+	// the scan loop measured slower.
+	return j, (hi&swarMSB == 0 && !h) || utf8.Valid(d[start:j])
+}
+
+// firstControl returns the index of the first control character at or after
+// i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
+// report one in the same 32 bytes past it). Control characters are flagged
+// as in stopBytes, 32 bytes per step with one branch, and non-ASCII bytes
+// are only accumulated.
+func firstControl(d []byte, i int) (int, bool) {
+	const k = swarLSB * 0x20
+	var acc uint64
+	for ; i+32 <= len(d); i += 32 {
+		b := d[i : i+32 : i+32]
+		w1 := binary.LittleEndian.Uint64(b[0:])
+		w2 := binary.LittleEndian.Uint64(b[8:])
+		w3 := binary.LittleEndian.Uint64(b[16:])
+		w4 := binary.LittleEndian.Uint64(b[24:])
+		acc |= w1 | w2 | w3 | w4
+		if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
+			break // the loop below finds it
+		}
+	}
+	for ; i+8 <= len(d); i += 8 {
+		w := binary.LittleEndian.Uint64(d[i:])
+		acc |= w
+		if m := ((w - k) &^ w) & swarMSB; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3, acc&swarMSB != 0
+		}
+	}
+	for ; i < len(d); i++ {
+		if d[i] < 0x20 {
+			break
+		}
+		acc |= uint64(d[i])
+	}
+	return i, acc&swarMSB != 0
+}
+
+// printableASCII reports whether every byte of w lies in 0x20..0x7f: no byte
+// borrows in w - 0x20…, so neither it nor w has a high bit set.
+func printableASCII(w uint64) bool {
+	return ((w-swarLSB*0x20)|w)&swarMSB == 0
+}
+
+// stopBytes flags (in its high bit) each byte of w that is a quote, a
+// backslash or a control character; only the lowest flag is exact.
+func stopBytes(w uint64) uint64 {
+	q := w ^ (swarLSB * '"')
+	b := w ^ (swarLSB * '\\')
+	return (((q - swarLSB) &^ q) | ((b - swarLSB) &^ b) | ((w - swarLSB*0x20) &^ w)) & swarMSB
 }
 
 // simpleEscapes maps the byte after a backslash to the byte it stands for;

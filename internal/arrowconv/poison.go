@@ -1,0 +1,6 @@
+//go:build !race
+
+package arrowconv
+
+// poisonFreed: see poison_race.go.
+const poisonFreed = false

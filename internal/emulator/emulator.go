@@ -338,11 +338,12 @@ func (s *Server) listen() error {
 		s.grpcLn.Close()
 		return fmt.Errorf("emulator: listen s3 %s: %w", s.cfg.S3Addr, err)
 	}
-	s.s3Srv = &http.Server{Handler: s.s3Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	// Each server gets its own copy: ServeTLS configures HTTP/2 on it.
+	s.s3Srv = &http.Server{Handler: s.s3Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf.Clone(), ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 
 	// Failed handshakes (a client not trusting the CA) are the client's to
 	// report; here they are debug logs, not stderr noise.
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf.Clone(), ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(64 << 20),
@@ -352,7 +353,7 @@ func (s *Server) listen() error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	}
 	if tlsConf != nil {
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConf)))
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConf.Clone())))
 	}
 	s.grpcSrv = grpc.NewServer(grpcOpts...)
 	flight.RegisterFlightServiceServer(s.grpcSrv, &flightService{srv: s})

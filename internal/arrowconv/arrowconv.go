@@ -184,6 +184,28 @@ func ReservedColumns() []ReservedColumn {
 	}}
 }
 
+// Reserved coverage columns: the source (e.g. "topic/partition") and the
+// offset in it of each row, stamped by the table writer when the output's
+// coverage is configured (the converter itself leaves them to the row).
+const (
+	SourceColumn = "_zb_source"
+	OffsetColumn = "_zb_offset"
+)
+
+// CoverageColumns lists the reserved coverage columns, added to a table
+// (at create, or to an existing one) only when coverage is configured.
+func CoverageColumns() []ReservedColumn {
+	return []ReservedColumn{{
+		Name:        SourceColumn,
+		Type:        typemap.Primitive(typemap.String),
+		Description: "The source the row was read from (e.g. topic/partition), stamped by the benthos-zerobus output's coverage.",
+	}, {
+		Name:        OffsetColumn,
+		Type:        typemap.Primitive(typemap.Long),
+		Description: "The row's offset in its source, stamped by the benthos-zerobus output's coverage; the coverage table records which offsets are durable.",
+	}}
+}
+
 // Result is the outcome of converting one batch.
 type Result struct {
 	// Record holds the rows that converted, in input order. It always has

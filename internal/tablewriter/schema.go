@@ -19,9 +19,13 @@ import (
 )
 
 // syncMetadata reconciles an existing table's comments, properties and
-// writer registration without changing its columns.
-func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState) (*catalog.TableState, error) {
-	out, err := w.cat.Reconcile(ctx, w.desiredFromColumns(ts.Columns))
+// writer registration without changing its columns, except to add the
+// reserved columns in add (coverage turned on for an existing table).
+func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState, add []typemap.Column) (*catalog.TableState, error) {
+	if len(add) > 0 {
+		w.infof("table %s: adding the coverage columns it lacks", w.cfg.Table)
+	}
+	out, err := w.cat.Reconcile(ctx, w.desiredFromColumns(append(slices.Clone(ts.Columns), add...)))
 	if err != nil {
 		return nil, fmt.Errorf("reconcile table %s: %w", w.cfg.Table, err)
 	}
@@ -47,7 +51,7 @@ func (w *Writer) desiredFromColumns(cols []typemap.Column) catalog.DesiredTable 
 // desiredForCreate is the desired table for a table created from the
 // fields of a first batch, plus the converter's reserved columns.
 func (w *Writer) desiredForCreate(schema *arrow.Schema) (catalog.DesiredTable, error) {
-	d, err := catalog.DesiredFromArrow(w.cfg.Table, schema, reservedColumns()...)
+	d, err := catalog.DesiredFromArrow(w.cfg.Table, schema, w.tableReserved()...)
 	if err != nil {
 		return d, err
 	}
@@ -108,10 +112,10 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 	}
 	var d catalog.DesiredTable
 	if len(w.cfg.CreateColumns) > 0 {
-		d = w.desiredFromColumns(append(slices.Clone(w.cfg.CreateColumns), reservedColumns()...))
+		d = w.desiredFromColumns(append(slices.Clone(w.cfg.CreateColumns), w.tableReserved()...))
 	} else {
 		reserved := map[string]bool{}
-		for _, c := range reservedColumns() {
+		for _, c := range w.tableReserved() {
 			reserved[strings.ToLower(c.Name)] = true
 		}
 		fields, conflicts := inferFields(func(n string) bool { return reserved[strings.ToLower(n)] }, structured(batch, nil))
@@ -144,6 +148,9 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 		w.warnf("register writer on %s: %v", w.cfg.Table, err)
 	}
 	if err := w.checkPrimaryRaw(ts); err != nil {
+		return nil, err
+	}
+	if err := w.ensureCoverage(ctx); err != nil {
 		return nil, err
 	}
 	st, err := w.buildState(ctx, ts.Columns, nil)

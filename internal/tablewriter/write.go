@@ -19,11 +19,20 @@ import (
 // for them. It returns the rows that failed conversion and the state used.
 // resv, the batch's share of the in-flight budget, is corrected to the
 // converted record's Arrow size.
-func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, resv *reservation) ([]arrowconv.RowError, *state, error) {
+func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, resv *reservation, pos *positions) ([]arrowconv.RowError, *state, error) {
 	lay := w.layout(st, batch, keyOf)
+	lay.order = pos.without(lay.order, len(batch))
 	res, st, err := w.convert(ctx, st, batch, lay.order)
 	if err != nil {
 		return nil, st, err
+	}
+	if pos != nil {
+		stamped, err := pos.stamp(res.Record, res.SourceIndex)
+		res.Record.Release()
+		if err != nil {
+			return nil, st, fmt.Errorf("stamp coverage columns for %s: %w", w.cfg.Table, err)
+		}
+		res.Record = stamped
 	}
 	defer res.Record.Release()
 	if n := res.Record.NumRows(); n > 0 {
@@ -36,7 +45,7 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 	// rest of its batch still lands.
 	over := oversized(res)
 	if int(res.Record.NumRows()) > len(over) {
-		if err := w.submitAndWait(ctx, st, res, lay, over); err != nil {
+		if err := w.submitAndWait(ctx, st, res, lay, over, pos); err != nil {
 			return nil, st, err
 		}
 	}
@@ -210,6 +219,7 @@ type part struct {
 	key    string
 	rec    arrow.RecordBatch
 	bytes  int64
+	lo, hi int // the record rows of the slice
 	ticket *pool.Ticket
 }
 
@@ -217,7 +227,7 @@ type part struct {
 // group) and waits for every ticket. Nothing here reads a submitted
 // watermark: only the tickets, settled by the ack lanes after the durable
 // ack, decide the outcome.
-func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError) error {
+func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError, pos *positions) error {
 	parts := split(res, lay, skip)
 	defer func() {
 		for _, p := range parts {
@@ -246,6 +256,9 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 			continue
 		}
 		w.obs.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
+		// The ticket is confirmed: these rows are durable, and only now
+		// may coverage name them.
+		w.recordDurable(pos, res.SourceIndex, parts[i].lo, parts[i].hi)
 	}
 	if firstErr != nil {
 		w.onWriteErr(ctx, st, firstErr)
@@ -296,7 +309,7 @@ func split(res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError) []
 		if g >= 0 {
 			key = lay.keys[g]
 		}
-		parts = append(parts, part{key: key, rec: res.Record.NewSlice(int64(lo), int64(hi)), bytes: b})
+		parts = append(parts, part{key: key, rec: res.Record.NewSlice(int64(lo), int64(hi)), bytes: b, lo: lo, hi: hi})
 		lo = hi
 	}
 	return parts

@@ -30,6 +30,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -111,6 +112,9 @@ type Config struct {
 	// until the claim settles, so a lane's AckChannelCapacity (a count of
 	// claims) is never what limits memory.
 	MaxInFlightBytes int64
+	// Coverage, when set, stamps each row's source and offset and records
+	// the durable ranges in a companion table (see CoverageConfig).
+	Coverage *CoverageConfig
 }
 
 // Defaults of the Config durations.
@@ -218,6 +222,11 @@ type Writer struct {
 	watchMu    sync.Mutex
 	watchStop  context.CancelFunc
 	watchDone  chan struct{}
+
+	// cov records the coverage (nil without it or before the first open);
+	// covMu serialises its creation.
+	cov   atomic.Pointer[coverage.Recorder]
+	covMu sync.Mutex
 }
 
 // state is the immutable target the write path uses: replaced as a whole
@@ -302,12 +311,19 @@ func (w *Writer) open(ctx context.Context) error {
 		w.st.Store(&state{})
 		return nil
 	}
+	missing, err := w.missingCoverageColumns(ts.Columns)
+	if err != nil {
+		return err
+	}
 	if w.cfg.Provision {
-		if ts, err = w.syncMetadata(ctx, ts); err != nil {
+		if ts, err = w.syncMetadata(ctx, ts, missing); err != nil {
 			return err
 		}
 	}
 	if err := w.checkPrimaryRaw(ts); err != nil {
+		return err
+	}
+	if err := w.ensureCoverage(ctx); err != nil {
 		return err
 	}
 	st, err := w.buildState(ctx, ts.Columns, nil)
@@ -358,10 +374,13 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		return nil, err
 	}
 
+	// With coverage, a row whose source or offset cannot be had fails
+	// alone, before conversion.
+	pos, posErrs := w.positionsOf(rows)
 	var rowErrs []RowError
 	for attempt := 0; ; attempt++ {
 		var used *state
-		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf, resv)
+		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf, resv, pos)
 		// A batch converted just before another one evolved the table meets
 		// a pool already switched to the new schema: convert it again.
 		if err != nil && errors.Is(err, pool.ErrSchemaMismatch) && attempt < 3 {
@@ -378,6 +397,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		}
 		break
 	}
+	rowErrs = append(rowErrs, posErrs...)
 	w.obs.RowErrors(len(rowErrs))
 	return rowErrs, nil
 }
@@ -479,6 +499,9 @@ func (w *Writer) Close(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	// After the streams: the ranges their last acks confirmed are written
+	// with the final flush.
+	w.closeCoverage(ctx)
 	return err
 }
 

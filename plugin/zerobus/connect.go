@@ -6,6 +6,8 @@ package zerobus
 import (
 	"fmt"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -31,6 +33,9 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		RedescribeTimeout:  c.CloseTimeout,
 		MaxInFlightBytes:   int64(c.MaxInFlightBytes),
 	}
+	if c.CovSource != nil {
+		wc.Coverage = &tablewriter.CoverageConfig{Table: c.CovTable, Position: c.position}
+	}
 	if c.ContractPath != "" {
 		contract, err := catalog.LoadContract(c.ContractPath)
 		if err != nil {
@@ -39,6 +44,23 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		wc.Contract = contract
 	}
 	return wc, nil
+}
+
+// position is a message's coverage source and offset.
+func (c *outputConfig) position(r tablewriter.Row) (string, string, error) {
+	m, ok := r.(*service.Message)
+	if !ok {
+		return "", "", fmt.Errorf("row is a %T, not a message", r)
+	}
+	src, err := c.CovSource.TryString(m)
+	if err != nil {
+		return "", "", fmt.Errorf("field %s.source: %w", fCoverage, err)
+	}
+	off, err := c.CovOffset.TryString(m)
+	if err != nil {
+		return "", "", fmt.Errorf("field %s.offset: %w", fCoverage, err)
+	}
+	return src, off, nil
 }
 
 // poolConfig maps the output's knobs onto the pool's.

@@ -190,7 +190,7 @@ func (o *output) engine() (*engine, error) {
 	}
 	if o.cfg.DLTable != "" {
 		cfg := o.wcfg
-		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived
+		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role, cfg.Coverage = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived, nil
 		e.dlq = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)

@@ -28,6 +28,7 @@ const (
 	fDeadLetter    = "dead_letter"
 	fDLTable       = "table"
 	fDLPayload     = "include_payload"
+	fCoverage      = "coverage"
 	fClientID      = "client_id"
 	fClientSecret  = "client_secret"
 	fBatching      = "batching"
@@ -182,6 +183,12 @@ func Spec() *service.ConfigSpec {
 					Default(true),
 			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. Without it, such rows fail through a batch error (a `fallback` output can route them).").
 				Optional(),
+			service.NewObjectField(fCoverage,
+				service.NewInterpolatedStringField("source").Description("Each message's source, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`; stamped into `_zb_source`.").Default(""),
+				service.NewInterpolatedStringField("offset").Description("Each message's integer offset in its source, e.g. `${! meta(\"kafka_offset\") }`; stamped into `_zb_offset`.").Default(""),
+				service.NewStringField(fDLTable).Description("The coverage table; empty means `<table>_zb_coverage`.").Default("").LintRule(tableLint(fCoverage+"."+fDLTable, false)),
+			).Description("Record which source offsets are durable: each row's source and offset go into the reserved columns `_zb_source STRING` and `_zb_offset BIGINT` (created or, with `catalog.provision`, added), and the offsets whose rows the service acknowledged durable are written in the background, as ranges `[start, end)` per (writer = the output's label, source), to a companion table (`writer_id`, `source`, `start`, `end`, `_zb_emit_ts`) on its own stream. Readers union-merge all rows of a source; coverage may lag the raw table, never lead it. A message whose source or offset fails, or whose offset is not an integer, fails alone.").
+				LintRule(`root = if (this.source.or("") == "") != (this.offset.or("") == "") { [ "field `+fCoverage+`: source and offset must be set together" ] } else { [] }`).Optional().Advanced(),
 			service.NewStringField(fClientID).
 				Description("OAuth client id of the service principal. Empty means the `DATABRICKS_CLIENT_ID` environment variable.").
 				Default(""),
@@ -314,8 +321,11 @@ type outputConfig struct {
 	MaxOpenTables int
 	DLTable       string
 	DLPayload     bool
-	ClientID      string
-	ClientSecret  string
+	// CovSource and CovOffset are nil without coverage.
+	CovSource, CovOffset *service.InterpolatedString
+	CovTable             string
+	ClientID             string
+	ClientSecret         string
 	// credSource says where the credentials came from, for messages.
 	credSource string
 
@@ -460,6 +470,22 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 			return nil, err
 		}
 	}
+	if conf.Contains(fCoverage) {
+		src, _ := conf.FieldString(fCoverage, "source")
+		off, _ := conf.FieldString(fCoverage, "offset")
+		if (src == "") != (off == "") {
+			return nil, fmt.Errorf("field %s: source and offset must be set together", fCoverage)
+		}
+		if src != "" {
+			if c.CovSource, err = conf.FieldInterpolatedString(fCoverage, "source"); err != nil {
+				return nil, err
+			}
+			if c.CovOffset, err = conf.FieldInterpolatedString(fCoverage, "offset"); err != nil {
+				return nil, err
+			}
+			c.CovTable, _ = conf.FieldString(fCoverage, fDLTable)
+		}
+	}
 	if c.Batching, err = conf.FieldBatchPolicy(fBatching); err != nil {
 		return nil, err
 	}
@@ -526,6 +552,9 @@ func (c *outputConfig) validate() error {
 	if c.DLTable != "" {
 		add(typemap.CheckTableName(c.DLTable), "field %s.%s: ", fDeadLetter, fDLTable)
 	}
+	if c.CovTable != "" {
+		add(typemap.CheckTableName(c.CovTable), "field %s.%s: ", fCoverage, fDLTable)
+	}
 	if c.WorkspaceID == "" && urlErr == nil {
 		c.WorkspaceID, _ = ingest.WorkspaceIDFromEndpoint(c.Endpoint) // none for loopback: discovered
 	}
@@ -570,6 +599,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"max_open_tables", c.MaxOpenTables,
 		"dead_letter.table", c.DLTable,
 		"dead_letter.include_payload", c.DLPayload,
+		"coverage", c.CovSource != nil,
 		"endpoint", c.Endpoint,
 		"tls", c.EndpointTLS,
 		"tls.enabled", c.TLS != nil,

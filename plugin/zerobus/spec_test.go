@@ -257,3 +257,45 @@ func TestLintRuleTable(t *testing.T) {
 		})
 	}
 }
+
+// coverage: source and offset reach the writer as a position function over
+// the message; one without the other is refused by the linter and the
+// parser alike, naming the field.
+func TestConfigCoverage(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML+"coverage:\n  source: '${! meta(\"t\") }/${! meta(\"p\") }'\n  offset: '${! meta(\"o\") }'\n")
+	require.NoError(t, err)
+	wc, err := c.writerConfig("out")
+	require.NoError(t, err)
+	require.NotNil(t, wc.Coverage)
+	assert.Equal(t, "main.default.events_zb_coverage", wc.Coverage.CoverageTable(wc.Table))
+	m := service.NewMessage([]byte(`{}`))
+	m.MetaSetMut("t", "orders")
+	m.MetaSetMut("p", "2")
+	m.MetaSetMut("o", "41")
+	src, off, err := wc.Coverage.Position(m)
+	require.NoError(t, err)
+	assert.Equal(t, "orders/2", src)
+	assert.Equal(t, "41", off)
+
+	c, err = parseYAML(t, minimalYAML+"coverage:\n  source: x\n  offset: '1'\n  table: main.default.cov\n")
+	require.NoError(t, err)
+	wc, err = c.writerConfig("out")
+	require.NoError(t, err)
+	assert.Equal(t, "main.default.cov", wc.Coverage.CoverageTable(wc.Table))
+
+	c, err = parseYAML(t, minimalYAML)
+	require.NoError(t, err)
+	wc, err = c.writerConfig("out")
+	require.NoError(t, err)
+	assert.Nil(t, wc.Coverage, "no coverage block: coverage off")
+
+	_, err = parseYAML(t, minimalYAML+"coverage:\n  source: x\n")
+	require.ErrorContains(t, err, "field coverage: source and offset must be set together")
+
+	linter := service.GlobalEnvironment().FullConfigSchema("", "").NewStreamConfigLinter()
+	y := "input:\n  stdin: {}\noutput:\n  zerobus:\n    endpoint: http://127.0.0.1:1\n    workspace_url: http://127.0.0.1:2\n    table: main.default.events\n    coverage:\n      offset: '${! meta(\"o\") }'\n"
+	lints, err := linter.LintYAML([]byte(y))
+	require.NoError(t, err)
+	require.NotEmpty(t, lints)
+	assert.Contains(t, lints[0].What, "source and offset must be set together")
+}

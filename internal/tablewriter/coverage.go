@@ -1,0 +1,287 @@
+// Coverage: stamp each row's source and offset, record the offsets whose
+// rows are durable, and keep the companion coverage table (internal/coverage).
+
+package tablewriter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// CoverageConfig turns coverage on: each row's source and offset are
+// stamped into the reserved columns _zb_source and _zb_offset, and the
+// offsets whose rows are durable are recorded as ranges per (writer id,
+// source) in a companion table written on its own stream.
+type CoverageConfig struct {
+	// Table is the coverage table, catalog.schema.table; "" means
+	// "<Table>_zb_coverage", in the raw table's catalog and schema.
+	Table string
+	// Position returns a row's source and offset (the offset as text, to
+	// be parsed as an integer). An error, or an offset that is not an
+	// integer, fails the row alone.
+	Position func(r Row) (source, offset string, err error)
+	// FlushInterval and FlushRanges tune the background coverage writes
+	// (zero: coverage.DefaultFlushInterval, coverage.DefaultFlushRanges).
+	FlushInterval time.Duration
+	FlushRanges   int
+}
+
+// CoverageSuffix names the default coverage table: "<table>_zb_coverage".
+const CoverageSuffix = "_zb_coverage"
+
+// CoverageTable is the coverage table of raw table table under c.
+func (c *CoverageConfig) CoverageTable(table string) string {
+	if c.Table != "" {
+		return c.Table
+	}
+	return table + CoverageSuffix
+}
+
+// positions are the sources and offsets of a batch's rows, by batch index.
+type positions struct {
+	src []string
+	off []int64
+	bad map[int]bool // rows whose position could not be had
+}
+
+// positionsOf computes every row's position; a row whose source or offset
+// fails comes back as a row error (column _zb_source or _zb_offset) and is
+// left out of the batch. nil without coverage.
+func (w *Writer) positionsOf(rows []Row) (*positions, []RowError) {
+	cc := w.cfg.Coverage
+	if cc == nil {
+		return nil, nil
+	}
+	p := &positions{src: make([]string, len(rows)), off: make([]int64, len(rows))}
+	var errs []RowError
+	fail := func(i int, col string, err error) {
+		if p.bad == nil {
+			p.bad = map[int]bool{}
+		}
+		p.bad[i] = true
+		errs = append(errs, RowError{Index: i, Column: col, Err: err})
+	}
+	for i, r := range rows {
+		src, off, err := cc.Position(r)
+		if err != nil {
+			fail(i, arrowconv.SourceColumn, fmt.Errorf("coverage source/offset: %w", err))
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(off), 10, 64)
+		if err != nil {
+			fail(i, arrowconv.OffsetColumn, fmt.Errorf("coverage offset %q is not an integer", off))
+			continue
+		}
+		p.src[i], p.off[i] = src, n
+	}
+	return p, errs
+}
+
+// without returns order (nil: every row of an n-row batch) minus the rows
+// whose position failed.
+func (p *positions) without(order []int, n int) []int {
+	if p == nil || len(p.bad) == 0 {
+		return order
+	}
+	if order == nil {
+		order = make([]int, 0, n)
+		for i := range n {
+			order = append(order, i)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(order), func(i int) bool { return p.bad[i] })
+}
+
+// stamp returns rec with its _zb_source and _zb_offset columns replaced by
+// the positions of its rows (record row r is batch row srcIdx[r]).
+func (p *positions) stamp(rec arrow.RecordBatch, srcIdx []int) (arrow.RecordBatch, error) {
+	sch := rec.Schema()
+	si, oi := fieldIndex(sch, arrowconv.SourceColumn), fieldIndex(sch, arrowconv.OffsetColumn)
+	if si < 0 || oi < 0 {
+		return nil, fmt.Errorf("the table lacks the coverage columns %s and %s", arrowconv.SourceColumn, arrowconv.OffsetColumn)
+	}
+	n := int(rec.NumRows())
+	sb := array.NewBuilder(memory.DefaultAllocator, sch.Field(si).Type)
+	defer sb.Release()
+	ob := array.NewBuilder(memory.DefaultAllocator, sch.Field(oi).Type)
+	defer ob.Release()
+	ib, ok := ob.(*array.Int64Builder)
+	if !ok {
+		return nil, fmt.Errorf("column %s is %s, want BIGINT", arrowconv.OffsetColumn, sch.Field(oi).Type)
+	}
+	ib.Reserve(n)
+	switch b := sb.(type) {
+	case *array.LargeStringBuilder:
+		b.Reserve(n)
+		for r := range n {
+			b.Append(p.src[srcIdx[r]])
+		}
+	case *array.StringBuilder:
+		b.Reserve(n)
+		for r := range n {
+			b.Append(p.src[srcIdx[r]])
+		}
+	default:
+		return nil, fmt.Errorf("column %s is %s, want STRING", arrowconv.SourceColumn, sch.Field(si).Type)
+	}
+	for r := range n {
+		ib.Append(p.off[srcIdx[r]])
+	}
+	sarr, oarr := sb.NewArray(), ob.NewArray()
+	defer sarr.Release()
+	defer oarr.Release()
+	cols := slices.Clone(rec.Columns())
+	cols[si], cols[oi] = sarr, oarr
+	return array.NewRecordBatch(sch, cols, int64(n)), nil
+}
+
+func fieldIndex(sch *arrow.Schema, name string) int {
+	for i, f := range sch.Fields() {
+		if strings.EqualFold(f.Name, name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// recordDurable hands the positions of record rows [lo, hi) — whose durable
+// ack has just been confirmed — to the coverage recorder. It is called only
+// after a ticket's Wait returned nil, never at submission: coverage lags
+// the data, never leads it.
+func (w *Writer) recordDurable(p *positions, srcIdx []int, lo, hi int) {
+	rec := w.cov.Load()
+	if p == nil || rec == nil || lo >= hi {
+		return
+	}
+	by := map[string]*coverage.RangeSet{}
+	for r := lo; r < hi; r++ {
+		i := srcIdx[r]
+		s := by[p.src[i]]
+		if s == nil {
+			s = &coverage.RangeSet{}
+			by[p.src[i]] = s
+		}
+		s.Add(p.off[i], p.off[i]+1)
+	}
+	rec.Durable(by)
+}
+
+// tableReserved are the reserved columns a table this writer creates gets:
+// _zb_emit_ts, plus _zb_source and _zb_offset with coverage.
+func (w *Writer) tableReserved() []typemap.Column {
+	cols := reservedColumns()
+	if w.cfg.Coverage != nil {
+		for _, r := range arrowconv.CoverageColumns() {
+			cols = append(cols, r.Column())
+		}
+	}
+	return cols
+}
+
+// missingCoverageColumns returns the coverage columns cols lacks (none
+// without coverage); a coverage column of the wrong type is an error.
+func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column, error) {
+	if w.cfg.Coverage == nil {
+		return nil, nil
+	}
+	var missing []typemap.Column
+	for _, r := range arrowconv.CoverageColumns() {
+		i := slices.IndexFunc(cols, func(c typemap.Column) bool { return strings.EqualFold(c.Name, r.Name) })
+		if i < 0 {
+			missing = append(missing, r.Column())
+			continue
+		}
+		if cols[i].Type.Kind != r.Type.Kind {
+			return nil, fmt.Errorf("table %s: coverage column %s is %s, want %s", w.cfg.Table, cols[i].Name, cols[i].Type.DDL(), r.Type.DDL())
+		}
+	}
+	if len(missing) > 0 && !w.cfg.Provision {
+		names := make([]string, len(missing))
+		for i, c := range missing {
+			names[i] = c.Name + " " + strings.ToUpper(c.Type.DDL())
+		}
+		return nil, fmt.Errorf("table %s lacks the coverage columns %s: add them (ALTER TABLE %s ADD COLUMNS (%s)) or enable catalog.provision",
+			w.cfg.Table, strings.Join(names, ", "), w.cfg.Table, strings.Join(names, ", "))
+	}
+	return missing, nil
+}
+
+// ensureCoverage describes (with provisioning, creates) the coverage table
+// and starts the recorder, once per writer: the recorder and the ranges it
+// holds outlive a reopen of the raw streams.
+func (w *Writer) ensureCoverage(ctx context.Context) error {
+	cc := w.cfg.Coverage
+	if cc == nil || w.cov.Load() != nil {
+		return nil
+	}
+	w.covMu.Lock()
+	defer w.covMu.Unlock()
+	if w.cov.Load() != nil {
+		return nil
+	}
+	table := cc.CoverageTable(w.cfg.Table)
+	ts, err := w.cat.Describe(ctx, table)
+	if err != nil {
+		return fmt.Errorf("describe coverage table %s: %w", table, err)
+	}
+	if ts == nil {
+		if !w.cfg.Provision {
+			return fmt.Errorf("coverage table %s does not exist and catalog.provision is false: create it (writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP) or enable provisioning", table)
+		}
+		d := catalog.DesiredTable{FullName: table, Columns: append(coverage.Columns(), reservedColumns()...),
+			Comments: map[string]string{}, Role: catalog.RoleDerived, CommentsPolicy: w.cfg.CommentsPolicy,
+			Comment: "Coverage of " + w.cfg.Table + ": ranges [start, end) of source offsets whose rows are durable there, per writer; union-merge all rows of a source."}
+		out, err := w.cat.Reconcile(ctx, d)
+		if err != nil {
+			return fmt.Errorf("create coverage table %s: %w", table, err)
+		}
+		if ts = out.State; ts == nil {
+			if ts, err = w.cat.Describe(ctx, table); err != nil {
+				return fmt.Errorf("describe coverage table %s after create: %w", table, err)
+			}
+			if ts == nil {
+				return fmt.Errorf("coverage table %s still absent after create", table)
+			}
+		}
+		w.infof("coverage table %s provisioned for %s", table, w.cfg.Table)
+	}
+	rec, err := coverage.NewRecorder(coverage.Config{
+		Table: table, WriterID: w.cfg.WriterID, Columns: ts.Columns,
+		FlushInterval: cc.FlushInterval, FlushRanges: cc.FlushRanges,
+	}, w.opener, w.log)
+	if err != nil {
+		return err
+	}
+	w.cov.Store(rec)
+	return nil
+}
+
+// Coverage returns the writer's coverage recorder: nil without coverage or
+// before the table is open.
+func (w *Writer) Coverage() *coverage.Recorder { return w.cov.Load() }
+
+// closeCoverage writes the last changed ranges (bounded by ctx) and stops
+// the recorder. A failure is logged, never returned: raw rows are durable
+// whatever the coverage table holds, which may only lag them.
+func (w *Writer) closeCoverage(ctx context.Context) {
+	rec := w.cov.Swap(nil)
+	if rec == nil {
+		return
+	}
+	if err := rec.Close(ctx); err != nil {
+		w.warnf("%v; the coverage of %s lags its rows (they are durable)", err, w.cfg.Table)
+	}
+}

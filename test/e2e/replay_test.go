@@ -29,9 +29,13 @@ const (
 
 // startReplayEmulator starts an emulator whose Iceberg conversion lags by an
 // hour, so only MSCK REPAIR TABLE … SYNC METADATA converts within a test.
-func startReplayEmulator(tb testing.TB) *emulator.Server {
+func startReplayEmulator(tb testing.TB, mutate ...func(*emulator.Config)) *emulator.Server {
 	tb.Helper()
-	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: tb.TempDir(), IcebergLag: time.Hour})
+	cfg := emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: tb.TempDir(), IcebergLag: time.Hour}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	srv, err := emulator.Start(cfg)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = srv.Close() })
 	return srv
@@ -105,6 +109,12 @@ type replayed struct {
 // runReplay runs a zerobus_replay pipeline with the extra input YAML until it
 // ends by itself and returns the rows and the log text.
 func runReplay(t testing.TB, srv *emulator.Server, table, extra string) ([]replayed, string, error) {
+	return runReplaySlow(t, srv, table, extra, 0)
+}
+
+// runReplaySlow is runReplay with a consumer that pauses for pause after
+// every 500th row.
+func runReplaySlow(t testing.TB, srv *emulator.Server, table, extra string, pause time.Duration) ([]replayed, string, error) {
 	t.Helper()
 	y := fmt.Sprintf("zerobus_replay:\n  workspace_url: %s\n  table: %s\n  client_id: %s\n  client_secret: %s\n  batch_size: 500\n",
 		srv.HTTPURL(), table, emulator.DefaultClientID, emulator.DefaultClientSecret)
@@ -142,6 +152,9 @@ func runReplay(t testing.TB, srv *emulator.Server, table, extra string) ([]repla
 		et, err := time.Parse(time.RFC3339Nano, ts)
 		if err != nil {
 			return fmt.Errorf("_zb_emit_ts metadata %q: %w", ts, err)
+		}
+		if pause > 0 && r.ID%500 == 0 {
+			time.Sleep(pause)
 		}
 		mu.Lock()
 		out = append(out, replayed{row: rawRow{ID: r.ID, Msg: r.Msg, Source: src, Offset: o}, emitTS: et})
@@ -251,4 +264,21 @@ func TestReplayLagToleratedAndForced(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, logs, "is current")
 	assert.NotContains(t, logs, "lags the Delta table")
+}
+
+func TestReplayRenewsVendedCredentials(t *testing.T) {
+	// Storage credentials live 2s and the replay takes longer: the emulator
+	// refuses expired ones, so the replay only completes if the input
+	// reloads the table (new credentials) before they expire.
+	srv := startReplayEmulator(t, func(c *emulator.Config) { c.CredentialTTL = 2 * time.Second })
+	createTable(t, srv, replayTable, replayCols, true)
+	for lo := 0; lo < 6000; lo += 1000 {
+		writeRaw(t, srv, lo, lo+1000) // one data file each
+	}
+	forceConversion(t, srv, replayTable)
+	start := time.Now()
+	got, _, err := runReplaySlow(t, srv, replayTable, "credential_refresh_margin: 1500ms\n", 300*time.Millisecond)
+	require.NoError(t, err)
+	assert.Greater(t, time.Since(start), 3*time.Second, "the replay outlived the first credentials")
+	assert.Equal(t, wantRaw([2]int{0, 6000}), rowsOf(got))
 }

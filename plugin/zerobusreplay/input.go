@@ -427,8 +427,7 @@ func (r *configRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
 		return resp, err
 	}
-	ns, tbl, ok := strings.Cut(req.URL.Path, "/namespaces/")
-	_ = ns
+	_, tbl, ok := strings.Cut(req.URL.Path, "/namespaces/")
 	if !ok {
 		return resp, nil
 	}

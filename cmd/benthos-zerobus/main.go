@@ -1,5 +1,5 @@
 // Command benthos-zerobus is a Redpanda Connect / Benthos v4 binary with the
-// core components, the zerobus output and a prometheus metrics exporter. The
+// core components, the zerobus output, the zerobus_replay input and a prometheus metrics exporter. The
 // local emulator is a binary of its own, cmd/zerobus-emulator.
 package main
 
@@ -13,6 +13,7 @@ import (
 
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"
 )
 
 // Stamped at build time: -ldflags "-X main.version=... -X main.dateBuilt=...".

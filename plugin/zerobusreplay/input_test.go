@@ -1,0 +1,121 @@
+package zerobusreplay
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
+)
+
+func parse(t *testing.T, y string) (Config, error) {
+	t.Helper()
+	pc, err := Spec().ParseYAML(y, nil)
+	require.NoError(t, err)
+	return ParseConfig(pc)
+}
+
+func TestReplayRefusesNonPrimaryRawTable(t *testing.T) {
+	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
+		Tables: []string{"main.raw.plain:id BIGINT NOT NULL, msg STRING"}})
+	require.NoError(t, err)
+	defer srv.Close()
+
+	cfg, err := parse(t, fmt.Sprintf("workspace_url: %s\ntable: main.raw.plain\nclient_id: %s\nclient_secret: %s\n",
+		srv.HTTPURL(), emulator.DefaultClientID, emulator.DefaultClientSecret))
+	require.NoError(t, err)
+	in := newInput(cfg, service.MockResources())
+	defer in.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = in.Connect(ctx)
+	require.Error(t, err)
+	for _, pre := range []string{catalog.PreIcebergReads, catalog.PreColumnMapping, catalog.PreDeletionVectors} {
+		assert.Contains(t, err.Error(), pre, "names each unmet precondition")
+	}
+	_, _, err = in.ReadBatch(ctx)
+	assert.ErrorIs(t, err, service.ErrNotConnected, "nothing is read from a refused table")
+}
+
+func TestConfigChecks(t *testing.T) {
+	base := "workspace_url: http://127.0.0.1:1\ntable: a.b.c\nclient_id: id\nclient_secret: s\n"
+	c, err := parse(t, base)
+	require.NoError(t, err)
+	assert.Equal(t, "a.b.c_zb_coverage", c.CoverageTable)
+	assert.True(t, c.Where.Empty())
+	assert.Equal(t, 1000, c.BatchSize)
+	assert.Equal(t, ConsistencyTolerate, c.Consistency)
+	assert.True(t, c.RequirePrimary)
+
+	c, err = parse(t, base+"where:\n  source: t/1\n  offset_from: 5\n  offset_to: 9\n  emit_ts_from: 2026-01-02T03:04:05Z\n")
+	require.NoError(t, err)
+	assert.Equal(t, `_zb_emit_ts >= 2026-01-02T03:04:05Z AND _zb_source = "t/1" AND _zb_offset >= 5 AND _zb_offset < 9`, c.Where.String())
+
+	for _, tc := range []struct{ extra, want string }{
+		{"where:\n  offset_from: 9\n  offset_to: 9\n", "offset_from (9) must be below offset_to (9)"},
+		{"where:\n  emit_ts_from: 2026-01-02T00:00:00Z\n  emit_ts_to: 2026-01-01T00:00:00Z\n", "emit_ts_from"},
+		{"where:\n  emit_ts_to: yesterday\n", "emit_ts_to"},
+		{"consistency: force\n", "warehouse_id"},
+		{"batch_size: 0\n", "batch_size"},
+	} {
+		t.Setenv(EnvWarehouseID, "")
+		_, err := parse(t, base+tc.extra)
+		require.Error(t, err, tc.extra)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	t.Setenv(EnvClientID, "")
+	t.Setenv(EnvClientSecret, "")
+	_, err = parse(t, "workspace_url: http://127.0.0.1:1\ntable: a.b.c\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "client_id/client_secret")
+	t.Setenv(EnvClientID, "envid")
+	t.Setenv(EnvClientSecret, "envsecret")
+	c, err = parse(t, "workspace_url: http://127.0.0.1:1\ntable: a.b.c\n")
+	require.NoError(t, err)
+	assert.Equal(t, "envid", c.ClientID)
+	assert.Contains(t, c.credSource, EnvClientID)
+}
+
+func TestLintRules(t *testing.T) {
+	env := service.NewEnvironment()
+	for _, tc := range []struct{ y, want string }{
+		{"zerobus_replay:\n  workspace_url: http://example.com\n  table: a.b.c\n", "plaintext http"},
+		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b\n", "catalog.schema.table"},
+		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  batch_size: 0\n", "batch_size"},
+		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    offset_from: 3\n    offset_to: 1\n", "offset_from"},
+		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    emit_ts_from: nope\n", "RFC 3339"},
+	} {
+		sb := env.NewStreamBuilder()
+		err := sb.AddInputYAML(tc.y)
+		require.Error(t, err, tc.y)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	sb := env.NewStreamBuilder()
+	require.NoError(t, sb.AddInputYAML("zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    emit_ts_from: 2026-01-02T03:04:05.5Z\n    offset_to: 4\n"))
+}
+
+func TestCoverageReport(t *testing.T) {
+	assert.Equal(t, []span{{0, 10}, {12, 20}}, mergeSpans([]span{{5, 10}, {0, 5}, {12, 15}, {14, 20}, {3, 4}, {7, 7}}), "union, adjacent join, empty dropped")
+	assert.Equal(t, []span{{10, 12}, {20, 25}}, gaps([]span{{0, 10}, {12, 20}}, span{5, 25}))
+	assert.Empty(t, gaps([]span{{0, 10}}, span{2, 8}))
+
+	ranges := map[string][]span{
+		"t/0": {{0, 50}, {50, 100}},           // two writers, adjacent
+		"t/1": {{0, 40}, {60, 100}, {30, 45}}, // overlapping, one gap
+	}
+	complete, missing := coverageReport(ranges, Where{})
+	assert.Equal(t, map[string][]span{"t/0": {{0, 100}}, "t/1": {{0, 45}, {60, 100}}}, complete)
+	assert.Equal(t, []coverageGap{{"t/1", span{45, 60}}}, missing)
+
+	from, to := int64(10), int64(120)
+	_, missing = coverageReport(ranges, Where{Source: "t/0", OffsetFrom: &from, OffsetTo: &to})
+	assert.Equal(t, []coverageGap{{"t/0", span{100, 120}}}, missing, "beyond the last durable offset is a gap")
+	_, missing = coverageReport(ranges, Where{Source: "t/9", OffsetFrom: &from, OffsetTo: &to})
+	assert.Equal(t, []coverageGap{{"t/9", span{10, 120}}}, missing, "a source never recorded is one gap")
+}

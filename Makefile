@@ -54,7 +54,7 @@ bench: build conformance-deps
 
 ## bench-transport: our Zerobus client vs the official SDK against the emulator in ack-only mode.
 bench-transport: conformance-deps
-	go test -run '^$$' -bench Transport -benchtime 7x -count 1 -timeout 20m ./conformance/
+	go test -run '^$$' -bench 'Transport|FrameSize' -benchtime 7x -count 1 -timeout 20m ./conformance/
 
 ## demo: start the emulator, run the quickstart pipeline into it, print what landed.
 demo: build

@@ -170,3 +170,82 @@ func BenchmarkTransport(b *testing.B) {
 		"ratio of totals %.2fx, median per-round ratio %.2fx (range %.2f..%.2f; target >= 1.5x)\n",
 		b.N, oursRows, mb/ours.Seconds(), sdkRows, mb/sdk.Seconds(), oursRows/sdkRows, median, ratios[0], ratios[len(ratios)-1])
 }
+
+// BenchmarkFrameSize pushes large batches (ZB_BENCH_FRAME_ROWS rows of
+// ~200 B each, default 40,000: about 8 MB of Arrow IPC per batch) through
+// our client into the emulator in ack-only mode, once with frames of about
+// 2 MiB (the default, as the official SDK) and once with frames up to the
+// old 10 MiB − 16 KiB, alternating which goes first over the rounds. It
+// reports x_2MiB_vs_10MiB, the median per-round throughput ratio; target:
+// >= 1 (smaller frames must not cost throughput).
+//
+//	go test ./conformance/ -run '^$' -bench FrameSize -benchtime 7x
+func BenchmarkFrameSize(b *testing.B) {
+	batchRows := envInt("ZB_BENCH_FRAME_ROWS", 40_000)
+	const nBatches = 12
+	srv := startEmulator(b, emulator.Faults{AckOnly: true}, benchTable+":"+benchCols)
+	var recs []arrow.RecordBatch // not benchBatches: it caches its first size
+	for i := range nBatches {
+		recs = append(recs, benchBatch(int64(i*batchRows), int64(batchRows)))
+	}
+	rows := int64(nBatches * batchRows)
+	open := func(target int) *ingest.Client {
+		c, err := ingest.NewClient(ingest.Config{
+			Endpoint: srv.GRPCURL(), WorkspaceURL: srv.HTTPURL(), ClientID: confClientID, ClientSecret: confSecret,
+			FrameTargetBytes: target,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	small, large := open(ingest.FrameTargetBytes), open(ingest.DefaultMaxFrameBytes)
+	run := func(c *ingest.Client) time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		s, err := c.OpenArrowStream(ctx, benchTable, benchSchema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		start := time.Now()
+		for _, r := range recs {
+			if _, err := s.Submit(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Drain(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if s.Durable() != uint64(rows) {
+			b.Fatalf("durable %d, want %d", s.Durable(), rows)
+		}
+		return time.Since(start)
+	}
+	run(small)
+	run(large)
+	b.ResetTimer()
+	var ratios []float64
+	var tSmall, tLarge time.Duration
+	for i := 0; i < b.N; i++ {
+		var s, l time.Duration
+		if i%2 == 0 {
+			s, l = run(small), run(large)
+		} else {
+			l, s = run(large), run(small)
+		}
+		tSmall += s
+		tLarge += l
+		ratios = append(ratios, l.Seconds()/s.Seconds())
+	}
+	b.StopTimer()
+	sort.Float64s(ratios)
+	median := ratios[len(ratios)/2]
+	total := float64(rows) * float64(b.N)
+	b.ReportMetric(total/tSmall.Seconds(), "2MiB_rows/s")
+	b.ReportMetric(total/tLarge.Seconds(), "10MiB_rows/s")
+	b.ReportMetric(median, "x_2MiB_vs_10MiB")
+	fmt.Fprintf(os.Stderr, "frame size (%d rounds, %d-row batches): 2 MiB frames %.0f rows/s | 10 MiB frames %.0f rows/s | median ratio %.2fx (range %.2f..%.2f; target >= 1)\n",
+		b.N, batchRows, total/tSmall.Seconds(), total/tLarge.Seconds(), median, ratios[0], ratios[len(ratios)-1])
+}

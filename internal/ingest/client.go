@@ -115,6 +115,10 @@ type Config struct {
 	// to MaxFrameBytes. Zero, or anything above DefaultMaxFrameBytes, means
 	// DefaultMaxFrameBytes: a frame never passes the service's request cap.
 	MaxFrameBytes int
+	// FrameTargetBytes is the frame size the encoder aims at when it cuts a
+	// batch; zero means FrameTargetBytes (about 2 MiB, as the official SDK).
+	// Benchmarks set it to compare frame sizes; it never passes MaxFrameBytes.
+	FrameTargetBytes int
 	// Observer receives reconnect, retry and failure events; may be nil.
 	Observer Observer
 	// DialOptions are appended to the gRPC dial options (tests, proxies).
@@ -189,7 +193,7 @@ func NewClient(cfg Config) (*Client, error) {
 			cfg.WorkspaceID, _ = WorkspaceIDFromEndpoint(cfg.Endpoint)
 		}
 	}
-	enc, err := newFrameEncoder(cfg.Compression, cfg.MaxFrameBytes)
+	enc, err := newFrameEncoder(cfg.Compression, cfg.MaxFrameBytes, cfg.FrameTargetBytes)
 	if err != nil {
 		return nil, fmt.Errorf("zerobus client: %w", err)
 	}

@@ -79,7 +79,7 @@ type frameEncoder struct {
 	targetBytes, maxBytes int
 }
 
-func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
+func newFrameEncoder(compression string, maxBytes, targetBytes int) (*frameEncoder, error) {
 	mem := memory.DefaultAllocator
 	opts := []ipc.Option{ipc.WithAllocator(mem)}
 	switch compression {
@@ -94,7 +94,10 @@ func newFrameEncoder(compression string, maxBytes int) (*frameEncoder, error) {
 	if maxBytes <= 0 || maxBytes > DefaultMaxFrameBytes {
 		maxBytes = DefaultMaxFrameBytes
 	}
-	return &frameEncoder{mem: mem, pool: newBufPool(defaultPoolIdle), ipcOpts: opts, targetBytes: min(FrameTargetBytes, maxBytes), maxBytes: maxBytes}, nil
+	if targetBytes <= 0 {
+		targetBytes = FrameTargetBytes
+	}
+	return &frameEncoder{mem: mem, pool: newBufPool(defaultPoolIdle), ipcOpts: opts, targetBytes: min(targetBytes, maxBytes), maxBytes: maxBytes}, nil
 }
 
 // schemaHeader returns the IPC schema message for FlightData #0. It is

@@ -77,7 +77,7 @@ func framesRows(frames []frame) int64 {
 // Batches are cut into frames of about FrameTargetBytes (2 MiB, as the
 // official SDK does), not into frames filling the 10 MiB request cap.
 func TestFrameEncoderAimsAtTargetSize(t *testing.T) {
-	enc, err := newFrameEncoder("", 0)
+	enc, err := newFrameEncoder("", 0, 0)
 	require.NoError(t, err)
 	rec := makeBatch(0, 9<<10, 1<<10) // ~9 MiB
 	defer rec.Release()
@@ -94,7 +94,7 @@ func TestFrameEncoderAimsAtTargetSize(t *testing.T) {
 // One row larger than the frame target still fits a frame of its own up to
 // the request cap; only a row above the cap is refused.
 func TestFrameEncoderRowAboveTargetGoesAloneUpToTheCap(t *testing.T) {
-	enc, err := newFrameEncoder("", 0)
+	enc, err := newFrameEncoder("", 0, 0)
 	require.NoError(t, err)
 	big := makeBatch(0, 1, 3<<20)
 	defer big.Release()
@@ -112,7 +112,7 @@ func TestFrameEncoderRowAboveTargetGoesAloneUpToTheCap(t *testing.T) {
 
 // No configuration lets a frame pass the service's request cap.
 func TestMaxFrameBytesNeverAboveTheRequestCap(t *testing.T) {
-	enc, err := newFrameEncoder("", 64<<20)
+	enc, err := newFrameEncoder("", 64<<20, 0)
 	require.NoError(t, err)
 	assert.Equal(t, DefaultMaxFrameBytes, enc.maxBytes)
 	assert.Equal(t, FrameTargetBytes, enc.targetBytes)
@@ -151,7 +151,7 @@ func TestOversizedRowsFindsTheRowAboveTheCap(t *testing.T) {
 	assert.Greater(t, got[0].Bytes, int64(MaxRequestBytes))
 	assert.GreaterOrEqual(t, got[0].ColumnBytes, int64(MaxRequestBytes+1))
 
-	enc, err := newFrameEncoder("", 0)
+	enc, err := newFrameEncoder("", 0, 0)
 	require.NoError(t, err)
 	_, err = enc.encode(rec)
 	require.ErrorIs(t, err, ErrRowTooLarge, "the encoder still refuses the batch as a whole")
@@ -201,7 +201,7 @@ func TestOversizedRowsBoundsTheRealEncoding(t *testing.T) {
 	for _, r := range []arrow.RecordBatch{rec, rec.NewSlice(1, 4)} {
 		est := OversizedRows(r, 0) // every row passes 0: all estimates
 		require.Len(t, est, int(r.NumRows()))
-		enc, err := newFrameEncoder("", 0)
+		enc, err := newFrameEncoder("", 0, 0)
 		require.NoError(t, err)
 		for i, o := range est {
 			f, err := enc.encodeSlice(r, int64(i), int64(i)+1)

@@ -24,7 +24,7 @@ func TestFlightCodecWireBytes(t *testing.T) {
 	require.NoError(t, err)
 	for _, compression := range []string{"none", "lz4_frame", "zstd"} {
 		t.Run(compression, func(t *testing.T) {
-			enc, err := newFrameEncoder(compression, 0)
+			enc, err := newFrameEncoder(compression, 0, 0)
 			require.NoError(t, err)
 			big := makeBatch(0, 6<<10, 1<<10) // ~6 MiB: several frames
 			defer big.Release()
@@ -86,7 +86,7 @@ func TestFlightCodecWireBytes(t *testing.T) {
 func TestFrameBuffersAreReused(t *testing.T) {
 	codec, err := newFlightCodec()
 	require.NoError(t, err)
-	enc, err := newFrameEncoder("none", 0)
+	enc, err := newFrameEncoder("none", 0, 0)
 	require.NoError(t, err)
 	rec := makeBatch(0, 1000, 1<<10)
 	defer rec.Release()

@@ -20,8 +20,9 @@ const DefaultMaxOpenTables = 64
 // chosen per message: each distinct table gets its own lazily opened writer
 // (catalog reconcile, pool, lanes), at most MaxOpen of them, the least
 // recently used one closed — drained first — to make room. A writer in use
-// by a Write is never evicted; when every open writer is in use the bound
-// is exceeded for as long as that lasts (logged), never deadlocked.
+// by a Write is never evicted: a Write for a table without a writer waits
+// while MaxOpen writers are in use (a Write holds one writer at a time, so
+// this never deadlocks), which keeps the bound strict.
 type Router struct {
 	newWriter    func(table string) *Writer
 	max          int
@@ -29,6 +30,8 @@ type Router struct {
 	log          *slog.Logger
 
 	mu      sync.Mutex
+	idle    *sync.Cond // signalled when a writer stops being in use
+	inUse   int        // writers with refs > 0
 	lru     *list.List // of *routed, most recently used at the front
 	byTable map[string]*list.Element
 	closed  bool
@@ -54,8 +57,10 @@ func NewRouter(newWriter func(table string) *Writer, max int, closeTimeout time.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Router{newWriter: newWriter, max: max, closeTimeout: closeTimeout, log: log,
+	r := &Router{newWriter: newWriter, max: max, closeTimeout: closeTimeout, log: log,
 		lru: list.New(), byTable: map[string]*list.Element{}}
+	r.idle = sync.NewCond(&r.mu)
+	return r
 }
 
 // Write writes rows into table through its writer, opening it first when
@@ -77,26 +82,31 @@ func (r *Router) Write(ctx context.Context, table string, rows []Row, keyOf KeyF
 // bound.
 func (r *Router) acquire(table string) (*routed, error) {
 	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil, ErrClosed
-	}
 	var e *routed
-	if el, ok := r.byTable[table]; ok {
-		r.lru.MoveToFront(el)
-		e = el.Value.(*routed)
-	} else {
-		e = &routed{table: table, w: r.newWriter(table)}
-		r.byTable[table] = r.lru.PushFront(e)
-		r.opened++
+	for {
+		if r.closed {
+			r.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if el, ok := r.byTable[table]; ok {
+			r.lru.MoveToFront(el)
+			e = el.Value.(*routed)
+			break
+		}
+		if r.inUse < r.max {
+			e = &routed{table: table, w: r.newWriter(table)}
+			r.byTable[table] = r.lru.PushFront(e)
+			r.opened++
+			break
+		}
+		r.idle.Wait()
+	}
+	if e.refs == 0 {
+		r.inUse++
 	}
 	e.refs++
 	victims := r.victimsLocked()
-	over := r.lru.Len() - r.max
 	r.mu.Unlock()
-	if over > 0 {
-		r.log.Warn(fmt.Sprintf("%d tables are being written at once, more than max_open_tables (%d): the writers close once idle", r.max+over, r.max))
-	}
 	r.closeAll(victims)
 	return e, nil
 }
@@ -121,6 +131,10 @@ func (r *Router) victimsLocked() []*routed {
 func (r *Router) release(e *routed) {
 	r.mu.Lock()
 	e.refs--
+	if e.refs == 0 {
+		r.inUse--
+		r.idle.Broadcast()
+	}
 	victims := r.victimsLocked()
 	r.mu.Unlock()
 	r.closeAll(victims)
@@ -149,6 +163,7 @@ func (r *Router) Stats() (opened, evicted int64, open int) {
 func (r *Router) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
+	r.idle.Broadcast()
 	var all []*routed
 	for el := r.lru.Front(); el != nil; el = el.Next() {
 		all = append(all, el.Value.(*routed))

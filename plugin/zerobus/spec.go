@@ -207,7 +207,7 @@ func Spec() *service.ConfigSpec {
 				Default(map[string]any{"count": defaultBatchCount, "byte_size": defaultBatchBytes, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
-					Description("The minimum number of long-lived streams to the table.").
+					Description("The minimum number of long-lived streams to the table (with an interpolated `table`, per table; default 1 then).").
 					Default(2).LintRule(atLeast(fStreams+"."+fStreamsMin, 1)),
 				service.NewIntField(fStreamsMax).
 					Description("The maximum number of streams; caps the size derived from bandwidth.").
@@ -460,6 +460,9 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	if strings.Contains(c.Table, "${!") {
 		if c.TableInterp, err = conf.FieldInterpolatedString(fTable); err != nil {
 			return nil, err
+		}
+		if !conf.Contains(fStreams, fStreamsMin) {
+			c.StreamsMin = 1 // many tables: one stream each unless asked
 		}
 	}
 	if conf.Contains(fDeadLetter) {

@@ -35,8 +35,9 @@ type Router struct {
 	lru     *list.List // of *routed, most recently used at the front
 	byTable map[string]*list.Element
 	closed  bool
-	evicted int64 // writers closed to make room
-	opened  int64 // writers created
+	closing sync.WaitGroup // evicted writers still closing
+	evicted int64          // writers closed to make room
+	opened  int64          // writers created
 }
 
 // routed is one table's writer in the Router.
@@ -107,7 +108,7 @@ func (r *Router) acquire(table string) (*routed, error) {
 	e.refs++
 	victims := r.victimsLocked()
 	r.mu.Unlock()
-	r.closeAll(victims)
+	r.closeInBackground(victims)
 	return e, nil
 }
 
@@ -137,11 +138,24 @@ func (r *Router) release(e *routed) {
 	}
 	victims := r.victimsLocked()
 	r.mu.Unlock()
-	r.closeAll(victims)
+	r.closeInBackground(victims)
 }
 
-// closeAll drains and closes evicted writers; what a writer could not make
-// durable in time was already failed back to its Write.
+// closeInBackground drains and closes evicted writers off the write path
+// (a stream's close waits for the service to end its call); Close waits
+// for them. What a writer could not make durable in time was already failed
+// back to its Write.
+func (r *Router) closeInBackground(victims []*routed) {
+	if len(victims) == 0 {
+		return
+	}
+	r.closing.Add(1)
+	go func() {
+		defer r.closing.Done()
+		r.closeAll(victims)
+	}()
+}
+
 func (r *Router) closeAll(victims []*routed) {
 	for _, e := range victims {
 		ctx, cancel := context.WithTimeout(context.Background(), r.closeTimeout)
@@ -177,6 +191,7 @@ func (r *Router) Close(ctx context.Context) error {
 		wg.Go(func() { errs[i] = e.w.Close(ctx) })
 	}
 	wg.Wait()
+	r.closing.Wait()
 	return errors.Join(errs...)
 }
 

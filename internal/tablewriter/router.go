@@ -10,11 +10,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // DefaultMaxOpenTables bounds the writers a Router keeps open.
 const DefaultMaxOpenTables = 64
+
+// DescribedTTL is how long an evicted writer's description of its table
+// stands in for a describe when the table is written again.
+const DescribedTTL = time.Minute
+
+type describedTable struct {
+	ts *catalog.TableState
+	at time.Time
+}
 
 // Router keeps one Writer per target table for an output whose table is
 // chosen per message: each distinct table gets its own lazily opened writer
@@ -35,9 +45,13 @@ type Router struct {
 	lru     *list.List // of *routed, most recently used at the front
 	byTable map[string]*list.Element
 	closed  bool
-	closing sync.WaitGroup // evicted writers still closing
-	evicted int64          // writers closed to make room
-	opened  int64          // writers created
+	// described keeps the tables evicted writers described, for their next
+	// writer: reopening an evicted table costs no describe (Unity Catalog's
+	// API is rate limited) within DescribedTTL.
+	described map[string]describedTable
+	closing   sync.WaitGroup // evicted writers still closing
+	evicted   int64          // writers closed to make room
+	opened    int64          // writers created
 }
 
 // routed is one table's writer in the Router.
@@ -59,7 +73,7 @@ func NewRouter(newWriter func(table string) *Writer, max int, closeTimeout time.
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{newWriter: newWriter, max: max, closeTimeout: closeTimeout, log: log,
-		lru: list.New(), byTable: map[string]*list.Element{}}
+		lru: list.New(), byTable: map[string]*list.Element{}, described: map[string]describedTable{}}
 	r.idle = sync.NewCond(&r.mu)
 	return r
 }
@@ -96,6 +110,12 @@ func (r *Router) acquire(table string) (*routed, error) {
 		}
 		if r.inUse < r.max {
 			e = &routed{table: table, w: r.newWriter(table)}
+			if d, ok := r.described[table]; ok {
+				delete(r.described, table)
+				if time.Since(d.at) < DescribedTTL {
+					e.w.Seed(d.ts)
+				}
+			}
 			r.byTable[table] = r.lru.PushFront(e)
 			r.opened++
 			break
@@ -121,12 +141,31 @@ func (r *Router) victimsLocked() []*routed {
 		if e := el.Value.(*routed); e.refs == 0 {
 			r.lru.Remove(el)
 			delete(r.byTable, e.table)
+			if ts := e.w.Described(); ts != nil {
+				r.rememberLocked(e.table, ts)
+			}
 			out = append(out, e)
 			r.evicted++
 		}
 		el = prev
 	}
 	return out
+}
+
+// rememberLocked keeps ts for table's next writer, forgetting stale
+// entries when the map grows past a few times the bound.
+func (r *Router) rememberLocked(table string, ts *catalog.TableState) {
+	now := time.Now()
+	if len(r.described) >= 4*r.max {
+		for t, d := range r.described {
+			if now.Sub(d.at) >= DescribedTTL {
+				delete(r.described, t)
+			}
+		}
+	}
+	if len(r.described) < 4*r.max {
+		r.described[table] = describedTable{ts: ts, at: now}
+	}
 }
 
 func (r *Router) release(e *routed) {

@@ -210,6 +210,9 @@ type Writer struct {
 	// widenHinted holds the columns the "catalog.widen would widen it" hint
 	// was logged for.
 	widenHinted sync.Map
+	// seed, when set, stands in for the next Open's describe; described is
+	// the table the writer opened on.
+	seed, described atomic.Pointer[catalog.TableState]
 	// notOpen is why the writer is not open (the stop's or the last failed
 	// Open's cause), reported with ErrNotOpen; nil once open.
 	notOpen atomic.Pointer[error]
@@ -299,6 +302,12 @@ func (w *Writer) Open(ctx context.Context) error {
 
 // open is Open's work, with openMu held.
 func (w *Writer) open(ctx context.Context) error {
+	if ts := w.seed.Swap(nil); ts != nil {
+		// Described moments ago by this table's previous writer (the
+		// router evicted it): no second describe and reconcile. A table
+		// changed meanwhile is caught by the schema rejection path.
+		return w.openOn(ctx, ts)
+	}
 	ts, err := w.cat.Describe(ctx, w.cfg.Table)
 	if err != nil {
 		return fmt.Errorf("describe table %s: %w", w.cfg.Table, err)
@@ -320,6 +329,11 @@ func (w *Writer) open(ctx context.Context) error {
 			return err
 		}
 	}
+	return w.openOn(ctx, ts)
+}
+
+// openOn opens the writer on the described table ts.
+func (w *Writer) openOn(ctx context.Context, ts *catalog.TableState) error {
 	if err := w.checkPrimaryRaw(ts); err != nil {
 		return err
 	}
@@ -331,9 +345,26 @@ func (w *Writer) open(ctx context.Context) error {
 		return err
 	}
 	w.st.Store(st)
+	w.described.Store(ts)
 	w.startWatch()
 	return nil
 }
+
+// Described returns the table as this writer last described it, with the
+// columns it writes now; nil while not open. The router hands it to the
+// next writer of the same table (Seed).
+func (w *Writer) Described() *catalog.TableState {
+	ts, st := w.described.Load(), w.st.Load()
+	if ts == nil || st == nil || st.pool == nil {
+		return nil
+	}
+	c := *ts
+	c.Columns = st.columns
+	return &c
+}
+
+// Seed makes the next Open use ts instead of describing the table.
+func (w *Writer) Seed(ts *catalog.TableState) { w.seed.Store(ts) }
 
 // Write converts rows, submits the good ones and returns only once every one
 // of them is durable. Rows that do not fit the table come back as row errors

@@ -50,7 +50,7 @@ func TestLintCorpus(t *testing.T) {
 		{"table with a non-ASCII letter", map[string]string{"    table:": "    table: main.default.é"}, 7, "field table: must be catalog.schema.table"},
 		{"negative max_in_flight", map[string]string{"    max_in_flight:": "    max_in_flight: -4"}, 8, "field max_in_flight: must be at least 1, got -4"},
 		{"zero max_in_flight_bytes", map[string]string{"    max_in_flight:": "    max_in_flight: 64\n    max_in_flight_bytes: 0"}, 9, "field max_in_flight_bytes: must be positive, got 0"},
-		{"zero streams", map[string]string{"      min:": "      min: 0"}, 10, "field streams.min: must be at least 1, got 0"},
+		{"negative streams", map[string]string{"      min:": "      min: -1"}, 10, "field streams.min: must be at least 0, got -1"},
 		{"max below min", map[string]string{"      min:": "      min: 8", "      max:": "      max: 4"}, 10, "field streams: max (4) must be at least min (8)"},
 		{"no bandwidth", map[string]string{"      per_stream_mb_per_sec:": "      per_stream_mb_per_sec: 0"}, 12, "field streams.per_stream_mb_per_sec: must be positive, got 0"},
 		{"no ack capacity", map[string]string{"      channel_capacity:": "      channel_capacity: 0"}, 14, "field ack.channel_capacity: must be at least 1, got 0"},

@@ -207,8 +207,8 @@ func Spec() *service.ConfigSpec {
 				Default(map[string]any{"count": defaultBatchCount, "byte_size": defaultBatchBytes, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
-					Description("The minimum number of long-lived streams to the table (with an interpolated `table`, per table; default 1 then).").
-					Default(2).LintRule(atLeast(fStreams+"."+fStreamsMin, 1)),
+					Description("The minimum number of long-lived streams to the table. 0 means automatic: 2 for a fixed `table`, 1 for each table of an interpolated one.").
+					Default(0).LintRule(atLeast(fStreams+"."+fStreamsMin, 0)),
 				service.NewIntField(fStreamsMax).
 					Description("The maximum number of streams; caps the size derived from bandwidth.").
 					Default(16).LintRule(atLeast(fStreams+"."+fStreamsMax, 1)),
@@ -461,9 +461,6 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 		if c.TableInterp, err = conf.FieldInterpolatedString(fTable); err != nil {
 			return nil, err
 		}
-		if !conf.Contains(fStreams, fStreamsMin) {
-			c.StreamsMin = 1 // many tables: one stream each unless asked
-		}
 	}
 	if conf.Contains(fDeadLetter) {
 		if c.DLTable, err = conf.FieldString(fDeadLetter, fDLTable); err != nil {
@@ -495,6 +492,12 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	c.Batching, c.batchingDefaulted = effectiveBatching(c.Batching)
 
 	c.credSource = c.loadCredentials()
+	if c.StreamsMin == 0 { // automatic
+		c.StreamsMin = 2
+		if c.TableInterp != nil {
+			c.StreamsMin = 1 // many tables: one stream each
+		}
+	}
 	if c.WarehouseID == "" {
 		c.WarehouseID = os.Getenv(EnvWarehouseID)
 	}

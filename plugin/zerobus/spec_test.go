@@ -299,3 +299,16 @@ func TestConfigCoverage(t *testing.T) {
 	require.NotEmpty(t, lints)
 	assert.Contains(t, lints[0].What, "source and offset must be set together")
 }
+
+// With an interpolated table, each table gets one stream unless streams.min
+// says otherwise.
+func TestInterpolatedTableStreamsMin(t *testing.T) {
+	y := strings.Replace(minimalYAML, "table: main.default.events", `table: main.default.${! meta("t") }`, 1)
+	c, err := parseYAML(t, y)
+	require.NoError(t, err)
+	assert.NotNil(t, c.TableInterp)
+	assert.Equal(t, 1, c.StreamsMin)
+	c, err = parseYAML(t, y+"streams:\n  min: 3\n")
+	require.NoError(t, err)
+	assert.Equal(t, 3, c.StreamsMin)
+}

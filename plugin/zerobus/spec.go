@@ -13,6 +13,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/lintrule"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -85,39 +86,6 @@ const (
 	defaultBatchPeriod = "1s"
 )
 
-// tableNamePattern is the table-name rule (a Bloblang/RE2 pattern): Zerobus
-// takes catalog, schema and table names of ASCII letters, digits and
-// underscores (shared/spec/zerobus-wire.md, "Published limits").
-const tableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
-
-// tableLint is the lint rule of a table-name field; an interpolated one
-// (when allowed) is checked per message instead.
-func tableLint(field string, interpolated bool) string {
-	skip := ""
-	if interpolated {
-		skip = ` && !this.contains("${!")`
-	}
-	return `root = if this.type() == "string"` + skip + ` && !this.re_match("` + tableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`
-}
-
-// urlLint is the lint rule of a URL field: https, or http for a loopback
-// host only, so a credential never crosses a network in the clear.
-func urlLint(field string) string {
-	return `root = match this.parse_url().catch(null) {
-  this == null => [ "field ` + field + `: not a URL" ],
-  this.host.or("") == "" => [ "field ` + field + `: has no host; want https://host[:port]" ],
-  this.scheme == "https" => [],
-  this.scheme == "http" && this.host.re_match("^(?i)(localhost|127\\.[0-9.]+|\\[::1\\])(:[0-9]+)?$") => [],
-  this.scheme == "http" => [ "field ` + field + `: plaintext http:// is only allowed for a loopback host (the emulator), got " + this.host + "; use https://" ],
-  _ => [ "field ` + field + `: scheme must be https (or http for a loopback host), got " + this.scheme.or("").quote() ],
-}`
-}
-
-// durationLint is the lint rule of a positive duration field.
-func durationLint(field string) string {
-	return `root = if this.type() == "string" && this.parse_duration().catch(-1) <= 0 { [ "field ` + field + `: must be a positive duration such as 30s or 5m, got " + this.quote() ] } else { [] }`
-}
-
 // warehouseLint is the lint rule of the catalog block: provisioning runs DDL
 // on a SQL warehouse, so it needs warehouse_id, unless the environment the
 // spec is built in (the lint run's) has DATABRICKS_WAREHOUSE_ID.
@@ -126,11 +94,6 @@ func warehouseLint() string {
 		return `root = []`
 	}
 	return `root = if this.provision.or(false) && this.warehouse_id.or("") == "" { [ "field ` + fCatalog + "." + fWarehouseID + `: required when ` + fCatalog + "." + fProvision + ` is true (or set ` + EnvWarehouseID + `)" ] } else { [] }`
-}
-
-// atLeast is the lint rule of a number field with a lower bound.
-func atLeast(field string, lo int) string {
-	return fmt.Sprintf(`root = if this < %d { [ "field %s: must be at least %d, got %%v".format(this) ] } else { [] }`, lo, field, lo)
 }
 
 // description is the component's documentation text (AsciiDoc headings, as
@@ -151,12 +114,12 @@ func Spec() *service.ConfigSpec {
 				Description("The Zerobus ingest endpoint: `https://<workspace-id>.zerobus.<region>.cloud.databricks.com`. TLS is always used for `https://`; `http://` is accepted only for a loopback host (the emulator).").
 				Example("https://1234567890123456.zerobus.us-west-2.cloud.databricks.com").
 				Example("http://127.0.0.1:50051").
-				LintRule(urlLint(fEndpoint)),
+				LintRule(lintrule.URL(fEndpoint)),
 			service.NewStringField(fWorkspaceURL).
 				Description("The workspace URL: OAuth token endpoint and Unity Catalog REST API. `http://` only for a loopback host.").
 				Example("https://dbc-a1b2c3d4-e5f6.cloud.databricks.com").
 				Example("http://127.0.0.1:8080").
-				LintRule(urlLint(fWorkspaceURL)),
+				LintRule(lintrule.URL(fWorkspaceURL)),
 			service.NewStringField(fWorkspaceID).
 				Description("The workspace id the ingest token is scoped to. Empty means derived from the first DNS label of `endpoint`, or, for an IP-address or localhost endpoint (the emulator), discovered from `workspace_url`'s `/.well-known/databricks-config`.").
 				Advanced().Default(""),
@@ -167,17 +130,17 @@ func Spec() *service.ConfigSpec {
 				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every connection, gRPC and HTTP, loopback included. Absent means the `HTTPS_PROXY` / `NO_PROXY` environment.").
 				Example("http://proxy.corp.example.com:3128").Optional().Advanced(),
 			service.NewInterpolatedStringField(fTable).
-				LintRule(tableLint(fTable, true)).
+				LintRule(lintrule.Table(fTable, true)).
 				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts of ASCII letters, digits and underscores). It may be interpolated per message: each distinct table then gets its own lazily opened writer (at most `max_open_tables`), a batch spanning tables is split into one write per table, and a message whose table cannot be computed, or is not a valid name, fails alone.").
 				Example("main.default.events").
 				Example(`main.cdc.${! meta("table_name") }`),
 			service.NewIntField(fMaxOpenTables).
 				Description("With an interpolated `table`: the most table writers kept open; the least recently used is drained and closed to make room.").
-				Default(tablewriter.DefaultMaxOpenTables).LintRule(atLeast(fMaxOpenTables, 1)).Advanced(),
+				Default(tablewriter.DefaultMaxOpenTables).LintRule(lintrule.AtLeast(fMaxOpenTables, 1)).Advanced(),
 			service.NewObjectField(fDeadLetter,
 				service.NewStringField(fDLTable).
 					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, `_zb_emit_ts`); otherwise it must exist with them.").
-					LintRule(tableLint(fDeadLetter+"."+fDLTable, false)),
+					LintRule(lintrule.Table(fDeadLetter+"."+fDLTable, false)),
 				service.NewBoolField(fDLPayload).
 					Description("Store each failed message's bytes in `payload`.").
 					Default(true),
@@ -186,7 +149,7 @@ func Spec() *service.ConfigSpec {
 			service.NewObjectField(fCoverage,
 				service.NewInterpolatedStringField("source").Description("Each message's source, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`; stamped into `_zb_source`.").Default(""),
 				service.NewInterpolatedStringField("offset").Description("Each message's integer offset in its source, e.g. `${! meta(\"kafka_offset\") }`; stamped into `_zb_offset`.").Default(""),
-				service.NewStringField(fDLTable).Description("The coverage table; empty means `<table>_zb_coverage`.").Default("").LintRule(tableLint(fCoverage+"."+fDLTable, false)),
+				service.NewStringField(fDLTable).Description("The coverage table; empty means `<table>_zb_coverage`.").Default("").LintRule(lintrule.Table(fCoverage+"."+fDLTable, false)),
 			).Description("Record which source offsets are durable: each row's source and offset go into the reserved columns `_zb_source STRING` and `_zb_offset BIGINT` (created or, with `catalog.provision`, added), and the offsets whose rows the service acknowledged durable are written in the background, as ranges `[start, end)` per (writer = the output's label, source), to a companion table (`writer_id`, `source`, `start`, `end`, `_zb_emit_ts`) on its own stream. Readers union-merge all rows of a source; coverage may lag the raw table, never lead it. A message whose source or offset fails, or whose offset is not an integer, fails alone.").
 				LintRule(`root = if (this.source.or("") == "") != (this.offset.or("") == "") { [ "field `+fCoverage+`: source and offset must be set together" ] } else { [] }`).Optional().Advanced(),
 			service.NewStringField(fClientID).
@@ -196,7 +159,7 @@ func Spec() *service.ConfigSpec {
 				Description("OAuth client secret of the service principal. Empty means the `DATABRICKS_CLIENT_SECRET` environment variable. Never logged.").
 				Secret().Default(""),
 			service.NewOutputMaxInFlightField().
-				LintRule(atLeast("max_in_flight", 1)).
+				LintRule(lintrule.AtLeast("max_in_flight", 1)).
 				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth; the default keeps a small stream pool busy."),
 			service.NewIntField(fMaxInFlightB).
 				Description("A byte budget for the data in flight: a batch reserves its bytes (its messages' bytes, corrected to its Arrow size once converted) before it is converted, waits while the budget is used up, and gives them back once it is durable or failed. This, not `max_in_flight`, bounds the output's memory whatever the row size; a batch larger than the whole budget is written alone. It also bounds, in bytes, what the `ack` lanes hold. It does not cover the messages of batches waiting their turn: the engine holds up to `max_in_flight` batches, so with large rows keep `batching.byte_size` or `max_in_flight` modest too.").
@@ -208,16 +171,16 @@ func Spec() *service.ConfigSpec {
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
 					Description("The minimum number of long-lived streams to the table. 0 means automatic: 2 for a fixed `table`, 1 for each table of an interpolated one.").
-					Default(0).LintRule(atLeast(fStreams+"."+fStreamsMin, 0)),
+					Default(0).LintRule(lintrule.AtLeast(fStreams+"."+fStreamsMin, 0)),
 				service.NewIntField(fStreamsMax).
 					Description("The maximum number of streams; caps the size derived from bandwidth.").
-					Default(16).LintRule(atLeast(fStreams+"."+fStreamsMax, 1)),
+					Default(16).LintRule(lintrule.AtLeast(fStreams+"."+fStreamsMax, 1)),
 				service.NewFloatField(fPerStreamMBps).
 					Description("The bandwidth one stream carries, in MB/s (Zerobus documents 100). Lower it to leave headroom.").
 					Default(100.0).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamMBps+`: must be positive, got %v".format(this) ] } else { [] }`),
 				service.NewFloatField(fPeakMBps).
 					Description("The expected peak bandwidth into the table, in MB/s. The pool size is `max(min, ceil(peak / per_stream))`, capped at `max`. 0 means unknown: `min` streams.").
-					Default(0.0).LintRule(atLeast(fStreams+"."+fPeakMBps, 0)),
+					Default(0.0).LintRule(lintrule.AtLeast(fStreams+"."+fPeakMBps, 0)),
 			).Description("The stream pool: a few long-lived streams sized to bandwidth, never a stream per batch.").Advanced().
 				LintRule(`root = if this.min.or(2) > this.max.or(16) { [ "field `+fStreams+`: max (%v) must be at least min (%v)".format(this.max.or(16), this.min.or(2)) ] } else { [] }`),
 			service.NewInterpolatedStringField(fOrderingKey).
@@ -228,10 +191,10 @@ func Spec() *service.ConfigSpec {
 			service.NewObjectField(fAck,
 				service.NewIntField(fAckCapacity).
 					Description("Pending batches each stream's acknowledgement lane holds; a full lane is backpressure on writes.").
-					Default(4096).LintRule(atLeast(fAck+"."+fAckCapacity, 1)),
+					Default(4096).LintRule(lintrule.AtLeast(fAck+"."+fAckCapacity, 1)),
 				service.NewDurationField(fAckTimeout).
 					Description("How long a batch may wait for its durability confirmation before it is nacked (and redelivered).").
-					Default("5m").LintRule(durationLint(fAck+"."+fAckTimeout)),
+					Default("5m").LintRule(lintrule.Duration(fAck+"."+fAckTimeout)),
 			).Description("The per-stream acknowledgement lanes.").Advanced(),
 			service.NewStringEnumField(fCompression, "none", "lz4_frame", "zstd").
 				Description("Arrow IPC body compression of the record batches sent.").
@@ -249,10 +212,10 @@ func Spec() *service.ConfigSpec {
 			).Description("Emit-time type reconciliation.").Advanced(),
 			service.NewDurationField(fCloseTimeout).
 				Description("Bound on shutdown: draining streams and closing clients. The default stays inside the engine's `shutdown_timeout` (20s by default): keep it below yours. Rows not durable by then are nacked (redelivered), never acked, and the log says how many.").
-				Default("10s").LintRule(durationLint(fCloseTimeout)),
+				Default("10s").LintRule(lintrule.Duration(fCloseTimeout)),
 			service.NewDurationField(fWSTimeout).
 				Description("Bound on every single workspace call (OAuth, Unity Catalog, SQL statements): an unreachable or silent workspace fails the attempt after this long, naming the URL and the cause, and the output retries with back-off.").
-				Default("30s").LintRule(durationLint(fWSTimeout)).Advanced(),
+				Default("30s").LintRule(lintrule.Duration(fWSTimeout)).Advanced(),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
 					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").
@@ -277,7 +240,7 @@ func Spec() *service.ConfigSpec {
 					Default(RoleDerived),
 				service.NewDurationField(fRecheck).
 					Description("How often the primary-raw preconditions are re-checked (a table property can change under a running pipeline).").
-					Default("5m").LintRule(durationLint(fCatalog+"."+fRecheck)),
+					Default("5m").LintRule(lintrule.Duration(fCatalog+"."+fRecheck)),
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
 				LintRule(warehouseLint()),
 		).

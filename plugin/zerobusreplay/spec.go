@@ -15,6 +15,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/lintrule"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -65,9 +66,6 @@ const (
 // CoverageSuffix names the coverage companion table of a raw table.
 const CoverageSuffix = "_zb_coverage"
 
-// tableNamePattern is the lint pattern of a three-part table name.
-const tableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
-
 func init() {
 	err := service.RegisterBatchInput("zerobus_replay", Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
 		cfg, err := ParseConfig(conf)
@@ -97,10 +95,10 @@ When the coverage table (`+"`<table>_zb_coverage`"+`) exists, the durable source
 		Fields(
 			service.NewStringField(fWorkspaceURL).
 				Description("Workspace URL, e.g. `https://<workspace>.cloud.databricks.com`: the OAuth token endpoint, the Unity Catalog API and the Iceberg REST catalog are under it.").
-				LintRule(urlLint(fWorkspaceURL)),
+				LintRule(lintrule.URL(fWorkspaceURL)),
 			service.NewStringField(fTable).
 				Description("The table to replay, `catalog.schema.table`.").
-				LintRule(`root = if !this.re_match("`+tableNamePattern+`") { [ "field `+fTable+`: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`),
+				LintRule(lintrule.Table(fTable, false)),
 			service.NewStringField(fClientID).
 				Description("OAuth client id of the service principal. Empty means the `DATABRICKS_CLIENT_ID` environment variable.").
 				Default(""),
@@ -129,7 +127,7 @@ When the coverage table (`+"`<table>_zb_coverage`"+`) exists, the durable source
 				Default(ConsistencyTolerate),
 			service.NewDurationField(fForceTimeout).
 				Description("How long `consistency: force` waits for the conversion to reach the Delta version seen at start.").
-				Default("2m").LintRule(durationLint(fForceTimeout)).Advanced(),
+				Default("2m").LintRule(lintrule.Duration(fForceTimeout)).Advanced(),
 			service.NewBoolField(fRequirePrimary).
 				Description("Refuse a table that fails the primary_raw preconditions (Iceberg reads on, column mapping, protocol, no deletion vectors, no VARIANT), naming each one.").
 				Default(true),
@@ -141,26 +139,11 @@ When the coverage table (`+"`<table>_zb_coverage`"+`) exists, the durable source
 				Default("").Advanced(),
 			service.NewDurationField(fRefreshMargin).
 				Description("Vended storage credentials are renewed (the table reloaded) when they expire within this margin.").
-				Default("5m").LintRule(durationLint(fRefreshMargin)).Advanced(),
+				Default("5m").LintRule(lintrule.Duration(fRefreshMargin)).Advanced(),
 			service.NewDurationField(fWSTimeout).
 				Description("Bound on every single workspace call (describe, statement, poll).").
-				Default("30s").LintRule(durationLint(fWSTimeout)).Advanced(),
+				Default("30s").LintRule(lintrule.Duration(fWSTimeout)).Advanced(),
 		)
-}
-
-func urlLint(field string) string {
-	return `root = match this.parse_url().catch(null) {
-  this == null => [ "field ` + field + `: not a URL" ],
-  this.host.or("") == "" => [ "field ` + field + `: has no host; want https://host[:port]" ],
-  this.scheme == "https" => [],
-  this.scheme == "http" && this.host.re_match("^(?i)(localhost|127\\.[0-9.]+|\\[::1\\])(:[0-9]+)?$") => [],
-  this.scheme == "http" => [ "field ` + field + `: plaintext http:// is only allowed for a loopback host (the emulator), got " + this.host + "; use https://" ],
-  _ => [ "field ` + field + `: scheme must be https (or http for a loopback host), got " + this.scheme.or("").quote() ],
-}`
-}
-
-func durationLint(field string) string {
-	return `root = if this.type() == "string" && this.parse_duration().catch(-1) <= 0 { [ "field ` + field + `: must be a positive duration such as 30s or 5m, got " + this.quote() ] } else { [] }`
 }
 
 func timeLint(field string) string {

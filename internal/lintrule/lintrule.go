@@ -1,0 +1,44 @@
+// Package lintrule holds the Bloblang lint rules the components' config
+// specs share, so that `benthos-zerobus lint` reports the same mistake with
+// the same words (and the field's line) whichever component has the field.
+package lintrule
+
+import "fmt"
+
+// TableNamePattern is the table-name rule (a Bloblang/RE2 pattern): Zerobus
+// takes catalog, schema and table names of ASCII letters, digits and
+// underscores (shared/spec/zerobus-wire.md, "Published limits").
+const TableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
+
+// Table is the lint rule of a table-name field; an interpolated one
+// (when allowed) is checked per message instead.
+func Table(field string, interpolated bool) string {
+	skip := ""
+	if interpolated {
+		skip = ` && !this.contains("${!")`
+	}
+	return `root = if this.type() == "string"` + skip + ` && !this.re_match("` + TableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`
+}
+
+// URL is the lint rule of a URL field: https, or http for a loopback
+// host only, so a credential never crosses a network in the clear.
+func URL(field string) string {
+	return `root = match this.parse_url().catch(null) {
+  this == null => [ "field ` + field + `: not a URL" ],
+  this.host.or("") == "" => [ "field ` + field + `: has no host; want https://host[:port]" ],
+  this.scheme == "https" => [],
+  this.scheme == "http" && this.host.re_match("^(?i)(localhost|127\\.[0-9.]+|\\[::1\\])(:[0-9]+)?$") => [],
+  this.scheme == "http" => [ "field ` + field + `: plaintext http:// is only allowed for a loopback host (the emulator), got " + this.host + "; use https://" ],
+  _ => [ "field ` + field + `: scheme must be https (or http for a loopback host), got " + this.scheme.or("").quote() ],
+}`
+}
+
+// Duration is the lint rule of a positive duration field.
+func Duration(field string) string {
+	return `root = if this.type() == "string" && this.parse_duration().catch(-1) <= 0 { [ "field ` + field + `: must be a positive duration such as 30s or 5m, got " + this.quote() ] } else { [] }`
+}
+
+// AtLeast is the lint rule of a number field with a lower bound.
+func AtLeast(field string, lo int) string {
+	return fmt.Sprintf(`root = if this < %d { [ "field %s: must be at least %d, got %%v".format(this) ] } else { [] }`, lo, field, lo)
+}

@@ -173,10 +173,10 @@ func (o *output) engine() (*engine, error) {
 	if err := o.ensureClients(); err != nil {
 		return nil, err
 	}
-	log := newSlogLogger(o.log)
+	log, opener, cat := newSlogLogger(o.log), o.opener, o.cat
 	newWriter := func(cfg tablewriter.Config) *tablewriter.Writer {
 		met := tablewriter.NewMetrics(metricsSink{o.mgr.Metrics()}, cfg.Table)
-		return tablewriter.New(cfg, o.opener, o.cat, log, met)
+		return tablewriter.New(cfg, opener, cat, log, met)
 	}
 	e := &engine{}
 	if o.cfg.TableInterp == nil {

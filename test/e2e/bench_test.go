@@ -189,24 +189,8 @@ output:
 	var peak int64
 	var rate float64
 	for range b.N {
-		began := time.Now()
-		p := start(b, nil, "run", cfg)
-		done := make(chan error, 1)
-		go func() { done <- p.cmd.Wait() }()
-		var hwm int64
-	poll:
-		for {
-			select {
-			case err := <-done:
-				require.NoError(b, err, "load run failed:\n%s", p.out.String())
-				break poll
-			case <-time.After(50 * time.Millisecond):
-				if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
-					hwm = max(hwm, v)
-				}
-			}
-		}
-		rate = float64(rows) / time.Since(began).Seconds()
+		hwm, took := runForPeakRSS(b, cfg)
+		rate = float64(rows) / took.Seconds()
 		peak = max(peak, hwm)
 		require.GreaterOrEqual(b, srv.Stats().Tables[eventsTable].RowsAcked, int64(rows))
 	}

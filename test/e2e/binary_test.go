@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,6 +207,32 @@ output:
 }
 
 // vmHWM reads the peak resident set size of pid, in bytes.
+// runForPeakRSS runs the product binary on the config file cfg to its end
+// and returns its peak resident set in bytes and how long it ran. The
+// kernel keeps the peak itself (VmHWM while alive, ru_maxrss at exit), so
+// polling only has to catch the process alive.
+func runForPeakRSS(b *testing.B, cfg string) (peak int64, took time.Duration) {
+	b.Helper()
+	began := time.Now()
+	p := start(b, nil, "run", cfg)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	for {
+		select {
+		case err := <-done:
+			require.NoError(b, err, "pipeline failed:\n%s", p.out.String())
+			if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				peak = max(peak, ru.Maxrss<<10) // Linux reports KiB
+			}
+			return peak, time.Since(began)
+		case <-time.After(20 * time.Millisecond):
+			if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
+				peak = max(peak, v)
+			}
+		}
+	}
+}
+
 func vmHWM(pid int) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

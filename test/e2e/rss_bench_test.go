@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -128,31 +126,9 @@ output:
   %s`, c.rows, inBatch, c.size, out)), 0o600))
 
 	before := rowsAcked(b, httpURL)
-	began := time.Now()
-	p := start(b, nil, "run", cfg)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	var hwm int64
-	for {
-		select {
-		case err := <-done:
-			require.NoError(b, err, "pipeline failed:\n%s", p.out.String())
-			// The kernel's peak for the whole life of the process (Linux
-			// reports ru_maxrss in KiB).
-			if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-				hwm = max(hwm, ru.Maxrss<<10)
-			}
-			rate := float64(c.rows) / time.Since(began).Seconds()
-			require.GreaterOrEqual(b, rowsAcked(b, httpURL)-before, int64(c.rows), "every row acked")
-			return hwm, rate
-		case <-time.After(20 * time.Millisecond):
-			// VmHWM is the kernel's own high-water mark: polling only has
-			// to catch the process alive, not the peak itself.
-			if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
-				hwm = max(hwm, v)
-			}
-		}
-	}
+	hwm, took := runForPeakRSS(b, cfg)
+	require.GreaterOrEqual(b, rowsAcked(b, httpURL)-before, int64(c.rows), "every row acked")
+	return hwm, float64(c.rows) / took.Seconds()
 }
 
 // rowsAcked reads the emulator's count of rows acked into rssTable.

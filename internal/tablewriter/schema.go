@@ -150,7 +150,7 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 	}
 	if w.closed.Load() {
 		_ = st.pool.Close(ctx)
-		return nil, errors.New("zerobus: output closed")
+		return nil, ErrClosed
 	}
 	w.st.Store(st)
 	w.startWatch()

@@ -135,30 +135,11 @@ func NewRecorder(cfg Config, opener ingest.Opener, log *slog.Logger) (*Recorder,
 
 func hasColumn(cols []typemap.Column, want typemap.Column) bool {
 	for _, c := range cols {
-		if equalFold(c.Name, want.Name) {
+		if strings.EqualFold(c.Name, want.Name) {
 			return c.Type.Kind == want.Type.Kind
 		}
 	}
 	return false
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // Durable records offsets whose raw rows the service confirmed durable, by

@@ -244,17 +244,8 @@ func (w *Writer) ensureCoverage(ctx context.Context) error {
 		d := catalog.DesiredTable{FullName: table, Columns: append(coverage.Columns(), reservedColumns()...),
 			Comments: map[string]string{}, Role: catalog.RoleDerived, CommentsPolicy: w.cfg.CommentsPolicy,
 			Comment: "Coverage of " + w.cfg.Table + ": ranges [start, end) of source offsets whose rows are durable there, per writer; union-merge all rows of a source."}
-		out, err := w.cat.Reconcile(ctx, d)
-		if err != nil {
-			return fmt.Errorf("create coverage table %s: %w", table, err)
-		}
-		if ts = out.State; ts == nil {
-			if ts, err = w.cat.Describe(ctx, table); err != nil {
-				return fmt.Errorf("describe coverage table %s after create: %w", table, err)
-			}
-			if ts == nil {
-				return fmt.Errorf("coverage table %s still absent after create", table)
-			}
+		if ts, _, err = w.create(ctx, d, "coverage table"); err != nil {
+			return err
 		}
 		w.infof("coverage table %s provisioned for %s", table, w.cfg.Table)
 	}

@@ -130,20 +130,11 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 			return nil, err
 		}
 	}
-	out, err := w.cat.Reconcile(ctx, d)
+	ts, statements, err := w.create(ctx, d, "table")
 	if err != nil {
-		return nil, fmt.Errorf("create table %s: %w", w.cfg.Table, err)
+		return nil, err
 	}
-	w.infof("table %s provisioned (%d statements)", w.cfg.Table, out.Statements)
-	ts := out.State
-	if ts == nil {
-		if ts, err = w.cat.Describe(ctx, w.cfg.Table); err != nil {
-			return nil, fmt.Errorf("describe table %s after create: %w", w.cfg.Table, err)
-		}
-		if ts == nil {
-			return nil, fmt.Errorf("table %s still absent after create", w.cfg.Table)
-		}
-	}
+	w.infof("table %s provisioned (%d statements)", w.cfg.Table, statements)
 	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
 		w.warnf("register writer on %s: %v", w.cfg.Table, err)
 	}
@@ -159,11 +150,31 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 	}
 	if w.closed.Load() {
 		_ = st.pool.Close(ctx)
-		return nil, errors.New("zerobus: output closed")
+		return nil, ErrClosed
 	}
 	w.st.Store(st)
 	w.startWatch()
 	return st, nil
+}
+
+// create creates the absent table d and returns it as described (by the
+// catalog's reconcile, or afresh when the catalog returned no state) and the
+// statements it took; what names the table's kind in errors.
+func (w *Writer) create(ctx context.Context, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
+	out, err := w.cat.Reconcile(ctx, d)
+	if err != nil {
+		return nil, 0, fmt.Errorf("create %s %s: %w", what, d.FullName, err)
+	}
+	ts := out.State
+	if ts == nil {
+		if ts, err = w.cat.Describe(ctx, d.FullName); err != nil {
+			return nil, 0, fmt.Errorf("describe %s %s after create: %w", what, d.FullName, err)
+		}
+		if ts == nil {
+			return nil, 0, fmt.Errorf("%s %s still absent after create", what, d.FullName)
+		}
+	}
+	return ts, out.Statements, nil
 }
 
 // evolve changes the table for the drift of one batch and reopens the pool

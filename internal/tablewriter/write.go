@@ -35,8 +35,8 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 		res.Record = stamped
 	}
 	defer res.Record.Release()
+	size := arrowipc.RecordBytes(res.Record)
 	if n := res.Record.NumRows(); n > 0 {
-		size := arrowipc.RecordBytes(res.Record)
 		resv.resize(size)
 		w.rowBytes.Store(max(size/n, 1))
 	}
@@ -45,7 +45,7 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 	// rest of its batch still lands.
 	over := oversized(res)
 	if int(res.Record.NumRows()) > len(over) {
-		if err := w.submitAndWait(ctx, st, res, lay, over, pos); err != nil {
+		if err := w.submitAndWait(ctx, st, res, size, lay, over, pos); err != nil {
 			return nil, st, err
 		}
 	}
@@ -226,9 +226,9 @@ type part struct {
 // submitAndWait submits the converted rows (one slice per ordering-key
 // group) and waits for every ticket. Nothing here reads a submitted
 // watermark: only the tickets, settled by the ack lanes after the durable
-// ack, decide the outcome.
-func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError, pos *positions) error {
-	parts := split(res, lay, skip)
+// ack, decide the outcome. size is the record's Arrow size.
+func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, size int64, lay layout, skip map[int]arrowconv.RowError, pos *positions) error {
+	parts := split(res, size, lay, skip)
 	defer func() {
 		for _, p := range parts {
 			p.rec.Release()
@@ -285,11 +285,10 @@ func (w *Writer) onWriteErr(ctx context.Context, st *state, err error) {
 // split cuts the converted record into one zero-copy slice per stream
 // group (the whole record, key "", without an ordering key), leaving out
 // the record rows in skip. Rows of one group are contiguous because layout
-// ordered the conversion by group.
-func split(res arrowconv.Result, lay layout, skip map[int]arrowconv.RowError) []part {
+// ordered the conversion by group. total, the record's Arrow size, is
+// shared pro rata among the slices.
+func split(res arrowconv.Result, total int64, lay layout, skip map[int]arrowconv.RowError) []part {
 	n := int(res.Record.NumRows())
-	// Bytes are the Arrow size of the record, shared pro rata among slices.
-	total := arrowipc.RecordBytes(res.Record)
 	skipped := func(r int) bool { _, ok := skip[r]; return ok }
 	var parts []part
 	for lo := 0; lo < n; {

@@ -273,10 +273,6 @@ func (w *Writer) Columns() []typemap.Column {
 	return nil
 }
 
-// PoolSize is the number of streams the writer keeps (derived from the pool
-// config), for the start-up log.
-func PoolSize(c pool.Config) int { return pool.Size(c) }
-
 // Open describes (and with provisioning, reconciles) the table, builds the
 // converter and opens the stream pool. It returns nil at once when already
 // open. After the streams stopped (Write returned ErrNotOpen) it closes them,

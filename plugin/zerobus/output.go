@@ -24,6 +24,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
 
@@ -108,7 +109,7 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 // afresh and opens new streams.
 func (o *output) Connect(ctx context.Context) error {
 	o.loggedKnobs.Do(func() {
-		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(tablewriter.PoolSize(o.wcfg.Pool))))
+		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(pool.Size(o.wcfg.Pool))))
 		if o.cfg.TLS != nil && o.cfg.TLS.InsecureSkipVerify {
 			o.log.Warnf("zerobus: tls.skip_cert_verify is true: the certificates of %s and %s are NOT verified, so anyone on the path can read the credentials and the rows; use it only on a test rig", o.cfg.Endpoint, o.cfg.WorkspaceURL)
 		}

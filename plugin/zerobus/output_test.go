@@ -23,7 +23,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -313,7 +313,7 @@ func TestProvisionAddsColumnOnDrift(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 8, newSchemaRows)
-	assert.LessOrEqual(t, h.opener.Opens()-opensBefore, tablewriter.PoolSize(h.out.wcfg.Pool), "reopen opens at most one stream per pool member")
+	assert.LessOrEqual(t, h.opener.Opens()-opensBefore, pool.Size(h.out.wcfg.Pool), "reopen opens at most one stream per pool member")
 }
 
 func TestDriftWithoutProvisioningIsRowError(t *testing.T) {

@@ -174,6 +174,7 @@ func storedType(dt arrow.DataType, t typemap.Type) arrow.DataType {
 
 // checkNulls refuses nulls in fields the stream declared non-nullable (the
 // NOT NULL columns): Arrow would carry them, a NOT NULL column cannot.
+// Unsourced: no SDK file or doc says how the service answers such a batch.
 func (sc *storageConverter) checkNulls(rec arrow.RecordBatch) error {
 	for i, f := range rec.Schema().Fields() {
 		if !f.Nullable && rec.Column(i).NullN() > 0 {

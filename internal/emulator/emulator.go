@@ -78,7 +78,8 @@ const (
 	// DefaultCredentialTTL is the lifetime of vended storage credentials.
 	DefaultCredentialTTL = time.Hour
 
-	// MaxRequestBytes is the service's cap on one ingest request.
+	// MaxRequestBytes is the service's cap on one ingest request
+	// (shared/spec/zerobus-wire.md, "Endpoints": 10 MiB).
 	MaxRequestBytes = 10 << 20
 )
 

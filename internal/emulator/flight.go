@@ -151,6 +151,9 @@ func (fs *flightService) recvLoop(ss *session, rdr *flight.Reader, conv *storage
 		if f.AckOnly {
 			p.done = ackedNow()
 		} else {
+			if err := conv.checkVariants(rec); err != nil {
+				return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
+			}
 			stored, err := conv.convert(rec)
 			if err != nil {
 				return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)

@@ -13,7 +13,12 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
-// Schema validation causes, as the service names them in ErrorInfo metadata.
+// Schema validation causes, as the service names them in ErrorInfo metadata,
+// and the service's error codes and texts. Source: shared/spec/zerobus-wire.md
+// ("Schema mismatch": reason SCHEMA_VALIDATION_FAILED, domain
+// zerobus.databricks.com, the five causes, error_code 8001; "Stream rotation":
+// 6002 "Stream timeout reached"). The non-incremental offset text is the
+// official mock server's; the real service's text is not known.
 const (
 	CauseFieldNotInTable        = "FIELD_NOT_IN_TABLE"
 	CauseMissingRequiredColumn  = "MISSING_REQUIRED_COLUMN"
@@ -172,7 +177,11 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 // way the service does: every field must be a column, in UC column order,
 // with the expected Arrow type and nullability, and map children named in a
 // form the service accepts (names are the ones written in the schema
-// message); NOT NULL columns may not be omitted, nullable ones may. It
+// message); NOT NULL columns may not be omitted, nullable ones may.
+// Source: shared/spec/zerobus-wire.md ("Columns are ordered by UC position;
+// nullable columns may be omitted from a batch"; all columns nullable unless
+// NOT NULL in the table; the types of "Delta/UC type → Arrow type"); which
+// cause each check reports follows the cause names there. It
 // returns the problems found, in field order, or an error naming the column
 // when the table itself cannot be written through Zerobus.
 func checkSchema(cols []typemap.Column, got *arrow.Schema, names []fieldNames) ([]schemaProblem, error) {
@@ -280,7 +289,8 @@ func storageOf(dt arrow.DataType) arrow.DataType {
 // must match; list item names and map child names are not compared here (map
 // names are checked on the raw schema message by mapNameProblem). Nested
 // nullability must match. A variant extension type is compared by its
-// storage.
+// storage. Unsourced: that the service accepts any list item name (schema.rs
+// emits "item"; only the map names are documented as normalized by cast).
 func sameType(want, got arrow.DataType) bool {
 	got = storageOf(got)
 	if want.ID() != got.ID() {
@@ -314,7 +324,9 @@ func sameType(want, got arrow.DataType) bool {
 }
 
 // schemaError is the status the service returns for a schema mismatch:
-// INVALID_ARGUMENT with a google.rpc.ErrorInfo naming the causes.
+// INVALID_ARGUMENT with a google.rpc.ErrorInfo naming the causes
+// (shared/spec/zerobus-wire.md, "Schema mismatch"; the status code there is
+// "likely INVALID_ARGUMENT (uncertain)").
 func schemaError(t workspace.Table, probs []schemaProblem) error {
 	var causes, msgs []string
 	seen := map[string]bool{}
@@ -338,6 +350,8 @@ func schemaError(t workspace.Table, probs []schemaProblem) error {
 	return withInfo.Err()
 }
 
+// rotationError ends a rotated stream: UNAVAILABLE with "Error Code: 6002"
+// (shared/spec/zerobus-wire.md, "Stream rotation, errors, recovery").
 func rotationError() error {
 	return status.Errorf(codes.Unavailable, "Stream closed by the server for rotation. Error Code: %s %s", streamTimeoutErrorCode, streamTimeoutMessage)
 }

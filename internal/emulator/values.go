@@ -109,7 +109,7 @@ func floatJSON(f float64) any {
 type storageConverter struct {
 	decimalCols map[int]typemap.Type   // field index → UC type, for fields holding decimals
 	extCols     map[int]arrow.DataType // field index → type without extension wrappers
-	cols        []typemap.Column       // the table's columns, for VARIANT checks
+	variantCols []int                  // indexes of the top-level VARIANT fields
 	inSchema    *arrow.Schema          // transport schema
 	schema      *arrow.Schema          // stored schema
 }
@@ -119,7 +119,7 @@ func newStorageConverter(cols []typemap.Column, in *arrow.Schema) *storageConver
 	for _, c := range cols {
 		byName[c.Name] = c
 	}
-	sc := &storageConverter{decimalCols: map[int]typemap.Type{}, extCols: map[int]arrow.DataType{}, inSchema: in, cols: cols}
+	sc := &storageConverter{decimalCols: map[int]typemap.Type{}, extCols: map[int]arrow.DataType{}, inSchema: in}
 	fields := append([]arrow.Field(nil), in.Fields()...)
 	for i, f := range fields {
 		// The variant extension marker is stripped, as the service strips
@@ -131,6 +131,9 @@ func newStorageConverter(cols []typemap.Column, in *arrow.Schema) *storageConver
 			f.Type = st
 		}
 		c, ok := byName[f.Name]
+		if ok && c.Type.Kind == typemap.Variant {
+			sc.variantCols = append(sc.variantCols, i)
+		}
 		if !ok || !c.Type.Contains(typemap.Decimal) {
 			continue
 		}
@@ -171,6 +174,7 @@ func storedType(dt arrow.DataType, t typemap.Type) arrow.DataType {
 
 // checkNulls refuses nulls in fields the stream declared non-nullable (the
 // NOT NULL columns): Arrow would carry them, a NOT NULL column cannot.
+// Unsourced: no SDK file or doc says how the service answers such a batch.
 func (sc *storageConverter) checkNulls(rec arrow.RecordBatch) error {
 	for i, f := range rec.Schema().Fields() {
 		if !f.Nullable && rec.Column(i).NullN() > 0 {
@@ -183,9 +187,6 @@ func (sc *storageConverter) checkNulls(rec arrow.RecordBatch) error {
 // convert returns the stored form of rec (a new reference the caller owns)
 // or an error naming the column of a malformed decimal.
 func (sc *storageConverter) convert(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-	if err := checkVariants(sc.cols, rec); err != nil {
-		return nil, err
-	}
 	if len(sc.decimalCols) == 0 && len(sc.extCols) == 0 {
 		rec.Retain()
 		return rec, nil

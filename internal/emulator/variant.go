@@ -105,9 +105,9 @@ func binaryValue(a arrow.Array, i int) ([]byte, bool) {
 	return nil, false
 }
 
-// decodeVariant decodes row i of a variant struct array (metadata, value) to
-// its JSON-ready value.
-func decodeVariant(st *array.Struct, i int) (any, error) {
+// variantJSON decodes row i of a variant struct array (metadata, value) to
+// its JSON text.
+func variantJSON(st *array.Struct, i int) ([]byte, error) {
 	typ := st.DataType().(*arrow.StructType)
 	var meta, val []byte
 	var okM, okV bool
@@ -128,7 +128,13 @@ func decodeVariant(st *array.Struct, i int) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := v.MarshalJSON()
+	return v.MarshalJSON()
+}
+
+// decodeVariant decodes row i of a variant struct array (metadata, value) to
+// its JSON-ready value.
+func decodeVariant(st *array.Struct, i int) (any, error) {
+	raw, err := variantJSON(st, i)
 	if err != nil {
 		return nil, err
 	}
@@ -142,30 +148,25 @@ func decodeVariant(st *array.Struct, i int) (any, error) {
 // checkVariants refuses a batch whose top-level VARIANT columns hold bytes
 // that are not a Parquet variant: the service expects "the server's expected
 // binary variant representation" (official Rust SDK changelog v2.3.2), so
-// garbage there cannot be stored. The error names the column and row.
-func checkVariants(cols []typemap.Column, rec arrow.RecordBatch) error {
-	kinds := make(map[string]typemap.Kind, len(cols))
-	for _, c := range cols {
-		kinds[c.Name] = c.Type.Kind
-	}
-	for j, f := range rec.Schema().Fields() {
-		if kinds[f.Name] != typemap.Variant {
-			continue
-		}
+// garbage there cannot be stored. The error names the column and row. Only
+// the Arrow path needs it: the JSON path encodes its variants itself.
+func (sc *storageConverter) checkVariants(rec arrow.RecordBatch) error {
+	for _, j := range sc.variantCols {
+		name := rec.ColumnName(j)
 		col := rec.Column(j)
 		if ext, ok := col.(array.ExtensionArray); ok {
 			col = ext.Storage()
 		}
 		st, ok := col.(*array.Struct)
 		if !ok {
-			return fmt.Errorf("column %q: a VARIANT must travel as struct<metadata, value>, got %s", f.Name, col.DataType())
+			return fmt.Errorf("column %q: a VARIANT must travel as struct<metadata, value>, got %s", name, col.DataType())
 		}
 		for i := 0; i < st.Len(); i++ {
 			if st.IsNull(i) {
 				continue
 			}
-			if _, err := decodeVariant(st, i); err != nil {
-				return fmt.Errorf("column %q row %d: not a Parquet variant: %v", f.Name, i, err)
+			if _, err := variantJSON(st, i); err != nil {
+				return fmt.Errorf("column %q row %d: not a Parquet variant: %v", name, i, err)
 			}
 		}
 	}

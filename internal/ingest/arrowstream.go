@@ -229,17 +229,24 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 // nothing mayRefuse let through, so it is not a row's fault. The caller
 // holds sendMu.
 func (s *ArrowStream) sendEncoding(c *flightConn, rec arrow.RecordBatch) (int64, bool) {
-	var sent int64
-	var sendErr error
-	err := s.encoder.encodeEach(rec, func(f frame) error {
-		sent += int64(f.size())
-		sendErr = c.sendFrame(f, s.encoder.pool)
-		return sendErr
-	})
+	sent, sendErr, err := s.encodeAndSend(c, rec)
 	if err != nil && sendErr == nil {
 		s.fail(poisonf("encode rows for %s: %w", s.table, err))
 	}
 	return sent, err == nil
+}
+
+// encodeAndSend encodes rec frame by frame on c, sending each as soon as it
+// is encoded (see encodeEach), and returns the bytes sent. err is the first
+// error, encoding's or sending's; sendErr is set when it was a send (which
+// marked c broken). The caller holds sendMu.
+func (s *ArrowStream) encodeAndSend(c *flightConn, rec arrow.RecordBatch) (sent int64, sendErr, err error) {
+	err = s.encoder.encodeEach(rec, func(f frame) error {
+		sent += int64(f.size())
+		sendErr = c.sendFrame(f, s.encoder.pool)
+		return sendErr
+	})
+	return sent, sendErr, err
 }
 
 // settleBytes replaces the in-flight estimate of the pending batch at span
@@ -802,12 +809,7 @@ func (s *ArrowStream) reconnectLocked() error {
 		if p.span.From < base {
 			rec = rec.NewSlice(int64(base-p.span.From), rec.NumRows())
 		}
-		// Encoded frame by frame, each sent at once (see sendEncoding).
-		var sendErr error
-		err := s.encoder.encodeEach(rec, func(f frame) error {
-			sendErr = c.sendFrame(f, s.encoder.pool)
-			return sendErr
-		})
+		_, sendErr, err := s.encodeAndSend(c, rec)
 		if rec != p.rec {
 			rec.Release()
 		}

@@ -229,17 +229,24 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 // nothing mayRefuse let through, so it is not a row's fault. The caller
 // holds sendMu.
 func (s *ArrowStream) sendEncoding(c *flightConn, rec arrow.RecordBatch) (int64, bool) {
-	var sent int64
-	var sendErr error
-	err := s.encoder.encodeEach(rec, func(f frame) error {
-		sent += int64(f.size())
-		sendErr = c.sendFrame(f, s.encoder.pool)
-		return sendErr
-	})
+	sent, sendErr, err := s.encodeAndSend(c, rec)
 	if err != nil && sendErr == nil {
 		s.fail(poisonf("encode rows for %s: %w", s.table, err))
 	}
 	return sent, err == nil
+}
+
+// encodeAndSend encodes rec frame by frame on c, sending each as soon as it
+// is encoded (see encodeEach), and returns the bytes sent. err is the first
+// error, encoding's or sending's; sendErr is set when it was a send (which
+// marked c broken). The caller holds sendMu.
+func (s *ArrowStream) encodeAndSend(c *flightConn, rec arrow.RecordBatch) (sent int64, sendErr, err error) {
+	err = s.encoder.encodeEach(rec, func(f frame) error {
+		sent += int64(f.size())
+		sendErr = c.sendFrame(f, s.encoder.pool)
+		return sendErr
+	})
+	return sent, sendErr, err
 }
 
 // settleBytes replaces the in-flight estimate of the pending batch at span
@@ -548,7 +555,8 @@ func (s *ArrowStream) readAcks(c *flightConn) {
 
 // advance maps a connection's cumulative ack to the logical watermark and
 // releases fully durable batches. An ack above what was sent on the
-// connection is a protocol error.
+// connection is a protocol error (shared/spec/zerobus-wire.md: acks count
+// the rows durable on this connection).
 func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
 	if sent := c.rowsSent.Load(); records > sent {
 		return poisonf("ack of %d records on %s exceeds the %d rows sent on this connection", records, s.table, sent)
@@ -591,7 +599,8 @@ func (s *ArrowStream) endConn(c *flightConn, reason *Error) {
 }
 
 // watchAcks replaces a connection that has rows outstanding but sent no ack
-// for AckTimeout, like the SDKs' server_lack_of_ack_timeout. Rotating
+// for AckTimeout, like the SDKs' server_lack_of_ack_timeout (60 s by
+// default, retryable: shared/spec/zerobus-wire.md). Rotating
 // connections have their own deadline and are left alone.
 func (s *ArrowStream) watchAcks() {
 	tick := max(s.cfg.AckTimeout/4, 5*time.Millisecond)
@@ -802,12 +811,7 @@ func (s *ArrowStream) reconnectLocked() error {
 		if p.span.From < base {
 			rec = rec.NewSlice(int64(base-p.span.From), rec.NumRows())
 		}
-		// Encoded frame by frame, each sent at once (see sendEncoding).
-		var sendErr error
-		err := s.encoder.encodeEach(rec, func(f frame) error {
-			sendErr = c.sendFrame(f, s.encoder.pool)
-			return sendErr
-		})
+		_, sendErr, err := s.encodeAndSend(c, rec)
 		if rec != p.rec {
 			rec.Release()
 		}

@@ -325,7 +325,7 @@ func (e *CredentialError) Error() string {
 		from = " (from " + e.Source + ")"
 	}
 	switch {
-	case e.Status == http.StatusUnauthorized || e.OAuthError == "invalid_client" || e.OAuthError == "unauthorized_client":
+	case e.clientRefused():
 		fmt.Fprintf(&b, "token endpoint %s refused the OAuth client credentials of client_id %q%s", e.Endpoint, e.ClientID, from)
 	case e.OAuthError == "invalid_target":
 		fmt.Fprintf(&b, "token endpoint %s refused the Zerobus resource of workspace id %q for client_id %q%s", e.Endpoint, e.WorkspaceID, e.ClientID, from)
@@ -343,10 +343,16 @@ func (e *CredentialError) Error() string {
 	return b.String()
 }
 
+// clientRefused reports whether the client credentials themselves were
+// refused (HTTP 401, or RFC 6749 invalid_client / unauthorized_client).
+func (e *CredentialError) clientRefused() bool {
+	return e.Status == http.StatusUnauthorized || e.OAuthError == "invalid_client" || e.OAuthError == "unauthorized_client"
+}
+
 // Hint says what to do about the refusal.
 func (e *CredentialError) Hint() string {
 	switch {
-	case e.Status == http.StatusUnauthorized || e.OAuthError == "invalid_client" || e.OAuthError == "unauthorized_client":
+	case e.clientRefused():
 		return "check the service principal's OAuth secret (it may be wrong, expired or rotated: create a new one under the service principal's Secrets) and that client_id is that service principal's application id"
 	case e.OAuthError == "invalid_target":
 		return "check workspace_id (or the Zerobus endpoint, whose first DNS label names the workspace)"

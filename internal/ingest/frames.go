@@ -69,7 +69,6 @@ func releaseFrames(frames []frame, pool *bufPool) {
 // never larger than maxBytes, slicing a batch into several frames when
 // needed. It is safe for concurrent use: it holds no mutable state.
 type frameEncoder struct {
-	mem memory.Allocator
 	// pool holds the frames' buffers, reused across frames: gRPC frees a
 	// frame's buffers into it once they are written.
 	pool    *bufPool
@@ -80,8 +79,7 @@ type frameEncoder struct {
 }
 
 func newFrameEncoder(compression string, maxBytes, targetBytes int) (*frameEncoder, error) {
-	mem := memory.DefaultAllocator
-	opts := []ipc.Option{ipc.WithAllocator(mem)}
+	opts := []ipc.Option{ipc.WithAllocator(memory.DefaultAllocator)}
 	switch compression {
 	case "", "none":
 	case "lz4_frame", "lz4":
@@ -97,7 +95,7 @@ func newFrameEncoder(compression string, maxBytes, targetBytes int) (*frameEncod
 	if targetBytes <= 0 {
 		targetBytes = FrameTargetBytes
 	}
-	return &frameEncoder{mem: mem, pool: newBufPool(defaultPoolIdle), ipcOpts: opts, targetBytes: min(targetBytes, maxBytes), maxBytes: maxBytes}, nil
+	return &frameEncoder{pool: newBufPool(defaultPoolIdle), ipcOpts: opts, targetBytes: min(targetBytes, maxBytes), maxBytes: maxBytes}, nil
 }
 
 // schemaHeader returns the IPC schema message for FlightData #0. It is

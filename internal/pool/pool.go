@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
@@ -606,7 +606,9 @@ func (p *Pool) start() {
 // down, back off, re-open.
 func (p *Pool) supervise(m *member) {
 	defer p.wg.Done()
-	b := backoff{initial: p.cfg.OpenBackoffInitial, max: p.cfg.OpenBackoffMax}
+	// Equal jitter: each delay is uniform in [d/2, d], d doubling from
+	// OpenBackoffInitial up to OpenBackoffMax (Config normalises both > 0).
+	b := backoff.Backoff{Initial: p.cfg.OpenBackoffInitial, Max: p.cfg.OpenBackoffMax, Jitter: 0.5}
 	failures := 0           // consecutive attempts that made no progress
 	var waiting []reopenReq // Reopen calls to answer once a stream is up
 	defer func() { answer(waiting, ErrClosed) }()
@@ -636,7 +638,7 @@ func (p *Pool) supervise(m *member) {
 					return
 				}
 				failures = 0
-				b.reset()
+				b.Reset()
 				continue
 			}
 			if !p.sleep(m, delay, &waiting) {
@@ -655,12 +657,12 @@ func (p *Pool) supervise(m *member) {
 		}
 		if cause == nil { // replaced on Reopen: open the next one at once
 			failures = 0
-			b.reset()
+			b.Reset()
 			continue
 		}
 		if c.lane.Delivered() > 0 { // it made progress: a fresh failure
 			failures = 0
-			b.reset()
+			b.Reset()
 		}
 		failures++
 		fatal := false
@@ -676,7 +678,7 @@ func (p *Pool) supervise(m *member) {
 				return
 			}
 			failures = 0
-			b.reset()
+			b.Reset()
 			continue
 		}
 		p.rebuilds.Add(1)
@@ -690,7 +692,7 @@ func (p *Pool) supervise(m *member) {
 		// A stream whose reconnect the service refused for concurrency
 		// fails with RetryAfter set: reopening sooner is exactly the open
 		// the service asked us not to make.
-		delay := b.next()
+		delay := b.Next()
 		var ze *ingest.Error
 		if errors.As(cause, &ze) {
 			delay = max(delay, ze.RetryAfter)
@@ -755,7 +757,7 @@ func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, sto
 
 // openFailed classifies an open error and returns how long to back off, or
 // down when the member must give up.
-func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *backoff) (delay time.Duration, down bool) {
+func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *backoff.Backoff) (delay time.Duration, down bool) {
 	zerr := ingest.Classify(err)
 	p.mu.Lock()
 	m.attempted = true
@@ -765,7 +767,7 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 	switch zerr.Class {
 	case ingest.FatalConfig:
 		if !p.setFatal(epoch, err) { // Reopen came meanwhile: retry on its schema
-			return b.next(), false
+			return b.Next(), false
 		}
 		p.setDown(m, err)
 		return 0, true
@@ -774,16 +776,16 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 		if p.obs != nil {
 			p.obs.IncConcurrencyReject(p.table, m.index)
 		}
-		return max(b.next(), zerr.RetryAfter), false
+		return max(b.Next(), zerr.RetryAfter), false
 	case ingest.Poison:
 		*failures++
 		if *failures > p.cfg.RebuildBudget {
 			p.setDown(m, err)
 			return 0, true
 		}
-		return b.next(), false
+		return b.Next(), false
 	default: // transient: the environment, not us
-		return max(b.next(), zerr.RetryAfter), false
+		return max(b.Next(), zerr.RetryAfter), false
 	}
 }
 
@@ -883,21 +885,3 @@ func answer(reqs []reopenReq, err error) {
 		r.done <- err
 	}
 }
-
-// backoff is exponential with equal jitter: each delay is uniform in
-// [d/2, d] where d doubles from initial up to max.
-type backoff struct {
-	initial, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.initial
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	half := b.cur / 2
-	return half + rand.N(b.cur-half+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }

@@ -318,13 +318,9 @@ func (u *UC) Describe(ctx context.Context, table string) (*TableState, error) {
 		body    []byte
 		missing bool
 	}
-	got, err := callWorkspace(ctx, u, "describe table "+table, table, func(ctx context.Context) (answer, error) {
-		_, raw, err := u.clients()
-		if err != nil {
-			return answer{}, err
-		}
+	got, err := callWorkspace(ctx, u, "describe table "+table, table, func(ctx context.Context, _ *databricks.WorkspaceClient, raw *client.DatabricksClient) (answer, error) {
 		var body []byte
-		err = raw.Do(ctx, http.MethodGet, "/api/2.1/unity-catalog/tables/"+url.PathEscape(table), nil, nil, nil, &body)
+		err := raw.Do(ctx, http.MethodGet, "/api/2.1/unity-catalog/tables/"+url.PathEscape(table), nil, nil, nil, &body)
 		var ae *apierr.APIError
 		if errors.As(err, &ae) && ae.IsMissing() {
 			return answer{missing: true}, nil
@@ -350,11 +346,7 @@ func (u *UC) Describe(ctx context.Context, table string) (*TableState, error) {
 // tags reads a table's tags, or nil when they cannot be read (the plan then
 // relies on PropTagsHash): tags are bookkeeping, never a reason to fail.
 func (u *UC) tags(ctx context.Context, table string) map[string]string {
-	list, err := callWorkspace(ctx, u, "read tags of "+table, table, func(ctx context.Context) ([]uccatalog.EntityTagAssignment, error) {
-		w, _, err := u.clients()
-		if err != nil {
-			return nil, err
-		}
+	list, err := callWorkspace(ctx, u, "read tags of "+table, table, func(ctx context.Context, w *databricks.WorkspaceClient, _ *client.DatabricksClient) ([]uccatalog.EntityTagAssignment, error) {
 		return w.EntityTagAssignments.ListAll(ctx, uccatalog.ListEntityTagAssignmentsRequest{EntityType: "tables", EntityName: table})
 	})
 	if err != nil {
@@ -607,11 +599,7 @@ func (u *UC) Execute(ctx context.Context, statement string) error {
 	defer cancel()
 	// The synchronous wait asked of the warehouse must fit in one call.
 	wait := waitTimeout(min(u.timeout, u.callTimeout-time.Second))
-	resp, err := callWorkspace(ctx, u, "execute statement", "", func(ctx context.Context) (*sql.StatementResponse, error) {
-		w, _, err := u.clients()
-		if err != nil {
-			return nil, err
-		}
+	resp, err := callWorkspace(ctx, u, "execute statement", "", func(ctx context.Context, w *databricks.WorkspaceClient, _ *client.DatabricksClient) (*sql.StatementResponse, error) {
 		warehouse := u.warehouseID()
 		if warehouse == "" {
 			return nil, &sdkConfigError{errors.New("no warehouse_id configured: DDL runs on a SQL warehouse")}
@@ -636,11 +624,7 @@ func (u *UC) Execute(ctx context.Context, statement string) error {
 		case <-t.C:
 		}
 		id := resp.StatementId
-		if resp, err = callWorkspace(ctx, u, "poll statement "+id, "", func(ctx context.Context) (*sql.StatementResponse, error) {
-			w, _, err := u.clients()
-			if err != nil {
-				return nil, err
-			}
+		if resp, err = callWorkspace(ctx, u, "poll statement "+id, "", func(ctx context.Context, w *databricks.WorkspaceClient, _ *client.DatabricksClient) (*sql.StatementResponse, error) {
 			return w.StatementExecution.GetStatementByStatementId(ctx, id)
 		}); err != nil {
 			return err
@@ -673,11 +657,7 @@ func running(resp *sql.StatementResponse) bool {
 
 // cancelStatement asks the warehouse to stop a statement we gave up on.
 func (u *UC) cancelStatement(id string) {
-	_, err := callWorkspace(context.Background(), u, "cancel statement "+id, "", func(ctx context.Context) (struct{}, error) {
-		w, _, err := u.clients()
-		if err != nil {
-			return struct{}{}, err
-		}
+	_, err := callWorkspace(context.Background(), u, "cancel statement "+id, "", func(ctx context.Context, w *databricks.WorkspaceClient, _ *client.DatabricksClient) (struct{}, error) {
 		return struct{}{}, w.StatementExecution.CancelExecution(ctx, sql.CancelExecutionRequest{StatementId: id})
 	})
 	if err != nil {
@@ -745,11 +725,7 @@ func (u *UC) RegisterWriter(ctx context.Context, table string, w WriterInfo) err
 
 func (u *UC) generate(ctx context.Context, s *TableState, access Access) (*uccatalog.GenerateTemporaryTableCredentialResponse, error) {
 	return callWorkspace(ctx, u, "vend "+string(access)+" credentials for "+s.FullName, s.FullName,
-		func(ctx context.Context) (*uccatalog.GenerateTemporaryTableCredentialResponse, error) {
-			w, _, err := u.clients()
-			if err != nil {
-				return nil, err
-			}
+		func(ctx context.Context, w *databricks.WorkspaceClient, _ *client.DatabricksClient) (*uccatalog.GenerateTemporaryTableCredentialResponse, error) {
 			return w.TemporaryTableCredentials.GenerateTemporaryTableCredentials(ctx, uccatalog.GenerateTemporaryTableCredentialRequest{
 				TableId:   s.TableID,
 				Operation: uccatalog.TableOperation(access),

@@ -13,7 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/databricks/databricks-sdk-go"
 	"github.com/databricks/databricks-sdk-go/apierr"
+	"github.com/databricks/databricks-sdk-go/client"
 	"github.com/databricks/databricks-sdk-go/logger"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -116,15 +118,16 @@ type sdkConfigError struct{ err error }
 func (e *sdkConfigError) Error() string { return e.err.Error() }
 func (e *sdkConfigError) Unwrap() error { return e.err }
 
-// callWorkspace runs fn against the workspace bounded by the call timeout
-// and ctx, and explains its error. The SDK resolves its configuration and
+// callWorkspace runs fn with the SDK clients (built on first use, see
+// clients) against the workspace bounded by the call timeout and ctx, and
+// explains its error. The SDK resolves its configuration and
 // fetches OAuth tokens on contexts of its own, which ctx cannot cancel, so fn
 // runs in a goroutine: when ctx ends or the bound passes, callWorkspace
 // returns at once and fn finishes by itself within the SDK's HTTP timeout
 // (set to the call timeout) and its one-attempt retry budget. fn's result is
 // only delivered through the channel, so nothing is shared once abandoned.
 // SDK log lines of the call go to the UC's logger.
-func callWorkspace[T any](ctx context.Context, u *UC, op, table string, fn func(context.Context) (T, error)) (T, error) {
+func callWorkspace[T any](ctx context.Context, u *UC, op, table string, fn func(context.Context, *databricks.WorkspaceClient, *client.DatabricksClient) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, u.explain(ctx, ctx, op, table, err)
@@ -138,7 +141,12 @@ func callWorkspace[T any](ctx context.Context, u *UC, op, table string, fn func(
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, err := fn(cctx)
+		w, raw, err := u.clients()
+		if err != nil {
+			done <- result{zero, err}
+			return
+		}
+		v, err := fn(cctx, w, raw)
 		done <- result{v, err}
 	}()
 	select {

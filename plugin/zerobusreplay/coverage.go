@@ -3,76 +3,27 @@ package zerobusreplay
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 )
-
-// Coverage columns, as the output writes them: one row per durable
-// half-open offset range [start, end) of one source, per writer.
-const (
-	covSource = "source"
-	covStart  = "start"
-	covEnd    = "end"
-)
-
-// span is a half-open offset range [Start, End).
-type span struct{ Start, End int64 }
-
-func (s span) String() string { return fmt.Sprintf("[%d,%d)", s.Start, s.End) }
-
-// mergeSpans union-merges spans (overlapping or adjacent ones join), sorted.
-func mergeSpans(in []span) []span {
-	s := slices.Clone(in)
-	sort.Slice(s, func(i, j int) bool { return s[i].Start < s[j].Start })
-	var out []span
-	for _, r := range s {
-		if r.End <= r.Start {
-			continue
-		}
-		if n := len(out); n > 0 && r.Start <= out[n-1].End {
-			out[n-1].End = max(out[n-1].End, r.End)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// gaps returns the parts of want not covered by merged (sorted, disjoint).
-func gaps(merged []span, want span) []span {
-	var out []span
-	at := want.Start
-	for _, r := range merged {
-		if r.End <= at || r.Start >= want.End {
-			continue
-		}
-		if r.Start > at {
-			out = append(out, span{at, r.Start})
-		}
-		at = max(at, r.End)
-	}
-	if at < want.End {
-		out = append(out, span{at, want.End})
-	}
-	return out
-}
 
 // coverageGap is one missing range of one source.
 type coverageGap struct {
 	source string
-	span   span
+	span   coverage.Range
 }
 
 // coverageReport compares the selection with the union of the recorded
 // ranges. A selection without offset bounds is checked from each source's
 // first recorded offset to its last; a named source without any range is one
 // gap over the requested window (or the whole source when unbounded).
-func coverageReport(ranges map[string][]span, w Where) (complete map[string][]span, missing []coverageGap) {
-	complete = map[string][]span{}
+func coverageReport(ranges map[string]*coverage.RangeSet, w Where) (complete map[string][]coverage.Range, missing []coverageGap) {
+	complete = map[string][]coverage.Range{}
 	sources := make([]string, 0, len(ranges))
 	if w.Source != "" {
 		sources = append(sources, w.Source)
@@ -83,10 +34,14 @@ func coverageReport(ranges map[string][]span, w Where) (complete map[string][]sp
 		sort.Strings(sources)
 	}
 	for _, src := range sources {
-		merged := mergeSpans(ranges[src])
-		want := span{Start: 0, End: 0}
+		set := ranges[src]
+		if set == nil {
+			set = &coverage.RangeSet{}
+		}
+		merged := set.Ranges()
+		want := coverage.Range{}
 		if len(merged) > 0 {
-			want = span{merged[0].Start, merged[len(merged)-1].End}
+			want = coverage.Range{Start: merged[0].Start, End: merged[len(merged)-1].End}
 		}
 		if w.OffsetFrom != nil {
 			want.Start = *w.OffsetFrom
@@ -95,24 +50,24 @@ func coverageReport(ranges map[string][]span, w Where) (complete map[string][]sp
 			want.End = *w.OffsetTo
 		}
 		if len(merged) == 0 && (w.OffsetFrom == nil || w.OffsetTo == nil) {
-			missing = append(missing, coverageGap{src, span{want.Start, want.End}})
+			missing = append(missing, coverageGap{src, want})
 			continue
 		}
-		g := gaps(merged, want)
-		for _, x := range g {
-			missing = append(missing, coverageGap{src, x})
+		for _, g := range set.Gaps(want.Start, want.End) {
+			missing = append(missing, coverageGap{src, g})
 		}
-		complete[src] = mergeSpans(intersect(merged, want))
+		complete[src] = clip(merged, want)
 	}
 	return complete, missing
 }
 
-func intersect(merged []span, want span) []span {
-	var out []span
+// clip returns the parts of the sorted, disjoint ranges that lie in want.
+func clip(merged []coverage.Range, want coverage.Range) []coverage.Range {
+	var out []coverage.Range
 	for _, r := range merged {
 		s, e := max(r.Start, want.Start), min(r.End, want.End)
 		if s < e {
-			out = append(out, span{s, e})
+			out = append(out, coverage.Range{Start: s, End: e})
 		}
 	}
 	return out
@@ -165,7 +120,7 @@ func (in *input) unknownCoverage() error {
 	return nil
 }
 
-func joinSpans(s []span) string {
+func joinSpans(s []coverage.Range) string {
 	parts := make([]string, len(s))
 	for i, x := range s {
 		parts[i] = x.String()
@@ -175,17 +130,17 @@ func joinSpans(s []span) string {
 
 // readCoverage streams the coverage table through the REST catalog and
 // collects every recorded range by source (all writers).
-func (in *input) readCoverage(ctx context.Context) (map[string][]span, error) {
+func (in *input) readCoverage(ctx context.Context) (map[string]*coverage.RangeSet, error) {
 	parts := strings.Split(in.cfg.CoverageTable, ".")
 	tbl, _, err := in.loadIdent(ctx, table.Identifier{parts[1], parts[2]})
 	if err != nil {
 		return nil, fmt.Errorf("load the coverage table %s through the Iceberg REST catalog: %w", in.cfg.CoverageTable, err)
 	}
-	out := map[string][]span{}
+	out := map[string]*coverage.RangeSet{}
 	if tbl.CurrentSnapshot() == nil {
 		return out, nil
 	}
-	scan := tbl.Scan(table.WithSelectedFields(covSource, covStart, covEnd))
+	scan := tbl.Scan(table.WithSelectedFields(coverage.ColSource, coverage.ColStart, coverage.ColEnd))
 	defer scan.Close()
 	_, recs, err := scan.ToArrowRecords(ctx)
 	if err != nil {
@@ -201,24 +156,27 @@ func (in *input) readCoverage(ctx context.Context) (map[string][]span, error) {
 			}
 			return -1
 		}
-		si, st, en := idx(covSource), idx(covStart), idx(covEnd)
+		si, st, en := idx(coverage.ColSource), idx(coverage.ColStart), idx(coverage.ColEnd)
 		if si < 0 || st < 0 || en < 0 {
 			rec.Release()
-			return nil, fmt.Errorf("coverage table %s lacks one of the columns %s, %s, %s", in.cfg.CoverageTable, covSource, covStart, covEnd)
+			return nil, fmt.Errorf("coverage table %s lacks one of the columns %s, %s, %s", in.cfg.CoverageTable, coverage.ColSource, coverage.ColStart, coverage.ColEnd)
 		}
 		srcs, ok1 := rec.Column(si).(*array.String)
 		starts, ok2 := rec.Column(st).(*array.Int64)
 		ends, ok3 := rec.Column(en).(*array.Int64)
 		if !ok1 || !ok2 || !ok3 {
 			rec.Release()
-			return nil, fmt.Errorf("coverage table %s: want %s STRING, %s BIGINT, %s BIGINT", in.cfg.CoverageTable, covSource, covStart, covEnd)
+			return nil, fmt.Errorf("coverage table %s: want %s STRING, %s BIGINT, %s BIGINT", in.cfg.CoverageTable, coverage.ColSource, coverage.ColStart, coverage.ColEnd)
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			if srcs.IsNull(i) || starts.IsNull(i) || ends.IsNull(i) {
 				continue
 			}
 			s := srcs.Value(i)
-			out[s] = append(out[s], span{starts.Value(i), ends.Value(i)})
+			if out[s] == nil {
+				out[s] = &coverage.RangeSet{}
+			}
+			out[s].Add(starts.Value(i), ends.Value(i))
 		}
 		rec.Release()
 	}

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,7 +135,7 @@ func (in *input) connect(ctx context.Context) error {
 	in.ident = table.Identifier{parts[1], parts[2]}
 	if in.cat == nil {
 		in.rec = &configRecorder{base: http.DefaultTransport}
-		tokenURL, err := urlParse(c.WorkspaceURL + "/oidc/v1/token")
+		tokenURL, err := url.Parse(c.WorkspaceURL + "/oidc/v1/token")
 		if err != nil {
 			return fmt.Errorf("field %s: %w", fWorkspaceURL, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
@@ -101,21 +102,29 @@ func TestLintRules(t *testing.T) {
 }
 
 func TestCoverageReport(t *testing.T) {
-	assert.Equal(t, []span{{0, 10}, {12, 20}}, mergeSpans([]span{{5, 10}, {0, 5}, {12, 15}, {14, 20}, {3, 4}, {7, 7}}), "union, adjacent join, empty dropped")
-	assert.Equal(t, []span{{10, 12}, {20, 25}}, gaps([]span{{0, 10}, {12, 20}}, span{5, 25}))
-	assert.Empty(t, gaps([]span{{0, 10}}, span{2, 8}))
+	r := func(start, end int64) coverage.Range { return coverage.Range{Start: start, End: end} }
+	set := func(rs ...coverage.Range) *coverage.RangeSet {
+		var s coverage.RangeSet
+		for _, x := range rs {
+			s.AddRange(x)
+		}
+		return &s
+	}
+	assert.Equal(t, []coverage.Range{r(0, 10), r(12, 20)}, set(r(5, 10), r(0, 5), r(12, 15), r(14, 20), r(3, 4), r(7, 7)).Ranges(), "union, adjacent join, empty dropped")
+	assert.Equal(t, []coverage.Range{r(10, 12), r(20, 25)}, set(r(0, 10), r(12, 20)).Gaps(5, 25))
+	assert.Empty(t, set(r(0, 10)).Gaps(2, 8))
 
-	ranges := map[string][]span{
-		"t/0": {{0, 50}, {50, 100}},           // two writers, adjacent
-		"t/1": {{0, 40}, {60, 100}, {30, 45}}, // overlapping, one gap
+	ranges := map[string]*coverage.RangeSet{
+		"t/0": set(r(0, 50), r(50, 100)),            // two writers, adjacent
+		"t/1": set(r(0, 40), r(60, 100), r(30, 45)), // overlapping, one gap
 	}
 	complete, missing := coverageReport(ranges, Where{})
-	assert.Equal(t, map[string][]span{"t/0": {{0, 100}}, "t/1": {{0, 45}, {60, 100}}}, complete)
-	assert.Equal(t, []coverageGap{{"t/1", span{45, 60}}}, missing)
+	assert.Equal(t, map[string][]coverage.Range{"t/0": {r(0, 100)}, "t/1": {r(0, 45), r(60, 100)}}, complete)
+	assert.Equal(t, []coverageGap{{"t/1", r(45, 60)}}, missing)
 
 	from, to := int64(10), int64(120)
 	_, missing = coverageReport(ranges, Where{Source: "t/0", OffsetFrom: &from, OffsetTo: &to})
-	assert.Equal(t, []coverageGap{{"t/0", span{100, 120}}}, missing, "beyond the last durable offset is a gap")
+	assert.Equal(t, []coverageGap{{"t/0", r(100, 120)}}, missing, "beyond the last durable offset is a gap")
 	_, missing = coverageReport(ranges, Where{Source: "t/9", OffsetFrom: &from, OffsetTo: &to})
-	assert.Equal(t, []coverageGap{{"t/9", span{10, 120}}}, missing, "a source never recorded is one gap")
+	assert.Equal(t, []coverageGap{{"t/9", r(10, 120)}}, missing, "a source never recorded is one gap")
 }

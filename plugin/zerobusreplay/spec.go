@@ -15,7 +15,9 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/lintrule"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -56,15 +58,17 @@ const (
 	ConsistencyForce    = "force"
 )
 
-// Reserved columns moved from the body into metadata.
+// Reserved columns moved from the body into metadata: the ones the output
+// writes.
 const (
-	ColSource = "_zb_source"
-	ColOffset = "_zb_offset"
-	ColEmitTS = "_zb_emit_ts"
+	ColSource = arrowconv.SourceColumn
+	ColOffset = arrowconv.OffsetColumn
+	ColEmitTS = arrowconv.EmitTimestampColumn
 )
 
-// CoverageSuffix names the coverage companion table of a raw table.
-const CoverageSuffix = "_zb_coverage"
+// CoverageSuffix names the coverage companion table of a raw table, as the
+// output names it.
+const CoverageSuffix = tablewriter.CoverageSuffix
 
 func init() {
 	err := service.RegisterBatchInput("zerobus_replay", Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {

@@ -8,9 +8,11 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet/variant"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // ntzLayout renders a TIMESTAMP_NTZ value as the wall-clock text the output
@@ -81,6 +83,9 @@ func value(a arrow.Array, i int) (any, error) {
 		return t.UTC(), nil
 	case *array.Struct:
 		st := a.DataType().(*arrow.StructType)
+		if isVariant(st) {
+			return variantValue(a, i)
+		}
 		obj := make(map[string]any, st.NumFields())
 		for f := 0; f < st.NumFields(); f++ {
 			v, err := value(a.Field(f), i)
@@ -204,4 +209,38 @@ func (c *rowConverter) message(rec arrow.RecordBatch, i int) (*service.Message, 
 		}
 	}
 	return msg, nil
+}
+
+// isVariant reports whether st is a VARIANT column as stored: a struct of
+// exactly the metadata and value binaries (typemap.VariantArrowType; a
+// reader may return them as Binary or LargeBinary).
+func isVariant(st *arrow.StructType) bool {
+	if st.NumFields() != 2 || st.Field(0).Name != typemap.VariantMetadataField || st.Field(1).Name != typemap.VariantValueField {
+		return false
+	}
+	for _, f := range st.Fields() {
+		if id := f.Type.ID(); id != arrow.BINARY && id != arrow.LARGE_BINARY {
+			return false
+		}
+	}
+	return true
+}
+
+// variantValue decodes row i of a VARIANT column into a variant.Value,
+// which arrowconv.ToJSON writes as the JSON it holds.
+func variantValue(a *array.Struct, i int) (any, error) {
+	bin := func(f int) []byte {
+		switch c := a.Field(f).(type) {
+		case *array.Binary:
+			return c.Value(i)
+		case *array.LargeBinary:
+			return c.Value(i)
+		}
+		return nil
+	}
+	v, err := variant.New(bin(0), bin(1))
+	if err != nil {
+		return nil, fmt.Errorf("variant: %w", err)
+	}
+	return v, nil
 }

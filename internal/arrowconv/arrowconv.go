@@ -66,6 +66,7 @@
 package arrowconv
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -139,6 +140,23 @@ type StructuredRow interface {
 	Row
 	HasStructured() bool
 	AsStructured() (any, error)
+}
+
+// JSONRow is a Row of JSON bytes, for rows the project makes itself (dead
+// letters, coverage ranges).
+type JSONRow []byte
+
+// AsBytes returns the JSON.
+func (r JSONRow) AsBytes() ([]byte, error) { return r, nil }
+
+// HasStructured reports false: the bytes are the row.
+func (r JSONRow) HasStructured() bool { return false }
+
+// AsStructured decodes the JSON.
+func (r JSONRow) AsStructured() (any, error) {
+	var v any
+	err := json.Unmarshal(r, &v)
+	return v, err
 }
 
 // Options tune a Converter.

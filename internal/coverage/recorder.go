@@ -308,7 +308,7 @@ func (r *Recorder) write(ctx context.Context, rows []row) error {
 			if err != nil {
 				return fmt.Errorf("coverage row %d: %w", lo+i, err)
 			}
-			msgs[i] = jsonRow(b)
+			msgs[i] = arrowconv.JSONRow(b)
 		}
 		res, err := r.conv.Convert(msgs)
 		if err != nil {
@@ -388,8 +388,3 @@ func (r *Recorder) Close(ctx context.Context) error {
 	}
 	return nil
 }
-
-// jsonRow is a converter row of JSON bytes.
-type jsonRow []byte
-
-func (j jsonRow) AsBytes() ([]byte, error) { return j, nil }

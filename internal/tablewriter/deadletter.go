@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -77,7 +78,7 @@ func (d *DeadLetters) Write(ctx context.Context, sourceOf func(i int) string, ro
 		if merr != nil {
 			return nil, fmt.Errorf("dead letter for message %d: %w", re.Index, merr)
 		}
-		letters = append(letters, jsonRow(b))
+		letters = append(letters, arrowconv.JSONRow(b))
 		from = append(from, k)
 	}
 	if len(letters) == 0 {
@@ -104,15 +105,4 @@ type deadLetter struct {
 	ColumnName   string  `json:"column_name"`
 	Error        string  `json:"error"`
 	Payload      *string `json:"payload"`
-}
-
-// jsonRow is a Row of JSON bytes.
-type jsonRow []byte
-
-func (r jsonRow) AsBytes() ([]byte, error) { return r, nil }
-func (r jsonRow) HasStructured() bool      { return false }
-func (r jsonRow) AsStructured() (any, error) {
-	var v any
-	err := json.Unmarshal(r, &v)
-	return v, err
 }

@@ -1,6 +1,7 @@
 # benthos-zerobus — build, test, benchmark, demo.
 # Everything the tests need (npm packages, the emulator) is installed or started from here.
 
+SHELL      := /bin/bash
 BIN        ?= bin/benthos-zerobus
 EMU        ?= bin/zerobus-emulator
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -48,9 +49,15 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## bench: pipeline and converter ratios (printed as x_vs_* metrics) and peak RSS.
+## bench: every promised figure against a baseline measured in the same run — converter ratios,
+## pipeline vs drop, ack latency tolerance, peak RSS, cost by row size and pool size, durability
+## latency, replay vs plain Parquet, our transport vs the official SDK — then a summary of every
+## `TARGET` line (median, range over the runs, target, met or not). Log: bin/bench.log.
 bench: build conformance-deps
-	go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/arrowconv/ ./test/e2e/
+	@mkdir -p bin
+	set -o pipefail; { go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 40m ./internal/arrowconv/ ./test/e2e/ && \
+	  go test -run '^$$' -bench 'Transport' -benchtime 7x -count 1 -timeout 20m ./conformance/; } 2>&1 | tee bin/bench.log
+	@echo; echo "== summary (bin/bench.log) =="; grep '^TARGET' bin/bench.log | sed 's/^TARGET //'
 
 ## bench-transport: our Zerobus client vs the official SDK against the emulator in ack-only mode.
 bench-transport: conformance-deps

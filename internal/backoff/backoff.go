@@ -70,13 +70,6 @@ func (b *Backoff) Next() time.Duration {
 	return d - time.Duration(r()*j*float64(d))
 }
 
-// Attempts returns how many waits Next handed out since the last Reset.
-func (b *Backoff) Attempts() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.attempt
-}
-
 // Reset starts the sequence again from Initial, after a success.
 func (b *Backoff) Reset() {
 	b.mu.Lock()

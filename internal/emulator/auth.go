@@ -212,8 +212,17 @@ func (s *Server) authorizeStream(ctx context.Context, tableOverride string) (wor
 	if info.table != workspace.NormalizeName(name) {
 		return workspace.Table{}, status.Errorf(codes.PermissionDenied, "token is not authorized for table %s", name)
 	}
-	// Grants are checked before existence: Unity Catalog resolves a name
-	// only for a principal allowed to use its catalog and schema.
+	// Grants are checked before existence, so a principal without them
+	// gets PERMISSION_DENIED for a missing table too, never NOT_FOUND.
+	// Source: Unity Catalog tells whether a table exists only to a caller
+	// with USE_CATALOG on the catalog, USE_SCHEMA on the schema and SELECT
+	// on (or ownership of) the table, or BROWSE (REST "Table Exists",
+	// GET /api/2.1/unity-catalog/tables/{full_name}/exists: "The caller
+	// must satisfy one of the following requirements"). Assumption: that
+	// Zerobus applies the same rule at stream open; no SDK file, doc or
+	// issue shows its answer for a missing table without grants. With
+	// grants (or in open mode) a missing table is NOT_FOUND, which the SDKs
+	// treat as non-retryable (errors.rs UNRETRIABLE_STATUS_CODES).
 	if err := s.grants.check(info.principal, name); err != nil {
 		return workspace.Table{}, err
 	}

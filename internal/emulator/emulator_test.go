@@ -231,8 +231,13 @@ func TestSchemaValidation(t *testing.T) {
 		{"map with service entry names", mapTable, []arrow.Field{
 			{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 			{Name: "attrs", Type: arrow.MapOf(arrow.BinaryTypes.LargeString, arrow.PrimitiveTypes.Int64), Nullable: true},
-			{Name: "tags", Type: arrow.ListOfField(arrow.Field{Name: "element", Type: arrow.BinaryTypes.LargeString, Nullable: true}), Nullable: true},
+			{Name: "tags", Type: arrow.ListOfField(arrow.Field{Name: "item", Type: arrow.BinaryTypes.LargeString, Nullable: true}), Nullable: true},
 		}, "", "", [3]string{"entries", "keys", "values"}},
+		// The list item must be "item" (see listItemName).
+		{"list item named element", mapTable, []arrow.Field{
+			{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+			{Name: "tags", Type: arrow.ListOfField(arrow.Field{Name: "element", Type: arrow.BinaryTypes.LargeString, Nullable: true}), Nullable: true},
+		}, CauseTypeIncompatible, "tags", [3]string{}},
 		{"map with Arrow/Parquet default names", mapTable, []arrow.Field{
 			{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 			{Name: "attrs", Type: arrow.MapOf(arrow.BinaryTypes.LargeString, arrow.PrimitiveTypes.Int64), Nullable: true},

@@ -151,6 +151,9 @@ func (zs *zerobusService) recvLoop(stream zbpb.Zerobus_EphemeralStreamServer, ss
 		if err := injectedError(f, *off); err != nil {
 			return err
 		}
+		if len(records) == 0 {
+			return emptyBatchError("ingest_record_batch", *off)
+		}
 		s.stats.batch(ss.table, int64(len(records)))
 		p := &pending{offset: *off, rows: int64(len(records)), recvAt: time.Now()}
 		if f.AckOnly {

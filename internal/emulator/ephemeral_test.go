@@ -59,9 +59,8 @@ func TestEphemeralStreamJSON(t *testing.T) {
 		recs = append(recs, fmt.Sprintf(`{"id":%d,"price":%d.125,"at":%d}`, i, i, int64(i)*1_000_000))
 	}
 	require.NoError(t, st.Send(jsonBatch(1, recs...)))
-	require.NoError(t, st.Send(jsonBatch(2)))
 	var last int64 = -1
-	for last < 2 {
+	for last < 1 {
 		r, err := st.Recv()
 		require.NoError(t, err)
 		off := r.GetIngestRecordResponse().GetDurabilityAckUpToOffset()

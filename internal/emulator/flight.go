@@ -129,18 +129,9 @@ func (fs *flightService) recvLoop(ss *session, rdr *flight.Reader, conv *storage
 		if err := injectedError(f, off); err != nil {
 			return err
 		}
-		// An empty batch is refused. The official SDK never sends one: its
-		// Arrow stream refuses a batch without rows client-side
-		// (validate_nonempty_batch in rust/sdk/src/stream/arrow/mod.rs;
-		// observed with the npm build 1.3.0: "Cannot ingest an empty
-		// RecordBatch (zero rows)", conformance TestSDKEmptyBatch), and its
-		// record path returns without sending for an empty record list
-		// (rust/tests test_ingest_empty_batch_returns_none). What the
-		// service answers to one is not documented; INVALID_ARGUMENT is the
-		// status the SDK uses for it. A 0-row frame would also ack zero
-		// records, which no client can tell from a lost ack.
+		// Refused: an empty batch (emptyBatchError has the sources).
 		if rec.NumRows() == 0 {
-			return status.Errorf(codes.InvalidArgument, "record batch at offset %d has no rows: empty batches are not accepted", off)
+			return emptyBatchError("record batch", off)
 		}
 		if err := conv.checkNulls(rec); err != nil {
 			return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
@@ -151,7 +142,7 @@ func (fs *flightService) recvLoop(ss *session, rdr *flight.Reader, conv *storage
 		if f.AckOnly {
 			p.done = ackedNow()
 		} else {
-			if err := conv.checkVariants(rec); err != nil {
+			if err := conv.checkNested(rec); err != nil {
 				return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
 			}
 			stored, err := conv.convert(rec)

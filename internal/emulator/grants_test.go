@@ -176,3 +176,32 @@ func TestGrantFlags(t *testing.T) {
 	assert.Error(t, app.Run([]string{"zerobus-emulator", "--grant", "emulator:TABLE:main.default.t"}))
 	assert.Error(t, app.Run([]string{"zerobus-emulator", "--grant", "emulator:TABLE:main.t:SELECT"}))
 }
+
+// TestGrantsCheckedBeforeTableExistence: in strict mode a principal without
+// the grants learns nothing about a missing table (PERMISSION_DENIED, as
+// Unity Catalog answers "Table Exists" only to a caller with USE CATALOG,
+// USE SCHEMA and SELECT); with them, the missing table is NOT_FOUND.
+func TestGrantsCheckedBeforeTableExistence(t *testing.T) {
+	const missing = "main.default.absent"
+	srv := startEmu(t, func(c *Config) { c.Grants.Strict = true })
+	open := func() error {
+		_, _, err := openPut(t, dial(t, srv), zerobusToken(t, srv, missing), missing, testSchema)
+		return err
+	}
+	err := open()
+	require.Error(t, err)
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), err.Error())
+	assert.Contains(t, status.Convert(err).Message(), "User does not have USE CATALOG on Catalog 'main'")
+
+	require.NoError(t, srv.UpdateGrants(
+		change(SecurableCatalog, "main", []string{PrivUseCatalog}, nil),
+		change(SecurableSchema, "main.default", []string{PrivUseSchema}, nil),
+	))
+	err = open()
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "no SELECT on the table: its existence stays hidden")
+
+	require.NoError(t, srv.UpdateGrants(change(SecurableTable, missing, []string{PrivSelect, PrivModify}, nil)))
+	err = open()
+	assert.Equal(t, codes.NotFound, status.Code(err), err.Error())
+	assert.Contains(t, status.Convert(err).Message(), "table main.default.absent does not exist")
+}

@@ -54,6 +54,16 @@ type schemaProblem struct {
 // opened. The emulator refuses them at stream open, naming the column.
 const maxNestingDepth = 100
 
+// listItemName is the one name the emulator accepts for a list's item
+// field. schema.rs (arrow_schema_from_uc_columns) builds every ARRAY<T> as a
+// List whose item field is "item" ("`ARRAY<T>` → `List` with item field
+// `\"item\"`", the canonical schema the server builds from Delta) and,
+// unlike for maps, documents no other form the server normalises; "item" is
+// also the Arrow default (arrow-rs, arrow-go, pyarrow), so a writer that
+// names it otherwise (Parquet's "element") has chosen to. Stricter than
+// proven: the server may cast other names as it casts map names.
+const listItemName = "item"
+
 // Map child names the service accepts. schema.rs emits the canonical
 // entries/keys/values and notes: "The server also accepts the Arrow-default
 // key_value/key/value names and normalizes via arrow::compute::cast". No
@@ -101,6 +111,16 @@ func variantStorageType() *arrow.StructType {
 // serviceSchema is the Arrow schema the service expects on a stream for a
 // table with these columns (UC position order), or an error naming the first
 // column Zerobus cannot write.
+//
+// No column-count limit is enforced. The only published one is "We do not
+// support proto schemas with more than 2000 columns", under "Protobuf
+// schema" in the Public Preview edition of the Zerobus Ingest connector
+// limitations page: a limit on protobuf descriptors, not on Arrow streams.
+// arrow_schema_from_uc_columns (schema.rs) has no limit, and the official
+// SDK's proto tool was since fixed "for tables with more than 19000 columns"
+// (databricks/zerobus-sdk #126, 2026-03, NEXT_CHANGELOG), which says such
+// tables are written. Refusing a 2,001-column Arrow stream would be stricter
+// than any source (TestWideTableIsWritable).
 func serviceSchema(cols []typemap.Column) (*arrow.Schema, error) {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
@@ -175,9 +195,10 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 
 // checkSchema compares a stream's Arrow schema with the table's columns the
 // way the service does: every field must be a column, in UC column order,
-// with the expected Arrow type and nullability, and map children named in a
-// form the service accepts (names are the ones written in the schema
-// message); NOT NULL columns may not be omitted, nullable ones may.
+// with the expected Arrow type and nullability, and list items and map
+// children named in a form the service accepts (names are the ones written
+// in the schema message); NOT NULL columns may not be omitted, nullable ones
+// may.
 // Source: shared/spec/zerobus-wire.md ("Columns are ordered by UC position;
 // nullable columns may be omitted from a batch"; all columns nullable unless
 // NOT NULL in the table; the types of "Delta/UC type → Arrow type"); which
@@ -230,7 +251,7 @@ func checkSchema(cols []typemap.Column, got *arrow.Schema, names []fieldNames) (
 			probs = append(probs, schemaProblem{CauseTypeIncompatible,
 				fmt.Sprintf("field %q has nullable=%v, column %s needs nullable=%v", f.Name, f.Nullable, wf.Name, wf.Nullable)})
 		default:
-			if msg := mapNameProblem(f.Name, wf.Type, raw); msg != "" {
+			if msg := childNameProblem(f.Name, wf.Type, raw); msg != "" {
 				probs = append(probs, schemaProblem{CauseTypeIncompatible, msg})
 			}
 		}
@@ -243,10 +264,10 @@ func checkSchema(cols []typemap.Column, got *arrow.Schema, names []fieldNames) (
 	return probs, nil
 }
 
-// mapNameProblem walks the expected type of a field alongside the names the
-// schema message gave it and describes the first map whose children are
+// childNameProblem walks the expected type of a field alongside the names
+// the schema message gave it and describes the first list item or map child
 // named in no form the service accepts ("" if none).
-func mapNameProblem(path string, want arrow.DataType, raw fieldNames) string {
+func childNameProblem(path string, want arrow.DataType, raw fieldNames) string {
 	switch w := want.(type) {
 	case *arrow.MapType:
 		entries := child(raw, 0)
@@ -263,12 +284,16 @@ func mapNameProblem(path string, want arrow.DataType, raw fieldNames) string {
 				acceptedMapNames[0][0], acceptedMapNames[0][1], acceptedMapNames[0][2],
 				acceptedMapNames[1][0], acceptedMapNames[1][1], acceptedMapNames[1][2])
 		}
-		return mapNameProblem(path+".values", w.ItemType(), child(entries, 1))
+		return childNameProblem(path+".values", w.ItemType(), child(entries, 1))
 	case *arrow.ListType:
-		return mapNameProblem(path+".element", w.Elem(), child(raw, 0))
+		item := child(raw, 0)
+		if item.Name != listItemName {
+			return fmt.Sprintf("field %q is a list whose item field is named %q; the service accepts %q", path, item.Name, listItemName)
+		}
+		return childNameProblem(path+".element", w.Elem(), item)
 	case *arrow.StructType:
 		for i, f := range w.Fields() {
-			if msg := mapNameProblem(path+"."+f.Name, f.Type, child(raw, i)); msg != "" {
+			if msg := childNameProblem(path+"."+f.Name, f.Type, child(raw, i)); msg != "" {
 				return msg
 			}
 		}
@@ -286,11 +311,10 @@ func storageOf(dt arrow.DataType) arrow.DataType {
 }
 
 // sameType compares Arrow types structurally: field names of struct members
-// must match; list item names and map child names are not compared here (map
-// names are checked on the raw schema message by mapNameProblem). Nested
+// must match; list item names and map child names are not compared here
+// (they are checked on the raw schema message by childNameProblem). Nested
 // nullability must match. A variant extension type is compared by its
-// storage. Unsourced: that the service accepts any list item name (schema.rs
-// emits "item"; only the map names are documented as normalized by cast).
+// storage.
 func sameType(want, got arrow.DataType) bool {
 	got = storageOf(got)
 	if want.ID() != got.ID() {

@@ -109,7 +109,7 @@ func floatJSON(f float64) any {
 type storageConverter struct {
 	decimalCols map[int]typemap.Type   // field index → UC type, for fields holding decimals
 	extCols     map[int]arrow.DataType // field index → type without extension wrappers
-	variantCols []int                  // indexes of the top-level VARIANT fields
+	nestedCols  []nestedCol            // fields whose values checkNested walks
 	inSchema    *arrow.Schema          // transport schema
 	schema      *arrow.Schema          // stored schema
 }
@@ -131,8 +131,8 @@ func newStorageConverter(cols []typemap.Column, in *arrow.Schema) *storageConver
 			f.Type = st
 		}
 		c, ok := byName[f.Name]
-		if ok && c.Type.Kind == typemap.Variant {
-			sc.variantCols = append(sc.variantCols, i)
+		if ok && needsWalk(c.Type) {
+			sc.nestedCols = append(sc.nestedCols, nestedCol{i, c.Type})
 		}
 		if !ok || !c.Type.Contains(typemap.Decimal) {
 			continue
@@ -170,18 +170,6 @@ func storedType(dt arrow.DataType, t typemap.Type) arrow.DataType {
 		return arrow.StructOf(fields...)
 	}
 	return dt
-}
-
-// checkNulls refuses nulls in fields the stream declared non-nullable (the
-// NOT NULL columns): Arrow would carry them, a NOT NULL column cannot.
-// Unsourced: no SDK file or doc says how the service answers such a batch.
-func (sc *storageConverter) checkNulls(rec arrow.RecordBatch) error {
-	for i, f := range rec.Schema().Fields() {
-		if !f.Nullable && rec.Column(i).NullN() > 0 {
-			return fmt.Errorf("column %q is NOT NULL but the batch has %d nulls in it", f.Name, rec.Column(i).NullN())
-		}
-	}
-	return nil
 }
 
 // convert returns the stored form of rec (a new reference the caller owns)

@@ -145,34 +145,6 @@ func decodeVariant(st *array.Struct, i int) (any, error) {
 	return out, nil
 }
 
-// checkVariants refuses a batch whose top-level VARIANT columns hold bytes
-// that are not a Parquet variant: the service expects "the server's expected
-// binary variant representation" (official Rust SDK changelog v2.3.2), so
-// garbage there cannot be stored. The error names the column and row. Only
-// the Arrow path needs it: the JSON path encodes its variants itself.
-func (sc *storageConverter) checkVariants(rec arrow.RecordBatch) error {
-	for _, j := range sc.variantCols {
-		name := rec.ColumnName(j)
-		col := rec.Column(j)
-		if ext, ok := col.(array.ExtensionArray); ok {
-			col = ext.Storage()
-		}
-		st, ok := col.(*array.Struct)
-		if !ok {
-			return fmt.Errorf("column %q: a VARIANT must travel as struct<metadata, value>, got %s", name, col.DataType())
-		}
-		for i := 0; i < st.Len(); i++ {
-			if st.IsNull(i) {
-				continue
-			}
-			if _, err := variantJSON(st, i); err != nil {
-				return fmt.Errorf("column %q row %d: not a Parquet variant: %v", name, i, err)
-			}
-		}
-	}
-	return nil
-}
-
 // typedJSON renders row i of arr, stored for UC type t, as a JSON-ready value:
 // variants decoded to their JSON value, everything else as jsonValue does.
 func typedJSON(arr arrow.Array, i int, t typemap.Type) any {

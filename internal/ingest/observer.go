@@ -12,15 +12,13 @@ func WithObserver(ctx context.Context, obs Observer) context.Context {
 	return context.WithValue(ctx, observerKey{}, obs)
 }
 
-// streamObserver is the observer of a stream opened under ctx: the client's,
-// teed to the one WithObserver put in ctx, if any.
+// streamObserver is the observer of a stream opened under ctx: the client's
+// (never nil: Config defaults it to NopObserver), teed to the one
+// WithObserver put in ctx, if any.
 func streamObserver(ctx context.Context, client Observer) Observer {
 	extra, _ := ctx.Value(observerKey{}).(Observer)
-	switch {
-	case extra == nil:
+	if extra == nil {
 		return client
-	case client == nil:
-		return extra
 	}
 	return tee{client, extra}
 }

@@ -67,6 +67,9 @@ type nodeResult struct {
 	// CloseError is the SDK's close() failure when a rotation was announced
 	// right after flush() resolved (see closeAfterFlush in lib.js).
 	CloseError string `json:"close_error"`
+	// EmptyBatchResult is what ingestRecordsOffset([]) returned
+	// (sdk_json.js --empty-batch-first): null, a number, or "undefined".
+	EmptyBatchResult json.RawMessage `json:"empty_batch_result"`
 	// ElapsedMS is measured inside the script (from its start, node's own
 	// boot excluded); set on failures.
 	ElapsedMS int64 `json:"elapsed_ms"`

@@ -3,6 +3,8 @@
 // (EphemeralStream, RecordType.Json), then flushes and closes.
 // Records: {"id":i,"name":"name-i" (null when i%7==0),"score":i/2,"flag":i%2==0}
 // for i in [start, start+rows).
+// --empty-batch-first first calls ingestRecordsOffset([]) and reports what it
+// returned as empty_batch_result (the SDK sends nothing for it).
 const L = require('./lib');
 
 async function main() {
@@ -17,7 +19,11 @@ async function main() {
   const t0 = Date.now();
   const stream = await sdk.createStream({ tableName: a.table }, a['client-id'], a['client-secret'],
     L.streamOptions(a, { recordType: sdkMod.RecordType.Json }));
-  let lastOffset = -1, requests = 0;
+  let lastOffset = -1, requests = 0, emptyResult;
+  if (L.bool(a, 'empty-batch-first')) {
+    const r = await stream.ingestRecordsOffset([]);
+    emptyResult = r === undefined ? 'undefined' : r;
+  }
   for (let i = start; i < start + rows; i += batch) {
     const recs = [];
     for (let j = i; j < Math.min(i + batch, start + rows); j++) {
@@ -30,7 +36,8 @@ async function main() {
   await stream.flush();
   const unacked = await stream.getUnackedRecords().catch(() => null);
   const closeError = await L.closeAfterFlush(stream);
-  L.emit({ ok: true, close_error: closeError, rows, requests, last_offset: lastOffset, unacked: unacked ? unacked.length : 0, seconds: (Date.now() - t0) / 1000 });
+  L.emit({ ok: true, close_error: closeError, rows, requests, last_offset: lastOffset, unacked: unacked ? unacked.length : 0,
+    empty_batch_result: emptyResult, seconds: (Date.now() - t0) / 1000 });
 }
 
 main().catch((e) => L.fail(e));

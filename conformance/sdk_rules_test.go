@@ -1,12 +1,15 @@
 package conformance
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
@@ -15,7 +18,9 @@ import (
 // (native build 1.3.0) can express. Its Arrow API takes only primitive
 // column types (ArrowDataType: Boolean … TimestampNanos; no List, Map or
 // Struct), so it cannot open a stream with a MAP or VARIANT column at all;
-// those rules are covered by the emulator's own tests.
+// those rules (list item names, nested VARIANTs, NOT NULL struct fields) are
+// covered by the emulator's own tests. docs/real-workspace.md §9 lists every
+// rule with its source.
 
 // TestSDKGrantsPermissionDenied: with strict grants and none held, the SDK
 // fails at stream creation with the emulator's PERMISSION_DENIED text, which
@@ -91,5 +96,95 @@ func TestSDKNonPrintableTableName(t *testing.T) {
 	}
 	if ts := tableStats(srv); ts.StreamsOpened != 0 {
 		t.Fatalf("%d streams opened", ts.StreamsOpened)
+	}
+}
+
+// TestSDKEmptyJSONBatch: the official SDK's record path sends nothing for an
+// empty record list (ingestRecordsOffset([]) resolves without an offset), so
+// no empty ingest_record_batch reaches the wire; the emulator refuses one
+// from any other client (TestEphemeralEmptyBatchIsRefused), as it refuses an
+// empty Arrow batch.
+func TestSDKEmptyJSONBatch(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{})
+	res := runNode(t, time.Minute, "sdk_json.js", sdkFlags(srv, confSecret, map[string]string{
+		"rows": "10", "batch-size": "5", "empty-batch-first": "true"}))
+	if !res.OK {
+		t.Fatalf("official SDK failed: %s", res.Error)
+	}
+	if got := strings.TrimSpace(string(res.EmptyBatchResult)); got != "null" && got != `"undefined"` {
+		t.Fatalf("ingestRecordsOffset([]) returned %s, want no offset", got)
+	} else {
+		t.Logf("ingestRecordsOffset([]) returned %s", got)
+	}
+	if st := tableStats(srv); st.BatchesReceived != 2 || st.RowsReceived != 10 {
+		t.Fatalf("emulator received %d batches / %d rows, want the 2 non-empty ones (10 rows)", st.BatchesReceived, st.RowsReceived)
+	}
+	checkRows(t, srv, 10, false)
+}
+
+// TestSDKNullInNotNullColumn: a batch with a null in the NOT NULL column id
+// fails in the official SDK with arrow-rs's text ("Column 'id' is declared
+// as non-nullable but contains null values"), which the emulator's refusal
+// of such a batch from any other client carries too
+// (TestNullsInNotNullColumnsAreRefused). The SDK refuses it while decoding
+// the batch, before sending: only the good batch reaches the wire.
+func TestSDKNullInNotNullColumn(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{})
+	good := scenarioBatch(0, 5)
+	defer good.Release()
+	b := array.NewRecordBuilder(memory.DefaultAllocator, scenarioSchema)
+	defer b.Release()
+	b.Field(0).(*array.Int64Builder).AppendValues([]int64{5, 0}, []bool{true, false})
+	b.Field(1).AppendNulls(2)
+	b.Field(2).AppendNulls(2)
+	b.Field(3).AppendNulls(2)
+	bad := b.NewRecordBatch()
+	defer bad.Release()
+	file := filepath.Join(t.TempDir(), "batches.ipc")
+	writeIPCFile(t, file, []arrow.RecordBatch{good, bad})
+	res := runNode(t, time.Minute, "sdk_arrow.js", sdkFlags(srv, confSecret, map[string]string{"ipc-file": file}))
+	if res.OK {
+		t.Fatal("official SDK accepted a null in a NOT NULL column")
+	}
+	if !strings.Contains(res.Error, "'id' is declared as non-nullable but contains null values") {
+		t.Fatalf("SDK error does not name the column and the rule: %q", res.Error)
+	}
+	if st := tableStats(srv); st.BatchesReceived != 1 || st.RowsReceived != 5 {
+		t.Fatalf("emulator received %d batches / %d rows, want only the 5-row batch", st.BatchesReceived, st.RowsReceived)
+	}
+}
+
+// TestSDKWideTable: the official SDK opens an Arrow stream on a table of
+// 2,001 primitive columns and the emulator takes its rows (no column-count
+// limit; the 2,000-column limit of the Public Preview docs is about protobuf
+// schemas, see serviceSchema in internal/emulator).
+func TestSDKWideTable(t *testing.T) {
+	const table = "main.default.wide"
+	cols := []string{"id BIGINT NOT NULL"}
+	fields := []arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}
+	for i := 0; i < 2000; i++ {
+		cols = append(cols, fmt.Sprintf("c%d INT", i))
+		fields = append(fields, arrow.Field{Name: fmt.Sprintf("c%d", i), Type: arrow.PrimitiveTypes.Int32, Nullable: true})
+	}
+	srv := startEmulator(t, emulator.Faults{}, table+":"+strings.Join(cols, ", "))
+	schema := arrow.NewSchema(fields, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for row := 0; row < 3; row++ {
+		b.Field(0).(*array.Int64Builder).Append(int64(row))
+		for i := 1; i < len(fields); i++ {
+			b.Field(i).(*array.Int32Builder).Append(int32(i + row))
+		}
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	file := filepath.Join(t.TempDir(), "wide.ipc")
+	writeIPCFile(t, file, []arrow.RecordBatch{rec})
+	res := runNode(t, 2*time.Minute, "sdk_arrow.js", sdkFlags(srv, confSecret, map[string]string{"ipc-file": file, "table": table}))
+	if !res.OK {
+		t.Fatalf("official SDK failed on a 2,001-column table: %s", res.Error)
+	}
+	if st := srv.Stats().Tables[table]; st.StreamsOpened != 1 || st.RowsReceived != 3 {
+		t.Fatalf("emulator: %d streams, %d rows received; want 1 and 3", st.StreamsOpened, st.RowsReceived)
 	}
 }

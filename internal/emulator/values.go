@@ -335,6 +335,10 @@ func allDigits(s string) bool {
 // jsonRecords builds one Arrow batch, in the table's full transport schema,
 // from JSON objects as the EphemeralStream JSON path carries them. Unknown
 // fields, missing NOT NULL columns and values of the wrong shape are errors.
+// Assumption: how the service answers a JSON record with a NOT NULL column
+// (or struct field) missing or null is not documented (the Public Preview
+// limitations say only "Column optionality must match" for protobuf); the
+// emulator refuses it, as the Arrow path does with a source (checkNulls).
 func jsonRecords(cols []typemap.Column, schema *arrow.Schema, records []string) (arrow.RecordBatch, error) {
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()

@@ -120,8 +120,10 @@ func startBinary(tb testing.TB, path string, env []string, args ...string) *proc
 // waits until both listeners accept.
 func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
 	tb.Helper()
+	// Every listener on a free port, S3 included: its default (9000) may be
+	// taken by another emulator on the machine.
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
-	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
+	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", freeAddr(tb), "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
 	p = startBinary(tb, emulatorBinary(tb), nil, args...)
 	require.Eventually(tb, func() bool {
 		return strings.Contains(p.out.String(), "Zerobus emulator running")

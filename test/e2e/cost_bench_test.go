@@ -87,6 +87,9 @@ type costRun struct {
 	rate float64 // steady rows/s (zerobus only; 0 for drop)
 }
 
+// BenchmarkCostByRowSize runs every row size at every pool size, and into
+// drop, costReps times interleaved, and prints MB/s and CPU per MB of each
+// and the row-size ratios as benchreport TARGET lines.
 func BenchmarkCostByRowSize(b *testing.B) {
 	httpURL, grpcURL, _ := startEmulatorProcess(b, "--ack-only", "--table", costTable+":id BIGINT NOT NULL, msg STRING")
 	outFor := func(pool int) string {

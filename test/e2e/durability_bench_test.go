@@ -68,6 +68,8 @@ const (
 	durabilityMaxRows    = 400_000
 )
 
+// BenchmarkDurabilityLatency measures the maximum rate at 50 ms acks, then
+// WriteBatch's latency at half of it, with the bare client's beside it.
 func BenchmarkDurabilityLatency(b *testing.B) {
 	httpURL, grpcURL, _ := startEmulatorProcess(b, "--ack-only", "--ack-latency", durabilityAckLatency.String(), "--table", eventsTable+":"+eventsCols)
 	out := fmt.Sprintf(`zerobus:

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/bytedance/sonic"
 	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 )
 
 // compareCase is one row shape of the comparison benchmark: a table schema
@@ -187,12 +189,14 @@ func readArrowJSON(tb testing.TB, schema *arrow.Schema, ndjson []byte, rows int)
 // converter's own schema from the rows as NDJSON.
 //
 // Each contender runs as its own sub-benchmark (MB/s, allocs/op), and the
-// "ratios" sub-benchmark runs all four in turn in every iteration, each
-// after a collection, warmed up and then timed over a block of runs, so that the shared machine's
+// "ratios" sub-benchmark runs all four in turn, ratioRounds times in every
+// iteration, each after a collection, warmed up and then timed over a block of runs, so that the shared machine's
 // load falls on each alike, and reports how many times faster Convert is,
-// as the median of the per-iteration ratios
+// as the median of the per-round ratios
 // (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2, x_vs_arrow ≥ 2), and Convert's
 // median MB/s and cost per input byte (which must not rise with row size).
+// Each ratio and the MB/s are also printed as a benchreport TARGET line
+// (median, range over the rounds, target).
 func BenchmarkVsAlternatives(b *testing.B) {
 	for _, cc := range compareCases() {
 		size := int64(totalLen(cc.rows))
@@ -211,21 +215,23 @@ func BenchmarkVsAlternatives(b *testing.B) {
 			b.Run("ratios", func(b *testing.B) {
 				spent := make([][]time.Duration, len(cs))
 				for b.Loop() {
-					for i, ct := range cs {
-						// A block of runs per contender, from a collected
-						// heap (none pays for the collection of another's
-						// garbage): the first run warms it up (its pools, its
-						// caches) after the others ran, the rest are timed.
-						b.StopTimer()
-						runtime.GC()
-						b.StartTimer()
-						ct.run(b)
-						start, runs := time.Now(), 0
-						for runs < 2 || time.Since(start) < ratioBlock {
+					for range ratioRounds {
+						for i, ct := range cs {
+							// A block of runs per contender, from a collected
+							// heap (none pays for the collection of another's
+							// garbage): the first run warms it up (its pools, its
+							// caches) after the others ran, the rest are timed.
+							b.StopTimer()
+							runtime.GC()
+							b.StartTimer()
 							ct.run(b)
-							runs++
+							start, runs := time.Now(), 0
+							for runs < 2 || time.Since(start) < ratioBlock {
+								ct.run(b)
+								runs++
+							}
+							spent[i] = append(spent[i], time.Since(start)/time.Duration(runs))
 						}
-						spent[i] = append(spent[i], time.Since(start)/time.Duration(runs))
 					}
 				}
 				b.ReportMetric(pairedRatio(spent[1], spent[0]), "x_vs_json")
@@ -234,6 +240,17 @@ func BenchmarkVsAlternatives(b *testing.B) {
 				conv := median(spent[0])
 				b.ReportMetric(float64(size)/conv.Seconds()/1e6, "convert_MB/s")
 				b.ReportMetric(float64(conv.Nanoseconds())/float64(size), "convert_ns/B")
+				// The same figures as TARGET lines, median and range over
+				// the rounds.
+				p := "arrowconv/" + cc.name + "/"
+				benchreport.Report(p+"x_vs_json", ratios(spent[1], spent[0]), benchreport.AtLeast, 8, "")
+				benchreport.Report(p+"x_vs_sonic", ratios(spent[2], spent[0]), benchreport.AtLeast, 2, "")
+				benchreport.Report(p+"x_vs_arrow", ratios(spent[3], spent[0]), benchreport.AtLeast, 2, "")
+				var mbps []float64
+				for _, d := range spent[0] {
+					mbps = append(mbps, float64(size)/d.Seconds()/1e6)
+				}
+				benchreport.Report(p+"convert_MB_per_s", mbps, benchreport.Info, 0, "")
 			})
 		})
 	}
@@ -244,16 +261,27 @@ func BenchmarkVsAlternatives(b *testing.B) {
 // another process on the shared machine moves its mean run time little.
 const ratioBlock = 50 * time.Millisecond
 
-// pairedRatio is the median over iterations of other[i]/conv[i]: each pair
+// ratioRounds is how many rounds of all four contenders one iteration of
+// the ratios benchmark runs, so that even one iteration (make bench runs
+// -benchtime 1x) gives a median and a range.
+const ratioRounds = 5
+
+// pairedRatio is the median over rounds of other[i]/conv[i]: each pair
 // ran back to back, under the same load, so a burst of load from other
 // processes on the shared machine skews one pair, not the result.
 func pairedRatio(other, conv []time.Duration) float64 {
+	r := ratios(other, conv)
+	slices.Sort(r)
+	return r[(len(r)-1)/2] // of two middle values, the lower
+}
+
+// ratios is other[i]/conv[i] for every round i.
+func ratios(other, conv []time.Duration) []float64 {
 	r := make([]float64, len(conv))
 	for i := range conv {
 		r[i] = float64(other[i]) / float64(conv[i])
 	}
-	slices.Sort(r)
-	return r[(len(r)-1)/2] // of two middle values, the lower
+	return r
 }
 
 func median(d []time.Duration) time.Duration {

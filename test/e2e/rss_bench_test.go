@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
@@ -21,7 +22,9 @@ import (
 //
 //	go test ./test/e2e/ -run '^$' -bench PeakRSSByRowSize -benchtime 1x
 //
-// Target: peak RSS <= 256 MiB at the defaults, whatever the row size.
+// Target: peak RSS <= 256 MiB at the defaults, whatever the row size; each
+// case prints it as a benchreport TARGET line (median and range over the
+// b.N runs of the case).
 
 // rssTargetMiB is the ceiling the issue sets for every row size.
 const rssTargetMiB = 256
@@ -51,8 +54,14 @@ func BenchmarkPeakRSSByRowSize(b *testing.B) {
 	httpURL, grpcURL, _ := startEmulatorProcess(b, "--ack-only", "--table", rssTable+":id BIGINT NOT NULL, msg STRING")
 	for _, c := range rssCases {
 		b.Run(c.name, func(b *testing.B) {
-			peak, rate := runRSSCase(b, httpURL, grpcURL, c)
-			b.ReportMetric(float64(peak)/(1<<20), "peak_rss_MiB")
+			var peaks, rates []float64
+			for range b.N {
+				peak, rate := runRSSCase(b, httpURL, grpcURL, c)
+				peaks, rates = append(peaks, float64(peak)/(1<<20)), append(rates, rate)
+			}
+			peak := benchreport.Report("rss/"+c.name+"/peak_rss_MiB", peaks, benchreport.AtMost, rssTargetMiB, "MiB")
+			rate := benchreport.Median(rates)
+			b.ReportMetric(peak, "peak_rss_MiB")
 			b.ReportMetric(rate, "rows/s")
 			b.ReportMetric(rate*float64(c.size)/1e6, "MB/s")
 			b.ReportMetric(rssTargetMiB, "target_MiB")
@@ -72,12 +81,17 @@ func BenchmarkPeakRSS15KBInFlight(b *testing.B) {
 	mif4.extra = "max_in_flight: 4"
 	var defRate, mifRate float64
 	var defPeak, mifPeak int64
+	var x, defPeaks []float64 // per run: the defaults' rows/s over max_in_flight 4's; their peak in MiB
 	for range b.N {
-		p, r := runRSSCase(b, httpURL, grpcURL, base)
-		defPeak, defRate = max(defPeak, p), max(defRate, r)
-		p, r = runRSSCase(b, httpURL, grpcURL, mif4)
-		mifPeak, mifRate = max(mifPeak, p), max(mifRate, r)
+		p, dr := runRSSCase(b, httpURL, grpcURL, base)
+		defPeak, defRate = max(defPeak, p), max(defRate, dr)
+		defPeaks = append(defPeaks, float64(p)/(1<<20))
+		p, mr := runRSSCase(b, httpURL, grpcURL, mif4)
+		mifPeak, mifRate = max(mifPeak, p), max(mifRate, mr)
+		x = append(x, dr/mr)
 	}
+	benchreport.Report("rss/15KB/x_defaults_vs_mif4", x, benchreport.AtLeast, 1.0, "")
+	benchreport.Report("rss/15KB/defaults_peak_rss_MiB", defPeaks, benchreport.AtMost, rssTargetMiB, "MiB")
 	b.ReportMetric(float64(defPeak)/(1<<20), "defaults_peak_rss_MiB")
 	b.ReportMetric(float64(mifPeak)/(1<<20), "mif4_peak_rss_MiB")
 	b.ReportMetric(defRate, "defaults_rows/s")
@@ -134,6 +148,12 @@ output:
 // rowsAcked reads the emulator's count of rows acked into rssTable.
 func rowsAcked(b *testing.B, httpURL string) int64 {
 	b.Helper()
+	return rowsAckedIn(b, httpURL, rssTable)
+}
+
+// rowsAckedIn reads the emulator's count of rows acked into table.
+func rowsAckedIn(b *testing.B, httpURL, table string) int64 {
+	b.Helper()
 	resp, err := http.Get(httpURL + "/emulator/v1/stats")
 	require.NoError(b, err)
 	defer resp.Body.Close()
@@ -143,5 +163,5 @@ func rowsAcked(b *testing.B, httpURL string) int64 {
 		} `json:"tables"`
 	}
 	require.NoError(b, json.NewDecoder(resp.Body).Decode(&st))
-	return st.Tables[rssTable].RowsAcked
+	return st.Tables[table].RowsAcked
 }

@@ -155,6 +155,7 @@ type rowConverter struct {
 	bodyKeys               [][]byte // `"name":`, with a leading comma but for the first
 	avgBody                int      // average body bytes of the last batch, to size the next buffer
 	lastSource             string   // the last _zb_source text, reused while it repeats
+	lastSourceMeta         any      // lastSource as a metadata value (boxed once)
 }
 
 func newRowConverter(schema *arrow.Schema) *rowConverter {
@@ -217,7 +218,7 @@ func (c *rowConverter) messages(rec arrow.RecordBatch) (service.MessageBatch, er
 		start = ends[i]
 		if c.source >= 0 {
 			if col := cols[c.source]; col.IsValid(i) {
-				msg.MetaSetMut(ColSource, c.sourceText(col, i))
+				msg.MetaSetMut(ColSource, c.sourceMeta(col, i))
 			}
 		}
 		if offsets != nil && cols[c.offset].IsValid(i) {
@@ -231,20 +232,22 @@ func (c *rowConverter) messages(rec arrow.RecordBatch) (service.MessageBatch, er
 	return batch, nil
 }
 
-// sourceText is row i of the _zb_source column as a string of its own (not
-// one pointing into the batch's Arrow buffers), reused while consecutive
-// rows carry the same source, as they mostly do.
-func (c *rowConverter) sourceText(col arrow.Array, i int) string {
+// sourceMeta is row i of the _zb_source column as a metadata value: a
+// string of its own (not one pointing into the batch's Arrow buffers),
+// reused, without a new allocation, while rows carry the same source, as
+// consecutive rows mostly do.
+func (c *rowConverter) sourceMeta(col arrow.Array, i int) any {
 	var s string
 	if sc, ok := col.(*array.String); ok {
 		s = sc.Value(i)
 	} else {
 		s = col.ValueStr(i)
 	}
-	if s != c.lastSource {
+	if s != c.lastSource || c.lastSourceMeta == nil {
 		c.lastSource = strings.Clone(s)
+		c.lastSourceMeta = c.lastSource
 	}
-	return c.lastSource
+	return c.lastSourceMeta
 }
 
 // metaTexts renders the _zb_offset and _zb_emit_ts metadata of the n rows

@@ -236,10 +236,16 @@ func BenchmarkReplayPeakRSS(b *testing.B) {
 		fmt.Printf("replay of %d rows (%d data files) by the product binary: peak RSS %.0f MiB, %s (%.0f rows/s, start-up included)\n",
 			size, files, float64(peak)/(1<<20), took.Round(time.Millisecond), float64(size)/took.Seconds())
 	}
+	// For scale: the same binary generating 1,000 rows into drop.
+	idleCfg := filepath.Join(b.TempDir(), "idle.yaml")
+	require.NoError(b, os.WriteFile(idleCfg, []byte("http:\n  enabled: false\nlogger:\n  level: warn\ninput:\n  generate:\n    count: 1000\n    interval: \"\"\n    mapping: root.id = counter()\noutput:\n  drop: {}\n"), 0o600))
+	idle, _ := runForPeakRSS(b, idleCfg)
+	fmt.Printf("the same binary generating 1,000 rows into drop: peak RSS %.0f MiB\n", float64(idle)/(1<<20))
 	// The figure is the largest table's; the smaller one shows the peak does
 	// not grow with the table.
 	benchreport.Report("replay/peak_rss", peaks[len(peaks)-1:], benchreport.AtMost, replayRSSTargetMiB, "MiB")
 	benchreport.Report("replay/peak_rss_growth_250k_to_1M", []float64{peaks[len(peaks)-1] - peaks[0]}, benchreport.Info, 0, "MiB")
+	benchreport.Report("replay/peak_rss_over_idle_binary", []float64{peaks[len(peaks)-1] - float64(idle)/(1<<20)}, benchreport.Info, 0, "MiB")
 	b.ReportMetric(peaks[len(peaks)-1], "peak_rss_MiB")
 }
 

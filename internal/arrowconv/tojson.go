@@ -31,6 +31,25 @@ func ToJSON(v any) ([]byte, error) {
 	return appendJSON(nil, v, 0)
 }
 
+// AppendJSON appends the ToJSON text of v to dst, so a caller writing many
+// rows (the zerobus_replay input) can build them into one buffer.
+func AppendJSON(dst []byte, v any) ([]byte, error) {
+	return appendJSON(dst, v, 0)
+}
+
+// AppendJSONString appends the ToJSON text of s to dst without boxing s in
+// an interface (one allocation per value saved on hot paths).
+func AppendJSONString(dst []byte, s string) []byte { return appendQuoted(dst, s) }
+
+// AppendJSONInt appends the ToJSON text of n to dst without boxing it.
+func AppendJSONInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
+
+// AppendJSONFloat appends the ToJSON text of f, a float of bits (32 or 64)
+// bits, to dst without boxing it; NaN and infinities are errors.
+func AppendJSONFloat(dst []byte, f float64, bits int) ([]byte, error) {
+	return appendFloat(dst, f, bits)
+}
+
 func appendJSON(dst []byte, v any, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return dst, fmt.Errorf("value nested deeper than %d", maxDepth)

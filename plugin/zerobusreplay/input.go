@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +33,21 @@ const icebergRESTPath = "/api/2.1/unity-catalog/iceberg-rest"
 // S3 credentials (Iceberg REST spec, LoadTableResult config).
 const keyExpiresAt = "s3.session-token-expires-at-ms"
 
+// filesPerRead is how many data files one scan read (iceberg-go
+// Scan.ReadTasks) covers. One read opens one file IO and shares it, with
+// its S3 client and connections, over its files, which is what makes a
+// table of many small files fast to replay; iceberg-go also caches the
+// Parquet footers of a read's files until the read ends, so the count is
+// bounded to keep that cache small. Files are still decoded one at a time
+// (scan concurrency 1) and streamed one Arrow batch at a time, so what the
+// input holds at once is bounded whatever the table size: the open file's
+// reader, the batch being converted and the one decoded ahead of it, and the
+// footers of at most filesPerRead files.
+const filesPerRead = 64
+
+// planConcurrency is how many manifests planning reads at once.
+const planConcurrency = 4
+
 // input is the zerobus_replay BatchInput.
 type input struct {
 	cfg Config
@@ -48,23 +62,25 @@ type input struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	ready     bool
-	uc        *catalog.UC
-	cat       *rest.Catalog
-	rec       *configRecorder
-	ident     table.Identifier
-	tbl       *table.Table
-	expiresAt time.Time
-	snapshot  int64
-	filter    iceberg.BooleanExpression
-	scan      *table.Scan
-	tasks     []table.FileScanTask
-	taskIdx   int
-	next      func() (arrow.RecordBatch, error, bool)
-	stop      func()
-	conv      *rowConverter
-	rows      int64
+	mu       sync.Mutex
+	ready    bool
+	uc       *catalog.UC
+	cat      *rest.Catalog
+	rec      *configRecorder
+	ident    table.Identifier
+	tbl      *table.Table
+	creds    *vendedCredentials
+	files    *readPlan // the current read's files, fetched ahead
+	snapshot int64
+	filter   iceberg.BooleanExpression
+	scan     *table.Scan
+	tasks    []table.FileScanTask
+	taskIdx  int // first file of the current read
+	readEnd  int // end of the current read's files
+	next     func() (arrow.RecordBatch, error, bool)
+	stop     func()
+	conv     *rowConverter
+	rows     int64
 }
 
 func newInput(cfg Config, mgr *service.Resources) *input {
@@ -72,6 +88,7 @@ func newInput(cfg Config, mgr *service.Resources) *input {
 	m := mgr.Metrics()
 	return &input{
 		cfg: cfg, log: mgr.Logger(), ctx: ctx, cancel: cancel,
+		files:       &readPlan{readAhead: cfg.ReadAhead},
 		mRows:       m.NewCounter("zerobus_replay_rows"),
 		mLag:        m.NewGauge("zerobus_replay_iceberg_lag_versions"),
 		mNotVisible: m.NewGauge("zerobus_replay_rows_not_visible"),
@@ -99,8 +116,8 @@ func (in *input) Connect(ctx context.Context) error {
 
 func (in *input) connect(ctx context.Context) error {
 	c := in.cfg
-	in.log.Infof("zerobus_replay: workspace_url=%s table=%s client_id=%s client_secret=<redacted> (credentials from %s) warehouse_id=%q where=[%s] batch_size=%d consistency=%s force_timeout=%s require_primary_raw=%t require_complete=%t coverage_table=%s credential_refresh_margin=%s workspace_timeout=%s",
-		c.WorkspaceURL, c.Table, c.ClientID, c.credSource, c.WarehouseID, c.Where, c.BatchSize, c.Consistency, c.ForceTimeout,
+	in.log.Infof("zerobus_replay: workspace_url=%s table=%s client_id=%s client_secret=<redacted> (credentials from %s) warehouse_id=%q where=[%s] batch_size=%d read_ahead=%d consistency=%s force_timeout=%s require_primary_raw=%t require_complete=%t coverage_table=%s credential_refresh_margin=%s workspace_timeout=%s",
+		c.WorkspaceURL, c.Table, c.ClientID, c.credSource, c.WarehouseID, c.Where, c.BatchSize, c.ReadAhead, c.Consistency, c.ForceTimeout,
 		c.RequirePrimary, c.RequireComplete, c.CoverageTable, c.RefreshMargin, c.WorkspaceTimeout)
 	if in.uc == nil {
 		uc, err := catalog.NewUC(catalog.UCConfig{
@@ -163,18 +180,29 @@ func (in *input) connect(ctx context.Context) error {
 	return in.plan(ctx)
 }
 
-// loadTable (re)loads the table through the REST catalog, which vends fresh
-// storage credentials, and records when they expire.
+// loadTable (re)loads the table through the REST catalog, which vends
+// storage credentials, and makes its file IO renew them (vendedCredentials)
+// by reloading the table when they are about to expire.
 func (in *input) loadTable(ctx context.Context) error {
 	tbl, cfg, err := in.loadIdent(ctx, in.ident)
 	if err != nil {
 		return fmt.Errorf("load table %s through the Iceberg REST catalog: %w", in.cfg.Table, err)
 	}
-	in.tbl = tbl
-	in.expiresAt = time.Time{}
-	if ms, err := strconv.ParseInt(cfg[keyExpiresAt], 10, 64); err == nil {
-		in.expiresAt = time.UnixMilli(ms)
+	in.creds = &vendedCredentials{
+		margin: in.cfg.RefreshMargin, cfg: cfg, debugf: in.log.Debugf,
+		reload: func(ctx context.Context) (map[string]string, error) {
+			_, cfg, err := in.loadIdent(ctx, in.ident)
+			if err != nil {
+				return nil, fmt.Errorf("load table %s through the Iceberg REST catalog: %w", in.cfg.Table, err)
+			}
+			return cfg, nil
+		},
 	}
+	fsF, err := renewingFS(ctx, tbl, cfg, in.creds)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", in.cfg.Table, err)
+	}
+	in.tbl = table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), withWholeFiles(fsF, in.files), in.cat)
 	return nil
 }
 
@@ -249,7 +277,11 @@ func (in *input) plan(ctx context.Context) error {
 	}
 	in.snapshot = snap.SnapshotID
 	in.scan = in.newScan()
-	tasks, err := in.scan.PlanFiles(ctx)
+	// Planning reads one manifest per commit: read planConcurrency of them
+	// at a time (a planning scan's concurrency does not touch data files).
+	planScan := in.tbl.Scan(append(in.scanOptions(), table.WithMaxConcurrency(planConcurrency))...)
+	tasks, err := planScan.PlanFiles(ctx)
+	_ = planScan.Close()
 	if err != nil {
 		return fmt.Errorf("plan the scan of %s (snapshot %d): %w", in.cfg.Table, in.snapshot, err)
 	}
@@ -258,16 +290,23 @@ func (in *input) plan(ctx context.Context) error {
 	return nil
 }
 
+// newScan is the scan that reads the planned files, one file at a time.
 func (in *input) newScan() *table.Scan {
-	opts := []table.ScanOption{table.WithSnapshotID(in.snapshot), table.WithArrowBatchSize(in.cfg.BatchSize), table.WithMaxConcurrency(1)}
+	return in.tbl.Scan(append(in.scanOptions(), table.WithMaxConcurrency(1))...)
+}
+
+// scanOptions are the snapshot, batch size and row filter of every scan.
+func (in *input) scanOptions() []table.ScanOption {
+	opts := []table.ScanOption{table.WithSnapshotID(in.snapshot), table.WithArrowBatchSize(in.cfg.BatchSize)}
 	if in.filter != nil {
 		opts = append(opts, table.WithRowFilter(in.filter))
 	}
-	return in.tbl.Scan(opts...)
+	return opts
 }
 
-// ReadBatch returns the rows of the next Arrow batch as messages, one data
-// file at a time; it ends with service.ErrEndOfInput after the last file.
+// ReadBatch returns the rows of the next Arrow batch as messages, reading
+// the planned data files filesPerRead at a time; it ends with
+// service.ErrEndOfInput after the last file.
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -280,23 +319,23 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 				in.log.Infof("zerobus_replay: %s replayed: %d rows", in.cfg.Table, in.rows)
 				return nil, nil, service.ErrEndOfInput
 			}
-			if err := in.openTask(ctx); err != nil {
+			if err := in.openRead(); err != nil {
 				return nil, nil, err
 			}
 		}
 		rec, err, ok := in.next()
 		if !ok {
-			in.closeTask()
-			in.taskIdx++
+			in.closeRead()
+			in.taskIdx = in.readEnd
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("read data file %s of %s: %w", in.tasks[in.taskIdx].File.FilePath(), in.cfg.Table, err)
+			return nil, nil, fmt.Errorf("read %s of %s: %w", in.readFiles(), in.cfg.Table, err)
 		}
 		batch, err := in.convert(rec)
 		rec.Release()
 		if err != nil {
-			return nil, nil, fmt.Errorf("data file %s of %s: %w", in.tasks[in.taskIdx].File.FilePath(), in.cfg.Table, err)
+			return nil, nil, fmt.Errorf("%s of %s: %w", in.readFiles(), in.cfg.Table, err)
 		}
 		if len(batch) == 0 {
 			continue
@@ -307,28 +346,30 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 	}
 }
 
-// openTask starts reading the current data file, first renewing the vended
-// credentials (a table reload) when they expire within the margin.
-func (in *input) openTask(ctx context.Context) error {
-	if !in.expiresAt.IsZero() && time.Until(in.expiresAt) < in.cfg.RefreshMargin {
-		in.log.Debugf("zerobus_replay: vended credentials of %s expire at %s: reloading the table", in.cfg.Table, in.expiresAt.Format(time.RFC3339))
-		if err := in.loadTable(ctx); err != nil {
-			return err
-		}
-		if in.scan != nil {
-			_ = in.scan.Close()
-		}
-		in.scan = in.newScan()
-	}
-	_, seq, err := in.scan.ReadTasks(in.ctx, in.tasks[in.taskIdx:in.taskIdx+1])
+// openRead starts reading the next filesPerRead data files with one scan
+// read. Expiring storage credentials are renewed by the file IO itself
+// (vendedCredentials), request by request.
+func (in *input) openRead() error {
+	in.readEnd = min(in.taskIdx+filesPerRead, len(in.tasks))
+	in.files.set(in.tasks[in.taskIdx:in.readEnd])
+	_, seq, err := in.scan.ReadTasks(in.ctx, in.tasks[in.taskIdx:in.readEnd])
 	if err != nil {
-		return fmt.Errorf("read data file %s of %s: %w", in.tasks[in.taskIdx].File.FilePath(), in.cfg.Table, err)
+		return fmt.Errorf("read %s of %s: %w", in.readFiles(), in.cfg.Table, err)
 	}
 	in.next, in.stop = iter.Pull2(seq)
 	return nil
 }
 
-func (in *input) closeTask() {
+// readFiles names the data files of the current read, for errors.
+func (in *input) readFiles() string {
+	first := in.tasks[in.taskIdx].File.FilePath()
+	if in.readEnd-in.taskIdx == 1 {
+		return "data file " + first
+	}
+	return fmt.Sprintf("data files %d to %d of %d (%s to %s)", in.taskIdx+1, in.readEnd, len(in.tasks), first, in.tasks[in.readEnd-1].File.FilePath())
+}
+
+func (in *input) closeRead() {
 	if in.stop != nil {
 		in.stop()
 	}
@@ -339,16 +380,7 @@ func (in *input) convert(rec arrow.RecordBatch) (service.MessageBatch, error) {
 	if in.conv == nil || !in.conv.schema.Equal(rec.Schema()) {
 		in.conv = newRowConverter(rec.Schema())
 	}
-	n := int(rec.NumRows())
-	batch := make(service.MessageBatch, 0, n)
-	for i := 0; i < n; i++ {
-		m, err := in.conv.message(rec, i)
-		if err != nil {
-			return nil, fmt.Errorf("row %d: %w", i, err)
-		}
-		batch = append(batch, m)
-	}
-	return batch, nil
+	return in.conv.messages(rec)
 }
 
 // Close stops the scan.
@@ -356,7 +388,7 @@ func (in *input) Close(context.Context) error {
 	in.cancel()
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.closeTask()
+	in.closeRead()
 	if in.scan != nil {
 		_ = in.scan.Close()
 	}

@@ -36,6 +36,7 @@ const (
 	fOffsetFrom      = "offset_from"
 	fOffsetTo        = "offset_to"
 	fBatchSize       = "batch_size"
+	fReadAhead       = "read_ahead"
 	fConsistency     = "consistency"
 	fForceTimeout    = "force_timeout"
 	fRequirePrimary  = "require_primary_raw"
@@ -51,6 +52,10 @@ const (
 	EnvClientSecret = "DATABRICKS_CLIENT_SECRET"
 	EnvWarehouseID  = "DATABRICKS_WAREHOUSE_ID"
 )
+
+// maxReadAhead bounds read_ahead: more files fetched ahead than this only
+// holds memory, the consumer cannot use them sooner.
+const maxReadAhead = 16
 
 // Consistency modes.
 const (
@@ -89,7 +94,7 @@ func Spec() *service.ConfigSpec {
 		Beta().
 		Categories("Services").
 		Summary("Replays a Unity Catalog table (a primary_raw table written by the zerobus output) through the workspace's Iceberg REST catalog, one message per row, and ends when the selection has been read.").
-		Description(`The table is read with the Apache Iceberg REST catalog Unity Catalog serves at `+"`{workspace_url}/api/2.1/unity-catalog/iceberg-rest`"+`, with OAuth M2M (the same credentials as the zerobus output) and storage credentials vended by the catalog (`+"`X-Iceberg-Access-Delegation: vended-credentials`"+`), reloaded before they expire. Data files are streamed file by file, one Arrow batch at a time, so memory stays bounded whatever the table size.
+		Description(`The table is read with the Apache Iceberg REST catalog Unity Catalog serves at `+"`{workspace_url}/api/2.1/unity-catalog/iceberg-rest`"+`, with OAuth M2M (the same credentials as the zerobus output) and storage credentials vended by the catalog (`+"`X-Iceberg-Access-Delegation: vended-credentials`"+`), reloaded before they expire. `+fmt.Sprintf("Data files are read %[1]d to a scan read (one file IO and its connections shared by them), decoded one file at a time and streamed one Arrow batch at a time; files of up to %[2]d MiB are fetched whole in one request, `read_ahead` of them ahead of the one being read. Memory therefore stays bounded whatever the table size: the batch being converted and the one decoded ahead of it, (1 + `read_ahead`) whole files of at most %[2]d MiB, and the Parquet footers of one scan read's %[1]d files (the scan plan itself holds one entry per data file selected).", filesPerRead, wholeFileMaxBytes>>20)+`
 
 Each row becomes a message whose body is the row as a JSON object (the same canonical serialiser as the output's `+"`to_json`"+`); the reserved columns `+"`_zb_source`, `_zb_offset` and `_zb_emit_ts`"+` are moved into metadata of the same names.
 
@@ -126,6 +131,10 @@ When the coverage table (`+"`<table>_zb_coverage`"+`) exists, the durable source
 			service.NewIntField(fBatchSize).
 				Description("Maximum rows per message batch (and per decoded Arrow batch).").
 				Default(1000).LintRule(`root = if this < 1 { [ "field `+fBatchSize+`: must be at least 1, got %v".format(this) ] } else { [] }`),
+			service.NewIntField(fReadAhead).
+				Description(fmt.Sprintf("How many data files of up to %d MiB are fetched whole ahead of the one being read, so that the next file's download overlaps turning the current one into messages (files are otherwise read one at a time). Each holds at most its size in memory: the raw file bytes the input holds are bounded by (1 + read_ahead) × %d MiB. 0 fetches each file when it is reached.", wholeFileMaxBytes>>20, wholeFileMaxBytes>>20)).
+				Default(1).Advanced().
+				LintRule(fmt.Sprintf(`root = if this < 0 || this > %d { [ "field %s: must be between 0 and %d, got %%v".format(this) ] } else { [] }`, maxReadAhead, fReadAhead, maxReadAhead)),
 			service.NewStringEnumField(fConsistency, ConsistencyTolerate, ConsistencyForce).
 				Description("`tolerate` reads the latest Iceberg snapshot and logs how far it lags the Delta table; `force` makes the catalog convert first (MSCK REPAIR TABLE … SYNC METADATA) and waits for it.").
 				Default(ConsistencyTolerate),
@@ -199,6 +208,7 @@ type Config struct {
 	WarehouseID      string
 	Where            Where
 	BatchSize        int
+	ReadAhead        int
 	Consistency      string
 	ForceTimeout     time.Duration
 	RequirePrimary   bool
@@ -260,6 +270,12 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	}
 	if c.BatchSize < 1 {
 		return c, fmt.Errorf("field %s: must be at least 1, got %d", fBatchSize, c.BatchSize)
+	}
+	if c.ReadAhead, err = conf.FieldInt(fReadAhead); err != nil {
+		return c, err
+	}
+	if c.ReadAhead < 0 || c.ReadAhead > maxReadAhead {
+		return c, fmt.Errorf("field %s: must be between 0 and %d, got %d", fReadAhead, maxReadAhead, c.ReadAhead)
 	}
 	if c.ForceTimeout, err = conf.FieldDuration(fForceTimeout); err != nil {
 		return c, err

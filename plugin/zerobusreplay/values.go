@@ -3,7 +3,9 @@ package zerobusreplay
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -141,11 +143,19 @@ func value(a arrow.Array, i int) (any, error) {
 
 // rowConverter turns the rows of record batches of one schema into Benthos
 // messages: the reserved columns go to metadata, the rest to a JSON body.
+// The bodies of a batch are written into one buffer with arrowconv's
+// serialiser (the one behind ToJSON), keys in sorted order as ToJSON writes
+// an object, so a body is byte for byte ToJSON of the row's object without
+// building that object; the metadata texts of a batch share one string.
 type rowConverter struct {
 	schema                 *arrow.Schema
-	source, offset, emitTS int // column indices; -1 when absent
-	body                   []int
-	bodyNames              []string
+	source, offset, emitTS int      // column indices; -1 when absent
+	body                   []int    // body column indices, by name in byte order
+	bodyNames              []string // their names
+	bodyKeys               [][]byte // `"name":`, with a leading comma but for the first
+	avgBody                int      // average body bytes of the last batch, to size the next buffer
+	lastSource             string   // the last _zb_source text, reused while it repeats
+	lastSourceMeta         any      // lastSource as a metadata value (boxed once)
 }
 
 func newRowConverter(schema *arrow.Schema) *rowConverter {
@@ -160,55 +170,191 @@ func newRowConverter(schema *arrow.Schema) *rowConverter {
 			c.emitTS = i
 		default:
 			c.body = append(c.body, i)
-			c.bodyNames = append(c.bodyNames, f.Name)
 		}
+	}
+	slices.SortFunc(c.body, func(a, b int) int { return strings.Compare(schema.Field(a).Name, schema.Field(b).Name) })
+	for k, col := range c.body {
+		name := schema.Field(col).Name
+		c.bodyNames = append(c.bodyNames, name)
+		var key []byte
+		if k > 0 {
+			key = append(key, ',')
+		}
+		key = arrowconv.AppendJSONString(key, name)
+		c.bodyKeys = append(c.bodyKeys, append(key, ':'))
 	}
 	return c
 }
 
-// message converts row i of rec.
-func (c *rowConverter) message(rec arrow.RecordBatch, i int) (*service.Message, error) {
-	obj := make(map[string]any, len(c.body))
-	for k, col := range c.body {
-		v, err := value(rec.Column(col), i)
-		if err != nil {
-			return nil, fmt.Errorf("column %s: %w", c.bodyNames[k], err)
-		}
-		obj[c.bodyNames[k]] = v
-	}
-	body, err := arrowconv.ToJSON(obj)
-	if err != nil {
-		return nil, fmt.Errorf("row body: %w", err)
-	}
-	msg := service.NewMessage(body)
-	if c.source >= 0 {
-		if col := rec.Column(c.source); col.IsValid(i) {
-			msg.MetaSetMut(ColSource, col.ValueStr(i))
-		}
-	}
-	if c.offset >= 0 {
-		if col := rec.Column(c.offset); col.IsValid(i) {
-			if o, ok := col.(*array.Int64); ok {
-				msg.MetaSetMut(ColOffset, strconv.FormatInt(o.Value(i), 10))
-			} else {
-				msg.MetaSetMut(ColOffset, col.ValueStr(i))
+// messages converts every row of rec.
+func (c *rowConverter) messages(rec arrow.RecordBatch) (service.MessageBatch, error) {
+	n := int(rec.NumRows())
+	cols := rec.Columns()
+	buf := make([]byte, 0, n*max(c.avgBody, 16))
+	ends := make([]int, n)
+	var err error
+	for i := range n {
+		buf = append(buf, '{')
+		for k, col := range c.body {
+			buf = append(buf, c.bodyKeys[k]...)
+			if buf, err = appendValue(buf, cols[col], i); err != nil {
+				return nil, fmt.Errorf("row %d: column %s: %w", i, c.bodyNames[k], err)
 			}
+		}
+		buf = append(buf, '}')
+		ends[i] = len(buf)
+	}
+	if n > 0 {
+		c.avgBody = len(buf)/n + 1
+	}
+	offsets, emits, err := c.metaTexts(cols, n)
+	if err != nil {
+		return nil, err
+	}
+	batch := make(service.MessageBatch, n)
+	start := 0
+	for i := range n {
+		msg := service.NewMessage(buf[start:ends[i]:ends[i]])
+		start = ends[i]
+		if c.source >= 0 {
+			if col := cols[c.source]; col.IsValid(i) {
+				msg.MetaSetMut(ColSource, c.sourceMeta(col, i))
+			}
+		}
+		if offsets != nil && cols[c.offset].IsValid(i) {
+			msg.MetaSetMut(ColOffset, offsets[i])
+		}
+		if emits != nil && cols[c.emitTS].IsValid(i) {
+			msg.MetaSetMut(ColEmitTS, emits[i])
+		}
+		batch[i] = msg
+	}
+	return batch, nil
+}
+
+// sourceMeta is row i of the _zb_source column as a metadata value: a
+// string of its own (not one pointing into the batch's Arrow buffers),
+// reused, without a new allocation, while rows carry the same source, as
+// consecutive rows mostly do.
+func (c *rowConverter) sourceMeta(col arrow.Array, i int) any {
+	var s string
+	if sc, ok := col.(*array.String); ok {
+		s = sc.Value(i)
+	} else {
+		s = col.ValueStr(i)
+	}
+	if s != c.lastSource || c.lastSourceMeta == nil {
+		c.lastSource = strings.Clone(s)
+		c.lastSourceMeta = c.lastSource
+	}
+	return c.lastSourceMeta
+}
+
+// metaTexts renders the _zb_offset and _zb_emit_ts metadata of the n rows
+// into one string and returns each row's text as a substring of it (nil
+// when the column is absent; "" for a null row).
+func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []string, err error) {
+	if c.offset < 0 && c.emitTS < 0 {
+		return nil, nil, nil
+	}
+	var txt []byte
+	var offEnds, emitEnds []int
+	if c.offset >= 0 {
+		offEnds = make([]int, n)
+		col := cols[c.offset]
+		o, isInt := col.(*array.Int64)
+		for i := range n {
+			if col.IsValid(i) {
+				if isInt {
+					txt = strconv.AppendInt(txt, o.Value(i), 10)
+				} else {
+					txt = append(txt, col.ValueStr(i)...)
+				}
+			}
+			offEnds[i] = len(txt)
 		}
 	}
 	if c.emitTS >= 0 {
-		if col := rec.Column(c.emitTS); col.IsValid(i) {
-			v, err := value(col, i)
-			if err != nil {
-				return nil, fmt.Errorf("column %s: %w", ColEmitTS, err)
+		emitEnds = make([]int, n)
+		col := cols[c.emitTS]
+		ts, isTS := col.(*array.Timestamp)
+		var tt *arrow.TimestampType
+		if isTS {
+			tt = ts.DataType().(*arrow.TimestampType)
+		}
+		for i := range n {
+			switch {
+			case !col.IsValid(i):
+			case isTS && tt.TimeZone != "":
+				txt = ts.Value(i).ToTime(tt.Unit).UTC().AppendFormat(txt, time.RFC3339Nano)
+			default:
+				v, err := value(col, i)
+				if err != nil {
+					return nil, nil, fmt.Errorf("row %d: column %s: %w", i, ColEmitTS, err)
+				}
+				if t, ok := v.(time.Time); ok {
+					txt = t.AppendFormat(txt, time.RFC3339Nano)
+				} else {
+					txt = fmt.Append(txt, v)
+				}
 			}
-			if t, ok := v.(time.Time); ok {
-				msg.MetaSetMut(ColEmitTS, t.Format(time.RFC3339Nano))
-			} else {
-				msg.MetaSetMut(ColEmitTS, fmt.Sprint(v))
-			}
+			emitEnds[i] = len(txt)
 		}
 	}
-	return msg, nil
+	all := string(txt)
+	split := func(ends []int, from int) []string {
+		out := make([]string, n)
+		for i, e := range ends {
+			out[i] = all[from:e]
+			from = e
+		}
+		return out
+	}
+	if offEnds != nil {
+		offsets = split(offEnds, 0)
+	}
+	if emitEnds != nil {
+		from := 0
+		if offEnds != nil {
+			from = offEnds[n-1]
+		}
+		emits = split(emitEnds, from)
+	}
+	return offsets, emits, nil
+}
+
+// appendValue appends row i of a, as arrowconv.ToJSON writes value(a, i),
+// to dst; the common scalar columns are written without going through an
+// interface value.
+func appendValue(dst []byte, a arrow.Array, i int) ([]byte, error) {
+	if a.IsNull(i) {
+		return append(dst, "null"...), nil
+	}
+	switch a := a.(type) {
+	case *array.Int64:
+		return arrowconv.AppendJSONInt(dst, a.Value(i)), nil
+	case *array.Int32:
+		return arrowconv.AppendJSONInt(dst, int64(a.Value(i))), nil
+	case *array.Int16:
+		return arrowconv.AppendJSONInt(dst, int64(a.Value(i))), nil
+	case *array.Int8:
+		return arrowconv.AppendJSONInt(dst, int64(a.Value(i))), nil
+	case *array.String:
+		return arrowconv.AppendJSONString(dst, a.Value(i)), nil
+	case *array.LargeString:
+		return arrowconv.AppendJSONString(dst, a.Value(i)), nil
+	case *array.Float64:
+		return arrowconv.AppendJSONFloat(dst, a.Value(i), 64)
+	case *array.Float32:
+		return arrowconv.AppendJSONFloat(dst, float64(a.Value(i)), 32)
+	case *array.Boolean:
+		return strconv.AppendBool(dst, a.Value(i)), nil
+	}
+	v, err := value(a, i)
+	if err != nil {
+		return dst, err
+	}
+	return arrowconv.AppendJSON(dst, v)
 }
 
 // isVariant reports whether st is a VARIANT column as stored: a struct of

@@ -5,21 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
@@ -290,128 +281,4 @@ func TestReplayRenewsVendedCredentials(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, time.Since(start), 3*time.Second, "the replay outlived the first credentials")
 	assert.Equal(t, wantRaw([2]int{0, 6000}), rowsOf(got))
-}
-
-// BenchmarkReplay writes replayRows (1M) rows through the zerobus output,
-// converts them, then replays the whole table through zerobus_replay
-// (Iceberg REST catalog, vended S3 credentials, one message per row, JSON
-// bodies) and, in the same run, reads the same Parquet data files directly
-// with arrow-go's pqarrow. It reports rows/s and MB/s (of the Parquet files
-// read) for both, the replay-vs-plain ratio, and the peak Go heap in use
-// sampled during the replay (HeapInuse, not the process RSS).
-func BenchmarkReplay(b *testing.B) {
-	const replayRows = 1_000_000
-	srv := startReplayEmulator(b)
-	createTable(b, srv, replayTable, replayCols, true)
-	for lo := 0; lo < replayRows; lo += 100_000 {
-		writeRaw(b, srv, lo, lo+100_000)
-	}
-	forceConversion(b, srv, replayTable)
-	files, err := doublestarParquet(srv.DataDir())
-	require.NoError(b, err)
-	require.NotEmpty(b, files)
-	var parquetBytes int64
-	for _, f := range files {
-		st, err := os.Stat(f)
-		require.NoError(b, err)
-		parquetBytes += st.Size()
-	}
-	mb := float64(parquetBytes) / 1e6
-	b.ResetTimer()
-	for range b.N {
-		// Plain Parquet read of the same files.
-		start := time.Now()
-		var plainRows int64
-		for _, f := range files {
-			plainRows += readParquetRows(b, f)
-		}
-		plain := time.Since(start)
-		require.EqualValues(b, replayRows, plainRows)
-
-		var peak atomic.Uint64
-		done := make(chan struct{})
-		go func() {
-			var ms runtime.MemStats
-			t := time.NewTicker(20 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-t.C:
-					runtime.ReadMemStats(&ms)
-					if ms.HeapInuse > peak.Load() {
-						peak.Store(ms.HeapInuse)
-					}
-				}
-			}
-		}()
-		start = time.Now()
-		var n atomic.Int64
-		var bodyBytes atomic.Int64
-		sb := service.NewStreamBuilder()
-		require.NoError(b, sb.SetLoggerYAML("level: warn"))
-		require.NoError(b, sb.AddInputYAML(fmt.Sprintf("zerobus_replay:\n  workspace_url: %s\n  table: %s\n  client_id: %s\n  client_secret: %s\n  batch_size: 1000\n",
-			srv.HTTPURL(), replayTable, emulator.DefaultClientID, emulator.DefaultClientSecret)))
-		require.NoError(b, sb.AddBatchConsumerFunc(func(_ context.Context, mb service.MessageBatch) error {
-			n.Add(int64(len(mb)))
-			for _, m := range mb {
-				p, _ := m.AsBytes()
-				bodyBytes.Add(int64(len(p)))
-			}
-			return nil
-		}))
-		st, err := sb.Build()
-		require.NoError(b, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		require.NoError(b, st.Run(ctx))
-		cancel()
-		replay := time.Since(start)
-		close(done)
-		require.EqualValues(b, replayRows, n.Load())
-
-		b.ReportMetric(float64(replayRows)/replay.Seconds(), "replay_rows/s")
-		b.ReportMetric(mb/replay.Seconds(), "replay_parquet_MB/s")
-		b.ReportMetric(float64(bodyBytes.Load())/1e6/replay.Seconds(), "replay_json_MB/s")
-		b.ReportMetric(float64(replayRows)/plain.Seconds(), "plain_rows/s")
-		b.ReportMetric(mb/plain.Seconds(), "plain_parquet_MB/s")
-		b.ReportMetric(replay.Seconds()/plain.Seconds(), "x_replay_vs_plain_time")
-		b.ReportMetric(float64(peak.Load())/(1<<20), "replay_peak_heap_inuse_MiB")
-		b.Logf("%d rows, %d Parquet files, %.1f MB: replay %s, plain pqarrow read %s", replayRows, len(files), mb, replay, plain)
-	}
-}
-
-// doublestarParquet finds every .parquet file under dir.
-func doublestarParquet(dir string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".parquet") {
-			out = append(out, p)
-		}
-		return err
-	})
-	return out, err
-}
-
-// readParquetRows reads every record of one Parquet file with pqarrow and
-// returns the row count.
-func readParquetRows(tb testing.TB, path string) int64 {
-	tb.Helper()
-	f, err := os.Open(path)
-	require.NoError(tb, err)
-	defer f.Close()
-	pr, err := file.NewParquetReader(f)
-	require.NoError(tb, err)
-	defer pr.Close()
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 1000}, memory.DefaultAllocator)
-	require.NoError(tb, err)
-	rr, err := fr.GetRecordReader(context.Background(), nil, nil)
-	require.NoError(tb, err)
-	defer rr.Release()
-	var n int64
-	for rr.Next() {
-		n += rr.RecordBatch().NumRows()
-	}
-	require.NoError(tb, rr.Err())
-	return n
 }

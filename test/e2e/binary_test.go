@@ -120,8 +120,10 @@ func startBinary(tb testing.TB, path string, env []string, args ...string) *proc
 // waits until both listeners accept.
 func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
 	tb.Helper()
-	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
-	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
+	// Every listener on a free port: the S3 default (127.0.0.1:9000) would
+	// collide with any other emulator on the machine.
+	httpAddr, grpcAddr, s3Addr := freeAddr(tb), freeAddr(tb), freeAddr(tb)
+	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", s3Addr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
 	p = startBinary(tb, emulatorBinary(tb), nil, args...)
 	require.Eventually(tb, func() bool {
 		return strings.Contains(p.out.String(), "Zerobus emulator running")

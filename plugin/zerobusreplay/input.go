@@ -135,6 +135,9 @@ func (in *input) connect(ctx context.Context) error {
 		if unmet := catalog.CheckPrimaryRaw(state); len(unmet) > 0 {
 			return &catalog.PreconditionError{Table: c.Table, Unmet: unmet}
 		}
+	} else if !catalog.IcebergReadsOn(state.Properties) {
+		// Never converted to Iceberg, so never served by the REST catalog.
+		return refuse(fmt.Errorf("table %s has no Iceberg reads (%s does not list iceberg), so the Iceberg REST catalog cannot serve it", c.Table, catalog.PropUniversalFormats))
 	}
 	filter, err := buildFilter(c.Where, state)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
 func TestIsRefusal(t *testing.T) {
@@ -55,4 +56,24 @@ func TestUnreachableWorkspaceIsRetried(t *testing.T) {
 	assert.NotErrorIs(t, err, service.ErrEndOfInput)
 	assert.False(t, isRefusal(err), "%v", err)
 	assert.Equal(t, before, refusals.Load())
+}
+
+// Without require_primary_raw a table is still refused when it has no
+// Iceberg reads: the REST catalog never serves it, so retrying cannot help.
+func TestTableWithoutIcebergReadsIsRefused(t *testing.T) {
+	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
+		Tables: []string{"main.raw.plain:id BIGINT NOT NULL"}})
+	require.NoError(t, err)
+	defer srv.Close()
+	cfg, err := parse(t, fmt.Sprintf("workspace_url: %s\ntable: main.raw.plain\nclient_id: %s\nclient_secret: %s\nrequire_primary_raw: false\n",
+		srv.HTTPURL(), emulator.DefaultClientID, emulator.DefaultClientSecret))
+	require.NoError(t, err)
+	in := newInput(cfg, service.MockResources())
+	defer in.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = in.connect(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has no Iceberg reads")
+	assert.True(t, isRefusal(err))
 }

@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -13,7 +15,7 @@ import (
 
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
-	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"
+	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"
 )
 
 // Stamped at build time: -ldflags "-X main.version=... -X main.dateBuilt=...".
@@ -22,11 +24,21 @@ var (
 	dateBuilt = "unknown"
 )
 
+// main runs the Benthos CLI. A pipeline whose zerobus_replay input refused
+// its table ends like one that finished, so the exit status is set here:
+// zerobusreplay.RefusedExitCode, for scripts that run a replay.
 func main() {
-	service.RunCLI(
+	code, err := service.RunCLIToCode(
 		context.Background(),
 		service.CLIOptSetBinaryName("benthos-zerobus"),
 		service.CLIOptSetProductName("benthos-zerobus"),
 		service.CLIOptSetVersion(version, dateBuilt),
 	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err.Error())
+	}
+	if code == 0 && zerobusreplay.Refused() {
+		code = zerobusreplay.RefusedExitCode
+	}
+	os.Exit(code)
 }

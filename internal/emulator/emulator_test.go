@@ -504,6 +504,41 @@ func TestFaults(t *testing.T) {
 		}
 		require.NoError(t, p.finish())
 	})
+	t.Run("per-table ack stall stalls that table alone", func(t *testing.T) {
+		// A stall on another table and a global stall overridden for this
+		// one: this table is acked.
+		require.NoError(t, srv.SetFaults(Faults{AckStall: true, Tables: map[string]TableFaults{
+			"main.other.t": {AckStall: true}, strings.ToUpper(testTable): {}}}))
+		p, _, err := openPut(t, conn, tok, testTable, testSchema)
+		require.NoError(t, err)
+		require.NoError(t, p.send(rec, 0))
+		p.waitRecords(4)
+		require.NoError(t, p.finish())
+
+		require.NoError(t, srv.SetFaults(Faults{Tables: map[string]TableFaults{testTable: {AckStall: true}}}))
+		p, _, err = openPut(t, conn, tok, testTable, testSchema)
+		require.NoError(t, err)
+		require.NoError(t, p.send(rec, 0))
+		got := make(chan ack, 1)
+		go func() {
+			if a, err := p.recv(); err == nil {
+				got <- a
+			}
+		}()
+		select {
+		case a := <-got:
+			t.Fatalf("ack %v arrived during the table's stall", a)
+		case <-time.After(200 * time.Millisecond):
+		}
+		require.NoError(t, srv.SetFaults(Faults{}))
+		select {
+		case a := <-got:
+			assert.EqualValues(t, 4, a.Records)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no ack after the table's stall was cleared")
+		}
+		require.NoError(t, p.finish())
+	})
 	t.Run("ack only skips storage", func(t *testing.T) {
 		before := rowCount(t, srv, testTable)
 		require.NoError(t, srv.SetFaults(Faults{AckOnly: true}))

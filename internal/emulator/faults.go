@@ -37,13 +37,46 @@ type Faults struct {
 	AckStall bool
 	// AckOnly acks batches without storing them (for transport benchmarks).
 	AckOnly bool
+	// Tables replaces AckLatency and AckStall for the named tables
+	// (catalog.schema.table, case-insensitive): a test can stall the acks of
+	// one table — say a coverage table — while the others are acked as
+	// usual. Test-only fault injection, like every field here.
+	Tables map[string]TableFaults
+}
+
+// TableFaults are the ack faults of one table (Faults.Tables).
+type TableFaults struct {
+	AckLatency time.Duration
+	AckStall   bool
+}
+
+// ackFaults returns the ack latency and stall in force for table.
+func (f *Faults) ackFaults(table string) (time.Duration, bool) {
+	if t, ok := f.Tables[strings.ToLower(table)]; ok {
+		return t.AckLatency, t.AckStall
+	}
+	return f.AckLatency, f.AckStall
 }
 
 const defaultRotationGrace = 2 * time.Second
 
 func (f Faults) clone() Faults {
 	f.ErrorRate = maps.Clone(f.ErrorRate)
+	f.Tables = maps.Clone(f.Tables)
 	return f
+}
+
+// normalise lower-cases the table names of Tables, as table names are
+// matched case-insensitively.
+func (f *Faults) normalise() {
+	if len(f.Tables) == 0 {
+		return
+	}
+	out := make(map[string]TableFaults, len(f.Tables))
+	for k, v := range f.Tables {
+		out[strings.ToLower(k)] = v
+	}
+	f.Tables = out
 }
 
 func (f *Faults) rotationGrace() time.Duration {
@@ -66,6 +99,14 @@ func (f Faults) Validate() error {
 	}
 	if f.AckLatency < 0 || f.StreamLifetime < 0 || f.RotationGrace < 0 || f.MaxStreamsPerTable < 0 {
 		return fmt.Errorf("faults: durations and caps must not be negative")
+	}
+	for name, t := range f.Tables {
+		if strings.Count(name, ".") != 2 {
+			return fmt.Errorf("faults: tables: %q is not catalog.schema.table", name)
+		}
+		if t.AckLatency < 0 {
+			return fmt.Errorf("faults: tables: %s: ack_latency must not be negative", name)
+		}
 	}
 	return nil
 }
@@ -108,13 +149,20 @@ func (f *Faults) pickError() (codes.Code, bool) {
 
 // faultsJSON is the admin API form: durations as Go duration strings.
 type faultsJSON struct {
-	AckLatency         string             `json:"ack_latency,omitempty"`
-	StreamLifetime     string             `json:"stream_lifetime,omitempty"`
-	RotationGrace      string             `json:"rotation_grace,omitempty"`
-	ErrorRate          map[string]float64 `json:"error_rate,omitempty"`
-	MaxStreamsPerTable int                `json:"max_streams_per_table,omitempty"`
-	AckStall           bool               `json:"ack_stall"`
-	AckOnly            bool               `json:"ack_only"`
+	AckLatency         string                     `json:"ack_latency,omitempty"`
+	StreamLifetime     string                     `json:"stream_lifetime,omitempty"`
+	RotationGrace      string                     `json:"rotation_grace,omitempty"`
+	ErrorRate          map[string]float64         `json:"error_rate,omitempty"`
+	MaxStreamsPerTable int                        `json:"max_streams_per_table,omitempty"`
+	AckStall           bool                       `json:"ack_stall"`
+	AckOnly            bool                       `json:"ack_only"`
+	Tables             map[string]tableFaultsJSON `json:"tables,omitempty"`
+}
+
+// tableFaultsJSON is the admin API form of TableFaults.
+type tableFaultsJSON struct {
+	AckLatency string `json:"ack_latency,omitempty"`
+	AckStall   bool   `json:"ack_stall"`
 }
 
 func durString(d time.Duration) string {
@@ -126,7 +174,15 @@ func durString(d time.Duration) string {
 
 // MarshalJSON renders durations as strings such as "250ms".
 func (f Faults) MarshalJSON() ([]byte, error) {
+	var tables map[string]tableFaultsJSON
+	if len(f.Tables) > 0 {
+		tables = make(map[string]tableFaultsJSON, len(f.Tables))
+		for k, v := range f.Tables {
+			tables[k] = tableFaultsJSON{AckLatency: durString(v.AckLatency), AckStall: v.AckStall}
+		}
+	}
 	return json.Marshal(faultsJSON{
+		Tables:             tables,
 		AckLatency:         durString(f.AckLatency),
 		StreamLifetime:     durString(f.StreamLifetime),
 		RotationGrace:      durString(f.RotationGrace),
@@ -164,6 +220,20 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	out.MaxStreamsPerTable = j.MaxStreamsPerTable
 	out.AckStall = j.AckStall
 	out.AckOnly = j.AckOnly
+	for name, t := range j.Tables {
+		tf := TableFaults{AckStall: t.AckStall}
+		if t.AckLatency != "" {
+			v, err := time.ParseDuration(t.AckLatency)
+			if err != nil {
+				return fmt.Errorf("faults: tables: %s: ack_latency: %w", name, err)
+			}
+			tf.AckLatency = v
+		}
+		if out.Tables == nil {
+			out.Tables = map[string]TableFaults{}
+		}
+		out.Tables[name] = tf
+	}
 	*f = out
 	return nil
 }

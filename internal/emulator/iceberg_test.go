@@ -8,6 +8,8 @@ import (
 	"encoding/xml"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +295,41 @@ func TestIcebergStorageCredentials(t *testing.T) {
 
 func decodeXML(resp *http.Response, out any) error {
 	return xml.NewDecoder(resp.Body).Decode(out)
+}
+
+// newestLogVersion is the highest version in table's _delta_log under dir.
+func newestLogVersion(t *testing.T, dir, table string) int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(append([]string{dir}, append(strings.Split(table, "."), "_delta_log", "*.json")...)...))
+	require.NoError(t, err)
+	v := int64(-1)
+	for _, f := range files {
+		n, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(f), ".json"), 10, 64)
+		require.NoError(t, err)
+		v = max(v, n)
+	}
+	return v
+}
+
+// A metadata change between data commits is a Delta commit of its own, so
+// the log's version numbers are the ones converted_delta_version counts in:
+// a reader comparing the newest log version with the converted one sees the
+// lag exactly (it used to see "current" while a data commit was pending).
+func TestDeltaLogNumbersMatchTheConversionAfterDDL(t *testing.T) {
+	dir := t.TempDir()
+	srv := startEmu(t, func(c *Config) { c.DataDir = dir; c.IcebergLag = time.Hour })
+	runSQL(t, srv, createIcebergTable)
+	ingest(t, srv, icebergTable, 0, 10)
+	runSQL(t, srv, "ALTER TABLE "+icebergTable+" SET TBLPROPERTIES ('team' = 'a')")
+	runSQL(t, srv, "ALTER TABLE "+icebergTable+" SET TBLPROPERTIES ('team' = 'b')")
+	ingest(t, srv, icebergTable, 10, 10)
+	runSQL(t, srv, "MSCK REPAIR TABLE "+icebergTable+" SYNC METADATA")
+	converted := getUCTable(t, srv, icebergTable).convertedVersion()
+	assert.Equal(t, newestLogVersion(t, dir, icebergTable), converted, "converted_delta_version is the newest log version")
+
+	runSQL(t, srv, "ALTER TABLE "+icebergTable+" SET TBLPROPERTIES ('team' = 'c')")
+	ingest(t, srv, icebergTable, 20, 10)
+	assert.Equal(t, converted, getUCTable(t, srv, icebergTable).convertedVersion(), "not converted yet")
+	assert.Equal(t, converted+2, newestLogVersion(t, dir, icebergTable), "the property change and the data commit")
+	assert.Equal(t, wantRows(0, 20), scanIceberg(t, srv))
 }

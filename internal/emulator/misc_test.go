@@ -68,6 +68,15 @@ func TestFaultsJSONAndCodes(t *testing.T) {
 	assert.Error(t, err, "OK is not an error to inject")
 	assert.Error(t, Faults{ErrorRate: map[string]float64{"UNAVAILABLE": 2}}.Validate())
 	assert.Error(t, back.UnmarshalJSON([]byte(`{"unknown_knob":1}`)))
+
+	f = Faults{Tables: map[string]TableFaults{"main.raw.t_zb_coverage": {AckLatency: time.Second, AckStall: true}}}
+	b, err = f.MarshalJSON()
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"ack_stall":false,"ack_only":false,"tables":{"main.raw.t_zb_coverage":{"ack_latency":"1s","ack_stall":true}}}`, string(b))
+	require.NoError(t, back.UnmarshalJSON(b))
+	assert.Equal(t, f, back)
+	assert.Error(t, Faults{Tables: map[string]TableFaults{"no_dots": {AckStall: true}}}.Validate())
+	assert.Error(t, Faults{Tables: map[string]TableFaults{"a.b.c": {AckLatency: -time.Second}}}.Validate())
 }
 
 func TestCommandFlags(t *testing.T) {

@@ -110,7 +110,7 @@ func (ss *session) resolve(p *pending, block bool) (bool, error) {
 	if p.err != nil {
 		return false, status.Errorf(codes.Internal, "storing batch at offset %d failed: %v", p.offset, p.err)
 	}
-	if lat := ss.srv.currentFaults().AckLatency; lat > 0 {
+	if lat, _ := ss.srv.currentFaults().ackFaults(ss.table); lat > 0 {
 		wait := time.Until(p.recvAt.Add(lat))
 		if wait > 0 {
 			if !block {
@@ -174,7 +174,10 @@ func (ss *session) ackLoop() {
 				break coalesce
 			}
 		}
-		for ss.srv.currentFaults().AckStall {
+		for {
+			if _, stall := ss.srv.currentFaults().ackFaults(ss.table); !stall {
+				break
+			}
 			select {
 			case <-time.After(10 * time.Millisecond):
 			case <-ss.ctx.Done():

@@ -452,6 +452,10 @@ func (ts *tableStore) commit(batch []writeReq) error {
 		return err
 	}
 
+	if err := ts.catchUpMetadata(t, now); err != nil {
+		cleanup()
+		return err
+	}
 	if err := ts.commitActions(t, now, "STREAMING UPDATE", actions); err != nil {
 		cleanup()
 		return err
@@ -477,6 +481,35 @@ func (ts *tableStore) commit(batch []writeReq) error {
 	ts.dataLog = append(ts.dataLog, dataCommit{version: version, at: now, files: added})
 	ts.mu.Unlock()
 	return nil
+}
+
+// catchUpMetadata writes one metadata-only commit for each registry change
+// (ALTER TABLE, COMMENT, TBLPROPERTIES …) the Delta log does not have yet,
+// as Delta makes one commit per such change. The workspace numbers Delta
+// versions as registry changes plus data commits (workspace.DeltaVersion)
+// and reports the Iceberg conversion (converted_delta_version) in that
+// numbering; without these commits the log's numbers would fall behind it,
+// and a reader comparing the newest log version with the converted one
+// would take a lagging conversion for a current one.
+func (ts *tableStore) catchUpMetadata(t workspace.Table, now time.Time) error {
+	if ts.deltaVersion == nil {
+		return nil
+	}
+	cur, ok := ts.deltaVersion(ts.fullName)
+	if !ok {
+		return nil
+	}
+	for {
+		ts.mu.Lock()
+		next := ts.nextVersion
+		ts.mu.Unlock()
+		if next > cur {
+			return nil
+		}
+		if err := ts.commitActions(t, now, "CHANGE METADATA", nil); err != nil {
+			return err
+		}
+	}
 }
 
 // commitActions writes the next Delta version: commitInfo, then protocol and

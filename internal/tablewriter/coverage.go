@@ -241,8 +241,13 @@ func (w *Writer) ensureCoverage(ctx context.Context) error {
 		if !w.cfg.Provision {
 			return fmt.Errorf("coverage table %s does not exist and catalog.provision is false: create it (writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP) or enable provisioning", table)
 		}
+		// Iceberg reads on (the primary_raw properties, without the role's
+		// checks): zerobus_replay reads the coverage table back through the
+		// Iceberg REST catalog, as it reads the raw table, and a table
+		// without them is never converted to Iceberg.
 		d := catalog.DesiredTable{FullName: table, Columns: append(coverage.Columns(), reservedColumns()...),
-			Comments: map[string]string{}, Role: catalog.RoleDerived, CommentsPolicy: w.cfg.CommentsPolicy,
+			Properties: catalog.PrimaryRawProperties(),
+			Comments:   map[string]string{}, Role: catalog.RoleDerived, CommentsPolicy: w.cfg.CommentsPolicy,
 			Comment: "Coverage of " + w.cfg.Table + ": ranges [start, end) of source offsets whose rows are durable there, per writer; union-merge all rows of a source."}
 		if ts, _, err = w.create(ctx, d, "coverage table"); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
@@ -155,6 +156,7 @@ func TestCoverageStampsPositionsAndProvisions(t *testing.T) {
 		_, ok := cts.Column(name)
 		assert.True(t, ok, "coverage table column %s", name)
 	}
+	assert.True(t, catalog.IcebergReadsOn(cts.Properties), "zerobus_replay reads the coverage table through Iceberg: %v", cts.Properties)
 
 	batch := covRows("orders/0", 0, 3)
 	batch = append(batch, covRow{testRow: testRow{b: []byte(`{"id":9,"msg":"x"}`)}, src: "orders/0", off: "nine"})

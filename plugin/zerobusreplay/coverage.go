@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 )
 
@@ -73,6 +74,42 @@ func clip(merged []coverage.Range, want coverage.Range) []coverage.Range {
 	return out
 }
 
+// convertCoverage makes, with consistency: force, the catalog convert the
+// coverage table too, so the report sees the ranges of the rows the replay
+// reads. It runs before the raw table's conversion: coverage only names
+// rows already durable, so ranges visible then are in the raw snapshot
+// pinned afterwards. Without a coverage table it does nothing.
+func (in *input) convertCoverage(ctx context.Context) error {
+	if in.cfg.Consistency != ConsistencyForce {
+		return nil
+	}
+	state, err := in.uc.Describe(ctx, in.cfg.CoverageTable)
+	if err != nil || state == nil || !catalog.IcebergReadsOn(state.Properties) {
+		return nil // reportCoverage says why coverage is unknown
+	}
+	if state, err = in.firstConversion(ctx, state); err != nil {
+		return err
+	}
+	parts := strings.Split(in.cfg.CoverageTable, ".")
+	tbl, cfg, err := in.loadIdent(ctx, table.Identifier{parts[1], parts[2]})
+	if err != nil {
+		return fmt.Errorf("load the coverage table %s through the Iceberg REST catalog: %w", in.cfg.CoverageTable, err)
+	}
+	converted := int64(-1)
+	if state.IcebergConvertedVersion != nil {
+		converted = *state.IcebergConvertedVersion
+	}
+	dl, err := readDeltaLog(ctx, cfg, tbl.Location(), converted)
+	if err != nil {
+		return fmt.Errorf("read the Delta log of the coverage table %s: %w", in.cfg.CoverageTable, err)
+	}
+	if dl.version <= converted {
+		return nil
+	}
+	in.log.Infof("zerobus_replay: Iceberg metadata of the coverage table %s lags (converted %d, Delta %d): converting it too", in.cfg.CoverageTable, converted, dl.version)
+	return in.syncMetadata(ctx, in.cfg.CoverageTable, dl.version)
+}
+
 // reportCoverage reads the coverage table, when there is one, and logs which
 // requested ranges are complete and which have gaps; with require_complete a
 // gap refuses the replay.
@@ -80,16 +117,21 @@ func (in *input) reportCoverage(ctx context.Context) error {
 	state, err := in.uc.Describe(ctx, in.cfg.CoverageTable)
 	if err != nil {
 		in.log.Warnf("zerobus_replay: coverage unknown: cannot describe the coverage table %s: %v", in.cfg.CoverageTable, err)
-		return in.unknownCoverage()
+		return in.unknownCoverage(err)
 	}
 	if state == nil {
 		in.log.Infof("zerobus_replay: coverage unknown: there is no coverage table %s (the writer recorded no coverage)", in.cfg.CoverageTable)
-		return in.unknownCoverage()
+		return in.unknownCoverage(nil)
+	}
+	if !catalog.IcebergReadsOn(state.Properties) {
+		in.log.Warnf("zerobus_replay: coverage unknown: the coverage table %s has no Iceberg reads, so the Iceberg REST catalog cannot serve it (turn them on with ALTER TABLE %s SET TBLPROPERTIES ('%s' = 'iceberg', '%s' = 'true'); tables the zerobus output provisions have them)",
+			in.cfg.CoverageTable, in.cfg.CoverageTable, catalog.PropUniversalFormats, catalog.PropIcebergCompatV2)
+		return in.unknownCoverage(nil)
 	}
 	ranges, err := in.readCoverage(ctx)
 	if err != nil {
 		in.log.Warnf("zerobus_replay: coverage unknown: %v", err)
-		return in.unknownCoverage()
+		return in.unknownCoverage(err)
 	}
 	complete, missing := coverageReport(ranges, in.cfg.Where)
 	in.mGaps.Set(int64(len(missing)))
@@ -106,18 +148,25 @@ func (in *input) reportCoverage(ctx context.Context) error {
 	}
 	msg := fmt.Sprintf("coverage of %s has %d gaps (offsets with no durable row recorded): %s", in.cfg.Table, len(missing), strings.Join(parts, "; "))
 	if in.cfg.RequireComplete {
-		return fmt.Errorf("field %s: %s", fRequireComplete, msg)
+		return refuse(fmt.Errorf("field %s: %s", fRequireComplete, msg))
 	}
 	in.log.Warnf("zerobus_replay: %s", msg)
 	return nil
 }
 
-func (in *input) unknownCoverage() error {
+// unknownCoverage handles a coverage table that could not be read (cause;
+// nil when there is none): with require_complete that refuses the replay,
+// unless the cause may pass (retried then).
+func (in *input) unknownCoverage(cause error) error {
 	in.mGaps.Set(-1)
-	if in.cfg.RequireComplete {
-		return fmt.Errorf("field %s: coverage of %s is unknown (no readable coverage table %s), so completeness cannot be shown", fRequireComplete, in.cfg.Table, in.cfg.CoverageTable)
+	if !in.cfg.RequireComplete {
+		return nil
 	}
-	return nil
+	err := fmt.Errorf("field %s: coverage of %s is unknown (no readable coverage table %s), so completeness cannot be shown", fRequireComplete, in.cfg.Table, in.cfg.CoverageTable)
+	if cause != nil && !isRefusal(cause) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return refuse(err)
 }
 
 func joinSpans(s []coverage.Range) string {

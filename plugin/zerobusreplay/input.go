@@ -99,6 +99,13 @@ func newInput(cfg Config, mgr *service.Resources) *input {
 // Connect checks the table, settles the read-after-write hazard as
 // configured, reports coverage and plans the scan. Once planned it is a
 // no-op, so a reconnect resumes where the scan is.
+//
+// A refusal (isRefusal: the table is missing, fails a precondition, is not
+// granted, the selection has gaps under require_complete …) is logged once
+// at ERROR and ends the input with service.ErrEndOfInput, so the pipeline
+// stops instead of the engine retrying a Connect that cannot succeed; the
+// process learns of it through Refused. Other errors are returned and the
+// engine retries them with back-off.
 func (in *input) Connect(ctx context.Context) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -106,9 +113,13 @@ func (in *input) Connect(ctx context.Context) error {
 		return nil
 	}
 	err := in.connect(ctx)
+	if err != nil && isRefusal(err) {
+		refusals.Add(1)
+		in.log.Errorf("zerobus_replay: refused, nothing replayed, the input ends (benthos-zerobus exits with status %d): %v", RefusedExitCode, err)
+		return service.ErrEndOfInput
+	}
 	if err != nil {
-		in.log.Errorf("zerobus_replay: %v", err)
-		return err
+		return err // the engine logs it and retries with back-off
 	}
 	in.ready = true
 	return nil
@@ -135,16 +146,19 @@ func (in *input) connect(ctx context.Context) error {
 		return fmt.Errorf("describe table %s: %w", c.Table, err)
 	}
 	if state == nil {
-		return fmt.Errorf("table %s does not exist", c.Table)
+		return refuse(fmt.Errorf("table %s does not exist (field %s)", c.Table, fTable))
 	}
 	if c.RequirePrimary {
 		if unmet := catalog.CheckPrimaryRaw(state); len(unmet) > 0 {
 			return &catalog.PreconditionError{Table: c.Table, Unmet: unmet}
 		}
+	} else if !catalog.IcebergReadsOn(state.Properties) {
+		// Never converted to Iceberg, so never served by the REST catalog.
+		return refuse(fmt.Errorf("table %s has no Iceberg reads (%s does not list iceberg), so the Iceberg REST catalog cannot serve it", c.Table, catalog.PropUniversalFormats))
 	}
 	filter, err := buildFilter(c.Where, state)
 	if err != nil {
-		return err
+		return refuse(err)
 	}
 	in.filter = filter
 
@@ -168,7 +182,13 @@ func (in *input) connect(ctx context.Context) error {
 		}
 		in.cat = cat
 	}
+	if state, err = in.firstConversion(ctx, state); err != nil {
+		return err
+	}
 	if err := in.loadTable(ctx); err != nil {
+		return err
+	}
+	if err := in.convertCoverage(ctx); err != nil {
 		return err
 	}
 	if err := in.settleConsistency(ctx, state); err != nil {
@@ -241,28 +261,58 @@ func (in *input) settleConsistency(ctx context.Context, state *catalog.TableStat
 			in.cfg.Table, converted, dl.version, lag, dl.rowsAfter)
 		return nil
 	}
-	quoted, err := catalog.QuoteTableName(in.cfg.Table)
+	in.log.Infof("zerobus_replay: Iceberg metadata of %s lags (converted %d, Delta %d, %d rows not visible): running MSCK REPAIR TABLE … SYNC METADATA and waiting up to %s",
+		in.cfg.Table, converted, dl.version, dl.rowsAfter, in.cfg.ForceTimeout)
+	if err := in.syncMetadata(ctx, in.cfg.Table, dl.version); err != nil {
+		return err
+	}
+	in.mLag.Set(0)
+	in.mNotVisible.Set(0)
+	return in.loadTable(ctx)
+}
+
+// firstConversion makes, with consistency: force, the catalog convert a
+// table that has no Iceberg metadata yet (the REST catalog cannot load it
+// until then) and returns its state after. Otherwise it returns state.
+func (in *input) firstConversion(ctx context.Context, state *catalog.TableState) (*catalog.TableState, error) {
+	if in.cfg.Consistency != ConsistencyForce || state.IcebergConvertedVersion != nil {
+		return state, nil
+	}
+	in.log.Infof("zerobus_replay: %s has no Iceberg metadata yet: running MSCK REPAIR TABLE … SYNC METADATA and waiting up to %s", state.FullName, in.cfg.ForceTimeout)
+	if err := in.syncMetadata(ctx, state.FullName, 0); err != nil {
+		return nil, err
+	}
+	after, err := in.uc.Describe(ctx, state.FullName)
+	if err != nil {
+		return nil, fmt.Errorf("describe table %s: %w", state.FullName, err)
+	}
+	if after == nil {
+		return nil, refuse(fmt.Errorf("table %s no longer exists", state.FullName))
+	}
+	return after, nil
+}
+
+// syncMetadata runs MSCK REPAIR TABLE … SYNC METADATA on table and waits,
+// bounded by force_timeout, until its Iceberg conversion reaches version.
+func (in *input) syncMetadata(ctx context.Context, table string, version int64) error {
+	quoted, err := catalog.QuoteTableName(table)
 	if err != nil {
 		return fmt.Errorf("field %s: %w", fTable, err)
 	}
-	in.log.Infof("zerobus_replay: Iceberg metadata of %s lags (converted %d, Delta %d, %d rows not visible): running MSCK REPAIR TABLE … SYNC METADATA and waiting up to %s",
-		in.cfg.Table, converted, dl.version, dl.rowsAfter, in.cfg.ForceTimeout)
 	wctx, cancel := context.WithTimeout(ctx, in.cfg.ForceTimeout)
 	defer cancel()
 	if err := in.uc.Execute(wctx, "MSCK REPAIR TABLE "+quoted+" SYNC METADATA"); err != nil {
-		return fmt.Errorf("consistency: force: MSCK REPAIR TABLE %s SYNC METADATA: %w", in.cfg.Table, err)
+		return fmt.Errorf("consistency: force: MSCK REPAIR TABLE %s SYNC METADATA: %w", table, err)
 	}
 	for {
-		st, err := in.uc.Describe(wctx, in.cfg.Table)
-		if err == nil && st != nil && st.IcebergConvertedVersion != nil && *st.IcebergConvertedVersion >= dl.version {
-			in.log.Infof("zerobus_replay: Iceberg metadata of %s reached Delta version %d", in.cfg.Table, *st.IcebergConvertedVersion)
-			in.mLag.Set(0)
-			in.mNotVisible.Set(0)
-			return in.loadTable(ctx)
+		st, err := in.uc.Describe(wctx, table)
+		if err == nil && st != nil && st.IcebergConvertedVersion != nil && *st.IcebergConvertedVersion >= version {
+			in.log.Infof("zerobus_replay: Iceberg metadata of %s reached Delta version %d", table, *st.IcebergConvertedVersion)
+			return nil
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("consistency: force: the Iceberg conversion of %s did not reach Delta version %d within %s (field %s)", in.cfg.Table, dl.version, in.cfg.ForceTimeout, fForceTimeout)
+			return fmt.Errorf("consistency: force: the Iceberg conversion of %s did not reach Delta version %d within %s (field %s)", table, version, in.cfg.ForceTimeout, fForceTimeout)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

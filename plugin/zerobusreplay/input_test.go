@@ -35,11 +35,16 @@ func TestReplayRefusesNonPrimaryRawTable(t *testing.T) {
 	defer in.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = in.Connect(ctx)
+	err = in.connect(ctx)
 	require.Error(t, err)
 	for _, pre := range []string{catalog.PreIcebergReads, catalog.PreColumnMapping, catalog.PreDeletionVectors} {
 		assert.Contains(t, err.Error(), pre, "names each unmet precondition")
 	}
+	assert.True(t, isRefusal(err), "a precondition cannot pass by retrying")
+	before := refusals.Load()
+	assert.ErrorIs(t, in.Connect(ctx), service.ErrEndOfInput, "the refusal ends the input")
+	assert.Equal(t, before+1, refusals.Load())
+	assert.True(t, Refused())
 	_, _, err = in.ReadBatch(ctx)
 	assert.ErrorIs(t, err, service.ErrNotConnected, "nothing is read from a refused table")
 }

@@ -101,9 +101,12 @@ func (f *Catalog) Reconcile(_ context.Context, d catalog.DesiredTable) (catalog.
 		}
 	}
 	if live == nil {
-		live = &catalog.TableState{FullName: d.FullName, TableType: "MANAGED", Properties: map[string]string{}}
+		live = &catalog.TableState{FullName: d.FullName, TableType: "MANAGED", Properties: maps.Clone(d.Properties)}
+		if live.Properties == nil {
+			live.Properties = map[string]string{}
+		}
 		if d.Role == catalog.RolePrimaryRaw {
-			live.Properties = catalog.PrimaryRawProperties()
+			maps.Copy(live.Properties, catalog.PrimaryRawProperties())
 		}
 		f.tables[d.FullName] = live
 		n++

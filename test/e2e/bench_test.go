@@ -172,9 +172,10 @@ func BenchmarkPipelineVsDrop(b *testing.B) {
 		var drop, zb pipelineRun
 		var emuCPU time.Duration
 		runZB := func() {
-			before := emu.cpu(b)
+			before, acked := emu.cpu(b), emu.rowsAcked(b)
 			zb = runBinaryPipeline(b, rows, out)
 			emuCPU = emu.cpu(b) - before
+			require.GreaterOrEqual(b, emu.rowsAcked(b)-acked, int64(rows), "every row acked")
 		}
 		if rep%2 == 0 {
 			drop = runBinaryPipeline(b, rows, "drop: {}")

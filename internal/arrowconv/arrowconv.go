@@ -331,18 +331,41 @@ func (c *Converter) Convert(rows []Row) (Result, error) {
 	return c.convert(len(rows), func(st *state, i int) error {
 		r := rows[i]
 		if sr, ok := r.(StructuredRow); ok && sr.HasStructured() {
-			v, err := sr.AsStructured()
-			if err != nil {
-				return kerr(ErrInvalidValue, "reading structured message: %v", err)
-			}
-			return st.putRow(v)
+			return st.putStructured(sr)
 		}
-		b, err := r.AsBytes()
-		if err != nil {
-			return kerr(ErrInvalidValue, "reading message bytes: %v", err)
-		}
-		return st.decodeRow(b)
+		return st.putBytes(r)
 	})
+}
+
+// ConvertStructured is Convert for rows that are all StructuredRows (the
+// output's messages): no []Row copy of the batch and no type assertion per
+// row.
+func (c *Converter) ConvertStructured(rows []StructuredRow) (Result, error) {
+	return c.convert(len(rows), func(st *state, i int) error {
+		r := rows[i]
+		if r.HasStructured() {
+			return st.putStructured(r)
+		}
+		return st.putBytes(r)
+	})
+}
+
+// putStructured converts a row's decoded value.
+func (st *state) putStructured(r StructuredRow) error {
+	v, err := r.AsStructured()
+	if err != nil {
+		return kerr(ErrInvalidValue, "reading structured message: %v", err)
+	}
+	return st.putRow(v)
+}
+
+// putBytes converts a row's JSON bytes.
+func (st *state) putBytes(r Row) error {
+	b, err := r.AsBytes()
+	if err != nil {
+		return kerr(ErrInvalidValue, "reading message bytes: %v", err)
+	}
+	return st.decodeRow(b)
 }
 
 // ConvertJSON converts a batch of JSON documents, one row each.

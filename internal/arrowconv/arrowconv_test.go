@@ -463,6 +463,23 @@ func TestConvertStructured(t *testing.T) {
 	assert.Equal(t, "7.000", cell(t, res2.Record, "amt", 0))
 	assert.Equal(t, int64(12), cell(t, res2.Record, "id", 0))
 	assert.Equal(t, 1, res2.Reconciled[ReconcileFieldNameCase])
+
+	// ConvertStructured, the output's entry point, converts the same rows
+	// to the same record and the same row errors.
+	srows := make([]StructuredRow, len(rows))
+	for i, r := range rows {
+		srows[i] = r.(StructuredRow)
+	}
+	res3, err := c.ConvertStructured(srows)
+	require.NoError(t, err)
+	defer res3.Record.Release()
+	assert.Equal(t, res.SourceIndex, res3.SourceIndex)
+	assert.True(t, array.RecordEqual(res.Record, res3.Record), "same record")
+	require.Len(t, res3.RowErrors, len(res.RowErrors))
+	for i := range res.RowErrors {
+		assert.Equal(t, res.RowErrors[i].Index, res3.RowErrors[i].Index)
+		assert.Equal(t, res.RowErrors[i].Error(), res3.RowErrors[i].Error())
+	}
 }
 
 func TestIPCRoundTrip(t *testing.T) {

@@ -73,7 +73,7 @@ func (n *dateNode) put(st *state, v any) error {
 	case nil:
 		return n.nullValue(n)
 	case string:
-		return n.addText([]byte(v))
+		return n.addText(textOf(v))
 	case time.Time:
 		y, m, d := v.Date()
 		if y < 1 || y > 9999 {
@@ -191,7 +191,7 @@ func (n *tsNode) put(st *state, v any) error {
 		}
 		return n.add(us)
 	case string:
-		return n.addText([]byte(v))
+		return n.addText(textOf(v))
 	case json.Number:
 		return n.addEpoch(st, []byte(v))
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:

@@ -3,6 +3,7 @@ package arrowconv
 import (
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // Delta's DATE and TIMESTAMP range: 0001-01-01 through 9999-12-31.
@@ -155,3 +156,8 @@ func timeMicros(t time.Time) (int64, error) {
 	}
 	return us, nil
 }
+
+// textOf views s as read-only bytes, without the copy []byte(s) makes, for
+// the parsers here that only read their input (a timestamp or date string
+// of every row would otherwise cost an allocation).
+func textOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

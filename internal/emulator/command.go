@@ -51,7 +51,7 @@ func App(version string) *cli.App {
 			&cli.StringSliceFlag{Name: "error-rate", Usage: "fault: CODE=probability per batch, e.g. UNAVAILABLE=0.01 (repeatable)"},
 			&cli.IntFlag{Name: "max-streams-per-table", Usage: "fault: concurrent stream cap per table (RESOURCE_EXHAUSTED beyond)"},
 			&cli.BoolFlag{Name: "ack-stall", Usage: "fault: never ack (until cleared through the admin API)"},
-			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing (benchmarks)"},
+			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing, counting each batch from its header without decoding it (benchmarks)"},
 			&cli.StringFlag{Name: "grants", Value: GrantsOpen, Usage: "Unity Catalog grants of Zerobus writers: open (not checked) or strict (USE CATALOG, USE SCHEMA, and SELECT + MODIFY on the table itself, else PERMISSION_DENIED at stream open); change them at runtime with PATCH /emulator/v1/grants"},
 			&cli.GenericFlag{Name: "grant", Value: &repeatedString{}, Usage: "grant privileges at start: 'PRINCIPAL:TYPE:FULL_NAME:PRIV[,PRIV]', e.g. 'emulator:TABLE:main.default.t:SELECT,MODIFY' (repeatable)"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain): serve HTTPS and gRPC over TLS (needs --tls-key)"},

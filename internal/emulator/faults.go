@@ -35,7 +35,11 @@ type Faults struct {
 	MaxStreamsPerTable int
 	// AckStall stops acks (rows are still stored) until it is cleared.
 	AckStall bool
-	// AckOnly acks batches without storing them (for transport benchmarks).
+	// AckOnly acks batches without storing them (for transport benchmarks):
+	// a batch is counted from its IPC header and its body is not decoded,
+	// so neither its nulls nor its values are checked (the stream's offset,
+	// empty-batch and error-rate rules still apply). The emulator then
+	// costs the client's machine about what an ack from the service would.
 	AckOnly bool
 	// Tables replaces AckLatency and AckStall for the named tables
 	// (catalog.schema.table, case-insensitive): a test can stall the acks of

@@ -174,7 +174,7 @@ func (s *ArrowStream) Submit(ctx context.Context, rec arrow.RecordBatch) (Span, 
 	rows := uint64(rec.NumRows())
 	var frames []frame // encoded up front only when mayRefuse
 	size := arrowipc.RecordBytes(rec)
-	if rows > 0 && s.encoder.mayRefuse(rec) {
+	if rows > 0 && s.encoder.mayRefuse(rec, size) {
 		var err error
 		if frames, err = s.encoder.encode(rec); err != nil {
 			return Span{}, fmt.Errorf("submit to %s: %w", s.table, err)

@@ -184,9 +184,9 @@ func (e *frameEncoder) encodeRange(rec arrow.RecordBatch, lo, hi int64, emit fun
 // mayRefuse reports whether encoding rec could fail with ErrRowTooLarge:
 // some row's size estimate, an upper bound of its frame plus frameEnvelope
 // (see OversizedRows), passes maxBytes plus frameEnvelope. When it reports
-// false no row of rec can be refused.
-func (e *frameEncoder) mayRefuse(rec arrow.RecordBatch) bool {
-	return len(OversizedRows(rec, e.maxBytes+frameEnvelope)) > 0
+// false no row of rec can be refused. size is rec's arrowipc.RecordBytes.
+func (e *frameEncoder) mayRefuse(rec arrow.RecordBatch, size int64) bool {
+	return len(OversizedRowsSized(rec, size, e.maxBytes+frameEnvelope)) > 0
 }
 
 func (e *frameEncoder) encodeSlice(rec arrow.RecordBatch, lo, hi int64) (frame, error) {

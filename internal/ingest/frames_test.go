@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
 
 func TestArrowStreamSplitsAboveFrameCap(t *testing.T) {
@@ -169,6 +171,21 @@ func TestOversizedRowsFindsTheRowAboveTheCap(t *testing.T) {
 	edge := mixedBatch(t, 3, 1, MaxRequestBytes-64<<10) // under the cap with room for framing
 	defer edge.Release()
 	assert.Empty(t, OversizedRows(edge, MaxRequestBytes))
+}
+
+// frameOverhead keeps the last schema's result: asked for two schemas in
+// turn, it answers each with its own walk's figure.
+func TestFrameOverheadPerSchema(t *testing.T) {
+	small := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	for range 2 {
+		for _, s := range []*arrow.Schema{nestedSchema, small, small, nestedSchema} {
+			assert.Equal(t, walkFrameOverhead(s), frameOverhead(s))
+		}
+	}
+	assert.Greater(t, frameOverhead(nestedSchema), frameOverhead(small))
+	rec := mixedBatch(t, 20, 7, MaxRequestBytes+1)
+	defer rec.Release()
+	assert.Equal(t, OversizedRows(rec, MaxRequestBytes), OversizedRowsSized(rec, arrowipc.RecordBytes(rec), MaxRequestBytes))
 }
 
 // nestedSchema covers the layouts OversizedRows reads: fixed width, bool,

@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"sync/atomic"
+
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -34,12 +36,19 @@ type Oversized struct {
 // compress under the limit is reported too. For batches that fit the limit
 // as a whole the call costs one pass over the buffer list.
 func OversizedRows(rec arrow.RecordBatch, limit int) []Oversized {
+	return OversizedRowsSized(rec, arrowipc.RecordBytes(rec), limit)
+}
+
+// OversizedRowsSized is OversizedRows for a caller that has the record's
+// arrowipc.RecordBytes at hand already: a batch that fits as a whole then
+// costs no pass over its buffers at all.
+func OversizedRowsSized(rec arrow.RecordBatch, size int64, limit int) []Oversized {
 	n := int(rec.NumRows())
 	if n == 0 {
 		return nil
 	}
 	overhead := frameOverhead(rec.Schema())
-	if arrowipc.RecordBytes(rec)+overhead <= int64(limit) {
+	if size+overhead <= int64(limit) {
 		return nil // no row can be larger than the batch
 	}
 	total := make([]int64, n)
@@ -71,6 +80,28 @@ func OversizedRows(rec arrow.RecordBatch, limit int) []Oversized {
 // per field), up to 8 bytes of padding and one extra offset per buffer, and
 // the FlightData envelope.
 func frameOverhead(schema *arrow.Schema) int64 {
+	// A writer sends records of one schema (the same pointer) batch after
+	// batch: the walk is done once per schema, not per batch.
+	if c := lastOverhead.Load(); c != nil && c.schema == schema {
+		return c.bytes
+	}
+	b := walkFrameOverhead(schema)
+	lastOverhead.Store(&schemaOverhead{schema: schema, bytes: b})
+	return b
+}
+
+// schemaOverhead is frameOverhead's result for one schema.
+type schemaOverhead struct {
+	schema *arrow.Schema
+	bytes  int64
+}
+
+// lastOverhead is the last schema frameOverhead computed, shared by all
+// streams: a process with several tables recomputes on a change of schema,
+// which costs one walk of the schema.
+var lastOverhead atomic.Pointer[schemaOverhead]
+
+func walkFrameOverhead(schema *arrow.Schema) int64 {
 	var nodes, buffers int64
 	var walk func(t arrow.DataType)
 	walk = func(t arrow.DataType) {

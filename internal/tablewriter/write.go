@@ -43,7 +43,7 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 	w.obs.Reconciled(res.Reconciled)
 	// A row no request can carry fails alone, before anything is sent: the
 	// rest of its batch still lands.
-	over := oversized(res)
+	over := oversized(res, size)
 	if int(res.Record.NumRows()) > len(over) {
 		if err := w.submitAndWait(ctx, st, res, size, lay, over, pos); err != nil {
 			return nil, st, err
@@ -57,9 +57,10 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 }
 
 // oversized returns, by record row, the row errors of the converted rows
-// whose encoding alone passes the service's request cap.
-func oversized(res arrowconv.Result) map[int]arrowconv.RowError {
-	rows := ingest.OversizedRows(res.Record, ingest.MaxRequestBytes)
+// whose encoding alone passes the service's request cap. size is the
+// record's Arrow size.
+func oversized(res arrowconv.Result, size int64) map[int]arrowconv.RowError {
+	rows := ingest.OversizedRowsSized(res.Record, size, ingest.MaxRequestBytes)
 	if len(rows) == 0 {
 		return nil
 	}
@@ -126,18 +127,15 @@ func (w *Writer) layout(st *state, batch []Row, keyOf KeyFunc) layout {
 // provisioning on, rows failing on a field the table lacks trigger one
 // evolution (add the columns, reopen the pool) and a second conversion.
 func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []int) (arrowconv.Result, *state, error) {
-	rows := make([]arrowconv.Row, 0, len(batch))
-	if order == nil {
-		for _, m := range batch {
-			rows = append(rows, m)
-		}
-	} else {
-		for _, i := range order {
-			rows = append(rows, batch[i])
+	rows := batch
+	if order != nil {
+		rows = make([]Row, len(order))
+		for k, i := range order {
+			rows[k] = batch[i]
 		}
 	}
 	conv := func(st *state) (arrowconv.Result, error) {
-		res, err := st.conv.Convert(rows)
+		res, err := st.conv.ConvertStructured(rows)
 		if err != nil {
 			return res, fmt.Errorf("convert batch for %s: %w", w.cfg.Table, err)
 		}

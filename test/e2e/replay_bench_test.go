@@ -285,7 +285,7 @@ output:
 
 var (
 	replayedRowsRe = regexp.MustCompile(`replayed: (\d+) rows`)
-	plannedFilesRe  = regexp.MustCompile(`(\d+) data files selected`)
+	plannedFilesRe = regexp.MustCompile(`(\d+) data files selected`)
 )
 
 // replayWithBinary runs the product binary replaying replayTable into

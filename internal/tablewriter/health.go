@@ -17,6 +17,9 @@ import (
 // Health: the resolution of the ack-age and stream-state gauges.
 const DefaultHealthInterval = 5 * time.Second
 
+// StreamState is the state of a stream, or of a table (its worst stream's).
+type StreamState = pool.State
+
 // The states of a stream and of a table in a health report.
 const (
 	StateUp         = pool.StateUp
@@ -34,7 +37,7 @@ type StreamHealth struct {
 	Index int
 	// State is up, rebuilding (opening, or backing off after a failure:
 	// heals by itself) or stopped (gave up: heals on reconnect).
-	State pool.State
+	State StreamState
 	// Since is when the stream entered State.
 	Since time.Time
 	// Generation counts the streams opened in this slot; Rebuilds the
@@ -65,7 +68,7 @@ type TableHealth struct {
 	// State is the worst state of the streams, or stopped while the writer
 	// is not open because an open failed or the streams stopped (Reason
 	// says why), or rebuilding before the first open.
-	State  pool.State
+	State  StreamState
 	Reason string
 	// Streams are the pool's streams; none before the table exists.
 	Streams []StreamHealth

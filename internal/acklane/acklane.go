@@ -383,7 +383,10 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 	}
 	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
 	now := time.Now()
+	// Before any waiter wakes: whoever sees its rows durable sees them no
+	// longer pending in Health.
 	l.lastAck.Store(now.UnixNano())
+	l.oldest.Store(0)
 	// Observe before settling: once a waiter wakes, its batch's latency
 	// is already recorded.
 	for i := range burst {
@@ -419,6 +422,7 @@ func (l *Lane[C]) failBurst(burst []Pending[C], err error) {
 
 // settle fails every item of burst with err.
 func (l *Lane[C]) settle(burst []Pending[C], err error) {
+	l.oldest.Store(0)
 	for i := range burst {
 		burst[i].Confirm.receipt().settle(err)
 	}
@@ -426,7 +430,6 @@ func (l *Lane[C]) settle(burst []Pending[C], err error) {
 }
 
 func (l *Lane[C]) done(burst []Pending[C]) {
-	l.oldest.Store(0)
 	clear(burst) // drop receipts so the reused slice does not pin them
 	l.release(int64(len(burst)))
 	l.obs.SetPending(int64(l.PendingRows()))

@@ -156,13 +156,14 @@ func (o *output) Connect(ctx context.Context) error {
 // opens are the engine's Open steps: its writer's (or its router's
 // reconnect), then its dead-letter writer's.
 func (e *engine) opens() (fs []func(context.Context) error) {
-	for _, w := range []*tablewriter.Writer{e.w, e.dlqWriter()} {
-		if w != nil {
-			fs = append(fs, w.Open)
-		}
+	if e.w != nil {
+		fs = append(fs, e.w.Open)
 	}
 	if e.router != nil {
 		fs = append(fs, e.router.Reconnect)
+	}
+	if w := e.dlqWriter(); w != nil {
+		fs = append(fs, w.Open)
 	}
 	return fs
 }

@@ -121,7 +121,9 @@ func startBinary(tb testing.TB, path string, env []string, args ...string) *proc
 func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
 	tb.Helper()
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
-	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
+	// --s3 too: its default port (9000) is taken as soon as another
+	// emulator runs on the machine.
+	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", freeAddr(tb), "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
 	p = startBinary(tb, emulatorBinary(tb), nil, args...)
 	require.Eventually(tb, func() bool {
 		return strings.Contains(p.out.String(), "Zerobus emulator running")

@@ -387,7 +387,9 @@ func (e *chaosEmulator) start(modify bool) error {
 	if modify {
 		tablePrivs += ",MODIFY"
 	}
-	args := []string{"--http", e.httpAddr, "--grpc", e.grpcAddr, "--data", e.dataDir, "--log-level", "warn",
+	// Any free --s3 port: the default (9000) is taken once another
+	// emulator runs on the machine, and the output never reads it.
+	args := []string{"--http", e.httpAddr, "--grpc", e.grpcAddr, "--s3", "127.0.0.1:0", "--data", e.dataDir, "--log-level", "warn",
 		"--table", chaosTable + ":" + chaosCols,
 		"--stream-lifetime", e.plan.lifetime.String(), "--rotation-grace", "1s",
 		"--grants", "strict",

@@ -81,6 +81,11 @@ type Lane[C Confirmation] struct {
 	enqueued  atomic.Uint64 // largest To enqueued
 	closing   atomic.Bool   // set by Drain and Close: no new items
 
+	// For Health, never for durability: when the last burst was confirmed,
+	// when the oldest item of the burst being waited for was submitted
+	// (unix nanoseconds, 0: none), and how many Enqueue calls wait for room.
+	lastAck, oldest, blocked atomic.Int64
+
 	ctx      context.Context // cancelled by Close and by a failure; aborts WaitDurable
 	cancel   context.CancelFunc
 	stop     chan struct{} // closed by Close
@@ -141,6 +146,9 @@ func (l *Lane[C]) Enqueue(ctx context.Context, p Pending[C]) error {
 		return nil
 	default:
 	}
+	// The lane is full: this writer waits (backpressure), counted for Health.
+	l.blocked.Add(1)
+	defer l.blocked.Add(-1)
 	select {
 	case l.ch <- p:
 		l.noteEnqueued(p.To)
@@ -185,6 +193,34 @@ func (l *Lane[C]) PendingRows() uint64 {
 // Pending returns the number of items enqueued and not yet settled. It feeds
 // the pending gauge and is never used to decide durability.
 func (l *Lane[C]) Pending() int64 { return l.pending.Load() }
+
+// Health is a snapshot of a lane for health reports: atomics only, so it is
+// cheap and never waits for the lane or its writers.
+type Health struct {
+	// PendingItems and PendingRows are Pending and PendingRows.
+	PendingItems int64
+	PendingRows  uint64
+	// LastAck is when the lane last confirmed rows durable; zero: never.
+	LastAck time.Time
+	// OldestPending is when the oldest rows the lane waits for were
+	// submitted; zero while it waits for nothing.
+	OldestPending time.Time
+	// BlockedWriters counts Enqueue calls waiting for room in a full lane:
+	// the lane's backpressure on writers.
+	BlockedWriters int64
+}
+
+// Health returns a snapshot of the lane.
+func (l *Lane[C]) Health() Health {
+	h := Health{PendingItems: l.pending.Load(), PendingRows: l.PendingRows(), BlockedWriters: l.blocked.Load()}
+	if t := l.lastAck.Load(); t != 0 {
+		h.LastAck = time.Unix(0, t)
+	}
+	if t := l.oldest.Load(); t != 0 {
+		h.OldestPending = time.Unix(0, t)
+	}
+	return h
+}
 
 // Failed returns a channel closed when the lane's stream failed (seen by the
 // lane, or reported by Fail); Err then returns the failure. The pool watches
@@ -302,6 +338,7 @@ func (l *Lane[C]) run() {
 		l.obs.SetPending(int64(l.PendingRows()))
 		l.obs.ObserveBurst(len(burst))
 		target := slices.MaxFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) }).To
+		l.oldest.Store(slices.MinFunc(burst, func(a, b Pending[C]) int { return a.SubmittedAt.Compare(b.SubmittedAt) }).SubmittedAt.UnixNano())
 		if err := l.wait(target); err != nil {
 			l.failBurst(burst, err)
 			continue
@@ -346,6 +383,10 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 	}
 	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
 	now := time.Now()
+	// Before any waiter wakes: whoever sees its rows durable sees them no
+	// longer pending in Health.
+	l.lastAck.Store(now.UnixNano())
+	l.oldest.Store(0)
 	// Observe before settling: once a waiter wakes, its batch's latency
 	// is already recorded.
 	for i := range burst {
@@ -381,6 +422,7 @@ func (l *Lane[C]) failBurst(burst []Pending[C], err error) {
 
 // settle fails every item of burst with err.
 func (l *Lane[C]) settle(burst []Pending[C], err error) {
+	l.oldest.Store(0)
 	for i := range burst {
 		burst[i].Confirm.receipt().settle(err)
 	}

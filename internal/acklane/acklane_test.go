@@ -605,3 +605,44 @@ func TestFailReportsTheStreamDeathOnce(t *testing.T) {
 		}
 	})
 }
+
+// Health follows the lane: the oldest submit it waits for, writers blocked
+// on a full channel, pending rows; a confirmation stamps the last ack and
+// clears the oldest pending before any waiter wakes.
+func TestHealthFollowsTheLane(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, ingestfake.Config{ManualAck: true})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 1}, nil)
+	defer lane.Close()
+	assert.Equal(t, acklane.Health{}, lane.Health(), "a new lane waits for nothing and never acked")
+
+	before := time.Now()
+	_, r0 := submit(t, ctx, s, lane, 3)
+	require.NoError(t, s.WaitWaitCalls(ctx, 1)) // the lane waits for item 0
+	h := lane.Health()
+	assert.False(t, h.OldestPending.Before(before), "the oldest pending is item 0's submit")
+	assert.Equal(t, uint64(3), h.PendingRows)
+	assert.Equal(t, int64(1), h.PendingItems)
+	assert.True(t, h.LastAck.IsZero())
+
+	_, r1 := submit(t, ctx, s, lane, 1) // fills the channel
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, 1)
+	defer rec.Release()
+	span, err := s.Submit(ctx, rec)
+	require.NoError(t, err)
+	c2, r2 := acklane.NewRawAnchor()
+	blocked := make(chan error, 1)
+	go func() { blocked <- lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c2}) }()
+	require.Eventually(t, func() bool { return lane.Health().BlockedWriters == 1 }, 5*time.Second, time.Millisecond)
+
+	s.AckAll()
+	require.NoError(t, r0.Wait(ctx))
+	h = lane.Health()
+	assert.False(t, h.LastAck.IsZero(), "stamped before the waiter woke")
+	require.NoError(t, <-blocked)
+	assert.Zero(t, lane.Health().BlockedWriters)
+	s.AckAll()
+	waitAll(t, ctx, []*acklane.Receipt{r1, r2})
+	assert.True(t, lane.Health().OldestPending.IsZero(), "nothing waits")
+	assert.Zero(t, lane.Health().PendingRows)
+}

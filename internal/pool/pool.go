@@ -145,6 +145,8 @@ type Pool struct {
 
 	rr, nackedAtClose                         atomic.Uint64
 	openAttempts, opens, rebuilds, rejections atomic.Int64
+	// pickWaiters counts Writes waiting for a healthy member (Health).
+	pickWaiters atomic.Int64
 
 	// members is fixed by New (its length is the pool's size); the fields
 	// of each member are guarded by mu.
@@ -172,6 +174,7 @@ type member struct {
 	down      error
 	lastErr   error
 	rebuilds  int
+	since     time.Time // when the member last changed state (Health)
 }
 
 // conn is one stream of a member with its lane.
@@ -213,8 +216,9 @@ func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, o
 		schema:  schema,
 		changed: make(chan struct{}),
 	}
+	now := time.Now()
 	for i := range Size(cfg) {
-		m := &member{index: i, reopen: make(chan reopenReq)}
+		m := &member{index: i, reopen: make(chan reopenReq), since: now}
 		if obs != nil {
 			m.obs = obs.StreamObserver(table, i)
 		}
@@ -381,6 +385,8 @@ func (p *Pool) acquire(ctx context.Context, key string, schema *arrow.Schema) (*
 			t := time.NewTimer(p.cfg.PickTimeout)
 			defer t.Stop()
 			timeout = t.C
+			p.pickWaiters.Add(1)
+			defer p.pickWaiters.Add(-1)
 		}
 		select {
 		case <-changed:
@@ -803,6 +809,7 @@ func (p *Pool) install(m *member, s ingest.Stream, schema *arrow.Schema, epoch u
 	m.attempted = true
 	m.down = nil
 	m.lastErr = nil
+	m.since = time.Now()
 	p.notifyLocked()
 	return c
 }
@@ -813,6 +820,7 @@ func (p *Pool) uninstall(m *member, c *conn) {
 	defer p.mu.Unlock()
 	if m.conn == c {
 		m.conn = nil
+		m.since = time.Now()
 		p.notifyLocked()
 	}
 }
@@ -845,6 +853,7 @@ func (p *Pool) setDown(m *member, err error) {
 	defer p.mu.Unlock()
 	m.down = err
 	m.attempted = true
+	m.since = time.Now()
 	p.notifyLocked()
 }
 
@@ -855,6 +864,7 @@ func (p *Pool) awaitRevival(m *member, waiting *[]reopenReq) bool {
 		*waiting = append(*waiting, req)
 		p.mu.Lock()
 		m.down = nil
+		m.since = time.Now()
 		p.notifyLocked()
 		p.mu.Unlock()
 		return true

@@ -105,6 +105,14 @@ func (b *budget) inUse() int64 {
 	return b.used
 }
 
+// snapshot returns the bytes reserved and the reservations waiting for
+// room, for health reports.
+func (b *budget) snapshot() (used int64, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used, len(b.waiters)
+}
+
 // reservation is one batch's share of the budget, held from before its
 // conversion until it is settled (durable or failed).
 type reservation struct {

@@ -54,6 +54,10 @@ const (
 	mBytesSent         = "zerobus_bytes_sent_total"
 	mRowErrors         = "zerobus_row_errors_total"
 	mPrimaryRawUnmet   = "zerobus_primary_raw_unmet"
+	// From the writer's Health, every HealthInterval.
+	mAckAge       = "zerobus_ack_age_ms"
+	mStreamState  = "zerobus_stream_state"
+	mBackpressure = "zerobus_backpressure_waiters"
 )
 
 // allPreconditions lists every primary-raw precondition the catalog can
@@ -79,6 +83,7 @@ type Metrics struct {
 	rowErrors Counter
 	unmet     Gauge
 	reconcile Counter
+	waiters   Gauge
 
 	mu      sync.Mutex
 	streams map[int]*streamMetrics
@@ -99,6 +104,8 @@ type streamMetrics struct {
 	reconnects Counter
 	rows       Counter
 	bytes      Counter
+	ackAge     Gauge
+	state      Gauge
 }
 
 // reconcileKinds are the emit-time reconciliations the converter counts,
@@ -123,9 +130,13 @@ func NewMetrics(m Sink, table string) *Metrics {
 		rowErrors: m.Counter(mRowErrors, "table"),
 		unmet:     m.Gauge(mPrimaryRawUnmet, "table", "precondition"),
 		reconcile: m.Counter(mTypeReconcile, "table", "kind"),
+		waiters:   m.Gauge(mBackpressure, "table", "on"),
 		streams:   map[int]*streamMetrics{},
 	}
 	x.rowErrors.Incr(0, table)
+	for _, on := range waitsOn {
+		x.waiters.Set(0, table, on)
+	}
 	for _, k := range reconcileKinds {
 		x.reconcile.Incr(0, table, k)
 	}
@@ -155,6 +166,8 @@ func (x *Metrics) stream(i int) *streamMetrics {
 		reconnects: m.Counter(mStreamReconnects, "table", "stream", "cause"),
 		rows:       m.Counter(mRowsSent, labels...),
 		bytes:      m.Counter(mBytesSent, labels...),
+		ackAge:     m.Gauge(mAckAge, labels...),
+		state:      m.Gauge(mStreamState, labels...),
 	}
 	t, l := x.table, s.label
 	for _, c := range []Counter{s.bursts, s.burstItems, s.retries, s.poisoned, s.rebuilds, s.rejects, s.rows, s.bytes} {
@@ -164,8 +177,53 @@ func (x *Metrics) stream(i int) *streamMetrics {
 		s.reconnects.Incr(0, t, l, c)
 	}
 	s.pending.Set(0, t, l)
+	s.ackAge.Set(0, t, l)
+	s.state.Set(StateValue(StateRebuilding), t, l) // opening
 	x.streams[i] = s
 	return s
+}
+
+// waitsOn are the label values of zerobus_backpressure_waiters: what
+// writes wait for.
+var waitsOn = []string{waitBudget, waitLane, waitStream}
+
+const (
+	waitBudget = "budget" // room in the in-flight byte budget
+	waitLane   = "lane"   // room in a stream's full ack lane
+	waitStream = "stream" // a healthy stream
+)
+
+var _ HealthObserver = (*Metrics)(nil)
+
+// ObserveHealth implements HealthObserver: per stream, the age of the
+// oldest rows submitted and not yet durable (0 when none wait: an idle
+// stream is not a slow one) and the state (0 up, 1 rebuilding, 2 stopped);
+// per table, the writes waiting, by what they wait for.
+func (x *Metrics) ObserveHealth(h TableHealth) {
+	var lane int64
+	if len(h.Streams) == 0 && h.State == StateStopped {
+		// Stopped before any pool could say (a describe failed): every
+		// stream this table had is stopped.
+		x.mu.Lock()
+		for _, s := range x.streams {
+			s.state.Set(StateValue(StateStopped), x.table, s.label)
+			s.ackAge.Set(0, x.table, s.label)
+		}
+		x.mu.Unlock()
+	}
+	for _, sh := range h.Streams {
+		s := x.stream(sh.Index)
+		age := int64(0)
+		if !sh.OldestPending.IsZero() {
+			age = max(h.At.Sub(sh.OldestPending).Milliseconds(), 0)
+		}
+		s.ackAge.Set(age, x.table, s.label)
+		s.state.Set(StateValue(sh.State), x.table, s.label)
+		lane += sh.LaneFullWriters
+	}
+	x.waiters.Set(int64(h.BudgetWaiters), x.table, waitBudget)
+	x.waiters.Set(lane, x.table, waitLane)
+	x.waiters.Set(h.StreamWaiters, x.table, waitStream)
 }
 
 // Metrics is the table writer's observer: every pool member gets a lane

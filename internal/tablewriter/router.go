@@ -87,7 +87,10 @@ func (r *Router) Write(ctx context.Context, table string, rows []Row, keyOf KeyF
 	}
 	defer r.release(e)
 	if err := e.w.Open(ctx); err != nil {
-		return nil, fmt.Errorf("table %s: %w", table, err)
+		if errors.Is(err, ErrNotOpen) {
+			return nil, fmt.Errorf("table %s: %w", table, err)
+		}
+		return nil, fmt.Errorf("table %s: %w: %w", table, ErrNotOpen, err)
 	}
 	return e.w.Write(ctx, rows, keyOf)
 }
@@ -203,6 +206,41 @@ func (r *Router) closeAll(victims []*routed) {
 		}
 		cancel()
 	}
+}
+
+// Reconnect opens every writer the router holds that is not open (Open is
+// a no-op on the others) and returns the first failure: the output's
+// Connect after its writes found every table not open. A writer closed
+// meanwhile (evicted) is skipped.
+func (r *Router) Reconnect(ctx context.Context) error {
+	r.mu.Lock()
+	ws := make([]*Writer, 0, r.lru.Len())
+	for el := r.lru.Front(); el != nil; el = el.Next() {
+		ws = append(ws, el.Value.(*routed).w)
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		if err := w.Open(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("table %s: %w", w.cfg.Table, err)
+		}
+	}
+	return nil
+}
+
+// AllNotOpen reports whether every one of n rows failed because its table's
+// writer is not open (its streams stopped, or it could not open): the whole
+// routed output is as good as not connected.
+func AllNotOpen(errs []RowError, n int) bool {
+	if n == 0 || len(errs) != n {
+		return false
+	}
+	for _, re := range errs {
+		var te *TableError
+		if !errors.As(re.Err, &te) || !errors.Is(te.Err, ErrNotOpen) {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats counts the writers made and evicted so far, and those open now.

@@ -115,6 +115,9 @@ type Config struct {
 	// Coverage, when set, stamps each row's source and offset and records
 	// the durable ranges in a companion table (see CoverageConfig).
 	Coverage *CoverageConfig
+	// HealthInterval is how often an Observer that is a HealthObserver is
+	// given the writer's Health (zero: DefaultHealthInterval).
+	HealthInterval time.Duration
 }
 
 // Defaults of the Config durations.
@@ -144,6 +147,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlightBytes <= 0 {
 		c.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = DefaultHealthInterval
 	}
 	return c
 }
@@ -218,6 +224,11 @@ type Writer struct {
 	notOpen atomic.Pointer[error]
 	// spare is a pool whose Open failed, kept for the next attempt.
 	spare atomic.Pointer[sparePool]
+	// lastStopped is the pool that stopped last, for Health while the
+	// writer is not open.
+	lastStopped atomic.Pointer[pool.Pool]
+	// health runs the loop that feeds the health gauges (health.go).
+	health healthLoop
 
 	// rawRefusal holds the unmet primary-raw precondition error, nil while
 	// the role is satisfied (or the role is derived).
@@ -288,6 +299,7 @@ func (w *Writer) Open(ctx context.Context) error {
 		return nil
 	}
 	w.closeStopped(ctx)
+	w.startHealth()
 	if err := w.open(ctx); err != nil {
 		w.notOpen.Store(&err)
 		return err
@@ -466,6 +478,7 @@ func (w *Writer) stopIfStopped(st *state) error {
 	w.schemaMu.Lock()
 	if w.st.CompareAndSwap(st, nil) {
 		w.notOpen.Store(&cause)
+		w.lastStopped.Store(st.pool)
 		w.stopped = append(w.stopped, st.pool)
 		w.errorf("streams to %s stopped: %v; reconnecting (the table is described afresh)", w.cfg.Table, cause)
 	}
@@ -507,6 +520,7 @@ func (w *Writer) Close(ctx context.Context) error {
 		w.watchStop()
 	}
 	w.watchMu.Unlock()
+	w.health.stop()
 	w.closeStopped(ctx)
 	if sp := w.spare.Swap(nil); sp != nil {
 		_ = sp.pool.Close(ctx)

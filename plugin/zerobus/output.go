@@ -23,6 +23,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
@@ -73,6 +74,8 @@ type output struct {
 	permanent *backoff.Backoff
 
 	loggedKnobs sync.Once
+	// unhealth removes the output from the health endpoint.
+	unhealth func()
 }
 
 // engine is what the output writes through, built once.
@@ -91,7 +94,7 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 	if err != nil {
 		return nil, err
 	}
-	return &output{
+	o := &output{
 		cfg:       cfg,
 		log:       mgr.Logger(),
 		mgr:       mgr,
@@ -99,7 +102,20 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		version:   mgr.EngineVersion(),
 		permanent: backoff.New(time.Second, time.Minute),
 		wcfg:      wcfg,
-	}, nil
+	}
+	_, o.unhealth, err = healthhttp.Attach(mgr, mgr.Label(), healthhttp.Output{Health: o.health, MaxAckAge: cfg.AckTimeout})
+	if err != nil {
+		o.log.Warnf("zerobus: no health endpoint %s: %v", healthhttp.Path, err)
+	}
+	return o, nil
+}
+
+// health lists the output's tables for the health endpoint.
+func (o *output) health() []healthhttp.Table {
+	if e := o.eng.Load(); e != nil {
+		return healthhttp.Tables(o.cfg.Table, e.w, e.router, e.dlqWriter())
+	}
+	return healthhttp.Tables(o.cfg.Table, nil, nil, nil)
 }
 
 // Connect opens the table writer: describe (and with provisioning,
@@ -118,11 +134,8 @@ func (o *output) Connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range []*tablewriter.Writer{e.w, e.dlqWriter()} {
-		if w == nil {
-			continue
-		}
-		if err := w.Open(ctx); err != nil {
+	for _, open := range e.opens() {
+		if err := open(ctx); err != nil {
 			if wait, ok := tablewriter.RetryAfter(err); ok {
 				return service.NewErrBackOff(err, wait)
 			}
@@ -138,6 +151,21 @@ func (o *output) Connect(ctx context.Context) error {
 	}
 	o.permanent.Reset()
 	return nil
+}
+
+// opens are the engine's Open steps: its writer's (or its router's
+// reconnect), then its dead-letter writer's.
+func (e *engine) opens() (fs []func(context.Context) error) {
+	if e.w != nil {
+		fs = append(fs, e.w.Open)
+	}
+	if e.router != nil {
+		fs = append(fs, e.router.Reconnect)
+	}
+	if w := e.dlqWriter(); w != nil {
+		fs = append(fs, w.Open)
+	}
+	return fs
 }
 
 func (e *engine) dlqWriter() *tablewriter.Writer {
@@ -225,6 +253,9 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		}
 		sourceOf = func(i int) string { return tables[i] }
 		rowErrs = e.router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
+		if tablewriter.AllNotOpen(rowErrs, len(batch)) {
+			return service.ErrNotConnected // Connect reopens them
+		}
 	} else {
 		var err error
 		if rowErrs, err = e.w.Write(ctx, rows, keyOf); err != nil {
@@ -258,6 +289,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 func (o *output) Close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.CloseTimeout)
 	defer cancel()
+	o.unhealth()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.closeLocked(ctx)

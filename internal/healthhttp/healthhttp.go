@@ -1,0 +1,362 @@
+// Package healthhttp serves the zerobus outputs' stream health as JSON on
+// the Benthos HTTP server (the one serving /ping and /metrics), at Path.
+//
+// Every zerobus output of one Benthos manager adds itself, under its label,
+// to one Registry, which is mounted once: one endpoint lists them all, so
+// several outputs never collide on a path. `?label=<label>` narrows the
+// report to one output. The status is 200 unless an output is down (503):
+// a table whose streams stopped (they heal only on reconnect), or rows
+// waiting for their durable ack longer than the output's MaxAckAge.
+//
+// The package knows nothing of Benthos: it reaches the server through the
+// value Resources.XUnwrapper returns (see Attach).
+package healthhttp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
+)
+
+// Path is where the endpoint is mounted.
+const Path = "/zerobus/health"
+
+// Roles of a table in an output.
+const (
+	RoleTarget     = "target"      // the output's table (or one it routes to)
+	RoleDeadLetter = "dead_letter" // the dead-letter table
+)
+
+// Table is one table of an output.
+type Table struct {
+	Role string
+	tablewriter.TableHealth
+}
+
+// Output is what the registry asks of one output.
+type Output struct {
+	// Health returns the output's tables; it must be cheap.
+	Health func() []Table
+	// MaxAckAge is how long rows may wait for their durable ack before the
+	// output is reported down (the output's ack.timeout: past it, batches
+	// are nacked).
+	MaxAckAge time.Duration
+}
+
+// Statuses of an output and of the whole report.
+const (
+	StatusUp       = "up"       // every stream up, no ack older than MaxAckAge
+	StatusDegraded = "degraded" // a stream is rebuilding (heals by itself)
+	StatusDown     = "down"     // a stream stopped, or an ack is too old: HTTP 503
+)
+
+// Report is the endpoint's JSON body.
+type Report struct {
+	Status  string         `json:"status"`
+	Outputs []OutputReport `json:"outputs"`
+}
+
+// OutputReport is one output.
+type OutputReport struct {
+	Label            string  `json:"label"`
+	Status           string  `json:"status"`
+	MaxAckAgeSeconds float64 `json:"max_ack_age_seconds"`
+	// Problems say, one line each, why the output is not up.
+	Problems []string      `json:"problems,omitempty"`
+	Tables   []TableReport `json:"tables"`
+}
+
+// TableReport is one table of an output.
+type TableReport struct {
+	Table  string `json:"table"`
+	Role   string `json:"role"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// OldestPendingAgeSeconds is the age of the oldest rows waiting for
+	// their durable ack on any stream; 0 when none wait.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	Budget                  Budget  `json:"budget"`
+	// StreamWaiters counts writes waiting for a healthy stream.
+	StreamWaiters int64          `json:"stream_waiters"`
+	Streams       []StreamReport `json:"streams"`
+}
+
+// Budget is a table writer's in-flight byte budget.
+type Budget struct {
+	LimitBytes int64 `json:"limit_bytes"`
+	InUseBytes int64 `json:"in_use_bytes"`
+	// Waiters counts writes waiting for room in it (backpressure).
+	Waiters int `json:"waiters"`
+}
+
+// StreamReport is one stream of a table.
+type StreamReport struct {
+	Index           int     `json:"index"`
+	State           string  `json:"state"`
+	StateAgeSeconds float64 `json:"state_age_seconds"`
+	Generation      uint64  `json:"generation"`
+	Rebuilds        int     `json:"rebuilds"`
+	PendingRows     uint64  `json:"pending_rows"`
+	PendingBatches  int64   `json:"pending_batches"`
+	// LastAckAgeSeconds is null while the stream never confirmed rows.
+	LastAckAgeSeconds       *float64 `json:"last_ack_age_seconds"`
+	OldestPendingAgeSeconds float64  `json:"oldest_pending_age_seconds"`
+	// LaneFullWriters counts writes waiting for room in the stream's full
+	// ack lane (backpressure).
+	LaneFullWriters int64  `json:"lane_full_writers"`
+	LastError       string `json:"last_error,omitempty"`
+}
+
+// Registry holds the outputs of one Benthos manager. It is an
+// http.Handler.
+type Registry struct {
+	mu      sync.Mutex
+	outputs map[string]Output
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{outputs: map[string]Output{}} }
+
+// Add registers o under label ("zerobus" when empty; a label taken already
+// gets a "#2", "#3"… suffix) and returns the name it got and the function
+// that removes it (call it when the output closes).
+func (r *Registry) Add(label string, o Output) (name string, remove func()) {
+	if label == "" {
+		label = "zerobus"
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name = label
+	for n := 2; ; n++ {
+		if _, taken := r.outputs[name]; !taken {
+			break
+		}
+		name = label + "#" + strconv.Itoa(n)
+	}
+	r.outputs[name] = o
+	var once sync.Once
+	return name, func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.outputs, name)
+			r.mu.Unlock()
+		})
+	}
+}
+
+// Report builds the report of every output, or of the one named label
+// (ok false when there is none).
+func (r *Registry) Report(label string) (rep Report, ok bool) {
+	r.mu.Lock()
+	names := make([]string, 0, len(r.outputs))
+	for n := range r.outputs {
+		if label == "" || n == label {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	outs := make([]Output, len(names))
+	for i, n := range names {
+		outs[i] = r.outputs[n]
+	}
+	r.mu.Unlock()
+	rep = Report{Status: StatusUp, Outputs: []OutputReport{}}
+	for i, o := range outs {
+		or := outputReport(names[i], o)
+		rep.Status = worse(rep.Status, or.Status)
+		rep.Outputs = append(rep.Outputs, or)
+	}
+	return rep, label == "" || len(names) > 0
+}
+
+// ServeHTTP writes the report as JSON: 200 unless an output is down (503),
+// 404 for an unknown ?label=.
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	rep, ok := r.Report(req.URL.Query().Get("label"))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	switch {
+	case !ok:
+		w.WriteHeader(http.StatusNotFound)
+	case rep.Status == StatusDown:
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(rep)
+}
+
+func outputReport(label string, o Output) OutputReport {
+	or := OutputReport{Label: label, Status: StatusUp, MaxAckAgeSeconds: o.MaxAckAge.Seconds(), Tables: []TableReport{}}
+	for _, t := range o.Health() {
+		tr := tableReport(t)
+		switch t.State {
+		case tablewriter.StateStopped:
+			or.Status = StatusDown
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: stopped: %s", t.Table, firstNonEmpty(t.Reason, stoppedStreamError(t))))
+		case tablewriter.StateRebuilding:
+			or.Status = worse(or.Status, StatusDegraded)
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rebuilding: %s", t.Table, firstNonEmpty(t.Reason, "a stream is being rebuilt")))
+		}
+		if age := t.OldestPendingAge(); o.MaxAckAge > 0 && age > o.MaxAckAge {
+			or.Status = StatusDown
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rows wait %s for their durable ack, over %s (slow acks: see the runbook)",
+				t.Table, age.Round(time.Second), o.MaxAckAge))
+		}
+		or.Tables = append(or.Tables, tr)
+	}
+	return or
+}
+
+func tableReport(t Table) TableReport {
+	tr := TableReport{
+		Table: t.Table, Role: t.Role, State: string(t.State), Reason: t.Reason,
+		OldestPendingAgeSeconds: t.OldestPendingAge().Seconds(),
+		Budget:                  Budget{LimitBytes: t.BudgetLimitBytes, InUseBytes: t.BudgetInUseBytes, Waiters: t.BudgetWaiters},
+		StreamWaiters:           t.StreamWaiters,
+		Streams:                 []StreamReport{},
+	}
+	for _, s := range t.Streams {
+		sr := StreamReport{
+			Index: s.Index, State: string(s.State), StateAgeSeconds: age(t.At, s.Since),
+			Generation: s.Generation, Rebuilds: s.Rebuilds,
+			PendingRows: s.PendingRows, PendingBatches: s.PendingBatches,
+			OldestPendingAgeSeconds: age(t.At, s.OldestPending),
+			LaneFullWriters:         s.LaneFullWriters, LastError: s.LastError,
+		}
+		if !s.LastAck.IsZero() {
+			a := age(t.At, s.LastAck)
+			sr.LastAckAgeSeconds = &a
+		}
+		tr.Streams = append(tr.Streams, sr)
+	}
+	return tr
+}
+
+// age is now - since in seconds, 0 for a zero since.
+func age(now, since time.Time) float64 {
+	if since.IsZero() {
+		return 0
+	}
+	return max(now.Sub(since).Seconds(), 0)
+}
+
+func stoppedStreamError(t Table) string {
+	for _, s := range t.Streams {
+		if s.State == tablewriter.StateStopped && s.LastError != "" {
+			return fmt.Sprintf("stream %d: %s", s.Index, s.LastError)
+		}
+	}
+	return "streams stopped"
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func worse(a, b string) string {
+	rank := map[string]int{StatusUp: 0, StatusDegraded: 1, StatusDown: 2}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+// Resources is the part of Benthos's *service.Resources Attach uses.
+type Resources interface {
+	GetOrSetGeneric(key, value any) (actual any, loaded bool)
+	XUnwrapper() any
+}
+
+// registryKey keys the manager's registry among its generic values.
+type registryKey struct{}
+
+// Attach adds o under label to the registry of res's manager, creating
+// and mounting it at Path on the first call, and returns the name it got
+// and the function that removes it. err is non-nil only on the call that
+// tried to mount the endpoint and could not: log it once; the output works
+// without the endpoint.
+func Attach(res Resources, label string, o Output) (name string, remove func(), err error) {
+	v, loaded := res.GetOrSetGeneric(registryKey{}, NewRegistry())
+	reg := v.(*Registry)
+	if !loaded {
+		err = Mount(res.XUnwrapper(), reg.ServeHTTP)
+	}
+	name, remove = reg.Add(label, o)
+	return name, remove, err
+}
+
+// endpointRegistrar is the method of Benthos's internal manager that
+// mounts a server-wide endpoint; the public API does not offer it.
+type endpointRegistrar interface {
+	RegisterEndpoint(path, desc string, h http.HandlerFunc)
+}
+
+// Mount registers h at Path through x: a registrar, or a value whose
+// Unwrap() returns one (what Resources.XUnwrapper returns; its result type
+// is internal to Benthos, hence the reflection). It fails, rather than
+// panics, when the engine offers neither.
+func Mount(x any, h http.HandlerFunc) (err error) {
+	const desc = "Per-stream health of the zerobus outputs (JSON): 503 when streams stopped or acks are too old."
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("healthhttp: registering %s panicked: %v", Path, p)
+		}
+	}()
+	if r, ok := x.(endpointRegistrar); ok {
+		r.RegisterEndpoint(Path, desc, h)
+		return nil
+	}
+	if x == nil {
+		return errors.New("healthhttp: no resources to register the endpoint with")
+	}
+	m := reflect.ValueOf(x).MethodByName("Unwrap")
+	if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
+		return fmt.Errorf("healthhttp: %T has no Unwrap() method: this Benthos version offers no way to register %s", x, Path)
+	}
+	out := m.Call(nil)[0]
+	if (out.Kind() == reflect.Interface || out.Kind() == reflect.Pointer) && out.IsNil() {
+		return fmt.Errorf("healthhttp: %T.Unwrap() returned nil", x)
+	}
+	r, ok := out.Interface().(endpointRegistrar)
+	if !ok {
+		return fmt.Errorf("healthhttp: %T has no RegisterEndpoint method: this Benthos version offers no way to register %s", out.Interface(), Path)
+	}
+	r.RegisterEndpoint(Path, desc, h)
+	return nil
+}
+
+// Tables lists an output's tables: its static table's writer, or every
+// table its router holds open, then its dead-letter writer; each may be
+// nil. With none at all (not connected yet), the output's table is
+// reported rebuilding.
+func Tables(table string, target *tablewriter.Writer, router *tablewriter.Router, deadLetter *tablewriter.Writer) []Table {
+	var ts []Table
+	if target != nil {
+		ts = append(ts, Table{Role: RoleTarget, TableHealth: target.Health()})
+	}
+	if router != nil {
+		for _, h := range router.Health() {
+			ts = append(ts, Table{Role: RoleTarget, TableHealth: h})
+		}
+	}
+	if deadLetter != nil {
+		ts = append(ts, Table{Role: RoleDeadLetter, TableHealth: deadLetter.Health()})
+	}
+	if target == nil && router == nil && deadLetter == nil {
+		ts = append(ts, Table{Role: RoleTarget, TableHealth: tablewriter.TableHealth{
+			Table: table, At: time.Now(), State: tablewriter.StateRebuilding, Reason: "not connected yet"}})
+	}
+	return ts
+}

@@ -1,0 +1,252 @@
+// Health: a cheap snapshot of a writer's streams (up, rebuilding, stopped;
+// rows not yet durable; how old the acks are; who waits), for the output's
+// health endpoint and the health gauges.
+
+package tablewriter
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
+)
+
+// DefaultHealthInterval is how often a HealthObserver is given the writer's
+// Health: the resolution of the ack-age and stream-state gauges.
+const DefaultHealthInterval = 5 * time.Second
+
+// StreamState is the state of a stream, or of a table (its worst stream's).
+type StreamState = pool.State
+
+// The states of a stream and of a table in a health report.
+const (
+	StateUp         = pool.StateUp
+	StateRebuilding = pool.StateRebuilding
+	StateStopped    = pool.StateStopped
+)
+
+// maxErrorText bounds the error text a health report carries. The errors
+// are those the writer logs (they name no credentials); the bound keeps a
+// report small whatever the service said.
+const maxErrorText = 512
+
+// StreamHealth is one stream of a table.
+type StreamHealth struct {
+	Index int
+	// State is up, rebuilding (opening, or backing off after a failure:
+	// heals by itself) or stopped (gave up: heals on reconnect).
+	State StreamState
+	// Since is when the stream entered State.
+	Since time.Time
+	// Generation counts the streams opened in this slot; Rebuilds the
+	// failed ones it replaced.
+	Generation uint64
+	Rebuilds   int
+	// PendingRows are the rows submitted and not yet durable;
+	// PendingBatches the writes (claims) they belong to.
+	PendingRows    uint64
+	PendingBatches int64
+	// LastAck is when rows were last confirmed durable (zero: never, on
+	// this stream); OldestPending when the oldest rows still waiting were
+	// submitted (zero: nothing waits).
+	LastAck, OldestPending time.Time
+	// LaneFullWriters counts writes waiting for room in the stream's full
+	// ack lane (backpressure).
+	LaneFullWriters int64
+	// LastError is why the stream stopped, or its last failure while it
+	// rebuilds; "" when up.
+	LastError string
+}
+
+// TableHealth is a snapshot of one table's writer.
+type TableHealth struct {
+	Table string
+	// At is when the snapshot was taken: ages are measured from it.
+	At time.Time
+	// State is the worst state of the streams, or stopped while the writer
+	// is not open because an open failed or the streams stopped (Reason
+	// says why), or rebuilding before the first open.
+	State  StreamState
+	Reason string
+	// Streams are the pool's streams; none before the table exists.
+	Streams []StreamHealth
+	// BudgetLimitBytes and BudgetInUseBytes are the in-flight byte budget
+	// and what is reserved of it; BudgetWaiters the writes waiting for room.
+	BudgetLimitBytes, BudgetInUseBytes int64
+	BudgetWaiters                      int
+	// StreamWaiters counts writes waiting for a healthy stream.
+	StreamWaiters int64
+}
+
+// OldestPendingAge returns the age, at At, of the oldest rows waiting for
+// their durable ack on any stream; zero when nothing waits.
+func (t TableHealth) OldestPendingAge() time.Duration {
+	var age time.Duration
+	for _, s := range t.Streams {
+		if !s.OldestPending.IsZero() {
+			age = max(age, t.At.Sub(s.OldestPending))
+		}
+	}
+	return age
+}
+
+// Health returns a snapshot of the writer. It reads atomics, and takes only
+// locks held briefly on the write path (the pool's read lock, the budget's
+// mutex): never the locks held across catalog calls.
+func (w *Writer) Health() TableHealth {
+	th := TableHealth{Table: w.cfg.Table, At: time.Now(), BudgetLimitBytes: w.budget.limit}
+	th.BudgetInUseBytes, th.BudgetWaiters = w.budget.snapshot()
+	var p *pool.Pool
+	st := w.st.Load()
+	switch {
+	case w.closed.Load():
+		th.State, th.Reason = StateStopped, "closed"
+		return th
+	case st != nil && st.pool != nil:
+		p = st.pool
+	case st != nil:
+		th.State, th.Reason = StateUp, "the table does not exist yet: it is created from the first batch"
+		return th
+	default:
+		cause := w.notOpen.Load()
+		switch sp := w.spare.Load(); {
+		case sp != nil && sp.pool.Stopped() == nil:
+			// The open failed, and its streams keep retrying.
+			p, th.State = sp.pool, StateRebuilding
+		case cause == nil:
+			th.State, th.Reason = StateRebuilding, "not opened yet"
+			return th
+		default:
+			p, th.State = w.lastStopped.Load(), StateStopped
+		}
+		if cause != nil {
+			th.Reason = errorText(*cause)
+		}
+	}
+	if p == nil {
+		return th
+	}
+	ph := p.Health()
+	worst := th.State
+	if worst == "" {
+		worst = StateUp
+	}
+	for _, m := range ph.Members {
+		sh := StreamHealth{
+			Index: m.Index, State: m.State, Since: m.Since,
+			Generation: m.Generation, Rebuilds: m.Rebuilds,
+			PendingRows: m.Lane.PendingRows, PendingBatches: m.Lane.PendingItems,
+			LastAck: m.Lane.LastAck, OldestPending: m.Lane.OldestPending,
+			LaneFullWriters: m.Lane.BlockedWriters,
+		}
+		if m.Err != nil {
+			sh.LastError = errorText(m.Err)
+		}
+		if stateRank(m.State) > stateRank(worst) {
+			worst = m.State
+		}
+		th.Streams = append(th.Streams, sh)
+	}
+	th.StreamWaiters = ph.PickWaiters
+	th.State = worst
+	if th.Reason == "" && ph.Fatal != nil {
+		th.Reason = errorText(ph.Fatal)
+	}
+	return th
+}
+
+// Health returns a snapshot of every table writer the router holds open,
+// by table name.
+func (r *Router) Health() []TableHealth {
+	r.mu.Lock()
+	ws := make([]*Writer, 0, r.lru.Len())
+	for el := r.lru.Front(); el != nil; el = el.Next() {
+		ws = append(ws, el.Value.(*routed).w)
+	}
+	r.mu.Unlock()
+	out := make([]TableHealth, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.Health())
+	}
+	slices.SortFunc(out, func(a, b TableHealth) int { return strings.Compare(a.Table, b.Table) })
+	return out
+}
+
+// stateRank orders states from best to worst; "" (unset) ranks best.
+func stateRank(s pool.State) int {
+	switch s {
+	case StateRebuilding:
+		return 1
+	case StateStopped:
+		return 2
+	}
+	return 0
+}
+
+// StateValue is a state as a gauge value: 0 up, 1 rebuilding, 2 stopped.
+func StateValue(s pool.State) int64 { return int64(stateRank(s)) }
+
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) > maxErrorText {
+		s = s[:maxErrorText] + "…"
+	}
+	return s
+}
+
+// HealthObserver is the optional part of an Observer that is given the
+// writer's Health every Config.HealthInterval while the writer lives: what
+// keeps gauges such as the age of the oldest unacknowledged rows current
+// while no ack arrives to update them.
+type HealthObserver interface {
+	ObserveHealth(TableHealth)
+}
+
+// healthLoop is the goroutine feeding a HealthObserver.
+type healthLoop struct {
+	once sync.Once
+	mu   sync.Mutex
+	quit chan struct{} // nil until started; closed by stop
+	done chan struct{}
+}
+
+// startHealth starts the health loop once, if the observer wants it.
+func (w *Writer) startHealth() {
+	ho, ok := w.obs.(HealthObserver)
+	if !ok {
+		return
+	}
+	w.health.once.Do(func() {
+		w.health.mu.Lock()
+		defer w.health.mu.Unlock()
+		w.health.quit, w.health.done = make(chan struct{}), make(chan struct{})
+		go func(quit, done chan struct{}) {
+			defer close(done)
+			t := time.NewTicker(w.cfg.HealthInterval)
+			defer t.Stop()
+			for {
+				ho.ObserveHealth(w.Health())
+				select {
+				case <-t.C:
+				case <-quit:
+					return
+				}
+			}
+		}(w.health.quit, w.health.done)
+	})
+}
+
+// stop ends the loop, if it runs, and waits for it.
+func (h *healthLoop) stop() {
+	h.once.Do(func() {}) // a loop not started by now never starts
+	h.mu.Lock()
+	quit, done := h.quit, h.done
+	h.quit = nil
+	h.mu.Unlock()
+	if quit != nil {
+		close(quit)
+		<-done
+	}
+}

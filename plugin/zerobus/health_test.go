@@ -1,0 +1,112 @@
+package zerobus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
+)
+
+// With an interpolated table, a batch whose every table's streams stopped
+// is ErrNotConnected (the engine then reports the output disconnected), and
+// Connect reopens the writers the router holds.
+func TestRoutedStoppedStreamsReportNotConnected(t *testing.T) {
+	y := strings.Replace(minimalYAML, "table: main.default.events", `table: main.default.${! this.t }`, 1)
+	cfg, err := parseYAML(t, y)
+	require.NoError(t, err)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, "", nil)
+	h.cat.Put("main.default.a", "t STRING, msg STRING", nil)
+	o, err := newOutput(cfg, service.MockResources(), deps{opener: h.opener, catalog: h.cat})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = o.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, o.Connect(ctx))
+	require.NoError(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"1"}`)))
+	for _, s := range h.opener.Streams() {
+		s.Poison(&ingest.Error{Class: ingest.FatalConfig, Err: errors.New("PERMISSION_DENIED")})
+	}
+	require.Eventually(t, func() bool {
+		return o.eng.Load().router.Health()[0].State == tablewriter.StateStopped
+	}, 5*time.Second, 5*time.Millisecond)
+	require.ErrorIs(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"2"}`)), service.ErrNotConnected)
+	require.NoError(t, o.Connect(ctx), "Connect reopens the table's writer")
+	assert.Equal(t, tablewriter.StateUp, o.eng.Load().router.Health()[0].State)
+	require.NoError(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"2"}`)))
+}
+
+// The output adds itself to the health endpoint of its manager under its
+// label, and leaves it on Close.
+func TestOutputHealthEndpoint(t *testing.T) {
+	mux := http.NewServeMux()
+	b := service.NewStreamBuilder()
+	b.SetHTTPMux(mux)
+	require.NoError(t, b.SetLoggerYAML("level: none"))
+	// Two zerobus outputs on one server: one endpoint lists both.
+	require.NoError(t, b.AddOutputYAML(`
+broker:
+  outputs:
+    - label: first
+      zerobus:
+        endpoint: http://127.0.0.1:1
+        workspace_url: http://127.0.0.1:2
+        table: main.default.one
+        client_id: id
+        client_secret: secret
+    - label: second
+      zerobus:
+        endpoint: http://127.0.0.1:1
+        workspace_url: http://127.0.0.1:2
+        table: main.default.two
+        client_id: id
+        client_secret: secret
+`))
+	_, err := b.AddProducerFunc()
+	require.NoError(t, err)
+	s, err := b.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	var rep healthhttp.Report
+	require.Eventually(t, func() bool {
+		code, r := getReport(t, srv.URL+healthhttp.Path)
+		rep = r
+		return code == http.StatusServiceUnavailable && len(r.Outputs) == 2
+	}, 10*time.Second, 50*time.Millisecond, "nothing listens on the endpoints: both outputs fail to open")
+	assert.Equal(t, "first", rep.Outputs[0].Label)
+	assert.Equal(t, "second", rep.Outputs[1].Label)
+	assert.Equal(t, "main.default.one", rep.Outputs[0].Tables[0].Table)
+	assert.NotEmpty(t, rep.Outputs[0].Problems)
+	require.NoError(t, s.StopWithin(10*time.Second))
+	cancel()
+	<-done
+	code, rep := getReport(t, srv.URL+healthhttp.Path)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Empty(t, rep.Outputs, "closed outputs leave the endpoint")
+}
+
+func getReport(t *testing.T, url string) (int, healthhttp.Report) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var rep healthhttp.Report
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
+	return resp.StatusCode, rep
+}

@@ -120,13 +120,14 @@ func TestOneWaitConfirmsEveryLesserItem(t *testing.T) {
 			s.AckUpTo(1)
 			require.NoError(t, first.Wait(ctx))
 
-			// The whole queued burst is covered by one wait on its maximum.
+			// The lane waits for the smallest queued item; one cumulative
+			// ack covering the whole burst settles it with that one wait.
 			require.NoError(t, s.WaitWaitCalls(ctx, 2))
 			s.AckAll()
 			waitAll(t, ctx, rest)
 
 			total := uint64(1 + 3*n)
-			assert.Equal(t, []uint64{1, total}, s.WaitTargets(), "one WaitDurable per burst, on the burst maximum")
+			assert.Equal(t, []uint64{1, 4}, s.WaitTargets(), "one WaitDurable per burst, on its smallest offset")
 			assert.Equal(t, total, lane.Delivered())
 			bursts, latencies, maxPending, _, _ := obs.snapshot()
 			assert.Equal(t, []int{1, n}, bursts)
@@ -604,4 +605,79 @@ func TestFailReportsTheStreamDeathOnce(t *testing.T) {
 			assert.ErrorIs(t, r.Wait(ctx), died, "item %d", i)
 		}
 	})
+}
+
+// TestItemIsConfirmedByItsOwnAck checks that an item queued behind a later
+// one is confirmed as soon as its own rows are durable: the lane does not
+// hold it until the ack of the item submitted after it.
+func TestItemIsConfirmedByItsOwnAck(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, ingestfake.Config{ManualAck: true})
+	obs := &recorder{}
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
+	defer lane.Close()
+
+	_, r0 := submit(t, ctx, s, lane, 2)
+	require.NoError(t, s.WaitWaitCalls(ctx, 1)) // the lane waits for item 0...
+	span1, r1 := submit(t, ctx, s, lane, 3)     // ...while items 1 and 2 queue up
+	span2, r2 := submit(t, ctx, s, lane, 4)
+
+	s.AckUpTo(2)
+	require.NoError(t, r0.Wait(ctx))
+	s.AckUpTo(span1.To) // item 1's ack; item 2's is not in
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, r1.Wait(wctx), "item 1 is durable: it must not wait for item 2's ack")
+	assert.False(t, r2.Settled(), "item 2 is not durable yet")
+	assert.Equal(t, span1.To, lane.Delivered())
+
+	s.AckUpTo(span2.To)
+	require.NoError(t, r2.Wait(ctx))
+	assert.Equal(t, []uint64{2, span1.To, span2.To}, s.WaitTargets())
+	bursts, _, _, _, _ := obs.snapshot()
+	assert.Equal(t, []int{1, 1, 1}, bursts)
+}
+
+// TestLaneAddsNoLatencyToTheAckLatency models the service at steady state:
+// a batch every 20 ms, each acked 50 ms after it was submitted, so while the
+// lane waits for one ack the next two batches queue up. Each must be
+// confirmed about 50 ms after its submit, not when the last batch queued
+// with it is acked (~70 ms: the ack latency plus the batch spacing). The
+// bound leaves 15 ms for scheduling and lets two of the batches be late, so
+// that a busy machine does not fail it; holding a batch for its successor's
+// ack makes about half of them 20 ms late.
+func TestLaneAddsNoLatencyToTheAckLatency(t *testing.T) {
+	const (
+		ack     = 50 * time.Millisecond
+		spacing = 20 * time.Millisecond
+		batches = 16
+		slack   = 15 * time.Millisecond
+	)
+	ctx := testCtx(t)
+	s := openStream(t, ingestfake.Config{AckLatency: ack})
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, nil)
+	defer lane.Close()
+
+	lat := make([]time.Duration, batches)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(spacing)
+	defer tick.Stop()
+	for i := range batches {
+		<-tick.C
+		t0 := time.Now()
+		_, r := submit(t, ctx, s, lane, 10)
+		wg.Go(func() {
+			assert.NoError(t, r.Wait(ctx))
+			lat[i] = time.Since(t0)
+		})
+	}
+	wg.Wait()
+	late := 0
+	for _, d := range lat {
+		if d > ack+slack {
+			late++
+		}
+	}
+	t.Logf("submit → confirmed: %v", lat)
+	assert.LessOrEqual(t, late, 2, "batches confirmed later than %v after submit: %v", ack+slack, lat)
 }

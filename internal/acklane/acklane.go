@@ -78,6 +78,10 @@ type Lane[C Confirmation] struct {
 	w   Waiter
 	cfg Config
 	obs Observer
+	// clock and lag measure ack → confirmation; both nil unless the
+	// Waiter is an AckClock and the Observer an AckLagObserver.
+	clock AckClock
+	lag   AckLagObserver
 
 	ch        chan Pending[C]
 	pending   atomic.Int64  // enqueued (or being enqueued) minus settled
@@ -118,6 +122,11 @@ func New[C Confirmation](w Waiter, cfg Config, obs Observer) *Lane[C] {
 		exited:  make(chan struct{}),
 		failed:  make(chan struct{}),
 		settled: newSignal(),
+	}
+	clock, isClock := w.(AckClock)
+	lag, isLag := obs.(AckLagObserver)
+	if isClock && isLag {
+		l.clock, l.lag = clock, lag
 	}
 	go l.run()
 	return l
@@ -384,6 +393,11 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 	// is already recorded.
 	for i := range burst {
 		l.obs.ObserveDeliveryLatency(now.Sub(burst[i].SubmittedAt))
+		if l.clock != nil {
+			if at, ok := l.clock.AckedAt(burst[i].To); ok {
+				l.lag.ObserveAckLag(now.Sub(at))
+			}
+		}
 		burst[i].Confirm.receipt().settle(nil)
 	}
 	l.done(burst)

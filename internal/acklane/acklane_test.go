@@ -681,3 +681,73 @@ func TestLaneAddsNoLatencyToTheAckLatency(t *testing.T) {
 	t.Logf("submit → confirmed: %v", lat)
 	assert.LessOrEqual(t, late, 2, "batches confirmed later than %v after submit: %v", ack+slack, lat)
 }
+
+// clockStream is a fake stream that also dates its acks, as
+// ingest.ArrowStream does (acklane.AckClock).
+type clockStream struct {
+	*ingestfake.Stream
+	mu    sync.Mutex
+	acked map[uint64]time.Time // row → when the ack covering it arrived
+}
+
+func (c *clockStream) ackUpTo(row uint64, at time.Time) {
+	c.mu.Lock()
+	c.acked[row] = at
+	c.mu.Unlock()
+	c.AckUpTo(row)
+}
+
+func (c *clockStream) AckedAt(row uint64) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.acked[row]
+	return at, ok
+}
+
+// lagRecorder is a recorder that also keeps the ack → confirmation lags.
+type lagRecorder struct {
+	recorder
+	lagMu sync.Mutex
+	lags  []time.Duration
+}
+
+func (r *lagRecorder) ObserveAckLag(d time.Duration) {
+	r.lagMu.Lock()
+	defer r.lagMu.Unlock()
+	r.lags = append(r.lags, d)
+}
+
+// TestAckLagIsMeasuredFromEachItemsOwnAck checks the lane's own-latency
+// metric: one observation per confirmed item, measured from the time its
+// stream says the item's ack arrived.
+func TestAckLagIsMeasuredFromEachItemsOwnAck(t *testing.T) {
+	ctx := testCtx(t)
+	s := &clockStream{Stream: openStream(t, ingestfake.Config{ManualAck: true}), acked: map[uint64]time.Time{}}
+	obs := &lagRecorder{}
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
+	defer lane.Close()
+
+	rec := ingestfake.NewRecord(ingestfake.TestSchema, 2)
+	defer rec.Release()
+	var rs []*acklane.Receipt
+	var spans []ingest.Span
+	for range 2 {
+		span, err := s.Submit(ctx, rec)
+		require.NoError(t, err)
+		c, r := acklane.NewRawAnchor()
+		require.NoError(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c}))
+		rs, spans = append(rs, r), append(spans, span)
+	}
+	// Item 0's ack is dated an hour ago (a lane that sat on it), item 1's now.
+	s.ackUpTo(spans[0].To, time.Now().Add(-time.Hour))
+	require.NoError(t, rs[0].Wait(ctx))
+	s.ackUpTo(spans[1].To, time.Now())
+	require.NoError(t, rs[1].Wait(ctx))
+
+	obs.lagMu.Lock()
+	defer obs.lagMu.Unlock()
+	require.Len(t, obs.lags, 2)
+	assert.GreaterOrEqual(t, obs.lags[0], time.Hour)
+	assert.Less(t, obs.lags[1], time.Hour)
+	assert.GreaterOrEqual(t, obs.lags[1], time.Duration(0))
+}

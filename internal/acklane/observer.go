@@ -26,6 +26,20 @@ type Observer interface {
 	IncPoisoned(cause error)
 }
 
+// AckLagObserver is the optional part of an Observer that records the
+// lane's own share of a batch's latency: from the moment the stream received
+// the ack that made the batch durable to its confirmation. It is observed
+// only when the lane's Waiter is an AckClock (ingest.ArrowStream is).
+type AckLagObserver interface {
+	ObserveAckLag(d time.Duration)
+}
+
+// AckClock is the optional part of a Waiter that says when the ack making
+// row durable was received, and false when it does not know.
+type AckClock interface {
+	AckedAt(row uint64) (time.Time, bool)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) ObserveBurst(int)                     {}

@@ -356,6 +356,11 @@ func (l *Lane[C]) take(pend []Pending[C]) []Pending[C] {
 // wait waits once for target, retrying only after its own per-attempt
 // timeout while the stream is otherwise healthy.
 func (l *Lane[C]) wait(target uint64) error {
+	// Already durable (the ack that settled the last burst may cover this
+	// one too): no need to set up a wait.
+	if dr, ok := l.w.(durableReporter); ok && dr.Durable() >= target {
+		return nil
+	}
 	for {
 		ctx, cancel := l.ctx, context.CancelFunc(func() {})
 		if l.cfg.AckTimeout > 0 {

@@ -624,13 +624,15 @@ func TestItemIsConfirmedByItsOwnAck(t *testing.T) {
 
 	s.AckUpTo(2)
 	require.NoError(t, r0.Wait(ctx))
-	s.AckUpTo(span1.To) // item 1's ack; item 2's is not in
+	require.NoError(t, s.WaitWaitCalls(ctx, 2)) // the lane waits again...
+	s.AckUpTo(span1.To)                         // ...and item 1's ack comes in; item 2's is not in
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	require.NoError(t, r1.Wait(wctx), "item 1 is durable: it must not wait for item 2's ack")
 	assert.False(t, r2.Settled(), "item 2 is not durable yet")
 	assert.Equal(t, span1.To, lane.Delivered())
 
+	require.NoError(t, s.WaitWaitCalls(ctx, 3))
 	s.AckUpTo(span2.To)
 	require.NoError(t, r2.Wait(ctx))
 	assert.Equal(t, []uint64{2, span1.To, span2.To}, s.WaitTargets())

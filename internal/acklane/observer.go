@@ -7,8 +7,9 @@ import "time"
 // passed to New is replaced by one that discards everything.
 type Observer interface {
 	// ObserveBurst records the size of one coalesced burst: the number of
-	// items one WaitDurable confirmed (the coalesce ratio; 1 means no
-	// pipelining).
+	// items one pass of the lane confirmed on one cumulative ack, with one
+	// WaitDurable or none when they were durable already (the coalesce
+	// ratio; 1 means no pipelining).
 	ObserveBurst(size int)
 	// ObserveDeliveryLatency records, per confirmed item, the time from
 	// submit to confirmation.

@@ -4,9 +4,13 @@
 //
 // Writers submit rows to a stream fire-and-forget, then Enqueue a Pending item
 // carrying the end of their row span and a typed confirmation. The lane's one
-// goroutine takes one item, drains whatever else is queued, waits ONCE for the
-// largest offset of that burst (acks are cumulative, so one wait covers every
-// lesser item), then confirms the burst in offset order and advances Delivered.
+// goroutine keeps the unsettled items in offset order and waits for the
+// smallest; when the wait returns it takes whatever else was queued and
+// confirms, in offset order and in one pass, every item the stream's durable
+// watermark covers (acks are cumulative, so one wait settles every item its
+// ack made durable: the burst), then advances Delivered. It never waits for
+// an item's successor: an item is confirmed as soon as its own ack is in, so
+// the lane adds no latency to the service's ack latency.
 // Confirmations fire only from that goroutine and only after the stream
 // reported the rows durable; a failed stream fails its pending items, it never
 // confirms them.
@@ -74,6 +78,10 @@ type Lane[C Confirmation] struct {
 	w   Waiter
 	cfg Config
 	obs Observer
+	// clock and lag measure ack → confirmation; both nil unless the
+	// Waiter is an AckClock and the Observer an AckLagObserver.
+	clock AckClock
+	lag   AckLagObserver
 
 	ch        chan Pending[C]
 	pending   atomic.Int64  // enqueued (or being enqueued) minus settled
@@ -119,6 +127,11 @@ func New[C Confirmation](w Waiter, cfg Config, obs Observer) *Lane[C] {
 		exited:  make(chan struct{}),
 		failed:  make(chan struct{}),
 		settled: newSignal(),
+	}
+	clock, isClock := w.(AckClock)
+	lag, isLag := obs.(AckLagObserver)
+	if isClock && isLag {
+		l.clock, l.lag = clock, lag
 	}
 	go l.run()
 	return l
@@ -307,49 +320,84 @@ func (l *Lane[C]) stopErr() error {
 }
 
 // run is the lane's only goroutine: the only place confirmations fire.
+//
+// It keeps the unsettled items sorted by To and waits once for the
+// smallest; when that wait returns it takes whatever else was queued
+// meanwhile and confirms, in one pass, every item the stream's durable
+// watermark now covers (acks are cumulative: one ack settles all of them).
+// Waiting on the smallest rather than the largest is what keeps an item's
+// latency its own ack's: an item queued behind a later one is confirmed
+// when its own ack arrives, not held until the later one's.
 func (l *Lane[C]) run() {
 	defer close(l.exited)
-	burst := make([]Pending[C], 0, 64)
+	pend := make([]Pending[C], 0, 64) // unsettled, sorted by To
 	for {
-		select {
-		case p := <-l.ch:
-			burst = append(burst[:0], p)
-		case <-l.stop:
-			l.flush()
-			return
-		}
-	drain:
-		for {
+		if len(pend) == 0 {
 			select {
 			case p := <-l.ch:
-				burst = append(burst, p)
-			default:
-				break drain
+				pend = append(pend, p)
+			case <-l.stop:
+				l.flush()
+				return
 			}
 		}
+		pend = l.take(pend)
 		if err := l.Err(); err != nil {
-			l.failBurst(burst, err)
+			l.failBurst(pend, err)
+			pend = pend[:0]
 			continue
 		}
 		if l.ctx.Err() != nil { // closed: fail, never confirm, what is left
-			l.settle(burst, l.stopErr())
+			l.settle(pend, l.stopErr())
+			pend = pend[:0]
 			continue
 		}
 		l.obs.SetPending(int64(l.PendingRows()))
-		l.obs.ObserveBurst(len(burst))
-		target := slices.MaxFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) }).To
-		l.oldest.Store(slices.MinFunc(burst, func(a, b Pending[C]) int { return a.SubmittedAt.Compare(b.SubmittedAt) }).SubmittedAt.UnixNano())
+		target := pend[0].To
+		l.oldest.Store(slices.MinFunc(pend, func(a, b Pending[C]) int { return a.SubmittedAt.Compare(b.SubmittedAt) }).SubmittedAt.UnixNano())
 		if err := l.wait(target); err != nil {
-			l.failBurst(burst, err)
+			l.failBurst(pend, err) // what is queued meets the checks above
+			pend = pend[:0]
 			continue
 		}
-		l.confirm(burst, target)
+		// Items queued during the wait may be durable already.
+		pend = l.take(pend)
+		durable := target
+		if dr, ok := l.w.(durableReporter); ok {
+			durable = max(durable, dr.Durable())
+		}
+		n, _ := slices.BinarySearchFunc(pend, durable+1, func(p Pending[C], row uint64) int { return cmp.Compare(p.To, row) })
+		l.obs.ObserveBurst(n)
+		l.confirm(pend[:n], pend[n-1].To)
+		rest := copy(pend, pend[n:])
+		clear(pend[rest:]) // drop the moved-out copies' receipts
+		pend = pend[:rest]
+	}
+}
+
+// take moves every item queued on the channel into pend, keeping it sorted
+// by To (writers enqueue after their Submit returns, so two writers'
+// items can arrive out of order), and returns pend.
+func (l *Lane[C]) take(pend []Pending[C]) []Pending[C] {
+	for {
+		select {
+		case p := <-l.ch:
+			i, _ := slices.BinarySearchFunc(pend, p.To+1, func(q Pending[C], row uint64) int { return cmp.Compare(q.To, row) })
+			pend = slices.Insert(pend, i, p)
+		default:
+			return pend
+		}
 	}
 }
 
 // wait waits once for target, retrying only after its own per-attempt
 // timeout while the stream is otherwise healthy.
 func (l *Lane[C]) wait(target uint64) error {
+	// Already durable (the ack that settled the last burst may cover this
+	// one too): no need to set up a wait.
+	if dr, ok := l.w.(durableReporter); ok && dr.Durable() >= target {
+		return nil
+	}
 	for {
 		ctx, cancel := l.ctx, context.CancelFunc(func() {})
 		if l.cfg.AckTimeout > 0 {
@@ -391,6 +439,11 @@ func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
 	// is already recorded.
 	for i := range burst {
 		l.obs.ObserveDeliveryLatency(now.Sub(burst[i].SubmittedAt))
+		if l.clock != nil {
+			if at, ok := l.clock.AckedAt(burst[i].To); ok {
+				l.lag.ObserveAckLag(now.Sub(at))
+			}
+		}
 		burst[i].Confirm.receipt().settle(nil)
 	}
 	l.done(burst)

@@ -7,8 +7,9 @@ import "time"
 // passed to New is replaced by one that discards everything.
 type Observer interface {
 	// ObserveBurst records the size of one coalesced burst: the number of
-	// items one WaitDurable confirmed (the coalesce ratio; 1 means no
-	// pipelining).
+	// items one pass of the lane confirmed on one cumulative ack, with one
+	// WaitDurable or none when they were durable already (the coalesce
+	// ratio; 1 means no pipelining).
 	ObserveBurst(size int)
 	// ObserveDeliveryLatency records, per confirmed item, the time from
 	// submit to confirmation.
@@ -24,6 +25,20 @@ type Observer interface {
 	// called once per lane, whether the lane's wait saw the failure or Fail
 	// reported it.
 	IncPoisoned(cause error)
+}
+
+// AckLagObserver is the optional part of an Observer that records the
+// lane's own share of a batch's latency: from the moment the stream received
+// the ack that made the batch durable to its confirmation. It is observed
+// only when the lane's Waiter is an AckClock (ingest.ArrowStream is).
+type AckLagObserver interface {
+	ObserveAckLag(d time.Duration)
+}
+
+// AckClock is the optional part of a Waiter that says when the ack making
+// row durable was received, and false when it does not know.
+type AckClock interface {
+	AckedAt(row uint64) (time.Time, bool)
 }
 
 type nopObserver struct{}

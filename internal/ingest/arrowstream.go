@@ -82,6 +82,7 @@ type ArrowStream struct {
 	closed        bool
 	notify        chan struct{} // see changedLocked; nil while nobody waits
 	reconnects    int
+	acks          ackClock // when the watermark reached its recent positions
 }
 
 var (
@@ -567,8 +568,10 @@ func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
 	if pos <= s.durable.Load() {
 		return nil
 	}
+	now := time.Now()
 	s.durable.Store(pos)
-	s.lastProgress.Store(time.Now().UnixNano())
+	s.lastProgress.Store(now.UnixNano())
+	s.acks.record(pos, now)
 	released := 0
 	for released < len(s.pending) && s.pending[released].span.To <= pos {
 		p := s.pending[released]

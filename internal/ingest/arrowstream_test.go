@@ -86,6 +86,7 @@ func TestArrowStreamCumulativeAcks(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- s.WaitDurable(waitCtx(t), 10) }()
 
+	before := time.Now()
 	require.NoError(t, srv.conn(0).sendAck(0, 3, nil))
 	require.Eventually(t, func() bool { return s.Durable() == 3 }, 5*time.Second, time.Millisecond)
 	select {
@@ -93,10 +94,23 @@ func TestArrowStreamCumulativeAcks(t *testing.T) {
 		t.Fatal("WaitDurable(10) returned at durable 3")
 	case <-time.After(30 * time.Millisecond):
 	}
+	_, known := s.(*ArrowStream).AckedAt(4)
+	assert.False(t, known, "row 4 is not durable: no ack time")
 	require.NoError(t, srv.conn(0).sendAck(0, 2, nil)) // stale acks never move it back
 	require.NoError(t, srv.conn(0).sendAck(1, 10, nil))
 	require.NoError(t, <-waited)
 	assert.Equal(t, uint64(10), s.Durable())
+
+	// AckedAt dates each row by the ack that made it durable.
+	first, ok := s.(*ArrowStream).AckedAt(3)
+	require.True(t, ok)
+	second, ok := s.(*ArrowStream).AckedAt(4)
+	require.True(t, ok)
+	assert.False(t, first.Before(before))
+	assert.GreaterOrEqual(t, second.Sub(first), 30*time.Millisecond, "rows 4..10 were acked by the second ack")
+	last, ok := s.(*ArrowStream).AckedAt(10)
+	require.True(t, ok)
+	assert.Equal(t, second, last)
 }
 
 func TestArrowStreamAckAboveSentIsPoison(t *testing.T) {

@@ -44,6 +44,7 @@ const (
 	mAckBurstItems     = "zerobus_ack_burst_items_total"
 	mPendingOffsets    = "zerobus_pending_offsets"
 	mDeliveryLatency   = "zerobus_delivery_latency"
+	mAckLaneLag        = "zerobus_ack_lane_lag"
 	mAckLaneRetry      = "zerobus_ack_lane_retry_total"
 	mAckLanePoisoned   = "zerobus_ack_lane_poisoned_total"
 	mStreamRebuilds    = "zerobus_stream_rebuilds_total"
@@ -97,6 +98,7 @@ type streamMetrics struct {
 	burstItems Counter
 	pending    Gauge
 	latency    Timer
+	lag        Timer
 	retries    Counter
 	poisoned   Counter
 	rebuilds   Counter
@@ -159,6 +161,7 @@ func (x *Metrics) stream(i int) *streamMetrics {
 		burstItems: m.Counter(mAckBurstItems, labels...),
 		pending:    m.Gauge(mPendingOffsets, labels...),
 		latency:    m.Timer(mDeliveryLatency, labels...),
+		lag:        m.Timer(mAckLaneLag, labels...),
 		retries:    m.Counter(mAckLaneRetry, labels...),
 		poisoned:   m.Counter(mAckLanePoisoned, labels...),
 		rebuilds:   m.Counter(mStreamRebuilds, labels...),
@@ -255,7 +258,10 @@ type laneObserver struct {
 	table string
 }
 
-var _ acklane.Observer = laneObserver{}
+var (
+	_ acklane.Observer       = laneObserver{}
+	_ acklane.AckLagObserver = laneObserver{}
+)
 
 // ObserveBurst records how many pending batches one durability wait
 // confirmed: the coalesce ratio (1 = not pipelining), as a distribution so
@@ -272,6 +278,13 @@ func (l laneObserver) ObserveBurst(size int) {
 // ObserveDeliveryLatency records submit-to-confirmation time of one batch.
 func (l laneObserver) ObserveDeliveryLatency(d time.Duration) {
 	l.s.latency.Timing(d.Nanoseconds(), l.table, l.s.label)
+}
+
+// ObserveAckLag records, per batch, the time from the durable ack reaching
+// the client to the batch's confirmation: what the ack lane adds to the
+// service's ack latency.
+func (l laneObserver) ObserveAckLag(d time.Duration) {
+	l.s.lag.Timing(d.Nanoseconds(), l.table, l.s.label)
 }
 
 // SetPending records the rows submitted but not yet confirmed durable.

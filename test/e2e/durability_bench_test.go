@@ -41,24 +41,34 @@ import (
 // batch, each batch in its own goroutine, for durabilityWarm +
 // durabilityRun; samples of the warm-up are dropped.
 //
-// The figure with the target is writebatch: the output's own WriteBatch,
+// The figures with the target are writebatch: the output's own WriteBatch,
 // start to return (the engine's output_latency_ns timer around WriteBatch,
 // captured raw by a recording metrics exporter): convert, submit, and the
-// ack lane's wait. Why the batching period belongs in its bound although
-// the engine's batcher runs before WriteBatch: a lane waits once, on the
-// largest offset of the burst queued while its previous wait ran, so a
-// batch can be held until the ack of a batch submitted after it, one
-// period later on the same stream. Target: p99 <= 1.10 × (50 ms + 20 ms).
-// lane_delivery is the lane's own submit → confirmed.
+// ack lane's wait. Target (issue 12 item 5): p50 and p99 <= 1.10 × (50 ms +
+// 20 ms) = 77 ms. The batching period is in the bound as the issue states
+// it; the lane itself does not spend it: it waits for the smallest
+// unsettled offset and confirms every batch the durable watermark covers,
+// so a batch is confirmed on its own ack, never held for the ack of a batch
+// queued after it (which is what cost a period before, see
+// docs/performance.md). lane_delivery is the lane's own submit → confirmed.
 //
 // For reference, each run is followed by bare_client: the same rows at the
 // same rate, one batch per period, through our ingest client alone
 // (convert, Submit, WaitDurable on the batch's last row; no engine, pool or
 // lane) to the same emulator. What it shows above 50 ms is the machine's
-// and the emulator's, not the output's. row_to_durable (a producer call to
-// its return: the wait in the batcher plus WriteBatch, at most 50 ms + 2 ×
-// 20 ms by the same reasoning) and the machine's load average are printed
-// for the record.
+// and the emulator's, not the output's. On a machine whose own scheduling
+// tail is tens of ms (2 cores shared at load ~10), the absolute p99 says
+// more about the machine than the output: stalls hold up the acks of
+// both streams at once, for 100-500 ms. So the lane's own share
+// has its line and target: ack_lane_lag, the engine's
+// zerobus_ack_lane_lag timer, per batch the time from our client receiving
+// the durable ack that covers it to its confirmation; target p99 <= 10% of
+// (50 ms + 20 ms) = 7 ms. writebatch_p50/p99_over_bare (per run, the
+// pipeline's quantile minus the bare client's measured right after it) are
+// printed for the record: at p99 they swing with whichever run met a
+// stall. row_to_durable (a producer call to its return: the wait in the
+// batcher plus WriteBatch, about 50 ms + 20 ms) and the machine's load
+// average are printed for the record too.
 const (
 	durabilityAckLatency = 50 * time.Millisecond
 	durabilityPeriod     = 20 * time.Millisecond
@@ -91,7 +101,7 @@ func BenchmarkDurabilityLatency(b *testing.B) {
 	}
 
 	var maxRate float64
-	var wb, lane, e2e, bare [][]float64
+	var wb, lane, lag, e2e, bare [][]float64
 	var load []float64
 	var intervals []float64
 	for range b.N {
@@ -104,6 +114,7 @@ func BenchmarkDurabilityLatency(b *testing.B) {
 		for rep := range durabilityReps {
 			r := runSteady(b, fmt.Sprintf("durability-%d", rep), out, maxRate/2)
 			wb, lane, e2e = append(wb, r.writeBatch), append(lane, r.delivery), append(e2e, r.rowToDurable)
+			lag = append(lag, r.ackLag)
 			load = append(load, loadAverage())
 			intervals = append(intervals, r.batchInterval)
 			bare = append(bare, runBareClient(b, httpURL, grpcURL, maxRate/2))
@@ -123,17 +134,32 @@ func BenchmarkDurabilityLatency(b *testing.B) {
 		return v
 	}
 	benchreport.Report("durability/machine_loadavg_1m", load, benchreport.Info, 0, "")
-	benchreport.Report("durability/writebatch_p50_ms", pct(wb, 0.50), benchreport.Info, 0, "ms")
+	bound := 1.10 * (ack + period)
+	// over is, per run, the pipeline's q-quantile minus the bare client's
+	// measured right after it.
+	over := func(q float64) []float64 {
+		a, b := pct(wb, q), pct(bare, q)
+		v := make([]float64, len(a))
+		for i := range a {
+			v[i] = a[i] - b[i]
+		}
+		return v
+	}
+	wb50 := benchreport.Report("durability/writebatch_p50_ms", pct(wb, 0.50), benchreport.AtMost, bound, "ms")
 	benchreport.Report("durability/writebatch_p90_ms", pct(wb, 0.90), benchreport.Info, 0, "ms")
 	benchreport.Report("durability/lane_delivery_p99_ms", pct(lane, 0.99), benchreport.Info, 0, "ms")
-	wb99 := benchreport.Report("durability/writebatch_p99_ms", pct(wb, 0.99), benchreport.AtMost, 1.10*(ack+period), "ms")
+	wb99 := benchreport.Report("durability/writebatch_p99_ms", pct(wb, 0.99), benchreport.AtMost, bound, "ms")
 	benchreport.Report("durability/bare_client_p50_ms", pct(bare, 0.50), benchreport.Info, 0, "ms")
 	benchreport.Report("durability/bare_client_p99_ms", pct(bare, 0.99), benchreport.Info, 0, "ms")
+	benchreport.Report("durability/writebatch_p50_over_bare_ms", over(0.50), benchreport.Info, 0, "ms")
+	benchreport.Report("durability/writebatch_p99_over_bare_ms", over(0.99), benchreport.Info, 0, "ms")
+	added := benchreport.Report("durability/ack_lane_lag_p99_ms", pct(lag, 0.99), benchreport.AtMost, 0.10*(ack+period), "ms")
 	benchreport.Report("durability/row_to_durable_p50_ms", pct(e2e, 0.50), benchreport.Info, 0, "ms")
 	e99 := benchreport.Report("durability/row_to_durable_p99_ms", pct(e2e, 0.99), benchreport.Info, 0, "ms")
 	b.ReportMetric(maxRate, "max_rows/s")
-	b.ReportMetric(benchreport.Median(pct(wb, 0.50)), "writebatch_p50_ms")
+	b.ReportMetric(wb50, "writebatch_p50_ms")
 	b.ReportMetric(wb99, "writebatch_p99_ms")
+	b.ReportMetric(added, "ack_lane_lag_p99_ms")
 	b.ReportMetric(e99, "row_to_durable_p99_ms")
 }
 
@@ -213,6 +239,7 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 type steadyRun struct {
 	writeBatch    []float64
 	delivery      []float64 // the ack lane's submit → confirmed, per batch
+	ackLag        []float64 // the ack lane's durable ack received → confirmed, per batch
 	rowToDurable  []float64
 	batchInterval float64 // ms of the run per output batch
 }
@@ -297,6 +324,12 @@ func runSteady(b *testing.B, id, output string, rate float64) steadyRun {
 			r.delivery = append(r.delivery, float64(t.ns)/1e6)
 		}
 	}
+	for _, t := range rec.timings("zerobus_ack_lane_lag") {
+		if t.at.After(measureFrom) {
+			r.ackLag = append(r.ackLag, float64(t.ns)/1e6)
+		}
+	}
+	require.NotEmpty(b, r.ackLag, "no ack lane lag recorded")
 	batches := rec.count("output_batch_sent")
 	require.Positive(b, batches, "no batches sent")
 	r.batchInterval = float64(took) / 1e6 / float64(batches)

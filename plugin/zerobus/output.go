@@ -25,6 +25,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/memlimit"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 )
@@ -76,6 +77,8 @@ type output struct {
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
 	unhealth func()
+	// releaseMem gives back this output's share of the soft memory limit.
+	releaseMem func()
 }
 
 // engine is what the output writes through, built once.
@@ -126,6 +129,13 @@ func (o *output) health() []healthhttp.Table {
 func (o *output) Connect(ctx context.Context) error {
 	o.loggedKnobs.Do(func() {
 		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(pool.Size(o.wcfg.Pool))))
+		limit, set, release := memlimit.Reserve(memlimit.Share(int64(o.cfg.MaxInFlightBytes), o.cfg.MaxInFlight, o.cfg.Batching.ByteSize))
+		o.mu.Lock()
+		o.releaseMem = release
+		o.mu.Unlock()
+		if set {
+			o.log.Infof("zerobus: Go soft memory limit set to %d MiB (48 MiB + max_in_flight_bytes + max_in_flight × 4 × batching.byte_size over the zerobus outputs; never below 1.25 × the live heap + 32 MiB) since GOMEMLIMIT is unset; set GOMEMLIMIT to choose your own", limit>>20)
+		}
 		if o.cfg.TLS != nil && o.cfg.TLS.InsecureSkipVerify {
 			o.log.Warnf("zerobus: tls.skip_cert_verify is true: the certificates of %s and %s are NOT verified, so anyone on the path can read the credentials and the rows; use it only on a test rig", o.cfg.Endpoint, o.cfg.WorkspaceURL)
 		}
@@ -292,6 +302,9 @@ func (o *output) Close(ctx context.Context) error {
 	o.unhealth()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.releaseMem != nil {
+		o.releaseMem()
+	}
 	return o.closeLocked(ctx)
 }
 

@@ -77,11 +77,19 @@ const (
 	RolePrimaryRaw = "primary_raw"
 )
 
+// defaultMaxInFlight is the output's max_in_flight default (Benthos's is
+// 64): the batches of messages the engine holds for the output, bounded so
+// their memory stays modest whatever the row size (see the field).
+const defaultMaxInFlight = 16
+
 // Default batching applied when the `batching` field is absent: a count
 // bounded by a period, so a partially filled batch (for example redelivered
-// rows) is flushed within a second instead of parking until shutdown.
+// rows) is flushed within a second instead of parking until shutdown. The
+// count, 4,000, keeps 64,000 small rows in flight at max_in_flight 16 (as
+// 64 × 1,000 did), which hides 50 ms of ack latency; the byte bound keeps
+// larger rows' batches to about 1 MiB.
 const (
-	defaultBatchCount  = 1000
+	defaultBatchCount  = 4000
 	defaultBatchBytes  = 1 << 20
 	defaultBatchPeriod = "1s"
 )
@@ -158,15 +166,15 @@ func Spec() *service.ConfigSpec {
 			service.NewStringField(fClientSecret).
 				Description("OAuth client secret of the service principal. Empty means the `DATABRICKS_CLIENT_SECRET` environment variable. Never logged.").
 				Secret().Default(""),
-			service.NewOutputMaxInFlightField().
+			service.NewOutputMaxInFlightField().Default(defaultMaxInFlight).
 				LintRule(lintrule.AtLeast("max_in_flight", 1)).
-				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth; the default keeps a small stream pool busy."),
+				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth. It also bounds memory: the engine hands the output up to this many batches and holds each one's messages until it is acknowledged, whether it is being written or waiting for `max_in_flight_bytes`. At the default batching a batch holds up to about 4 MiB (the engine adds a whole input batch before it checks `byte_size`, and a message made by a mapping keeps its value and its JSON), so the default 16 (Benthos's is 64) keeps that under 64 MiB at any row size and, with the default batching count of 4,000, still keeps 64,000 small rows in flight."),
 			service.NewIntField(fMaxInFlightB).
-				Description("A byte budget for the data in flight: a batch reserves its bytes (its messages' bytes, corrected to its Arrow size once converted) before it is converted, waits while the budget is used up, and gives them back once it is durable or failed. This, not `max_in_flight`, bounds the output's memory whatever the row size; a batch larger than the whole budget is written alone. It also bounds, in bytes, what the `ack` lanes hold. It does not cover the messages of batches waiting their turn: the engine holds up to `max_in_flight` batches, so with large rows keep `batching.byte_size` or `max_in_flight` modest too.").
+				Description("A byte budget for the data in flight: a batch reserves its bytes (its messages' bytes, corrected to its Arrow size once converted) before it is converted, waits while the budget is used up, and gives them back once it is durable or failed. This, not `max_in_flight`, bounds the output's memory whatever the row size; a batch larger than the whole budget is written alone. It also bounds, in bytes, what the `ack` lanes hold. It does not cover the messages of batches waiting their turn (see `max_in_flight`). Unless `GOMEMLIMIT` is set, and when `batching.byte_size` bounds a batch, the output sets the Go soft memory limit to 48 MiB plus this budget plus `max_in_flight` × 4 × `batching.byte_size` (176 MiB at the defaults; logged at start-up; never below 1.25 × the live heap + 32 MiB, so a process holding more than that still collects at a steady pace): the collector then runs before the heap reaches twice the data in flight, not after. Set `GOMEMLIMIT` (or `GOMEMLIMIT=off`) to choose your own.").
 				Advanced().Default(tablewriter.DefaultMaxInFlightBytes).
 				LintRule(`root = if this <= 0 { [ "field `+fMaxInFlightB+`: must be positive, got %v".format(this) ] } else { [] }`),
 			service.NewBatchPolicyField(fBatching).
-				Description("Batching policy. When the field is absent the output batches `count: 1000` or `byte_size: 1048576`, whichever comes first, with `period: 1s` (the byte bound keeps the memory of large rows in check: the engine holds up to `max_in_flight` batches); a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
+				Description("Batching policy. When the field is absent the output batches `count: 4000` or `byte_size: 1048576`, whichever comes first, with `period: 1s` (the byte bound keeps the memory of large rows in check: the engine holds up to `max_in_flight` batches; the count keeps 64,000 small rows in flight at the default `max_in_flight`, enough to hide tens of milliseconds of ack latency); a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
 				Default(map[string]any{"count": defaultBatchCount, "byte_size": defaultBatchBytes, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).

@@ -35,9 +35,9 @@ func TestConfigDefaults(t *testing.T) {
 	c, err := parseYAML(t, minimalYAML)
 	require.NoError(t, err)
 
-	assert.Equal(t, 64, c.MaxInFlight)
+	assert.Equal(t, 16, c.MaxInFlight, "fewer batches of messages held than Benthos's 64: memory bounded at any row size")
 	assert.Equal(t, 64<<20, c.MaxInFlightBytes, "a conservative byte budget by default")
-	assert.Equal(t, 1000, c.Batching.Count)
+	assert.Equal(t, 4000, c.Batching.Count)
 	assert.Equal(t, "1s", c.Batching.Period)
 	assert.Equal(t, 2, c.StreamsMin)
 	assert.Equal(t, 16, c.StreamsMax)
@@ -67,7 +67,7 @@ func TestConfigBatching(t *testing.T) {
 		wantPeriod string
 		wantHow    string
 	}{
-		{"absent gets default", "", 1000, "1s", "as configured"},
+		{"absent gets default", "", 4000, "1s", "as configured"},
 		{"count without period gets a period", "batching:\n  count: 50\n", 50, "1s", "period added"},
 		{"byte_size without period gets a period", "batching:\n  byte_size: 1000\n", 0, "1s", "period added"},
 		{"explicit period kept", "batching:\n  count: 10\n  period: 50ms\n", 10, "50ms", "as configured"},
@@ -177,7 +177,7 @@ func TestKnobsNeverContainSecret(t *testing.T) {
 	assert.NotContains(t, line, "secret=secret")
 	assert.Contains(t, line, "client_secret=set")
 	assert.Contains(t, line, "pool_size=3")
-	assert.Contains(t, line, "max_in_flight=64")
+	assert.Contains(t, line, "max_in_flight=16")
 	assert.Contains(t, line, "max_in_flight_bytes=67108864")
 	assert.Contains(t, line, "ack.timeout=5m0s")
 }

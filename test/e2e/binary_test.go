@@ -160,7 +160,7 @@ const (
 func TestBinaryQuickstart(t *testing.T) {
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", quickstartTable+":"+quickstartCols)
 	const rows = 3000
-	logs := runExample(t, httpURL, grpcURL, "quickstart.yaml", fmt.Sprintf("QUICKSTART_COUNT=%d", rows), "LOG_LEVEL=INFO")
+	logs := runExample(t, httpURL, grpcURL, "quickstart.yaml", fmt.Sprintf("QUICKSTART_COUNT=%d", rows), "LOG_LEVEL=INFO", "GOMEMLIMIT=")
 
 	ti := readTableInfo(t, httpURL, quickstartTable)
 	assert.Equal(t, int64(rows), ti.RowCount, "every generated row is durable once the pipeline exits")
@@ -177,7 +177,10 @@ func TestBinaryQuickstart(t *testing.T) {
 
 	// The start-up line logs every knob, with the derived pool size, and no secret.
 	assert.Contains(t, logs, "pool_size=2")
-	assert.Contains(t, logs, "max_in_flight=64")
+	assert.Contains(t, logs, "max_in_flight=16")
+	// The example batches by count alone, which bounds no batch's bytes:
+	// no soft memory limit is derived (plugin/zerobus tests the defaults').
+	assert.NotContains(t, logs, "Go soft memory limit")
 	assert.Contains(t, logs, "client_secret=set")
 	assert.NotContains(t, logs, "emulator-secret")
 }

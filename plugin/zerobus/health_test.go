@@ -40,11 +40,11 @@ func TestRoutedStoppedStreamsReportNotConnected(t *testing.T) {
 		s.Poison(&ingest.Error{Class: ingest.FatalConfig, Err: errors.New("PERMISSION_DENIED")})
 	}
 	require.Eventually(t, func() bool {
-		return o.eng.Load().router.Health()[0].State == tablewriter.StateStopped
+		return o.eng.Load().Router.Health()[0].State == tablewriter.StateStopped
 	}, 5*time.Second, 5*time.Millisecond)
 	require.ErrorIs(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"2"}`)), service.ErrNotConnected)
 	require.NoError(t, o.Connect(ctx), "Connect reopens the table's writer")
-	assert.Equal(t, tablewriter.StateUp, o.eng.Load().router.Health()[0].State)
+	assert.Equal(t, tablewriter.StateUp, o.eng.Load().Router.Health()[0].State)
 	require.NoError(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"2"}`)))
 }
 

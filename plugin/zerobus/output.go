@@ -70,7 +70,7 @@ type output struct {
 	mu     sync.Mutex
 	opener ingest.Opener
 	cat    catalog.TableCatalog
-	eng    atomic.Pointer[engine]
+	eng    atomic.Pointer[tablewriter.Engine]
 	// permanent spaces Connect attempts that failed for good (1s → 60s).
 	permanent *backoff.Backoff
 
@@ -79,13 +79,6 @@ type output struct {
 	unhealth func()
 	// releaseMem gives back this output's share of the soft memory limit.
 	releaseMem func()
-}
-
-// engine is what the output writes through, built once.
-type engine struct {
-	w      *tablewriter.Writer      // a static table; nil when routed
-	router *tablewriter.Router      // an interpolated table; nil when static
-	dlq    *tablewriter.DeadLetters // nil without dead_letter
 }
 
 func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, error) {
@@ -116,7 +109,7 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 // health lists the output's tables for the health endpoint.
 func (o *output) health() []healthhttp.Table {
 	if e := o.eng.Load(); e != nil {
-		return healthhttp.Tables(o.cfg.Table, e.w, e.router, e.dlqWriter())
+		return healthhttp.Tables(o.cfg.Table, e.Writer, e.Router, e.DeadLetterWriter())
 	}
 	return healthhttp.Tables(o.cfg.Table, nil, nil, nil)
 }
@@ -144,45 +137,21 @@ func (o *output) Connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, open := range e.opens() {
-		if err := open(ctx); err != nil {
-			if wait, ok := tablewriter.RetryAfter(err); ok {
-				return service.NewErrBackOff(err, wait)
-			}
-			if ingest.IsPermanent(err) {
-				// Bad credentials, missing grants, invalid names: retrying
-				// soon cannot help, so back off exponentially (the engine's
-				// own back-off stops at 1s) until someone fixes it.
-				o.reloadCredentials(ctx)
-				return service.NewErrBackOff(err, o.permanent.Next())
-			}
-			return err
+	if err := e.Open(ctx); err != nil {
+		if wait, ok := tablewriter.RetryAfter(err); ok {
+			return service.NewErrBackOff(err, wait)
 		}
+		if ingest.IsPermanent(err) {
+			// Bad credentials, missing grants, invalid names: retrying
+			// soon cannot help, so back off exponentially (the engine's
+			// own back-off stops at 1s) until someone fixes it.
+			o.reloadCredentials(ctx)
+			return service.NewErrBackOff(err, o.permanent.Next())
+		}
+		return err
 	}
 	o.permanent.Reset()
 	return nil
-}
-
-// opens are the engine's Open steps: its writer's (or its router's
-// reconnect), then its dead-letter writer's.
-func (e *engine) opens() (fs []func(context.Context) error) {
-	if e.w != nil {
-		fs = append(fs, e.w.Open)
-	}
-	if e.router != nil {
-		fs = append(fs, e.router.Reconnect)
-	}
-	if w := e.dlqWriter(); w != nil {
-		fs = append(fs, w.Open)
-	}
-	return fs
-}
-
-func (e *engine) dlqWriter() *tablewriter.Writer {
-	if e.dlq == nil {
-		return nil
-	}
-	return e.dlq.Writer()
 }
 
 // reloadCredentials re-reads the credentials taken from the environment;
@@ -203,7 +172,7 @@ func (o *output) reloadCredentials(ctx context.Context) {
 }
 
 // engine returns the writers, creating them and their clients on first use.
-func (o *output) engine() (*engine, error) {
+func (o *output) engine() (*tablewriter.Engine, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if e := o.eng.Load(); e != nil {
@@ -217,11 +186,11 @@ func (o *output) engine() (*engine, error) {
 		met := tablewriter.NewMetrics(metricsSink{o.mgr.Metrics()}, cfg.Table)
 		return tablewriter.New(cfg, opener, cat, log, met)
 	}
-	e := &engine{}
+	e := &tablewriter.Engine{}
 	if o.cfg.TableInterp == nil {
-		e.w = newWriter(o.wcfg)
+		e.Writer = newWriter(o.wcfg)
 	} else {
-		e.router = tablewriter.NewRouter(func(table string) *tablewriter.Writer {
+		e.Router = tablewriter.NewRouter(func(table string) *tablewriter.Writer {
 			cfg := o.wcfg
 			cfg.Table = table
 			return newWriter(cfg)
@@ -230,7 +199,7 @@ func (o *output) engine() (*engine, error) {
 	if o.cfg.DLTable != "" {
 		cfg := o.wcfg
 		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role, cfg.Coverage = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived, nil
-		e.dlq = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
+		e.DeadLetters = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)
 	return e, nil
@@ -255,31 +224,31 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	}
 	var rowErrs []tablewriter.RowError
 	sourceOf := func(int) string { return o.cfg.Table }
-	if e.router != nil {
+	if e.Router != nil {
 		tables := make([]string, len(batch))
 		tableErrs := make([]error, len(batch))
 		for i, m := range batch {
 			tables[i], tableErrs[i] = o.cfg.TableInterp.TryString(m)
 		}
 		sourceOf = func(i int) string { return tables[i] }
-		rowErrs = e.router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
+		rowErrs = e.Router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
 		if tablewriter.AllNotOpen(rowErrs, len(batch)) {
 			return service.ErrNotConnected // Connect reopens them
 		}
 	} else {
 		var err error
-		if rowErrs, err = e.w.Write(ctx, rows, keyOf); err != nil {
+		if rowErrs, err = e.Writer.Write(ctx, rows, keyOf); err != nil {
 			if errors.Is(err, tablewriter.ErrNotOpen) {
 				return service.ErrNotConnected // the writer logged why, once
 			}
 			return err
 		}
 	}
-	if len(rowErrs) > 0 && e.dlq != nil {
+	if len(rowErrs) > 0 && e.DeadLetters != nil {
 		// The batch is acknowledged only once its dead letters are durable
 		// too: an error here nacks it whole (at-least-once).
 		var err error
-		if rowErrs, err = e.dlq.Write(ctx, sourceOf, rows, rowErrs); err != nil {
+		if rowErrs, err = e.DeadLetters.Write(ctx, sourceOf, rows, rowErrs); err != nil {
 			return err
 		}
 	}
@@ -313,15 +282,7 @@ func (o *output) Close(ctx context.Context) error {
 func (o *output) closeLocked(ctx context.Context) error {
 	var errs []error
 	if e := o.eng.Load(); e != nil {
-		if e.w != nil {
-			errs = append(errs, e.w.Close(ctx))
-		}
-		if e.router != nil {
-			errs = append(errs, e.router.Close(ctx))
-		}
-		if w := e.dlqWriter(); w != nil {
-			errs = append(errs, w.Close(ctx))
-		}
+		errs = append(errs, e.Close(ctx))
 	}
 	if c, ok := o.opener.(io.Closer); ok && o.deps.opener == nil {
 		errs = append(errs, c.Close())

@@ -422,7 +422,7 @@ func TestSchemaRejectionRedescribesTable(t *testing.T) {
 	// redelivered batch and rows with the new column go through without
 	// provisioning.
 	require.Eventually(t, func() bool {
-		return slices.ContainsFunc(h.out.eng.Load().w.Columns(), func(c typemap.Column) bool { return c.Name == "region" })
+		return slices.ContainsFunc(h.out.eng.Load().Writer.Columns(), func(c typemap.Column) bool { return c.Name == "region" })
 	}, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b","region":"eu"}`)))
 }

@@ -274,7 +274,7 @@ input:
 %s
 output:
 %s
-`, indent(benchInput(rows)), indent(emu.outputYAML("")))), 0o600))
+`, indentBy(benchInput(rows), 2), indentBy(emu.outputYAML(""), 2))), 0o600))
 	var peaks []float64
 	for range b.N * benchReps {
 		before := emu.rowsAcked(b)
@@ -412,7 +412,7 @@ input:
 %s
 output:
 %s
-`, addr, indent(input(rows)), indent(output))), 0o600))
+`, addr, indentBy(input(rows), 2), indentBy(output, 2))), 0o600))
 	p := startBinary(b, path, nil, "run", cfg)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
@@ -461,14 +461,6 @@ output:
 	require.True(b, ok, "no rusage for the pipeline process")
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	return pipelineRun{rate: (nHi - nLo) / tHi.Sub(tLo).Seconds(), cpu: cpu}
-}
-
-func indent(s string) string {
-	var out []string
-	for _, l := range strings.Split(strings.Trim(s, "\n"), "\n") {
-		out = append(out, "  "+l)
-	}
-	return strings.Join(out, "\n")
 }
 
 // BenchmarkManyTables offers 1,000 rows/s to one table and then spread

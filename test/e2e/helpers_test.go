@@ -202,3 +202,14 @@ func asInt64(v any) (int64, bool) {
 	}
 	return 0, false
 }
+
+// indentBy prefixes every line of s with n spaces (a trailing newline
+// dropped), to put a YAML block under a key.
+func indentBy(s string, n int) string {
+	pad := strings.Repeat(" ", n)
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		out = append(out, pad+l)
+	}
+	return strings.Join(out, "\n")
+}

@@ -125,15 +125,6 @@ output:
 `, httpURL, table, emulator.DefaultClientID, emulator.DefaultClientSecret, recoveryWH, indentBy(extra, 4), path)
 }
 
-func indentBy(s string, n int) string {
-	pad := strings.Repeat(" ", n)
-	var out []string
-	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		out = append(out, pad+l)
-	}
-	return strings.Join(out, "\n")
-}
-
 // runProduct runs the product binary on the YAML config until it exits by
 // itself (at most 90s) and returns its output and exit status.
 func runProduct(t *testing.T, config string) (string, int) {

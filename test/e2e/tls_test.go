@@ -179,7 +179,7 @@ func TestBinaryHonoursHTTPSProxy(t *testing.T) {
 	run := func(t *testing.T, output string, env ...string) string {
 		cfg := filepath.Join(t.TempDir(), "config.yaml")
 		y := "input:\n  generate:\n    count: 300\n    interval: \"\"\n    batch_size: 100\n    mapping: |\n      root.id = counter()\n      root.msg = \"via proxy\"\n" +
-			"output:\n" + indentYAML(output, "  ") + "http:\n  address: " + freeAddr(t) + "\n"
+			"output:\n" + indentBy(output, 2) + "\n" + "http:\n  address: " + freeAddr(t) + "\n"
 		require.NoError(t, os.WriteFile(cfg, []byte(y), 0o600))
 		p := start(t, append(env, "NO_PROXY=", "no_proxy=", "HTTP_PROXY=", "http_proxy=", "https_proxy="), "run", cfg)
 		done := make(chan error, 1)
@@ -206,13 +206,4 @@ func TestBinaryHonoursHTTPSProxy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(600), n)
 	assert.Equal(t, before, proxy.Connects(), "no tunnel for 127.0.0.1")
-}
-
-// indentYAML prefixes every line of y.
-func indentYAML(y, prefix string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimRight(y, "\n"), "\n") {
-		b.WriteString(prefix + l + "\n")
-	}
-	return b.String()
 }

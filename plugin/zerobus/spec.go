@@ -493,7 +493,7 @@ func (c *outputConfig) loadCredentials() string {
 }
 
 // effectiveBatching adds a period to a count/byte_size policy that lacks
-// one (the field's own default, count 1000 every 1s, applies when it is
+// one (the field's own default, count 4000 or 1 MiB every 1s, applies when it is
 // absent). The string says what was done, for the start-up log.
 func effectiveBatching(p service.BatchPolicy) (service.BatchPolicy, string) {
 	if (p.Count > 1 || p.ByteSize > 0) && p.Period == "" {

@@ -264,17 +264,7 @@ func BenchmarkAckLatencyTolerance(b *testing.B) {
 func BenchmarkPeakRSS(b *testing.B) {
 	rows := 2 * rowsForBench()
 	emu := startBenchEmulator(b)
-	cfg := filepath.Join(b.TempDir(), "load.yaml")
-	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-http:
-  enabled: false
-logger:
-  level: warn
-input:
-%s
-output:
-%s
-`, indentBy(benchInput(rows), 2), indentBy(emu.outputYAML(""), 2))), 0o600))
+	cfg := writeConfig(b, "warn", benchInput(rows), emu.outputYAML(""))
 	var peaks []float64
 	for range b.N * benchReps {
 		before := emu.rowsAcked(b)

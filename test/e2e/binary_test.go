@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
 var (
@@ -335,4 +337,37 @@ func TestBinaryExampleProvisioning(t *testing.T) {
 	assert.Equal(t, "STRING", types["customer"])
 	assert.Equal(t, "DOUBLE", types["amount"])
 	assert.Equal(t, "STRING", types["region"], "the field first seen mid-stream became a column")
+}
+
+// writeConfig writes a product config running input → output (YAML blocks
+// from column 0) with the HTTP server off and the logger at level, and
+// returns its path.
+func writeConfig(tb testing.TB, level, input, output string) string {
+	tb.Helper()
+	cfg := filepath.Join(tb.TempDir(), "config.yaml")
+	y := "http:\n  enabled: false\nlogger:\n  level: " + level + "\ninput:\n" + indentBy(input, 2) + "\noutput:\n" + indentBy(output, 2) + "\n"
+	require.NoError(tb, os.WriteFile(cfg, []byte(y), 0o600))
+	return cfg
+}
+
+// zerobusOutput is the zerobus output block (from column 0) writing table
+// on the emulator at grpcURL and httpURL with its default credentials, with
+// extra knob lines (each block from column 0, as under "zerobus:").
+func zerobusOutput(grpcURL, httpURL, table string, extra ...string) string {
+	y := fmt.Sprintf("zerobus:\n  endpoint: %s\n  workspace_url: %s\n  table: %s\n  client_id: %s\n  client_secret: %s\n",
+		grpcURL, httpURL, table, emulator.DefaultClientID, emulator.DefaultClientSecret)
+	for _, e := range extra {
+		for _, l := range strings.Split(strings.TrimRight(e, "\n"), "\n") {
+			if l != "" {
+				y += "  " + l + "\n"
+			}
+		}
+	}
+	return y
+}
+
+// repeatInput generates rows rows of {"id": n, "msg": "x" repeated size
+// times} in input batches of batch.
+func repeatInput(rows, batch, size int) string {
+	return fmt.Sprintf("generate:\n  count: %d\n  interval: \"\"\n  batch_size: %d\n  mapping: |\n    root.id = counter()\n    root.msg = \"x\".repeat(%d)\n", rows, batch, size)
 }

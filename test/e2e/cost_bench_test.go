@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
 // Cost as the work grows: what a MB of rows costs the product binary in CPU
@@ -96,16 +93,7 @@ func BenchmarkCostByRowSize(b *testing.B) {
 		if pool == 0 {
 			return "drop: {}"
 		}
-		return fmt.Sprintf(`zerobus:
-    endpoint: %s
-    workspace_url: %s
-    table: %s
-    client_id: %s
-    client_secret: %s
-    streams:
-      min: %d
-      max: %d
-`, grpcURL, httpURL, costTable, emulator.DefaultClientID, emulator.DefaultClientSecret, pool, pool)
+		return zerobusOutput(grpcURL, httpURL, costTable, fmt.Sprintf("streams:\n  min: %d\n  max: %d", pool, pool))
 	}
 	// Pool 0 is drop.
 	pools := append([]int{0}, costPools...)
@@ -211,23 +199,7 @@ func costConfig(b *testing.B, s costSize, rows int, output string) string {
 	// {"id":N,"msg":"…"} is 17 bytes plus the id's digits: about 24 with
 	// ids up to 10^7.
 	msgLen := max(s.size-24, 1)
-	cfg := filepath.Join(b.TempDir(), "cost.yaml")
-	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-http:
-  enabled: false
-logger:
-  level: warn
-input:
-  generate:
-    count: %d
-    interval: ""
-    batch_size: %d
-    mapping: |
-      root.id = counter()
-      root.msg = "x".repeat(%d)
-output:
-  %s`, rows, inBatch, msgLen, output)), 0o600))
-	return cfg
+	return writeConfig(b, "warn", repeatInput(rows, inBatch, msgLen), output)
 }
 
 // runCost runs the binary on cfg to its end and returns its CPU time and,

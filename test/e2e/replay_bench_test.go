@@ -254,31 +254,17 @@ func BenchmarkReplayPeakRSS(b *testing.B) {
 // exit, every row durable.
 func writeWithBinary(b *testing.B, httpURL, grpcURL string, from, to int) {
 	b.Helper()
-	cfg := filepath.Join(b.TempDir(), "write.yaml")
-	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-http:
-  enabled: false
-logger:
-  level: warn
-input:
-  generate:
-    count: %d
-    interval: ""
-    batch_size: 1000
-    mapping: |
-      let n = counter() + %d - 1
-      root.id = $n
-      root.msg = "m-%%d".format($n)
-      root._zb_source = "topic/%%d".format($n %% 3)
-      root._zb_offset = ($n / 3).floor().int64()
-output:
-  zerobus:
-    endpoint: %s
-    workspace_url: %s
-    table: %s
-    client_id: %s
-    client_secret: %s
-`, to-from, from, grpcURL, httpURL, replayTable, emulator.DefaultClientID, emulator.DefaultClientSecret)), 0o600))
+	cfg := writeConfig(b, "warn", fmt.Sprintf(`generate:
+  count: %d
+  interval: ""
+  batch_size: 1000
+  mapping: |
+    let n = counter() + %d - 1
+    root.id = $n
+    root.msg = "m-%%d".format($n)
+    root._zb_source = "topic/%%d".format($n %% 3)
+    root._zb_offset = ($n / 3).floor().int64()
+`, to-from, from), zerobusOutput(grpcURL, httpURL, replayTable))
 	p := start(b, nil, "run", cfg)
 	require.NoError(b, p.cmd.Wait(), "writing rows [%d, %d) failed:\n%s", from, to, p.out.String())
 }
@@ -295,21 +281,8 @@ var (
 // peak, see runForPeakRSS).
 func replayWithBinary(b *testing.B, httpURL string) (peak int64, took time.Duration, rows, files int64) {
 	b.Helper()
-	cfg := filepath.Join(b.TempDir(), "replay.yaml")
-	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-http:
-  enabled: false
-logger:
-  level: info
-input:
-  zerobus_replay:
-    workspace_url: %s
-    table: %s
-    client_id: %s
-    client_secret: %s
-output:
-  drop: {}
-`, httpURL, replayTable, emulator.DefaultClientID, emulator.DefaultClientSecret)), 0o600))
+	cfg := writeConfig(b, "info", fmt.Sprintf("zerobus_replay:\n  workspace_url: %s\n  table: %s\n  client_id: %s\n  client_secret: %s\n",
+		httpURL, replayTable, emulator.DefaultClientID, emulator.DefaultClientSecret), "drop: {}")
 	began := time.Now()
 	p := start(b, nil, "run", cfg)
 	done := make(chan error, 1)

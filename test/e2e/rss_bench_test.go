@@ -2,17 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
 // Peak memory of the product binary by row size: generate → zerobus at the
@@ -107,37 +102,9 @@ func runRSSCase(b *testing.B, httpURL, grpcURL string, c rssCase) (int64, float6
 	// Input batches of at most about 1 MiB (and 500 rows): the input's
 	// batching is the input's memory, not the output's.
 	inBatch := min(max((1<<20)/c.size, 1), 500)
-	out := fmt.Sprintf(`zerobus:
-    endpoint: %s
-    workspace_url: %s
-    table: %s
-    client_id: %s
-    client_secret: %s
-`, grpcURL, httpURL, rssTable, emulator.DefaultClientID, emulator.DefaultClientSecret)
 	// ZEROBUS_BENCH_OUTPUT adds knobs to every case, for exploring them.
-	for _, extra := range []string{c.extra, benchOutputExtra()} {
-		for _, l := range strings.Split(strings.TrimRight(extra, "\n"), "\n") {
-			if l != "" {
-				out += "    " + l + "\n"
-			}
-		}
-	}
-	cfg := filepath.Join(b.TempDir(), "rss.yaml")
-	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-http:
-  enabled: false
-logger:
-  level: warn
-input:
-  generate:
-    count: %d
-    interval: ""
-    batch_size: %d
-    mapping: |
-      root.id = counter()
-      root.msg = "x".repeat(%d)
-output:
-  %s`, c.rows, inBatch, c.size, out)), 0o600))
+	out := zerobusOutput(grpcURL, httpURL, rssTable, c.extra, benchOutputExtra())
+	cfg := writeConfig(b, "warn", repeatInput(c.rows, inBatch, c.size), out)
 
 	before := rowsAcked(b, httpURL)
 	hwm, took := runForPeakRSS(b, cfg)

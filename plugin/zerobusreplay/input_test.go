@@ -3,6 +3,7 @@ package zerobusreplay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,19 +24,8 @@ func parse(t *testing.T, y string) (Config, error) {
 }
 
 func TestReplayRefusesNonPrimaryRawTable(t *testing.T) {
-	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
-		Tables: []string{"main.raw.plain:id BIGINT NOT NULL, msg STRING"}})
-	require.NoError(t, err)
-	defer srv.Close()
-
-	cfg, err := parse(t, fmt.Sprintf("workspace_url: %s\ntable: main.raw.plain\nclient_id: %s\nclient_secret: %s\n",
-		srv.HTTPURL(), emulator.DefaultClientID, emulator.DefaultClientSecret))
-	require.NoError(t, err)
-	in := newInput(cfg, service.MockResources())
-	defer in.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = in.connect(ctx)
+	in, err := connectTo(t, "main.raw.plain:id BIGINT NOT NULL, msg STRING", "")
+	ctx := context.Background()
 	require.Error(t, err)
 	for _, pre := range []string{catalog.PreIcebergReads, catalog.PreColumnMapping, catalog.PreDeletionVectors} {
 		assert.Contains(t, err.Error(), pre, "names each unmet precondition")
@@ -132,4 +122,24 @@ func TestCoverageReport(t *testing.T) {
 	assert.Equal(t, []coverageGap{{"t/0", r(100, 120)}}, missing, "beyond the last durable offset is a gap")
 	_, missing = coverageReport(ranges, Where{Source: "t/9", OffsetFrom: &from, OffsetTo: &to})
 	assert.Equal(t, []coverageGap{{"t/9", r(10, 120)}}, missing, "a source never recorded is one gap")
+}
+
+// connectTo starts an emulator with the table spec (a plain table, with no
+// primary-raw properties), connects a replay input of it, with extra config
+// lines, and returns the input and the error of its connect step.
+func connectTo(t *testing.T, table, extra string) (*input, error) {
+	t.Helper()
+	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
+		Tables: []string{table}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	name, _, _ := strings.Cut(table, ":")
+	cfg, err := parse(t, fmt.Sprintf("workspace_url: %s\ntable: %s\nclient_id: %s\nclient_secret: %s\n%s",
+		srv.HTTPURL(), name, emulator.DefaultClientID, emulator.DefaultClientSecret, extra))
+	require.NoError(t, err)
+	in := newInput(cfg, service.MockResources())
+	t.Cleanup(func() { _ = in.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return in, in.connect(ctx)
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
 func TestIsRefusal(t *testing.T) {
@@ -61,18 +60,7 @@ func TestUnreachableWorkspaceIsRetried(t *testing.T) {
 // Without require_primary_raw a table is still refused when it has no
 // Iceberg reads: the REST catalog never serves it, so retrying cannot help.
 func TestTableWithoutIcebergReadsIsRefused(t *testing.T) {
-	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
-		Tables: []string{"main.raw.plain:id BIGINT NOT NULL"}})
-	require.NoError(t, err)
-	defer srv.Close()
-	cfg, err := parse(t, fmt.Sprintf("workspace_url: %s\ntable: main.raw.plain\nclient_id: %s\nclient_secret: %s\nrequire_primary_raw: false\n",
-		srv.HTTPURL(), emulator.DefaultClientID, emulator.DefaultClientSecret))
-	require.NoError(t, err)
-	in := newInput(cfg, service.MockResources())
-	defer in.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = in.connect(ctx)
+	_, err := connectTo(t, "main.raw.plain:id BIGINT NOT NULL", "require_primary_raw: false\n")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "has no Iceberg reads")
 	assert.True(t, isRefusal(err))

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -341,16 +340,7 @@ func (e benchEmulator) setAckLatency(b *testing.B, d time.Duration) {
 // rowsAcked is the emulator's count of rows acked into the events table.
 func (e benchEmulator) rowsAcked(b *testing.B) int64 {
 	b.Helper()
-	resp, err := http.Get(e.httpURL + "/emulator/v1/stats")
-	require.NoError(b, err)
-	defer resp.Body.Close()
-	var st struct {
-		Tables map[string]struct {
-			RowsAcked int64 `json:"rows_acked"`
-		} `json:"tables"`
-	}
-	require.NoError(b, json.NewDecoder(resp.Body).Decode(&st))
-	return st.Tables[eventsTable].RowsAcked
+	return rowsAckedIn(b, e.httpURL, eventsTable)
 }
 
 // pipelineRun is what one run of the product binary measured.

@@ -151,19 +151,8 @@ func (r *Recorder) Durable(bySource map[string]*RangeSet) {
 	}
 	r.mu.Lock()
 	for src, set := range bySource {
-		d := r.durable[src]
-		if d == nil {
-			d = &RangeSet{}
-			r.durable[src] = d
-		}
-		d.Union(set)
-		c := r.dirty[src]
-		if c == nil {
-			c = &RangeSet{}
-			r.dirty[src] = c
-		}
-		c.Union(set)
-		r.nDirty += set.Len()
+		unionInto(r.durable, src, set)
+		r.markDirtyLocked(src, set)
 	}
 	full := r.nDirty >= r.cfg.FlushRanges
 	r.mu.Unlock()
@@ -173,6 +162,22 @@ func (r *Recorder) Durable(bySource map[string]*RangeSet) {
 		default:
 		}
 	}
+}
+
+// markDirtyLocked adds set to the ranges of src the next flush writes.
+func (r *Recorder) markDirtyLocked(src string, set *RangeSet) {
+	unionInto(r.dirty, src, set)
+	r.nDirty += set.Len()
+}
+
+// unionInto adds set to m[src], creating it when absent.
+func unionInto(m map[string]*RangeSet, src string, set *RangeSet) {
+	d := m[src]
+	if d == nil {
+		d = &RangeSet{}
+		m[src] = d
+	}
+	d.Union(set)
 }
 
 // Covered returns the ranges of source recorded durable so far (written to
@@ -247,13 +252,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		r.failures++
 		r.mu.Lock()
 		for src, set := range taken {
-			c := r.dirty[src]
-			if c == nil {
-				c = &RangeSet{}
-				r.dirty[src] = c
-			}
-			c.Union(set)
-			r.nDirty += set.Len()
+			r.markDirtyLocked(src, set)
 		}
 		r.mu.Unlock()
 		return fmt.Errorf("write %d coverage rows: %w", len(rows), err)

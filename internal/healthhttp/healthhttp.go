@@ -226,27 +226,19 @@ func tableReport(t Table) TableReport {
 	}
 	for _, s := range t.Streams {
 		sr := StreamReport{
-			Index: s.Index, State: string(s.State), StateAgeSeconds: age(t.At, s.Since),
+			Index: s.Index, State: string(s.State), StateAgeSeconds: t.Age(s.Since).Seconds(),
 			Generation: s.Generation, Rebuilds: s.Rebuilds,
 			PendingRows: s.PendingRows, PendingBatches: s.PendingBatches,
-			OldestPendingAgeSeconds: age(t.At, s.OldestPending),
+			OldestPendingAgeSeconds: t.Age(s.OldestPending).Seconds(),
 			LaneFullWriters:         s.LaneFullWriters, LastError: s.LastError,
 		}
 		if !s.LastAck.IsZero() {
-			a := age(t.At, s.LastAck)
+			a := t.Age(s.LastAck).Seconds()
 			sr.LastAckAgeSeconds = &a
 		}
 		tr.Streams = append(tr.Streams, sr)
 	}
 	return tr
-}
-
-// age is now - since in seconds, 0 for a zero since.
-func age(now, since time.Time) float64 {
-	if since.IsZero() {
-		return 0
-	}
-	return max(now.Sub(since).Seconds(), 0)
 }
 
 func stoppedStreamError(t Table) string {

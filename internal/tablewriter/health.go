@@ -80,14 +80,22 @@ type TableHealth struct {
 	StreamWaiters int64
 }
 
+// Age returns how long before At since was, never below zero; zero for a
+// zero since (never acked, nothing waits). The health endpoint and the
+// gauges measure every age of a snapshot with it.
+func (t TableHealth) Age(since time.Time) time.Duration {
+	if since.IsZero() {
+		return 0
+	}
+	return max(t.At.Sub(since), 0)
+}
+
 // OldestPendingAge returns the age, at At, of the oldest rows waiting for
 // their durable ack on any stream; zero when nothing waits.
 func (t TableHealth) OldestPendingAge() time.Duration {
 	var age time.Duration
 	for _, s := range t.Streams {
-		if !s.OldestPending.IsZero() {
-			age = max(age, t.At.Sub(s.OldestPending))
-		}
+		age = max(age, t.Age(s.OldestPending))
 	}
 	return age
 }

@@ -216,11 +216,7 @@ func (x *Metrics) ObserveHealth(h TableHealth) {
 	}
 	for _, sh := range h.Streams {
 		s := x.stream(sh.Index)
-		age := int64(0)
-		if !sh.OldestPending.IsZero() {
-			age = max(h.At.Sub(sh.OldestPending).Milliseconds(), 0)
-		}
-		s.ackAge.Set(age, x.table, s.label)
+		s.ackAge.Set(h.Age(sh.OldestPending).Milliseconds(), x.table, s.label)
 		s.state.Set(StateValue(sh.State), x.table, s.label)
 		lane += sh.LaneFullWriters
 	}

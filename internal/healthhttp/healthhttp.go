@@ -257,9 +257,12 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
+// statusOrder ranks the statuses from best to worst.
+var statusOrder = []string{StatusUp, StatusDegraded, StatusDown}
+
+// worse returns the worse of two statuses.
 func worse(a, b string) string {
-	rank := map[string]int{StatusUp: 0, StatusDegraded: 1, StatusDown: 2}
-	if rank[b] > rank[a] {
+	if slices.Index(statusOrder, b) > slices.Index(statusOrder, a) {
 		return b
 	}
 	return a

@@ -7,7 +7,6 @@ package tablewriter
 import (
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
@@ -212,49 +211,44 @@ type HealthObserver interface {
 	ObserveHealth(TableHealth)
 }
 
-// healthLoop is the goroutine feeding a HealthObserver.
+// healthLoop is the goroutine feeding a HealthObserver. Open starts it and
+// Close stops it, both under the writer's openMu, and Open refuses once the
+// writer is closed: so it starts at most once and never after its stop.
 type healthLoop struct {
-	once sync.Once
-	mu   sync.Mutex
-	quit chan struct{} // nil until started; closed by stop
+	quit chan struct{} // nil until started and after stop; closed by stop
 	done chan struct{}
 }
 
-// startHealth starts the health loop once, if the observer wants it.
+// startHealth starts the health loop, if the observer wants it and it does
+// not run yet. Call it with openMu held.
 func (w *Writer) startHealth() {
 	ho, ok := w.obs.(HealthObserver)
-	if !ok {
+	if !ok || w.health.quit != nil {
 		return
 	}
-	w.health.once.Do(func() {
-		w.health.mu.Lock()
-		defer w.health.mu.Unlock()
-		w.health.quit, w.health.done = make(chan struct{}), make(chan struct{})
-		go func(quit, done chan struct{}) {
-			defer close(done)
-			t := time.NewTicker(w.cfg.HealthInterval)
-			defer t.Stop()
-			for {
-				ho.ObserveHealth(w.Health())
-				select {
-				case <-t.C:
-				case <-quit:
-					return
-				}
+	quit, done := make(chan struct{}), make(chan struct{})
+	w.health.quit, w.health.done = quit, done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(w.cfg.HealthInterval)
+		defer t.Stop()
+		for {
+			ho.ObserveHealth(w.Health())
+			select {
+			case <-t.C:
+			case <-quit:
+				return
 			}
-		}(w.health.quit, w.health.done)
-	})
+		}
+	}()
 }
 
-// stop ends the loop, if it runs, and waits for it.
+// stop ends the loop, if it runs, and waits for it. Call it with the
+// writer's openMu held.
 func (h *healthLoop) stop() {
-	h.once.Do(func() {}) // a loop not started by now never starts
-	h.mu.Lock()
-	quit, done := h.quit, h.done
-	h.quit = nil
-	h.mu.Unlock()
-	if quit != nil {
-		close(quit)
-		<-done
+	if h.quit != nil {
+		close(h.quit)
+		<-h.done
+		h.quit, h.done = nil, nil
 	}
 }

@@ -94,20 +94,6 @@ func validFieldName(name string) bool {
 	return true
 }
 
-// variantStorageType is the Arrow form of a VARIANT value the service
-// expects: Struct<metadata: LargeBinary NOT NULL, value: LargeBinary NOT
-// NULL> holding the Parquet variant binary encoding (official Rust SDK
-// changelog v2.3.2/v2.4.0: arrow_schema_from_uc_columns "now project VARIANT
-// as Struct<metadata: LargeBinary not null, value: LargeBinary not null>
-// instead of LargeUtf8, matching the server's expected binary variant
-// representation"). LargeUtf8 is therefore a type mismatch.
-func variantStorageType() *arrow.StructType {
-	return arrow.StructOf(
-		arrow.Field{Name: "metadata", Type: arrow.BinaryTypes.LargeBinary},
-		arrow.Field{Name: "value", Type: arrow.BinaryTypes.LargeBinary},
-	)
-}
-
 // serviceSchema is the Arrow schema the service expects on a stream for a
 // table with these columns (UC position order), or an error naming the first
 // column Zerobus cannot write.
@@ -144,7 +130,11 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 	}
 	switch t.Kind {
 	case typemap.Variant:
-		return variantStorageType(), nil
+		// Struct<metadata, value> of Parquet variant binaries (sources on
+		// typemap.VariantArrowType: Rust SDK changelog v2.3.2, "matching
+		// the server's expected binary variant representation"), so
+		// LargeUtf8 is a type mismatch.
+		return typemap.VariantArrowType(), nil
 	case typemap.Array:
 		switch t.Elem.Kind {
 		case typemap.Array:

@@ -79,21 +79,6 @@ var acceptedMapNames = [][3]string{
 // storage type.
 var variantExtensionNames = map[string]bool{"arrow.parquet.variant": true, "parquet.variant": true}
 
-// validFieldName is schema.rs validate_field_name: non-empty, no leading
-// digit, ASCII letters, digits and underscores only.
-func validFieldName(name string) bool {
-	if name == "" || (name[0] >= '0' && name[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-			return false
-		}
-	}
-	return true
-}
-
 // serviceSchema is the Arrow schema the service expects on a stream for a
 // table with these columns (UC position order), or an error naming the first
 // column Zerobus cannot write.
@@ -110,7 +95,10 @@ func validFieldName(name string) bool {
 func serviceSchema(cols []typemap.Column) (*arrow.Schema, error) {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
-		if !validFieldName(c.Name) {
+		// schema.rs validate_field_name: non-empty, no leading digit,
+		// ASCII letters, digits and underscores only (typemap.ValidIdentifier
+		// is that rule).
+		if !typemap.ValidIdentifier(c.Name) {
 			return nil, fmt.Errorf("column %q: invalid field name: only ASCII letters, digits and '_' are allowed, not starting with a digit", c.Name)
 		}
 		dt, err := serviceType(c.Type, c.Name, 0)
@@ -169,7 +157,7 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 	case typemap.Struct:
 		fields := make([]arrow.Field, len(t.Fields))
 		for i, f := range t.Fields {
-			if !validFieldName(f.Name) {
+			if !typemap.ValidIdentifier(f.Name) { // validate_field_name, as for columns
 				return nil, fmt.Errorf("%s.%s: invalid field name: only ASCII letters, digits and '_' are allowed, not starting with a digit", path, f.Name)
 			}
 			ft, err := serviceType(f.Type, path+"."+f.Name, level+1)

@@ -61,18 +61,28 @@ func TestSDKGrantsPermissionDenied(t *testing.T) {
 // ingest an empty RecordBatch (zero rows)"), so no empty frame reaches the
 // wire; the emulator refuses one from any other client (TestEmptyBatchIsRefused).
 func TestSDKEmptyBatch(t *testing.T) {
-	srv := startEmulator(t, emulator.Faults{})
-	good, empty := scenarioBatch(0, 5), scenarioBatch(5, 0)
-	defer good.Release()
+	empty := scenarioBatch(5, 0)
 	defer empty.Release()
+	sdkRefusesAfterGoodBatch(t, empty, "an empty batch", "empty RecordBatch")
+}
+
+// sdkRefusesAfterGoodBatch runs the official SDK's Arrow stream over a good
+// 5-row batch followed by bad, and asserts that the SDK fails with an error
+// containing want (what names the bad batch) and that only the good batch
+// reached the emulator: the SDK refused bad before sending it.
+func sdkRefusesAfterGoodBatch(t *testing.T, bad arrow.RecordBatch, what, want string) {
+	t.Helper()
+	srv := startEmulator(t, emulator.Faults{})
+	good := scenarioBatch(0, 5)
+	defer good.Release()
 	file := filepath.Join(t.TempDir(), "batches.ipc")
-	writeIPCFile(t, file, []arrow.RecordBatch{good, empty})
+	writeIPCFile(t, file, []arrow.RecordBatch{good, bad})
 	res := runNode(t, time.Minute, "sdk_arrow.js", sdkFlags(srv, confSecret, map[string]string{"ipc-file": file}))
 	if res.OK {
-		t.Fatal("official SDK accepted an empty batch")
+		t.Fatalf("official SDK accepted %s", what)
 	}
-	if !strings.Contains(res.Error, "empty RecordBatch") {
-		t.Fatalf("SDK error does not say the batch is empty: %q", res.Error)
+	if !strings.Contains(res.Error, want) {
+		t.Fatalf("SDK error on %s does not carry %q: %q", what, want, res.Error)
 	}
 	if st := tableStats(srv); st.BatchesReceived != 1 || st.RowsReceived != 5 {
 		t.Fatalf("emulator received %d batches / %d rows, want only the 5-row batch", st.BatchesReceived, st.RowsReceived)
@@ -129,9 +139,6 @@ func TestSDKEmptyJSONBatch(t *testing.T) {
 // (TestNullsInNotNullColumnsAreRefused). The SDK refuses it while decoding
 // the batch, before sending: only the good batch reaches the wire.
 func TestSDKNullInNotNullColumn(t *testing.T) {
-	srv := startEmulator(t, emulator.Faults{})
-	good := scenarioBatch(0, 5)
-	defer good.Release()
 	b := array.NewRecordBuilder(memory.DefaultAllocator, scenarioSchema)
 	defer b.Release()
 	b.Field(0).(*array.Int64Builder).AppendValues([]int64{5, 0}, []bool{true, false})
@@ -140,18 +147,7 @@ func TestSDKNullInNotNullColumn(t *testing.T) {
 	b.Field(3).AppendNulls(2)
 	bad := b.NewRecordBatch()
 	defer bad.Release()
-	file := filepath.Join(t.TempDir(), "batches.ipc")
-	writeIPCFile(t, file, []arrow.RecordBatch{good, bad})
-	res := runNode(t, time.Minute, "sdk_arrow.js", sdkFlags(srv, confSecret, map[string]string{"ipc-file": file}))
-	if res.OK {
-		t.Fatal("official SDK accepted a null in a NOT NULL column")
-	}
-	if !strings.Contains(res.Error, "'id' is declared as non-nullable but contains null values") {
-		t.Fatalf("SDK error does not name the column and the rule: %q", res.Error)
-	}
-	if st := tableStats(srv); st.BatchesReceived != 1 || st.RowsReceived != 5 {
-		t.Fatalf("emulator received %d batches / %d rows, want only the 5-row batch", st.BatchesReceived, st.RowsReceived)
-	}
+	sdkRefusesAfterGoodBatch(t, bad, "a null in a NOT NULL column", "'id' is declared as non-nullable but contains null values")
 }
 
 // TestSDKWideTable: the official SDK opens an Arrow stream on a table of

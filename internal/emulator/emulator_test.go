@@ -483,25 +483,7 @@ func TestFaults(t *testing.T) {
 		p, _, err := openPut(t, conn, tok, testTable, testSchema)
 		require.NoError(t, err)
 		require.NoError(t, p.send(rec, 0))
-		got := make(chan ack, 1)
-		go func() {
-			a, err := p.recv()
-			if err == nil {
-				got <- a
-			}
-		}()
-		select {
-		case a := <-got:
-			t.Fatalf("ack %v arrived during a stall", a)
-		case <-time.After(200 * time.Millisecond):
-		}
-		require.NoError(t, srv.SetFaults(Faults{}))
-		select {
-		case a := <-got:
-			assert.EqualValues(t, 4, a.Records)
-		case <-time.After(5 * time.Second):
-			t.Fatal("no ack after the stall was cleared")
-		}
+		assertStalledThenAcked(t, srv, p, 4, "the stall")
 		require.NoError(t, p.finish())
 	})
 	t.Run("per-table ack stall stalls that table alone", func(t *testing.T) {
@@ -519,24 +501,7 @@ func TestFaults(t *testing.T) {
 		p, _, err = openPut(t, conn, tok, testTable, testSchema)
 		require.NoError(t, err)
 		require.NoError(t, p.send(rec, 0))
-		got := make(chan ack, 1)
-		go func() {
-			if a, err := p.recv(); err == nil {
-				got <- a
-			}
-		}()
-		select {
-		case a := <-got:
-			t.Fatalf("ack %v arrived during the table's stall", a)
-		case <-time.After(200 * time.Millisecond):
-		}
-		require.NoError(t, srv.SetFaults(Faults{}))
-		select {
-		case a := <-got:
-			assert.EqualValues(t, 4, a.Records)
-		case <-time.After(5 * time.Second):
-			t.Fatal("no ack after the table's stall was cleared")
-		}
+		assertStalledThenAcked(t, srv, p, 4, "the table's stall")
 		require.NoError(t, p.finish())
 	})
 	t.Run("ack only skips storage", func(t *testing.T) {
@@ -751,4 +716,29 @@ func TestTokensSurviveRestartAndResistTampering(t *testing.T) {
 	other := startEmu(t, nil) // another data dir: another signing key
 	_, _, err = openPut(t, dial(t, other), tok, testTable, testSchema)
 	assert.Equal(t, codes.Unauthenticated, status.Code(err))
+}
+
+// assertStalledThenAcked asserts that no ack arrives on p for 200ms while
+// stall is in force, then clears the faults and asserts that an ack for
+// records rows arrives within 5s.
+func assertStalledThenAcked(t *testing.T, srv *Server, p *putStream, records uint64, stall string) {
+	t.Helper()
+	got := make(chan ack, 1)
+	go func() {
+		if a, err := p.recv(); err == nil {
+			got <- a
+		}
+	}()
+	select {
+	case a := <-got:
+		t.Fatalf("ack %v arrived during %s", a, stall)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, srv.SetFaults(Faults{}))
+	select {
+	case a := <-got:
+		assert.EqualValues(t, records, a.Records)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no ack after %s was cleared", stall)
+	}
 }

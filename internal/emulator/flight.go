@@ -138,7 +138,7 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 					return err
 				}
 				if rows == 0 {
-					return status.Errorf(codes.InvalidArgument, "record batch at offset %d has no rows: empty batches are not accepted", off)
+					return emptyBatchError("record batch", off)
 				}
 				s.stats.batch(ss.table, rows)
 				if err := ss.enqueue(&pending{offset: off, rows: rows, recvAt: time.Now(), done: ackedNow()}); err != nil {

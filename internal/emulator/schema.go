@@ -79,35 +79,6 @@ var acceptedMapNames = [][3]string{
 // storage type.
 var variantExtensionNames = map[string]bool{"arrow.parquet.variant": true, "parquet.variant": true}
 
-// validFieldName is schema.rs validate_field_name: non-empty, no leading
-// digit, ASCII letters, digits and underscores only.
-func validFieldName(name string) bool {
-	if name == "" || (name[0] >= '0' && name[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
-			return false
-		}
-	}
-	return true
-}
-
-// variantStorageType is the Arrow form of a VARIANT value the service
-// expects: Struct<metadata: LargeBinary NOT NULL, value: LargeBinary NOT
-// NULL> holding the Parquet variant binary encoding (official Rust SDK
-// changelog v2.3.2/v2.4.0: arrow_schema_from_uc_columns "now project VARIANT
-// as Struct<metadata: LargeBinary not null, value: LargeBinary not null>
-// instead of LargeUtf8, matching the server's expected binary variant
-// representation"). LargeUtf8 is therefore a type mismatch.
-func variantStorageType() *arrow.StructType {
-	return arrow.StructOf(
-		arrow.Field{Name: "metadata", Type: arrow.BinaryTypes.LargeBinary},
-		arrow.Field{Name: "value", Type: arrow.BinaryTypes.LargeBinary},
-	)
-}
-
 // serviceSchema is the Arrow schema the service expects on a stream for a
 // table with these columns (UC position order), or an error naming the first
 // column Zerobus cannot write.
@@ -124,7 +95,10 @@ func variantStorageType() *arrow.StructType {
 func serviceSchema(cols []typemap.Column) (*arrow.Schema, error) {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
-		if !validFieldName(c.Name) {
+		// schema.rs validate_field_name: non-empty, no leading digit,
+		// ASCII letters, digits and underscores only (typemap.ValidIdentifier
+		// is that rule).
+		if !typemap.ValidIdentifier(c.Name) {
 			return nil, fmt.Errorf("column %q: invalid field name: only ASCII letters, digits and '_' are allowed, not starting with a digit", c.Name)
 		}
 		dt, err := serviceType(c.Type, c.Name, 0)
@@ -144,7 +118,11 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 	}
 	switch t.Kind {
 	case typemap.Variant:
-		return variantStorageType(), nil
+		// Struct<metadata, value> of Parquet variant binaries (sources on
+		// typemap.VariantArrowType: Rust SDK changelog v2.3.2, "matching
+		// the server's expected binary variant representation"), so
+		// LargeUtf8 is a type mismatch.
+		return typemap.VariantArrowType(), nil
 	case typemap.Array:
 		switch t.Elem.Kind {
 		case typemap.Array:
@@ -179,7 +157,7 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 	case typemap.Struct:
 		fields := make([]arrow.Field, len(t.Fields))
 		for i, f := range t.Fields {
-			if !validFieldName(f.Name) {
+			if !typemap.ValidIdentifier(f.Name) { // validate_field_name, as for columns
 				return nil, fmt.Errorf("%s.%s: invalid field name: only ASCII letters, digits and '_' are allowed, not starting with a digit", path, f.Name)
 			}
 			ft, err := serviceType(f.Type, path+"."+f.Name, level+1)

@@ -134,7 +134,7 @@ func TestReadFieldNamesKeepsMapChildNames(t *testing.T) {
 
 // variantField is a VARIANT column as the service expects it.
 func variantField(name string, nullable bool) arrow.Field {
-	return arrow.Field{Name: name, Type: variantStorageType(), Nullable: nullable}
+	return arrow.Field{Name: name, Type: typemap.VariantArrowType(), Nullable: nullable}
 }
 
 // variantBatch builds (id, v) rows with v the Parquet variant of each JSON
@@ -143,7 +143,7 @@ func variantBatch(t testing.TB, schema *arrow.Schema, docs []string) arrow.Recor
 	t.Helper()
 	ids := array.NewInt64Builder(memory.DefaultAllocator)
 	defer ids.Release()
-	sb := array.NewStructBuilder(memory.DefaultAllocator, variantStorageType())
+	sb := array.NewStructBuilder(memory.DefaultAllocator, typemap.VariantArrowType())
 	defer sb.Release()
 	for i, d := range docs {
 		ids.Append(int64(i))
@@ -191,7 +191,7 @@ func TestVariantColumns(t *testing.T) {
 		name string
 		typ  arrow.DataType
 	}{
-		{"struct", variantStorageType()},
+		{"struct", typemap.VariantArrowType()},
 		{"struct with the arrow.parquet.variant marker", mustVariantExt(t)},
 	} {
 		t.Run(tc.name+" is stored and read back as JSON", func(t *testing.T) {
@@ -218,7 +218,7 @@ func TestVariantColumns(t *testing.T) {
 		ids := array.NewInt64Builder(memory.DefaultAllocator)
 		defer ids.Release()
 		ids.Append(1)
-		sb := array.NewStructBuilder(memory.DefaultAllocator, variantStorageType())
+		sb := array.NewStructBuilder(memory.DefaultAllocator, typemap.VariantArrowType())
 		defer sb.Release()
 		sb.Append(true)
 		sb.FieldBuilder(0).(*array.BinaryBuilder).Append([]byte{0xff})
@@ -245,7 +245,7 @@ func TestVariantColumns(t *testing.T) {
 }
 
 func mustVariantExt(t testing.TB) arrow.DataType {
-	vt, err := extensions.NewVariantType(variantStorageType())
+	vt, err := extensions.NewVariantType(typemap.VariantArrowType())
 	require.NoError(t, err)
 	return vt
 }

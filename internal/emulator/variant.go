@@ -12,7 +12,7 @@ import (
 )
 
 // VARIANT storage. A VARIANT column travels as Struct<metadata, value> of
-// Parquet variant binaries (see variantStorageType) and is stored the same
+// Parquet variant binaries (typemap.VariantArrowType) and is stored the same
 // way: the Delta protocol's variant type (PROTOCOL.md, "Variant Data Type",
 // table feature variantType) stores a variant in Parquet as a struct of the
 // two binary fields value and metadata, so a Delta reader that opens the
@@ -113,10 +113,10 @@ func variantJSON(st *array.Struct, i int) ([]byte, error) {
 	var okM, okV bool
 	for f := 0; f < st.NumField(); f++ {
 		switch typ.Field(f).Name {
-		case "metadata":
+		case typemap.VariantMetadataField:
 			meta, okM = binaryValue(st.Field(f), i)
 			okM = okM && !st.Field(f).IsNull(i)
-		case "value":
+		case typemap.VariantValueField:
 			val, okV = binaryValue(st.Field(f), i)
 			okV = okV && !st.Field(f).IsNull(i)
 		}

@@ -20,9 +20,7 @@ func TestArrowStreamSplitsAboveFrameCap(t *testing.T) {
 	const maxFrame = 8 << 10
 	srv := &fakeFlightServer{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.MaxFrameBytes = maxFrame })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	spans := submitAll(t, s, makeBatch(0, 2000, 40), makeBatch(2000, 10, 40))
 	assert.Equal(t, []Span{{0, 2000}, {2000, 2010}}, spans)
@@ -38,7 +36,7 @@ func TestArrowStreamSplitsAboveFrameCap(t *testing.T) {
 	}
 	assert.Equal(t, seq(0, 2010), ids)
 
-	_, err = s.Submit(context.Background(), makeBatch(2010, 1, maxFrame))
+	_, err := s.Submit(context.Background(), makeBatch(2010, 1, maxFrame))
 	assert.ErrorIs(t, err, ErrRowTooLarge)
 	assert.Equal(t, uint64(2010), s.(*ArrowStream).Submitted(), "a refused batch takes no span")
 }
@@ -48,9 +46,7 @@ func TestArrowStreamCompression(t *testing.T) {
 		t.Run(codec, func(t *testing.T) {
 			srv := &fakeFlightServer{}
 			c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Compression = codec })
-			s, err := c.Open(waitCtx(t), testTable, testSchema)
-			require.NoError(t, err)
-			defer s.Close()
+			s := openStream(t, c)
 			submitAll(t, s, makeBatch(0, 1000, 100))
 			require.NoError(t, s.WaitDurable(waitCtx(t), 1000))
 			raw, _, ids := srv.conn(0).snapshot()

@@ -366,9 +366,9 @@ func (l *Lane[C]) run() {
 		if dr, ok := l.w.(durableReporter); ok {
 			durable = max(durable, dr.Durable())
 		}
-		n, _ := slices.BinarySearchFunc(pend, durable+1, func(p Pending[C], row uint64) int { return cmp.Compare(p.To, row) })
+		n := upTo(pend, durable)
 		l.obs.ObserveBurst(n)
-		l.confirm(pend[:n], pend[n-1].To)
+		l.confirm(pend[:n])
 		rest := copy(pend, pend[n:])
 		clear(pend[rest:]) // drop the moved-out copies' receipts
 		pend = pend[:rest]
@@ -382,12 +382,18 @@ func (l *Lane[C]) take(pend []Pending[C]) []Pending[C] {
 	for {
 		select {
 		case p := <-l.ch:
-			i, _ := slices.BinarySearchFunc(pend, p.To+1, func(q Pending[C], row uint64) int { return cmp.Compare(q.To, row) })
-			pend = slices.Insert(pend, i, p)
+			pend = slices.Insert(pend, upTo(pend, p.To), p)
 		default:
 			return pend
 		}
 	}
+}
+
+// upTo returns how many items of pend, sorted by To, end at or below row:
+// those row covers, and where an item ending at row goes after its equals.
+func upTo[C Confirmation](pend []Pending[C], row uint64) int {
+	n, _ := slices.BinarySearchFunc(pend, row+1, func(p Pending[C], row uint64) int { return cmp.Compare(p.To, row) })
+	return n
 }
 
 // wait waits once for target, retrying only after its own per-attempt
@@ -420,16 +426,17 @@ func (l *Lane[C]) wait(target uint64) error {
 	}
 }
 
-// confirm advances delivered, then settles a durable burst in offset order,
-// so that whoever sees a confirmation also sees Delivered() >= its To.
-func (l *Lane[C]) confirm(burst []Pending[C], target uint64) {
+// confirm advances delivered to the end of a durable, non-empty burst, then
+// settles the burst in offset order, so that whoever sees a confirmation
+// also sees Delivered() >= its To. burst is sorted by To, as run keeps it.
+func (l *Lane[C]) confirm(burst []Pending[C]) {
+	target := burst[len(burst)-1].To
 	for {
 		cur := l.delivered.Load()
 		if target <= cur || l.delivered.CompareAndSwap(cur, target) {
 			break
 		}
 	}
-	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
 	now := time.Now()
 	// Before any waiter wakes: whoever sees its rows durable sees them no
 	// longer pending in Health.
@@ -457,18 +464,17 @@ type durableReporter interface{ Durable() uint64 }
 // failBurst settles a burst whose wait failed. Items at or below the stream's
 // durable watermark are durable whatever happened after them: they are
 // confirmed, since failing them would only make the input redeliver rows the
-// table already holds. The rest fail with err.
+// table already holds. The rest fail with err. burst is sorted by To, as
+// run keeps it.
 func (l *Lane[C]) failBurst(burst []Pending[C], err error) {
 	dr, ok := l.w.(durableReporter)
 	if !ok {
 		l.settle(burst, err)
 		return
 	}
-	durable := dr.Durable()
-	slices.SortStableFunc(burst, func(a, b Pending[C]) int { return cmp.Compare(a.To, b.To) })
-	n, _ := slices.BinarySearchFunc(burst, durable+1, func(p Pending[C], row uint64) int { return cmp.Compare(p.To, row) })
+	n := upTo(burst, dr.Durable())
 	if n > 0 {
-		l.confirm(burst[:n], burst[n-1].To)
+		l.confirm(burst[:n])
 	}
 	l.settle(burst[n:], err)
 }

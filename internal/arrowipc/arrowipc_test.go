@@ -123,6 +123,19 @@ func expectSchema(t testing.TB, s *arrow.Schema) Schema {
 	return out
 }
 
+// requireReadsAs fails t unless ReadSchema reads msg as s, the schema the
+// message was written from (or arrow-go decodes it as).
+func requireReadsAs(t testing.TB, msg []byte, s *arrow.Schema) {
+	t.Helper()
+	got, err := ReadSchema(msg)
+	if err != nil {
+		t.Fatalf("ReadSchema of %s: %v", s, err)
+	}
+	if want := expectSchema(t, s); !equalSchema(got, want) {
+		t.Fatalf("ReadSchema:\n %+v\nwant\n %+v", got, want)
+	}
+}
+
 func equalSchema(a, b Schema) bool {
 	if a.Version != b.Version || a.BigEndian != b.BigEndian || !equalKVs(a.Metadata, b.Metadata) || len(a.Fields) != len(b.Fields) {
 		return false
@@ -258,13 +271,7 @@ func TestReadSchemaOfSchemaMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := ReadSchema(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := expectSchema(t, s); !equalSchema(got, want) {
-			t.Errorf("ReadSchema:\n %+v\nwant\n %+v", got, want)
-		}
+		requireReadsAs(t, msg, s)
 	}
 }
 
@@ -474,13 +481,7 @@ func TestReadSchemaOfOfficialSDKFrame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadSchema(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := expectSchema(t, dec); !equalSchema(got, want) {
-		t.Errorf("ReadSchema:\n %+v\nwant (arrow-go's decode)\n %+v", got, want)
-	}
+	requireReadsAs(t, msg, dec)
 }
 
 // TestReadSchemaBoundsSharedStrings builds a message whose 1000 fields all

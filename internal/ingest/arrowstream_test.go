@@ -28,6 +28,25 @@ func submitAll(t *testing.T, s Stream, batches ...arrow.RecordBatch) []Span {
 	return spans
 }
 
+// openStream opens a stream of testSchema on testTable, closed when the
+// test ends.
+func openStream(t *testing.T, c *Client) Stream {
+	t.Helper()
+	s, err := c.Open(waitCtx(t), testTable, testSchema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// waitFailure waits for row to be durable on s and returns the *Error the
+// wait must fail with.
+func waitFailure(t *testing.T, s Stream, row uint64) *Error {
+	t.Helper()
+	var ze *Error
+	require.ErrorAs(t, s.WaitDurable(waitCtx(t), row), &ze)
+	return ze
+}
+
 func waitCtx(t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -38,9 +57,7 @@ func waitCtx(t *testing.T) context.Context {
 func TestArrowStreamWireShape(t *testing.T) {
 	srv := &fakeFlightServer{}
 	c := testClient(t, startFake(t, srv), nil)
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	spans := submitAll(t, s, makeBatch(0, 3, 5), makeBatch(3, 4, 5), makeBatch(7, 1, 5))
 	assert.Equal(t, []Span{{0, 3}, {3, 7}, {7, 8}}, spans)
@@ -77,9 +94,7 @@ func TestArrowStreamCumulativeAcks(t *testing.T) {
 	// The server acks nothing by itself; the test drives acks.
 	srv := &fakeFlightServer{onFrame: func(frameEvent) reply { return reply{noAck: true} }}
 	c := testClient(t, startFake(t, srv), nil)
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1))
 	require.Eventually(t, func() bool { _, off, _ := srv.conn(0).snapshot(); return len(off) == 2 }, 5*time.Second, 5*time.Millisecond)
 
@@ -117,35 +132,28 @@ func TestArrowStreamAckAboveSentIsPoison(t *testing.T) {
 	srv := &fakeFlightServer{onFrame: func(ev frameEvent) reply { return reply{ackRows: uint64p(ev.rows + 1)} }}
 	obs := &recordingObserver{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 4, 1))
-	err = s.WaitDurable(waitCtx(t), 4)
-	require.Error(t, err)
-	var ze *Error
-	require.ErrorAs(t, err, &ze)
+	ze := waitFailure(t, s, 4)
 	assert.Equal(t, Poison, ze.Class)
 	assert.Contains(t, ze.Error(), "exceeds the 4 rows sent")
 	_, _, _, failures := obs.counts()
 	assert.Equal(t, 1, failures)
-	_, err = s.Submit(context.Background(), makeBatch(4, 1, 1))
+	_, err := s.Submit(context.Background(), makeBatch(4, 1, 1))
 	assert.ErrorAs(t, err, &ze)
 }
 
 func TestArrowStreamBackpressure(t *testing.T) {
 	srv := &fakeFlightServer{onFrame: func(frameEvent) reply { return reply{noAck: true} }}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.MaxInflightBatches = 2 })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 1, 1), makeBatch(1, 1, 1))
 
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	third := makeBatch(2, 1, 1)
 	defer third.Release()
-	_, err = s.Submit(short, third)
+	_, err := s.Submit(short, third)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	done := make(chan Span, 1)
@@ -199,24 +207,20 @@ func TestArrowStreamDrainAndClose(t *testing.T) {
 func TestArrowStreamSchemaMismatch(t *testing.T) {
 	srv := &fakeFlightServer{}
 	c := testClient(t, startFake(t, srv), nil)
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	other := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "name", Type: arrow.BinaryTypes.LargeString}}, nil)
 	rec := makeBatch(0, 1, 1)
 	defer rec.Release()
 	mismatched := arrowRecordWithSchema(t, rec, other)
 	defer mismatched.Release()
-	_, err = s.Submit(context.Background(), mismatched)
+	_, err := s.Submit(context.Background(), mismatched)
 	assert.ErrorIs(t, err, ErrSchemaMismatch, "nullability differs")
 }
 
 func TestArrowStreamConcurrentSubmits(t *testing.T) {
 	srv := &fakeFlightServer{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.MaxInflightBatches = 8 })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	var mu sync.Mutex
 	var spans []Span

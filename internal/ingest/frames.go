@@ -133,7 +133,7 @@ func (e *frameEncoder) encode(rec arrow.RecordBatch) ([]frame, error) {
 // batch into chunks by its in-memory size, aiming a little under
 // targetBytes, then halves any chunk whose encoded size still passes
 // targetBytes. A single row may take a frame up to maxBytes; above that it
-// is an error wrapping ErrRowTooLarge (OversizedRows finds such rows
+// is an error wrapping ErrRowTooLarge (OversizedRowsSized finds such rows
 // beforehand, so that they fail alone). It stops at the first error, emit's
 // or its own.
 func (e *frameEncoder) encodeEach(rec arrow.RecordBatch, emit func(frame) error) error {
@@ -183,7 +183,7 @@ func (e *frameEncoder) encodeRange(rec arrow.RecordBatch, lo, hi int64, emit fun
 
 // mayRefuse reports whether encoding rec could fail with ErrRowTooLarge:
 // some row's size estimate, an upper bound of its frame plus frameEnvelope
-// (see OversizedRows), passes maxBytes plus frameEnvelope. When it reports
+// (see OversizedRowsSized), passes maxBytes plus frameEnvelope. When it reports
 // false no row of rec can be refused. size is rec's arrowipc.RecordBytes.
 func (e *frameEncoder) mayRefuse(rec arrow.RecordBatch, size int64) bool {
 	return len(OversizedRowsSized(rec, size, e.maxBytes+frameEnvelope)) > 0

@@ -20,9 +20,7 @@ func TestArrowStreamSplitsAboveFrameCap(t *testing.T) {
 	const maxFrame = 8 << 10
 	srv := &fakeFlightServer{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.MaxFrameBytes = maxFrame })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	spans := submitAll(t, s, makeBatch(0, 2000, 40), makeBatch(2000, 10, 40))
 	assert.Equal(t, []Span{{0, 2000}, {2000, 2010}}, spans)
@@ -38,7 +36,7 @@ func TestArrowStreamSplitsAboveFrameCap(t *testing.T) {
 	}
 	assert.Equal(t, seq(0, 2010), ids)
 
-	_, err = s.Submit(context.Background(), makeBatch(2010, 1, maxFrame))
+	_, err := s.Submit(context.Background(), makeBatch(2010, 1, maxFrame))
 	assert.ErrorIs(t, err, ErrRowTooLarge)
 	assert.Equal(t, uint64(2010), s.(*ArrowStream).Submitted(), "a refused batch takes no span")
 }
@@ -48,9 +46,7 @@ func TestArrowStreamCompression(t *testing.T) {
 		t.Run(codec, func(t *testing.T) {
 			srv := &fakeFlightServer{}
 			c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Compression = codec })
-			s, err := c.Open(waitCtx(t), testTable, testSchema)
-			require.NoError(t, err)
-			defer s.Close()
+			s := openStream(t, c)
 			submitAll(t, s, makeBatch(0, 1000, 100))
 			require.NoError(t, s.WaitDurable(waitCtx(t), 1000))
 			raw, _, ids := srv.conn(0).snapshot()
@@ -139,6 +135,12 @@ func mixedBatch(t *testing.T, n, big, bigLen int) arrow.RecordBatch {
 	return b.NewRecordBatch()
 }
 
+// oversizedRows is OversizedRowsSized with rec's size measured here, as
+// the production callers measure it before they call it.
+func oversizedRows(rec arrow.RecordBatch, limit int) []Oversized {
+	return OversizedRowsSized(rec, arrowipc.RecordBytes(rec), limit)
+}
+
 // A row above the request cap among small ones is found, with its size and
 // its largest column, so the caller fails it alone; without that check the
 // encoder refuses the whole batch (the backstop), and with the row removed
@@ -146,7 +148,7 @@ func mixedBatch(t *testing.T, n, big, bigLen int) arrow.RecordBatch {
 func TestOversizedRowsFindsTheRowAboveTheCap(t *testing.T) {
 	rec := mixedBatch(t, 20, 7, MaxRequestBytes+1)
 	defer rec.Release()
-	got := OversizedRows(rec, MaxRequestBytes)
+	got := oversizedRows(rec, MaxRequestBytes)
 	require.Len(t, got, 1)
 	assert.Equal(t, 7, got[0].Row)
 	assert.Equal(t, "name", got[0].Column)
@@ -167,10 +169,10 @@ func TestOversizedRowsFindsTheRowAboveTheCap(t *testing.T) {
 
 	small := makeBatch(0, 1000, 100)
 	defer small.Release()
-	assert.Empty(t, OversizedRows(small, MaxRequestBytes))
+	assert.Empty(t, oversizedRows(small, MaxRequestBytes))
 	edge := mixedBatch(t, 3, 1, MaxRequestBytes-64<<10) // under the cap with room for framing
 	defer edge.Release()
-	assert.Empty(t, OversizedRows(edge, MaxRequestBytes))
+	assert.Empty(t, oversizedRows(edge, MaxRequestBytes))
 }
 
 // frameOverhead keeps the last schema's result: asked for two schemas in
@@ -185,10 +187,10 @@ func TestFrameOverheadPerSchema(t *testing.T) {
 	assert.Greater(t, frameOverhead(nestedSchema), frameOverhead(small))
 	rec := mixedBatch(t, 20, 7, MaxRequestBytes+1)
 	defer rec.Release()
-	assert.Equal(t, OversizedRows(rec, MaxRequestBytes), OversizedRowsSized(rec, arrowipc.RecordBytes(rec), MaxRequestBytes))
+	assert.Equal(t, oversizedRows(rec, MaxRequestBytes), OversizedRowsSized(rec, arrowipc.RecordBytes(rec), MaxRequestBytes))
 }
 
-// nestedSchema covers the layouts OversizedRows reads: fixed width, bool,
+// nestedSchema covers the layouts OversizedRowsSized reads: fixed width, bool,
 // offsets, lists, maps, structs, fixed-size lists and nulls at every level.
 var nestedSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
@@ -216,7 +218,7 @@ func TestOversizedRowsBoundsTheRealEncoding(t *testing.T) {
 	require.NoError(t, err)
 	defer rec.Release()
 	for _, r := range []arrow.RecordBatch{rec, rec.NewSlice(1, 4)} {
-		est := OversizedRows(r, 0) // every row passes 0: all estimates
+		est := oversizedRows(r, 0) // every row passes 0: all estimates
 		require.Len(t, est, int(r.NumRows()))
 		enc, err := newFrameEncoder("", 0, 0)
 		require.NoError(t, err)
@@ -230,6 +232,6 @@ func TestOversizedRowsBoundsTheRealEncoding(t *testing.T) {
 			r.Release()
 		}
 	}
-	est := OversizedRows(rec, 0)
+	est := oversizedRows(rec, 0)
 	assert.Equal(t, "tags", est[2].Column, "row 3's largest column: two 5,000-byte tags")
 }

@@ -111,9 +111,7 @@ func TestArrowStreamInvalidatesTokenOnUnauthenticated(t *testing.T) {
 	}}
 	tok := &countingToken{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Token = tok })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	assert.Equal(t, 1, tok.invalidated)
 	assert.Equal(t, 2, srv.connCount())
 	submitAll(t, s, makeBatch(0, 1, 1))

@@ -230,9 +230,7 @@ func TestArrowStreamRotationResendsUnackedSuffix(t *testing.T) {
 	}}
 	obs := &recordingObserver{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1), makeBatch(10, 5, 1))
 	require.Eventually(t, func() bool { return srv.connCount() >= 2 || s.Durable() >= 12 }, 5*time.Second, time.Millisecond)
@@ -267,9 +265,7 @@ func TestArrowStreamTransientErrorReconnects(t *testing.T) {
 		return reply{}
 	}}
 	c := testClient(t, startFake(t, srv), nil)
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 3, 1), makeBatch(3, 3, 1))
 	submitAll(t, s, makeBatch(6, 3, 1))
 	require.NoError(t, s.WaitDurable(waitCtx(t), 9))
@@ -303,13 +299,9 @@ func TestArrowStreamBudgetExhaustedIsPoison(t *testing.T) {
 		cfg.RecoveryAttempts = 3
 		cfg.Observer = obs
 	})
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 2, 1))
-	err = s.WaitDurable(waitCtx(t), 2)
-	var ze *Error
-	require.ErrorAs(t, err, &ze)
+	ze := waitFailure(t, s, 2)
 	assert.Equal(t, Poison, ze.Class)
 	assert.Equal(t, codes.Unavailable, ze.Code)
 	assert.Contains(t, ze.Error(), "3 attempts")
@@ -334,9 +326,7 @@ func TestArrowStreamRotationWaitsForAcksThenHalfCloses(t *testing.T) {
 	}}
 	obs := &recordingObserver{}
 	c := testClient(t, startFake(t, srv), func(cfg *Config) { cfg.Observer = obs })
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	start := time.Now()
 	submitAll(t, s, makeBatch(0, 2, 1), makeBatch(2, 2, 1))
@@ -364,9 +354,7 @@ func TestArrowStreamLackOfAckReconnects(t *testing.T) {
 		cfg.AckTimeout = 100 * time.Millisecond
 		cfg.Observer = obs
 	})
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 
 	time.Sleep(250 * time.Millisecond) // idle with nothing outstanding: no timeout
 	assert.Equal(t, 1, srv.connCount())
@@ -397,13 +385,9 @@ func TestArrowStreamConcurrencyRejectOnReconnectPoisonsWithRetryAfter(t *testing
 		},
 	}
 	c := testClient(t, startFake(t, srv), nil)
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 1, 1))
-	err = s.WaitDurable(waitCtx(t), 1)
-	var ze *Error
-	require.ErrorAs(t, err, &ze)
+	ze := waitFailure(t, s, 1)
 	assert.Equal(t, Poison, ze.Class)
 	assert.Equal(t, ResourceExhaustedBackoff, ze.RetryAfter)
 	assert.Equal(t, 2, srv.connCount(), "no retry after a concurrency reject")

@@ -10,7 +10,7 @@ import (
 )
 
 // Oversized is a row whose request alone would pass the limit given to
-// OversizedRows: it can never be ingested, whatever batch it is in.
+// OversizedRowsSized: it can never be ingested, whatever batch it is in.
 type Oversized struct {
 	// Row is the row's index in the record batch.
 	Row int
@@ -22,10 +22,12 @@ type Oversized struct {
 	ColumnBytes int64
 }
 
-// OversizedRows returns the rows of rec whose request alone would pass limit
-// bytes (normally MaxRequestBytes), in row order, so that the caller can fail
-// those rows alone before submitting the others; Submit would refuse the
-// whole batch (ErrRowTooLarge) instead.
+// OversizedRowsSized returns the rows of rec whose request alone would pass
+// limit bytes (normally MaxRequestBytes), in row order, so that the caller
+// can fail those rows alone before submitting the others; Submit would
+// refuse the whole batch (ErrRowTooLarge) instead. size is rec's
+// arrowipc.RecordBytes, which every caller has at hand already: a batch
+// that fits the limit as a whole then costs no pass over its buffers.
 //
 // The sizes are computed from the buffers, never by encoding: the data of a
 // variable-width value comes from its offsets, nested values add up their
@@ -33,15 +35,7 @@ type Oversized struct {
 // the IPC framing and request envelope of a frame of its own. The estimate
 // is an upper bound of the uncompressed encoding, so every row the encoder
 // would refuse is reported; with IPC compression on, a row that would
-// compress under the limit is reported too. For batches that fit the limit
-// as a whole the call costs one pass over the buffer list.
-func OversizedRows(rec arrow.RecordBatch, limit int) []Oversized {
-	return OversizedRowsSized(rec, arrowipc.RecordBytes(rec), limit)
-}
-
-// OversizedRowsSized is OversizedRows for a caller that has the record's
-// arrowipc.RecordBytes at hand already: a batch that fits as a whole then
-// costs no pass over its buffers at all.
+// compress under the limit is reported too.
 func OversizedRowsSized(rec arrow.RecordBatch, size int64, limit int) []Oversized {
 	n := int(rec.NumRows())
 	if n == 0 {

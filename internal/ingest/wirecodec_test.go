@@ -136,9 +136,7 @@ func TestBufPoolBounded(t *testing.T) {
 func TestFlightCodecKeepsContentType(t *testing.T) {
 	srv := &fakeFlightServer{}
 	c := testClient(t, startFake(t, srv), nil)
-	s, err := c.Open(waitCtx(t), testTable, testSchema)
-	require.NoError(t, err)
-	defer s.Close()
+	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 10, 10))
 	require.NoError(t, s.WaitDurable(waitCtx(t), 10))
 	assert.Equal(t, []string{"application/grpc"}, srv.conn(0).md.Get("content-type"))

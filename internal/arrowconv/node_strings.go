@@ -71,21 +71,14 @@ func (n *strNode) decode(st *state) error {
 		}
 		return n.addBase64(s)
 	default: // modeDecimal
+		text, quoted, ok, err := st.readTextOrNumber(c)
 		switch {
-		case c == '"':
-			s, err := st.readString()
-			if err != nil {
-				return err
-			}
-			return n.addDecimal(st, s, true)
-		case c == '-' || (c >= '0' && c <= '9'):
-			text, _, err := st.readNumber()
-			if err != nil {
-				return err
-			}
-			return n.addDecimal(st, text, false)
+		case !ok:
+			return n.mismatch(st, "a JSON number or numeric string", c)
+		case err != nil:
+			return err
 		}
-		return n.mismatch(st, "a JSON number or numeric string", c)
+		return n.addDecimal(st, text, quoted)
 	}
 }
 

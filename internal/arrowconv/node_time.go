@@ -13,24 +13,20 @@ type dateNode struct {
 }
 
 func (n *dateNode) decode(st *state) error {
-	switch c := st.peek(); {
-	case c == 'n':
+	c := st.peek()
+	if c == 'n' {
 		return n.null(st, n)
-	case c == '"':
-		s, err := st.readString()
-		if err != nil {
-			return err
-		}
-		return n.addText(s)
-	case c == '-' || (c >= '0' && c <= '9'):
-		text, _, err := st.readNumber()
-		if err != nil {
-			return err
-		}
-		return n.addDays(st, text)
-	default:
-		return n.mismatch(st, `a "2006-01-02" string or epoch days`, c)
 	}
+	text, quoted, ok, err := st.readTextOrNumber(c)
+	switch {
+	case !ok:
+		return n.mismatch(st, `a "2006-01-02" string or epoch days`, c)
+	case err != nil:
+		return err
+	case quoted:
+		return n.addText(text)
+	}
+	return n.addDays(st, text)
 }
 
 func (n *dateNode) addText(s []byte) error {
@@ -110,8 +106,8 @@ type tsNode struct {
 }
 
 func (n *tsNode) decode(st *state) error {
-	switch c := st.peek(); {
-	case c == 'n':
+	c := st.peek()
+	if c == 'n' {
 		if n.emit != nil {
 			if err := st.literal("null"); err != nil {
 				return err
@@ -119,21 +115,17 @@ func (n *tsNode) decode(st *state) error {
 			return n.add(*n.emit)
 		}
 		return n.null(st, n)
-	case c == '"':
-		s, err := st.readString()
-		if err != nil {
-			return err
-		}
-		return n.addText(s)
-	case c == '-' || (c >= '0' && c <= '9'):
-		text, _, err := st.readNumber()
-		if err != nil {
-			return err
-		}
-		return n.addEpoch(st, text)
-	default:
-		return n.mismatch(st, "an RFC 3339 string or an epoch number", c)
 	}
+	text, quoted, ok, err := st.readTextOrNumber(c)
+	switch {
+	case !ok:
+		return n.mismatch(st, "an RFC 3339 string or an epoch number", c)
+	case err != nil:
+		return err
+	case quoted:
+		return n.addText(text)
+	}
+	return n.addEpoch(st, text)
 }
 
 func (n *tsNode) addText(s []byte) error {

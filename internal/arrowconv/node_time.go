@@ -77,7 +77,7 @@ func (n *dateNode) put(st *state, v any) error {
 		}
 		return n.add(daysFromCivil(y, int(m), d))
 	case json.Number:
-		return n.addDays(st, []byte(v))
+		return n.addDays(st, textOf(string(v)))
 	case int64:
 		return n.add(v)
 	case int:
@@ -185,7 +185,7 @@ func (n *tsNode) put(st *state, v any) error {
 	case string:
 		return n.addText(textOf(v))
 	case json.Number:
-		return n.addEpoch(st, []byte(v))
+		return n.addEpoch(st, textOf(string(v)))
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
 		st.text, _ = appendJSON(st.text[:0], v, 0) // an integer: never fails
 		return n.addEpoch(st, st.text)

@@ -373,7 +373,7 @@ func (n *variantNode) encodeGo(v any, depth int) error {
 		}
 		return b.AppendFloat64(v)
 	case json.Number:
-		text := []byte(v)
+		text := textOf(string(v))
 		if _, _, ok := parseNumLit(text, nil, false); !ok {
 			return kerr(ErrInvalidValue, "json.Number %q is not a valid JSON number", string(v))
 		}

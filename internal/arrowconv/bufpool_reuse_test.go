@@ -52,3 +52,27 @@ func TestReleasedStorageIsReused(t *testing.T) {
 	median := perBatch[len(perBatch)/2]
 	require.Less(t, median, size/4, "allocated %d bytes in the median batch for a %d-byte record", median, size)
 }
+
+// TestStructuredRowsAllocateNothingPerRow checks that converting structured
+// rows (json.Number numbers, a MAP column) reads their strings in place: the
+// median batch makes far fewer allocations than it has rows (copying each
+// number or map key made about five per row).
+func TestStructuredRowsAllocateNothingPerRow(t *testing.T) {
+	c := mustConverter(t, benchDefs, Options{})
+	rows := structuredRows(t, benchRows(2048))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // see TestReleasedStorageIsReused
+	perBatch := make([]int, 11)
+	for i := range perBatch {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		res, err := c.ConvertStructured(rows)
+		require.NoError(t, err)
+		require.Empty(t, res.RowErrors)
+		res.Record.Release()
+		runtime.ReadMemStats(&after)
+		perBatch[i] = int(after.Mallocs - before.Mallocs)
+	}
+	slices.Sort(perBatch)
+	median := perBatch[len(perBatch)/2]
+	require.Less(t, median, len(rows)/8, "%d allocations in the median batch of %d rows", median, len(rows))
+}

@@ -253,7 +253,7 @@ func (n *mapNode) put(st *state, v any) error {
 			if !utf8.ValidString(k) {
 				return at(keySeg([]byte(k)), kerr(ErrInvalidValue, "invalid UTF-8 in map key"))
 			}
-			if err := n.keys.addKey(st, []byte(k)); err != nil {
+			if err := n.keys.addKey(st, textOf(k)); err != nil {
 				return at(keySeg([]byte(k)), err)
 			}
 			if err := n.vals.put(st, v[k]); err != nil {

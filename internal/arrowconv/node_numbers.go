@@ -91,7 +91,7 @@ func (n *intNode[T]) put(st *state, v any) error {
 	case float64:
 		return n.putFloat(v)
 	case json.Number:
-		return n.addLit(st, []byte(v))
+		return n.addLit(st, textOf(string(v)))
 	}
 	return n.mismatchGo("a number", v)
 }

@@ -71,21 +71,14 @@ func (n *strNode) decode(st *state) error {
 		}
 		return n.addBase64(s)
 	default: // modeDecimal
+		text, quoted, ok, err := st.readTextOrNumber(c)
 		switch {
-		case c == '"':
-			s, err := st.readString()
-			if err != nil {
-				return err
-			}
-			return n.addDecimal(st, s, true)
-		case c == '-' || (c >= '0' && c <= '9'):
-			text, _, err := st.readNumber()
-			if err != nil {
-				return err
-			}
-			return n.addDecimal(st, text, false)
+		case !ok:
+			return n.mismatch(st, "a JSON number or numeric string", c)
+		case err != nil:
+			return err
 		}
-		return n.mismatch(st, "a JSON number or numeric string", c)
+		return n.addDecimal(st, text, quoted)
 	}
 }
 
@@ -165,15 +158,15 @@ func (n *strNode) put(st *state, v any) error {
 			n.data = append(n.data, v...)
 			return n.commit()
 		case string:
-			return n.addBase64([]byte(v))
+			return n.addBase64(textOf(v))
 		}
 		return n.mismatchGo("bytes or a base64 string", v)
 	default: // modeDecimal
 		switch v := v.(type) {
 		case string:
-			return n.addDecimal(st, []byte(v), true)
+			return n.addDecimal(st, textOf(v), true)
 		case json.Number:
-			return n.addDecimal(st, []byte(v), false)
+			return n.addDecimal(st, textOf(string(v)), false)
 		case float64:
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				return kerr(ErrInvalidValue, "value %v is not a decimal number for %s", v, n.name)

@@ -13,24 +13,20 @@ type dateNode struct {
 }
 
 func (n *dateNode) decode(st *state) error {
-	switch c := st.peek(); {
-	case c == 'n':
+	c := st.peek()
+	if c == 'n' {
 		return n.null(st, n)
-	case c == '"':
-		s, err := st.readString()
-		if err != nil {
-			return err
-		}
-		return n.addText(s)
-	case c == '-' || (c >= '0' && c <= '9'):
-		text, _, err := st.readNumber()
-		if err != nil {
-			return err
-		}
-		return n.addDays(st, text)
-	default:
-		return n.mismatch(st, `a "2006-01-02" string or epoch days`, c)
 	}
+	text, quoted, ok, err := st.readTextOrNumber(c)
+	switch {
+	case !ok:
+		return n.mismatch(st, `a "2006-01-02" string or epoch days`, c)
+	case err != nil:
+		return err
+	case quoted:
+		return n.addText(text)
+	}
+	return n.addDays(st, text)
 }
 
 func (n *dateNode) addText(s []byte) error {
@@ -81,7 +77,7 @@ func (n *dateNode) put(st *state, v any) error {
 		}
 		return n.add(daysFromCivil(y, int(m), d))
 	case json.Number:
-		return n.addDays(st, []byte(v))
+		return n.addDays(st, textOf(string(v)))
 	case int64:
 		return n.add(v)
 	case int:
@@ -110,8 +106,8 @@ type tsNode struct {
 }
 
 func (n *tsNode) decode(st *state) error {
-	switch c := st.peek(); {
-	case c == 'n':
+	c := st.peek()
+	if c == 'n' {
 		if n.emit != nil {
 			if err := st.literal("null"); err != nil {
 				return err
@@ -119,21 +115,17 @@ func (n *tsNode) decode(st *state) error {
 			return n.add(*n.emit)
 		}
 		return n.null(st, n)
-	case c == '"':
-		s, err := st.readString()
-		if err != nil {
-			return err
-		}
-		return n.addText(s)
-	case c == '-' || (c >= '0' && c <= '9'):
-		text, _, err := st.readNumber()
-		if err != nil {
-			return err
-		}
-		return n.addEpoch(st, text)
-	default:
-		return n.mismatch(st, "an RFC 3339 string or an epoch number", c)
 	}
+	text, quoted, ok, err := st.readTextOrNumber(c)
+	switch {
+	case !ok:
+		return n.mismatch(st, "an RFC 3339 string or an epoch number", c)
+	case err != nil:
+		return err
+	case quoted:
+		return n.addText(text)
+	}
+	return n.addEpoch(st, text)
 }
 
 func (n *tsNode) addText(s []byte) error {
@@ -193,7 +185,7 @@ func (n *tsNode) put(st *state, v any) error {
 	case string:
 		return n.addText(textOf(v))
 	case json.Number:
-		return n.addEpoch(st, []byte(v))
+		return n.addEpoch(st, textOf(string(v)))
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
 		st.text, _ = appendJSON(st.text[:0], v, 0) // an integer: never fails
 		return n.addEpoch(st, st.text)

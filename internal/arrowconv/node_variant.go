@@ -53,7 +53,20 @@ type variantNode struct {
 	// arrays' element offsets, shared by all nesting levels of a row.
 	fields []variant.FieldEntry
 	elems  []int
+	// keys interns object keys read from JSON, which the builder must own
+	// as strings, so a key repeated across rows and batches is allocated
+	// once per state rather than once per row. Bounded by maxInternedKeys
+	// and maxInternedKeyLen; keys beyond either are allocated per use.
+	keys map[string]string
 }
+
+// Bounds of variantNode.keys: enough for the keys of realistic documents,
+// small enough that high-cardinality keys (ids used as keys) cannot grow a
+// pooled state without limit.
+const (
+	maxInternedKeys   = 1024
+	maxInternedKeyLen = 64
+)
 
 // variantNull is the encoding of the variant null: empty metadata and the
 // primitive null header. It fills the children of SQL NULL rows so that every
@@ -119,8 +132,7 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 			if err != nil {
 				return err
 			}
-			// The builder keeps the key until Build: it must own its bytes.
-			n.fields = append(n.fields, b.NextField(start, string(k)))
+			n.fields = append(n.fields, b.NextField(start, n.key(k)))
 			if err := s.expect(':'); err != nil {
 				return err
 			}
@@ -192,6 +204,22 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 		}
 		return n.appendNumber(text, integer)
 	}
+}
+
+// key returns object key k as a string the builder may keep until Build (it
+// must own its bytes): the interned copy when there is one.
+func (n *variantNode) key(k []byte) string {
+	if s, ok := n.keys[string(k)]; ok {
+		return s
+	}
+	s := string(k)
+	if len(s) <= maxInternedKeyLen && len(n.keys) < maxInternedKeys {
+		if n.keys == nil {
+			n.keys = make(map[string]string)
+		}
+		n.keys[s] = s
+	}
+	return s
 }
 
 func (n *variantNode) finishObject(start, mark int) error {
@@ -345,7 +373,7 @@ func (n *variantNode) encodeGo(v any, depth int) error {
 		}
 		return b.AppendFloat64(v)
 	case json.Number:
-		text := []byte(v)
+		text := textOf(string(v))
 		if _, _, ok := parseNumLit(text, nil, false); !ok {
 			return kerr(ErrInvalidValue, "json.Number %q is not a valid JSON number", string(v))
 		}

@@ -383,6 +383,22 @@ func hex4(d []byte, i int) (rune, bool) {
 	return r, true
 }
 
+// readTextOrNumber reads the JSON string or number starting with c (the byte
+// at pos), for columns that take either: a string's unescaped bytes (as
+// readString) with quoted true, or a number's text. ok is false, with nothing
+// consumed, when c starts neither.
+func (s *scanner) readTextOrNumber(c byte) (text []byte, quoted, ok bool, err error) {
+	switch {
+	case c == '"':
+		text, err = s.readString()
+		return text, true, true, err
+	case c == '-' || (c >= '0' && c <= '9'):
+		text, _, err = s.readNumber()
+		return text, false, true, err
+	}
+	return nil, false, false, nil
+}
+
 // readNumber reads the number at pos and returns its text; integer reports
 // whether it has neither a fraction nor an exponent.
 func (s *scanner) readNumber() (text []byte, integer bool, err error) {

@@ -62,7 +62,7 @@ func appendJSON(dst []byte, v any, depth int) ([]byte, error) {
 	case string:
 		return appendQuoted(dst, v), nil
 	case json.Number:
-		if _, _, ok := parseNumLit([]byte(v), nil, false); !ok {
+		if _, _, ok := parseNumLit(textOf(string(v)), nil, false); !ok {
 			return dst, fmt.Errorf("json.Number %q is not a valid JSON number", string(v))
 		}
 		return append(dst, v...), nil

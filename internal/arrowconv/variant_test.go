@@ -241,3 +241,30 @@ func TestEncodeVariantMatchesTheColumn(t *testing.T) {
 	_, _, err = EncodeVariant(map[string]any{"k": []any{1, math.NaN()}})
 	assert.ErrorContains(t, err, `["k"][1]: value NaN: JSON has no NaN or Infinity`)
 }
+
+// TestVariantKeysBeyondTheInternBounds checks object keys read the same
+// whether or not the column interns them: more distinct keys than
+// maxInternedKeys, a key longer than maxInternedKeyLen, and an escaped key
+// (unescaped into scratch space the next string overwrites) that is later
+// met plain.
+func TestVariantKeysBeyondTheInternBounds(t *testing.T) {
+	c := mustConverter(t, "v VARIANT", Options{})
+	long := strings.Repeat("k", maxInternedKeyLen+1)
+	rows := []string{`{"v": {"a\u0062": 1, "c\u0064": "x\ny"}}`, `{"v": {"ab": 2, "cd": 3}}`}
+	for i := range maxInternedKeys + 10 {
+		rows = append(rows, fmt.Sprintf(`{"v": {"key_%d": %d, "%s": [%d], "ab": 0}}`, i, i, long, i))
+	}
+	for range 2 { // the second batch reuses the pooled state and its keys
+		res := convertJSON(t, c, rows...)
+		require.Empty(t, res.RowErrors)
+		for i, r := range rows {
+			var doc struct{ V json.RawMessage }
+			require.NoError(t, json.Unmarshal([]byte(r), &doc))
+			want, err := variant.ParseJSON(string(doc.V), false)
+			require.NoError(t, err)
+			got := variantAt(t, res, "v", i)
+			assert.Equal(t, want.Metadata().Bytes(), got.Metadata().Bytes(), "row %d metadata", i)
+			assert.Equal(t, want.Bytes(), got.Bytes(), "row %d value", i)
+		}
+	}
+}

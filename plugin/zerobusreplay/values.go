@@ -259,6 +259,7 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 	}
 	var txt []byte
 	var offEnds, emitEnds []int
+	emitFrom := 0 // where the _zb_emit_ts texts start in txt
 	if c.offset >= 0 {
 		offEnds = make([]int, n)
 		col := cols[c.offset]
@@ -275,6 +276,7 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 		}
 	}
 	if c.emitTS >= 0 {
+		emitFrom = len(txt)
 		emitEnds = make([]int, n)
 		col := cols[c.emitTS]
 		ts, isTS := col.(*array.Timestamp)
@@ -314,11 +316,7 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 		offsets = split(offEnds, 0)
 	}
 	if emitEnds != nil {
-		from := 0
-		if offEnds != nil {
-			from = offEnds[n-1]
-		}
-		emits = split(emitEnds, from)
+		emits = split(emitEnds, emitFrom)
 	}
 	return offsets, emits, nil
 }

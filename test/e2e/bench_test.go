@@ -267,7 +267,7 @@ func BenchmarkPeakRSS(b *testing.B) {
 	var peaks []float64
 	for range b.N * benchReps {
 		before := emu.rowsAcked(b)
-		hwm, _ := runForPeakRSS(b, cfg)
+		hwm, _, _ := runForPeakRSS(b, cfg)
 		require.GreaterOrEqual(b, emu.rowsAcked(b)-before, int64(rows), "every row acked")
 		peaks = append(peaks, float64(hwm)/(1<<20))
 	}

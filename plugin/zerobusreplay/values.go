@@ -100,15 +100,14 @@ func value(a arrow.Array, i int) (any, error) {
 	case *array.Map:
 		start, end := a.ValueOffsets(i)
 		keys, items := a.Keys(), a.Items()
-		_, stringKeys := keys.(*array.String)
-		if stringKeys {
+		if sk, ok := keys.(*array.String); ok {
 			obj := make(map[string]any, end-start)
 			for j := start; j < end; j++ {
 				v, err := value(items, int(j))
 				if err != nil {
 					return nil, fmt.Errorf("map value: %w", err)
 				}
-				obj[keys.(*array.String).Value(int(j))] = v
+				obj[sk.Value(int(j))] = v
 			}
 			return obj, nil
 		}

@@ -122,3 +122,14 @@ func posInf() float64 {
 	var zero float64
 	return 1 / zero
 }
+
+// An Arrow batch of no rows (a scan filter may leave one) converts to no
+// messages, with the reserved columns present too.
+func TestMessagesOfAnEmptyBatch(t *testing.T) {
+	rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), replaySchema, strings.NewReader(`[]`))
+	require.NoError(t, err)
+	defer rec.Release()
+	batch, err := newRowConverter(replaySchema).messages(rec)
+	require.NoError(t, err)
+	assert.Empty(t, batch)
+}

@@ -100,15 +100,14 @@ func value(a arrow.Array, i int) (any, error) {
 	case *array.Map:
 		start, end := a.ValueOffsets(i)
 		keys, items := a.Keys(), a.Items()
-		_, stringKeys := keys.(*array.String)
-		if stringKeys {
+		if sk, ok := keys.(*array.String); ok {
 			obj := make(map[string]any, end-start)
 			for j := start; j < end; j++ {
 				v, err := value(items, int(j))
 				if err != nil {
 					return nil, fmt.Errorf("map value: %w", err)
 				}
-				obj[keys.(*array.String).Value(int(j))] = v
+				obj[sk.Value(int(j))] = v
 			}
 			return obj, nil
 		}
@@ -259,6 +258,7 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 	}
 	var txt []byte
 	var offEnds, emitEnds []int
+	emitFrom := 0 // where the _zb_emit_ts texts start in txt
 	if c.offset >= 0 {
 		offEnds = make([]int, n)
 		col := cols[c.offset]
@@ -275,6 +275,7 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 		}
 	}
 	if c.emitTS >= 0 {
+		emitFrom = len(txt)
 		emitEnds = make([]int, n)
 		col := cols[c.emitTS]
 		ts, isTS := col.(*array.Timestamp)
@@ -314,11 +315,7 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 		offsets = split(offEnds, 0)
 	}
 	if emitEnds != nil {
-		from := 0
-		if offEnds != nil {
-			from = offEnds[n-1]
-		}
-		emits = split(emitEnds, from)
+		emits = split(emitEnds, emitFrom)
 	}
 	return offsets, emits, nil
 }

@@ -213,13 +213,13 @@ output:
 }
 
 // runForPeakRSS runs the product binary on the config file cfg to its end
-// and returns its peak resident set in bytes and how long it ran. The
-// kernel keeps the peak itself (VmHWM), so polling only has to catch the
-// process alive; a peak in its last 10 ms would be missed. The rusage
+// and returns its peak resident set in bytes, how long it ran and its
+// output. The kernel keeps the peak itself (VmHWM), so polling only has to
+// catch the process alive; a peak in its last 10 ms would be missed. The rusage
 // ru_maxrss at exit is not used: Go starts a child with vfork, and the
 // kernel records the parent's resident set (this test process's) as the
 // child's high-water mark at exec, so it reports the larger of the two.
-func runForPeakRSS(b *testing.B, cfg string) (peak int64, took time.Duration) {
+func runForPeakRSS(b *testing.B, cfg string) (peak int64, took time.Duration, out string) {
 	b.Helper()
 	began := time.Now()
 	p := start(b, nil, "run", cfg)
@@ -230,7 +230,7 @@ func runForPeakRSS(b *testing.B, cfg string) (peak int64, took time.Duration) {
 		case err := <-done:
 			require.NoError(b, err, "pipeline failed:\n%s", p.out.String())
 			require.Positive(b, peak, "the binary's VmHWM was never read")
-			return peak, time.Since(began)
+			return peak, time.Since(began), p.out.String()
 		case <-time.After(10 * time.Millisecond):
 			if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
 				peak = max(peak, v)

@@ -239,7 +239,7 @@ func BenchmarkReplayPeakRSS(b *testing.B) {
 	// For scale: the same binary generating 1,000 rows into drop.
 	idleCfg := filepath.Join(b.TempDir(), "idle.yaml")
 	require.NoError(b, os.WriteFile(idleCfg, []byte("http:\n  enabled: false\nlogger:\n  level: warn\ninput:\n  generate:\n    count: 1000\n    interval: \"\"\n    mapping: root.id = counter()\noutput:\n  drop: {}\n"), 0o600))
-	idle, _ := runForPeakRSS(b, idleCfg)
+	idle, _, _ := runForPeakRSS(b, idleCfg)
 	fmt.Printf("the same binary generating 1,000 rows into drop: peak RSS %.0f MiB\n", float64(idle)/(1<<20))
 	// The figure is the largest table's; the smaller one shows the peak does
 	// not grow with the table.
@@ -275,37 +275,21 @@ var (
 )
 
 // replayWithBinary runs the product binary replaying replayTable into
-// drop and returns its peak RSS in bytes, its run time, and the rows and
-// data files it says it replayed. The peak is the child's VmHWM, polled while
-// it runs (not ru_maxrss: a child started by vfork is charged the parent's
-// peak, see runForPeakRSS).
+// drop (runForPeakRSS) and returns its peak RSS in bytes, its run time, and
+// the rows and data files it says it replayed.
 func replayWithBinary(b *testing.B, httpURL string) (peak int64, took time.Duration, rows, files int64) {
 	b.Helper()
 	cfg := writeConfig(b, "info", fmt.Sprintf("zerobus_replay:\n  workspace_url: %s\n  table: %s\n  client_id: %s\n  client_secret: %s\n",
 		httpURL, replayTable, emulator.DefaultClientID, emulator.DefaultClientSecret), "drop: {}")
-	began := time.Now()
-	p := start(b, nil, "run", cfg)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	for {
-		select {
-		case err := <-done:
-			took = time.Since(began)
-			require.NoError(b, err, "replay failed:\n%s", p.out.String())
-			sc := bufio.NewScanner(strings.NewReader(p.out.String()))
-			for sc.Scan() {
-				if m := replayedRowsRe.FindStringSubmatch(sc.Text()); m != nil {
-					rows, _ = strconv.ParseInt(m[1], 10, 64)
-				}
-				if m := plannedFilesRe.FindStringSubmatch(sc.Text()); m != nil {
-					files, _ = strconv.ParseInt(m[1], 10, 64)
-				}
-			}
-			return peak, took, rows, files
-		case <-time.After(20 * time.Millisecond):
-			if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
-				peak = max(peak, v)
-			}
+	peak, took, out := runForPeakRSS(b, cfg)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if m := replayedRowsRe.FindStringSubmatch(sc.Text()); m != nil {
+			rows, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		if m := plannedFilesRe.FindStringSubmatch(sc.Text()); m != nil {
+			files, _ = strconv.ParseInt(m[1], 10, 64)
 		}
 	}
+	return peak, took, rows, files
 }

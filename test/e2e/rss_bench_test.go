@@ -107,7 +107,7 @@ func runRSSCase(b *testing.B, httpURL, grpcURL string, c rssCase) (int64, float6
 	cfg := writeConfig(b, "warn", repeatInput(c.rows, inBatch, c.size), out)
 
 	before := rowsAcked(b, httpURL)
-	hwm, took := runForPeakRSS(b, cfg)
+	hwm, took, _ := runForPeakRSS(b, cfg)
 	require.GreaterOrEqual(b, rowsAcked(b, httpURL)-before, int64(c.rows), "every row acked")
 	return hwm, float64(c.rows) / took.Seconds()
 }

@@ -332,26 +332,26 @@ func Mount(x any, h http.HandlerFunc) (err error) {
 	return nil
 }
 
-// Tables lists an output's tables: its static table's writer, or every
-// table its router holds open, then its dead-letter writer; each may be
-// nil. With none at all (not connected yet), the output's table is
+// Tables lists the tables of an output's engine: its static table's writer,
+// or every table its router holds open, then its dead-letter writer. With no
+// engine or an empty one (not connected yet), the output's table is
 // reported rebuilding.
-func Tables(table string, target *tablewriter.Writer, router *tablewriter.Router, deadLetter *tablewriter.Writer) []Table {
+func Tables(table string, e *tablewriter.Engine) []Table {
 	var ts []Table
-	if target != nil {
-		ts = append(ts, Table{Role: RoleTarget, TableHealth: target.Health()})
+	if e == nil || e.Writer == nil && e.Router == nil && e.DeadLetters == nil {
+		return append(ts, Table{Role: RoleTarget, TableHealth: tablewriter.TableHealth{
+			Table: table, At: time.Now(), State: tablewriter.StateRebuilding, Reason: "not connected yet"}})
 	}
-	if router != nil {
-		for _, h := range router.Health() {
+	if e.Writer != nil {
+		ts = append(ts, Table{Role: RoleTarget, TableHealth: e.Writer.Health()})
+	}
+	if e.Router != nil {
+		for _, h := range e.Router.Health() {
 			ts = append(ts, Table{Role: RoleTarget, TableHealth: h})
 		}
 	}
-	if deadLetter != nil {
-		ts = append(ts, Table{Role: RoleDeadLetter, TableHealth: deadLetter.Health()})
-	}
-	if target == nil && router == nil && deadLetter == nil {
-		ts = append(ts, Table{Role: RoleTarget, TableHealth: tablewriter.TableHealth{
-			Table: table, At: time.Now(), State: tablewriter.StateRebuilding, Reason: "not connected yet"}})
+	if w := e.DeadLetterWriter(); w != nil {
+		ts = append(ts, Table{Role: RoleDeadLetter, TableHealth: w.Health()})
 	}
 	return ts
 }

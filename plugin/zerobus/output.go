@@ -108,10 +108,7 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 
 // health lists the output's tables for the health endpoint.
 func (o *output) health() []healthhttp.Table {
-	if e := o.eng.Load(); e != nil {
-		return healthhttp.Tables(o.cfg.Table, e.Writer, e.Router, e.DeadLetterWriter())
-	}
-	return healthhttp.Tables(o.cfg.Table, nil, nil, nil)
+	return healthhttp.Tables(o.cfg.Table, o.eng.Load())
 }
 
 // Connect opens the table writer: describe (and with provisioning,

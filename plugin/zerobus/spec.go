@@ -12,6 +12,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/lintrule"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
@@ -63,12 +64,12 @@ const (
 	fProxyURL      = "proxy_url"
 )
 
-// Environment variables the credentials fall back to, named as the
-// databricks-sdk-go unified auth names them.
+// Environment variables the credentials fall back to (catalog's, shared
+// with the replay input).
 const (
-	EnvClientID     = "DATABRICKS_CLIENT_ID"
-	EnvClientSecret = "DATABRICKS_CLIENT_SECRET"
-	EnvWarehouseID  = "DATABRICKS_WAREHOUSE_ID"
+	EnvClientID     = catalog.EnvClientID
+	EnvClientSecret = catalog.EnvClientSecret
+	EnvWarehouseID  = catalog.EnvWarehouseID
 )
 
 // Role values.
@@ -297,6 +298,9 @@ type outputConfig struct {
 	CovTable             string
 	ClientID             string
 	ClientSecret         string
+	// cfgClientID and cfgClientSecret are the configured values (empty:
+	// from the environment), kept to re-read the environment on reconnect.
+	cfgClientID, cfgClientSecret string
 	// credSource says where the credentials came from, for messages.
 	credSource string
 
@@ -462,7 +466,8 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	}
 	c.Batching, c.batchingDefaulted = effectiveBatching(c.Batching)
 
-	c.credSource = c.loadCredentials()
+	c.cfgClientID, c.cfgClientSecret = c.ClientID, c.ClientSecret
+	c.loadCredentials()
 	if c.StreamsMin == 0 { // automatic
 		c.StreamsMin = 2
 		if c.TableInterp != nil {
@@ -478,18 +483,11 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	return c, nil
 }
 
-// loadCredentials fills the credentials left empty in the config from the
-// environment (again on every call: a secret rotated in the environment is
-// picked up on reconnect) and says where they came from.
-func (c *outputConfig) loadCredentials() string {
-	src := [2]string{"config field " + fClientID, "config field " + fClientSecret}
-	if c.credSource == "" && c.ClientID == "" || strings.HasPrefix(c.credSource, "env "+EnvClientID) {
-		c.ClientID, src[0] = os.Getenv(EnvClientID), "env "+EnvClientID
-	}
-	if c.credSource == "" && c.ClientSecret == "" || strings.HasSuffix(c.credSource, "env "+EnvClientSecret) {
-		c.ClientSecret, src[1] = os.Getenv(EnvClientSecret), "env "+EnvClientSecret
-	}
-	return src[0] + ", " + src[1]
+// loadCredentials sets the credentials from the configured values or, for
+// each one left empty, the environment (again on every call: a secret
+// rotated in the environment is picked up on reconnect).
+func (c *outputConfig) loadCredentials() {
+	c.ClientID, c.ClientSecret, c.credSource = catalog.ClientCredentials(c.cfgClientID, c.cfgClientSecret)
 }
 
 // effectiveBatching adds a period to a count/byte_size policy that lacks

@@ -16,6 +16,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/lintrule"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -46,11 +47,12 @@ const (
 	fWSTimeout       = "workspace_timeout"
 )
 
-// Environment variables the credentials fall back to, as the output's.
+// Environment variables the credentials fall back to: the output's
+// (catalog's), so one credentials block serves both.
 const (
-	EnvClientID     = "DATABRICKS_CLIENT_ID"
-	EnvClientSecret = "DATABRICKS_CLIENT_SECRET"
-	EnvWarehouseID  = "DATABRICKS_WAREHOUSE_ID"
+	EnvClientID     = catalog.EnvClientID
+	EnvClientSecret = catalog.EnvClientSecret
+	EnvWarehouseID  = catalog.EnvWarehouseID
 )
 
 // maxReadAhead bounds read_ahead: more files fetched ahead than this only
@@ -250,14 +252,7 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	} else if err := typemap.CheckTableName(c.CoverageTable); err != nil {
 		return c, fmt.Errorf("field %s: %w", fCoverageTable, err)
 	}
-	c.credSource = "config fields client_id/client_secret"
-	if c.ClientID == "" {
-		c.ClientID = os.Getenv(EnvClientID)
-		c.credSource = "env " + EnvClientID + "/" + EnvClientSecret
-	}
-	if c.ClientSecret == "" {
-		c.ClientSecret = os.Getenv(EnvClientSecret)
-	}
+	c.ClientID, c.ClientSecret, c.credSource = catalog.ClientCredentials(c.ClientID, c.ClientSecret)
 	if c.ClientID == "" || c.ClientSecret == "" {
 		return c, errors.New("fields client_id/client_secret: OAuth client credentials are required (or env " + EnvClientID + "/" + EnvClientSecret + ")")
 	}

@@ -1,5 +1,7 @@
 // Package memlimit sets the Go runtime's soft memory limit from the
-// zerobus outputs' own bounds on the data they hold, when the user set none.
+// zerobus outputs' own bounds on the data they hold, when the user set none,
+// and while that limit is in force paces the collector so a small live heap
+// is not collected every few milliseconds (gcpace.go).
 //
 // Why: the outputs bound their live data (max_in_flight batches of
 // messages held by the Benthos engine, plus max_in_flight_bytes of Arrow
@@ -76,6 +78,7 @@ func Reserve(share int64) (limit int64, set bool, release func()) {
 	}
 	shares += share
 	applyLocked()
+	startPacingLocked()
 	if stop == nil {
 		stop = make(chan struct{})
 		go refresh(stop, refreshEvery)
@@ -107,6 +110,7 @@ func applyLocked() {
 }
 
 func stopLocked() {
+	stopPacingLocked()
 	if stop != nil {
 		close(stop)
 		stop = nil

@@ -4,7 +4,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 )
 
 // HeapFloor is the heap the collector may let garbage fill before it
@@ -115,11 +114,4 @@ func hookNextGC(done chan struct{}) {
 
 // gcPercent is the GC percent in force (the runtime's GOGC), read without
 // changing it.
-func gcPercent() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 100
-	}
-	return int(s[0].Value.Uint64())
-}
+func gcPercent() int { return int(runtimeMetric("/gc/gogc:percent", 100)) }

@@ -143,11 +143,15 @@ func refresh(done chan struct{}, every time.Duration) {
 
 // liveHeap returns the bytes of heap objects marked live by the last
 // collection.
-func liveHeap() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+func liveHeap() int64 { return int64(runtimeMetric("/gc/heap/live:bytes", 0)) }
+
+// runtimeMetric reads one of the runtime's uint64 metrics, or returns def
+// when this runtime does not have it.
+func runtimeMetric(name string, def uint64) uint64 {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+		return def
 	}
-	return int64(s[0].Value.Uint64())
+	return s[0].Value.Uint64()
 }

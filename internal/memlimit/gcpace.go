@@ -41,8 +41,8 @@ func gcPercentFor(live int64) int {
 }
 
 var (
-	paced  int           // the GC percent this package set last; 0 = not pacing
-	gcStop chan struct{} // stops the per-cycle hook; nil when not pacing
+	paced int    // the GC percent pacing set last; 0 = not pacing
+	epoch uint64 // bumped when pacing stops, so the armed cycle hook retires
 )
 
 // startPacingLocked begins pacing the collector after each cycle, unless
@@ -50,36 +50,33 @@ var (
 // GOGC=100 included), or something else in the process changed the GC
 // percent from the default.
 func startPacingLocked() {
-	if gcStop != nil || os.Getenv("GOGC") != "" || gcPercent() != 100 {
+	if paced != 0 || os.Getenv("GOGC") != "" || gcPercent() != 100 {
 		return
 	}
-	gcStop = make(chan struct{})
 	paceLocked()
-	hookNextGC(gcStop)
+	hookNextGC(epoch)
 }
 
 // paceLocked sets the GC percent for the live heap the last collection
 // marked; when something else changed the percent since pacing last set
 // it, it leaves theirs and stops.
 func paceLocked() {
-	want := gcPercentFor(liveHeap())
 	if paced != 0 && gcPercent() != paced {
 		stopPacingLocked()
 		return
 	}
-	debug.SetGCPercent(want)
-	paced = want
+	paced = gcPercentFor(liveHeap())
+	debug.SetGCPercent(paced)
 }
 
 // stopPacingLocked stops pacing and, when the GC percent is still the one
 // it set, puts back the default.
 func stopPacingLocked() {
-	if gcStop == nil {
+	if paced == 0 {
 		return
 	}
-	close(gcStop)
-	gcStop = nil
-	if paced != 0 && gcPercent() == paced {
+	epoch++
+	if gcPercent() == paced {
 		debug.SetGCPercent(100)
 	}
 	paced = 0
@@ -98,16 +95,17 @@ func Pacing() int {
 // finalizer on a tiny object may never run).
 type sentinel struct{ _ *byte }
 
-func hookNextGC(done chan struct{}) {
+// hookNextGC arms a sentinel for pacing epoch e: after the next
+// collection it re-paces and re-arms, unless pacing stopped since.
+func hookNextGC(e uint64) {
 	runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
 		mu.Lock()
 		defer mu.Unlock()
-		if gcStop != done {
-			return // stopped (and perhaps restarted) since
+		if epoch != e || paced == 0 {
+			return
 		}
-		paceLocked()
-		if gcStop == done {
-			hookNextGC(done)
+		if paceLocked(); paced != 0 {
+			hookNextGC(e)
 		}
 	})
 }

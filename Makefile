@@ -45,6 +45,7 @@ lint-examples: build
 
 vet:
 	go vet ./...
+	go vet -tags zerobus_bench ./cmd/benthos-zerobus/  # the benchmark build's noop_batch output
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

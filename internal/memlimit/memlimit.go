@@ -76,6 +76,7 @@ func Reserve(share int64) (limit int64, set bool, release func()) {
 	}
 	shares += share
 	applyLocked()
+	startPacingLocked()
 	if stop == nil {
 		stop = make(chan struct{})
 		go refresh(stop, refreshEvery)
@@ -107,6 +108,7 @@ func applyLocked() {
 }
 
 func stopLocked() {
+	stopPacingLocked()
 	if stop != nil {
 		close(stop)
 		stop = nil

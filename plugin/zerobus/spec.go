@@ -78,10 +78,10 @@ const (
 	RolePrimaryRaw = "primary_raw"
 )
 
-// defaultMaxInFlight is the output's max_in_flight default (Benthos's is
+// DefaultMaxInFlight is the output's max_in_flight default (Benthos's is
 // 64): the batches of messages the engine holds for the output, bounded so
 // their memory stays modest whatever the row size (see the field).
-const defaultMaxInFlight = 16
+const DefaultMaxInFlight = 16
 
 // Default batching applied when the `batching` field is absent: a count
 // bounded by a period, so a partially filled batch (for example redelivered
@@ -90,9 +90,9 @@ const defaultMaxInFlight = 16
 // 64 × 1,000 did), which hides 50 ms of ack latency; the byte bound keeps
 // larger rows' batches to about 1 MiB.
 const (
-	defaultBatchCount  = 4000
-	defaultBatchBytes  = 1 << 20
-	defaultBatchPeriod = "1s"
+	DefaultBatchCount  = 4000
+	DefaultBatchBytes  = 1 << 20
+	DefaultBatchPeriod = "1s"
 )
 
 // warehouseLint is the lint rule of the catalog block: provisioning runs DDL
@@ -167,7 +167,7 @@ func Spec() *service.ConfigSpec {
 			service.NewStringField(fClientSecret).
 				Description("OAuth client secret of the service principal. Empty means the `DATABRICKS_CLIENT_SECRET` environment variable. Never logged.").
 				Secret().Default(""),
-			service.NewOutputMaxInFlightField().Default(defaultMaxInFlight).
+			service.NewOutputMaxInFlightField().Default(DefaultMaxInFlight).
 				LintRule(lintrule.AtLeast("max_in_flight", 1)).
 				Description("The number of batches written concurrently. Each waits for its own durability confirmation while the others keep submitting, so this is the pipelining depth. It also bounds memory: the engine hands the output up to this many batches and holds each one's messages until it is acknowledged, whether it is being written or waiting for `max_in_flight_bytes`. At the default batching a batch holds up to about 4 MiB (the engine adds a whole input batch before it checks `byte_size`, and a message made by a mapping keeps its value and its JSON), so the default 16 (Benthos's is 64) keeps that under 64 MiB at any row size and, with the default batching count of 4,000, still keeps 64,000 small rows in flight."),
 			service.NewIntField(fMaxInFlightB).
@@ -176,7 +176,7 @@ func Spec() *service.ConfigSpec {
 				LintRule(`root = if this <= 0 { [ "field `+fMaxInFlightB+`: must be positive, got %v".format(this) ] } else { [] }`),
 			service.NewBatchPolicyField(fBatching).
 				Description("Batching policy. When the field is absent the output batches `count: 4000` or `byte_size: 1048576`, whichever comes first, with `period: 1s` (the byte bound keeps the memory of large rows in check: the engine holds up to `max_in_flight` batches; the count keeps 64,000 small rows in flight at the default `max_in_flight`, enough to hide tens of milliseconds of ack latency); a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
-				Default(map[string]any{"count": defaultBatchCount, "byte_size": defaultBatchBytes, "period": defaultBatchPeriod, "check": "", "processors": []any{}}),
+				Default(map[string]any{"count": DefaultBatchCount, "byte_size": DefaultBatchBytes, "period": DefaultBatchPeriod, "check": "", "processors": []any{}}),
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
 					Description("The minimum number of long-lived streams to the table. 0 means automatic: 2 for a fixed `table`, 1 for each table of an interpolated one.").
@@ -495,7 +495,7 @@ func (c *outputConfig) loadCredentials() {
 // absent). The string says what was done, for the start-up log.
 func effectiveBatching(p service.BatchPolicy) (service.BatchPolicy, string) {
 	if (p.Count > 1 || p.ByteSize > 0) && p.Period == "" {
-		p.Period = defaultBatchPeriod
+		p.Period = DefaultBatchPeriod
 		return p, "period added"
 	}
 	return p, "as configured"

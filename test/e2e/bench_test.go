@@ -19,6 +19,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
+	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 )
 
 // Benchmarks of whole pipelines. Each iteration runs complete pipelines, so
@@ -163,11 +164,19 @@ const outputCPUBefore = 3.11
 
 // BenchmarkPipelineVsDrop compares the product binary running generate →
 // zerobus (the emulator binary acking without storing, in its own process)
-// with the same binary running generate → drop, in runs of alternating
-// order, and reports per run:
+// with the same binary running generate → drop and generate → noop_batch (a
+// batch output that does nothing, with zerobus's default batching and
+// max_in_flight; the binary is built with -tags zerobus_bench, which adds
+// only that output), in runs whose order rotates, and reports per run:
 //
 //   - pipeline/zerobus_vs_drop: steady-state rows/s with zerobus ÷ with
 //     drop. Target >= 0.90.
+//   - pipeline/batch_output_ceiling: noop_batch ÷ drop, what the engine's
+//     batch-output machinery alone leaves (the batcher and its byte_size
+//     tally, the in-flight writers and their per-message tracking): the
+//     most any batch output at these defaults can reach.
+//   - pipeline/zerobus_vs_noop_batch: zerobus ÷ noop_batch, the output's own
+//     share. Target >= 0.90.
 //   - pipeline/output_cpu_per_million_rows: seconds of the binary's CPU
 //     (user+sys, from its rusage) per million rows with zerobus minus with
 //     drop: what the output itself costs. Target <= outputCPUBefore.
@@ -175,9 +184,9 @@ const outputCPUBefore = 3.11
 // It runs twice: on benchInput's structured messages (the issue's
 // pipeline), and under pipeline/raw_json_input on the same rows as JSON
 // bytes, as Kafka or HTTP inputs deliver them. The difference between the
-// two is the default batching's byte_size tally, which Benthos computes by
-// serialising each structured message to JSON (about half the output's CPU
-// per row here); for messages that are bytes it only reads their length.
+// two is mostly the default batching's byte_size tally, which Benthos
+// computes by serialising each structured message to JSON; for messages
+// that are bytes it only reads their length.
 //
 // Both the pipeline and the emulator are their own processes: neither
 // shares the other's Go runtime or garbage collector, and the CPU counted
@@ -187,43 +196,61 @@ func BenchmarkPipelineVsDrop(b *testing.B) {
 	pipelineVsDrop(b, "pipeline/raw_json_input", benchInputRaw)
 }
 
+// noopBatchOutput is the noop_batch output at the zerobus output's default
+// batching and max_in_flight.
+var noopBatchOutput = fmt.Sprintf(`noop_batch:
+  max_in_flight: %d
+  batching:
+    count: %d
+    byte_size: %d
+    period: %s
+`, zerobus.DefaultMaxInFlight, zerobus.DefaultBatchCount, zerobus.DefaultBatchBytes, zerobus.DefaultBatchPeriod)
+
 // pipelineVsDrop runs BenchmarkPipelineVsDrop's reps on input and reports
 // them under prefix.
 func pipelineVsDrop(b *testing.B, prefix string, input func(rows int) string) {
 	rows := rowsForBench()
 	emu := startBenchEmulator(b)
 	out := emu.outputYAML(benchOutputExtra())
-	// Warm up both paths (page cache, the emulator's first stream).
-	runPipelineBinary(b, binary(b), input, rows/10, "drop: {}", false)
-	runPipelineBinary(b, binary(b), input, rows/10, out, false)
-	var ratios, cpus, emuCPUs, dropRates, zbRates []float64
+	bin := benchBinary(b)
+	// Warm up every path (page cache, the emulator's first stream).
+	for _, o := range []string{"drop: {}", noopBatchOutput, out} {
+		runPipelineBinary(b, bin, input, rows/10, o, false)
+	}
+	var ratios, ceilings, shares, cpus, emuCPUs, dropRates, noopRates, zbRates []float64
 	for rep := range b.N * pipelineReps {
-		var drop, zb pipelineRun
+		var drop, noop, zb pipelineRun
 		var emuCPU time.Duration
-		runZB := func() {
-			before, acked := emu.cpu(b), emu.rowsAcked(b)
-			zb = runBinaryPipelineOn(b, input, rows, out)
-			emuCPU = emu.cpu(b) - before
-			require.GreaterOrEqual(b, emu.rowsAcked(b)-acked, int64(rows), "every row acked")
+		runs := []func(){
+			func() { drop = runPipelineBinary(b, bin, input, rows, "drop: {}", true) },
+			func() { noop = runPipelineBinary(b, bin, input, rows, noopBatchOutput, true) },
+			func() {
+				before, acked := emu.cpu(b), emu.rowsAcked(b)
+				zb = runPipelineBinary(b, bin, input, rows, out, true)
+				emuCPU = emu.cpu(b) - before
+				require.GreaterOrEqual(b, emu.rowsAcked(b)-acked, int64(rows), "every row acked")
+			},
 		}
-		if rep%2 == 0 {
-			drop = runBinaryPipelineOn(b, input, rows, "drop: {}")
-			runZB()
-		} else {
-			runZB()
-			drop = runBinaryPipelineOn(b, input, rows, "drop: {}")
+		for i := range runs {
+			runs[(rep+i)%len(runs)]()
 		}
 		ratios = append(ratios, zb.rate/drop.rate)
+		ceilings = append(ceilings, noop.rate/drop.rate)
+		shares = append(shares, zb.rate/noop.rate)
 		cpus = append(cpus, (zb.cpu-drop.cpu).Seconds()*1e6/float64(rows))
 		emuCPUs = append(emuCPUs, emuCPU.Seconds()*1e6/float64(rows))
-		dropRates, zbRates = append(dropRates, drop.rate), append(zbRates, zb.rate)
+		dropRates, noopRates, zbRates = append(dropRates, drop.rate), append(noopRates, noop.rate), append(zbRates, zb.rate)
 	}
 	// The emulator's CPU is not the product's, but it shares the cores.
 	benchreport.Report(prefix+"/emulator_cpu_per_million_rows", emuCPUs, benchreport.Info, 0, "s")
 	benchreport.Report(prefix+"/drop_rows_per_s", dropRates, benchreport.Info, 0, "rows/s")
+	benchreport.Report(prefix+"/noop_batch_rows_per_s", noopRates, benchreport.Info, 0, "rows/s")
 	benchreport.Report(prefix+"/zerobus_rows_per_s", zbRates, benchreport.Info, 0, "rows/s")
-	b.ReportMetric(benchreport.Report(prefix+"/zerobus_vs_drop", ratios, benchreport.AtLeast, 0.90, ""), strings.ReplaceAll(prefix, "/", "_")+"_x_vs_drop")
-	b.ReportMetric(benchreport.Report(prefix+"/output_cpu_per_million_rows", cpus, benchreport.AtMost, outputCPUBefore, "s"), strings.ReplaceAll(prefix, "/", "_")+"_output_cpu_s/1M_rows")
+	benchreport.Report(prefix+"/batch_output_ceiling", ceilings, benchreport.Info, 0, "")
+	metric := strings.ReplaceAll(prefix, "/", "_")
+	b.ReportMetric(benchreport.Report(prefix+"/zerobus_vs_drop", ratios, benchreport.AtLeast, 0.90, ""), metric+"_x_vs_drop")
+	b.ReportMetric(benchreport.Report(prefix+"/zerobus_vs_noop_batch", shares, benchreport.AtLeast, 0.90, ""), metric+"_x_vs_noop_batch")
+	b.ReportMetric(benchreport.Report(prefix+"/output_cpu_per_million_rows", cpus, benchreport.AtMost, outputCPUBefore, "s"), metric+"_output_cpu_s/1M_rows")
 }
 
 // BenchmarkAckLatencyTolerance compares the binary's steady-state rows/s
@@ -358,12 +385,6 @@ type pipelineRun struct {
 func runBinaryPipeline(b *testing.B, rows int, output string) pipelineRun {
 	b.Helper()
 	return runPipelineBinary(b, binary(b), benchInput, rows, output, true)
-}
-
-// runBinaryPipelineOn is runBinaryPipeline with its own input.
-func runBinaryPipelineOn(b *testing.B, input func(rows int) string, rows int, output string) pipelineRun {
-	b.Helper()
-	return runPipelineBinary(b, binary(b), input, rows, output, true)
 }
 
 // warmUpBinaryPipeline runs the binary as runBinaryPipeline does, to its

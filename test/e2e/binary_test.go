@@ -56,6 +56,29 @@ func binaries(tb testing.TB) string {
 	return buildDir
 }
 
+var (
+	benchBuildOnce sync.Once
+	benchBuildErr  error
+)
+
+// benchBinary is the product binary built with -tags zerobus_bench, which
+// adds only the noop_batch output (cmd/benthos-zerobus/noop_batch_bench.go),
+// built once per test process beside binaries().
+func benchBinary(tb testing.TB) string {
+	tb.Helper()
+	dir := binaries(tb)
+	path := filepath.Join(dir, "benthos-zerobus-bench")
+	benchBuildOnce.Do(func() {
+		cmd := exec.Command("go", "build", "-tags", "zerobus_bench", "-o", path, "./cmd/benthos-zerobus")
+		cmd.Dir = repoRoot(tb)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			benchBuildErr = fmt.Errorf("go build -tags zerobus_bench ./cmd/benthos-zerobus: %v\n%s", err, out)
+		}
+	})
+	require.NoError(tb, benchBuildErr)
+	return path
+}
+
 // binary is the product binary, bin/benthos-zerobus as built by make build.
 func binary(tb testing.TB) string { return filepath.Join(binaries(tb), "benthos-zerobus") }
 

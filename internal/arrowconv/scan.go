@@ -182,9 +182,21 @@ func (s *scanner) appendString(dst []byte) ([]byte, error) {
 // is checked on its own: since an escape always yields ASCII or a whole
 // encoded rune, the unescaped string is valid UTF-8 exactly when every run
 // is.
+//
+// A string whose raw text holds no control character and is valid UTF-8
+// (cleanEnd), which is most strings with escapes, is checked so once, whole:
+// then only backslashes are searched for between escapes, not every run
+// scanned for control characters and UTF-8 on its own (for a long text with
+// an escape every few sentences, that came to a third of its cost). Any other
+// string is scanned run by run, so errors are found, and reported, in the
+// same order.
 func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error) {
 	d := s.data
 	dst = append(dst, d[start:i]...)
+	q := -1 // the closing quote, when d[i:q] is clean
+	if valid && i < len(d) && d[i] == '\\' {
+		q = s.cleanEnd(i)
+	}
 	for {
 		if i >= len(d) {
 			s.pos = len(d)
@@ -235,11 +247,54 @@ func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error)
 			s.pos = i
 			return dst, s.errorf("control character %#x in string", c)
 		}
+		if i <= q { // clean: the run ends at the next backslash or at q
+			j := q
+			if k := bytes.IndexByte(d[i:q], '\\'); k >= 0 {
+				j = i + k
+			}
+			dst = append(dst, d[i:j]...)
+			i = j
+			continue
+		}
 		j, ok := scanPlainQ(d, i, &s.quote)
 		valid = valid && ok
 		dst = append(dst, d[i:j]...)
 		i = j
 	}
+}
+
+// cleanEnd returns the closing quote q of the string whose first backslash
+// is at i when d[i:q] holds no control character and is valid UTF-8, else -1
+// (also when the string is unterminated). The closing quote is the first
+// one after i preceded by an even run of backslashes: each pair in the run
+// is an escaped backslash, and a run cannot start inside an escape, since
+// the byte before it is no backslash. Escapes are ASCII and printable, so
+// the raw text is valid UTF-8 and free of control characters exactly when
+// every run of plain bytes between escapes is. A string with an invalid
+// escape may get a q its escapes then overrun (i > q in unescape), and is
+// then scanned run by run from there.
+func (s *scanner) cleanEnd(i int) int {
+	d := s.data
+	q := i
+	for {
+		k := bytes.IndexByte(d[q:], '"')
+		if k < 0 {
+			return -1
+		}
+		q += k
+		n := 0
+		for p := q - 1; p >= i && d[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			break
+		}
+		q++
+	}
+	if j, h := firstControl(d[:q], i); j != q || h && !utf8.Valid(d[i:q]) {
+		return -1
+	}
+	return q
 }
 
 // Word-at-a-time ("SWAR") constants: a byte of ones and of high bits.
@@ -334,6 +389,20 @@ func firstControl(d []byte, i int) (int, bool) {
 		if m := ((w - k) &^ w) & swarMSB; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3, acc&swarMSB != 0
 		}
+	}
+	if r := len(d) - i; r > 0 && len(d) >= 8 {
+		// The last 1..7 bytes in one word: the one ending with d, shifted
+		// right past the bytes before i (checked already, or not the
+		// string's). The zero bytes shifted in flag as control characters
+		// above every real one, so only a flag below them counts.
+		w := binary.LittleEndian.Uint64(d[len(d)-8:]) >> (8 * (8 - r))
+		acc |= w
+		if m := ((w - k) &^ w) & swarMSB; m != 0 {
+			if at := bits.TrailingZeros64(m) >> 3; at < r {
+				return i + at, acc&swarMSB != 0
+			}
+		}
+		return len(d), acc&swarMSB != 0
 	}
 	for ; i < len(d); i++ {
 		if d[i] < 0x20 {

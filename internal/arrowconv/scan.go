@@ -468,6 +468,39 @@ func (s *scanner) readTextOrNumber(c byte) (text []byte, quoted, ok bool, err er
 	return nil, false, false, nil
 }
 
+// readIntFast reads the number at pos in one pass when it is a plain integer
+// of 1 to 18 digits (no fraction, no exponent, no leading zero), the common
+// case, and returns its value and text. Otherwise it consumes nothing and ok
+// is false: readNumber then reads it, and reports what is wrong with it.
+func (s *scanner) readIntFast() (v int64, text []byte, ok bool) {
+	d := s.data
+	i := s.pos
+	neg := i < len(d) && d[i] == '-'
+	if neg {
+		i++
+	}
+	j := i
+	for ; j < len(d); j++ {
+		c := d[j] - '0'
+		if c > 9 {
+			break
+		}
+		v = v*10 + int64(c)
+	}
+	switch n := j - i; {
+	case n == 0 || n > 18 || n > 1 && d[i] == '0':
+		return 0, nil, false
+	case j < len(d) && (d[j] == '.' || d[j] == 'e' || d[j] == 'E'):
+		return 0, nil, false
+	}
+	if neg {
+		v = -v
+	}
+	text = d[s.pos:j]
+	s.pos = j
+	return v, text, true
+}
+
 // readNumber reads the number at pos and returns its text; integer reports
 // whether it has neither a fraction nor an exponent.
 func (s *scanner) readNumber() (text []byte, integer bool, err error) {

@@ -78,7 +78,10 @@ var pow10Micro = [7]int64{1_000_000, 100_000, 10_000, 1000, 100, 10, 1}
 // and returns its days since the epoch and seconds into the day. The common
 // layout is checked and read three words at a time (every timestamp of every
 // row passes here); anything else goes to the byte-wise parse, which decides.
-func timestampHead(b []byte) (days, clock int64, ok bool) {
+//
+// dc, when not nil, remembers the last date read: the rows of a batch mostly
+// share a day, and the calendar arithmetic is then skipped.
+func timestampHead(b []byte, dc *dateCache) (days, clock int64, ok bool) {
 	const (
 		zeros = swarLSB * '0'
 		// Digit bytes of "YYYY-MM-" and of "DDTHH:MM", and of
@@ -99,16 +102,36 @@ func timestampHead(b []byte) (days, clock int64, ok bool) {
 		return timestampHeadBytewise(b)
 	}
 	dig := func(x uint64, k int) int { return int(x >> (8 * k) & 0xf) }
-	y := dig(xa, 0)*1000 + dig(xa, 1)*100 + dig(xa, 2)*10 + dig(xa, 3)
-	m := dig(xa, 5)*10 + dig(xa, 6)
-	d := dig(xc, 0)*10 + dig(xc, 1)
 	hh := dig(xc, 3)*10 + dig(xc, 4)
 	mm := dig(xc, 6)*10 + dig(xc, 7)
 	ss := dig(xe, 6)*10 + dig(xe, 7)
-	if y < 1 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) || hh > 23 || mm > 59 || ss > 59 {
+	if hh > 23 || mm > 59 || ss > 59 {
 		return 0, 0, false
 	}
-	return daysFromCivil(y, m, d), int64(hh*3600 + mm*60 + ss), true
+	clock = int64(hh*3600 + mm*60 + ss)
+	if dc != nil && dc.set && dc.ym == a && dc.d == uint16(c) {
+		return dc.days, clock, true
+	}
+	y := dig(xa, 0)*1000 + dig(xa, 1)*100 + dig(xa, 2)*10 + dig(xa, 3)
+	m := dig(xa, 5)*10 + dig(xa, 6)
+	d := dig(xc, 0)*10 + dig(xc, 1)
+	if y < 1 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) {
+		return 0, 0, false
+	}
+	days = daysFromCivil(y, m, d)
+	if dc != nil {
+		*dc = dateCache{set: true, ym: a, d: uint16(c), days: days}
+	}
+	return days, clock, true
+}
+
+// dateCache is the last valid date timestampHead read: the raw bytes of
+// "YYYY-MM-" (ym) and "DD" (d), and its days since the epoch.
+type dateCache struct {
+	set  bool
+	d    uint16
+	ym   uint64
+	days int64
 }
 
 // timestampHeadBytewise is timestampHead a byte at a time, for any input.
@@ -132,13 +155,18 @@ func timestampHeadBytewise(b []byte) (days, clock int64, ok bool) {
 // wall-clock time read as UTC) and whether a zone was present. Fractions
 // beyond microseconds are truncated.
 func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
+	return parseTimestampCached(b, nil)
+}
+
+// parseTimestampCached is parseTimestamp remembering the last date in dc.
+func parseTimestampCached(b []byte, dc *dateCache) (us int64, zoned bool, err error) {
 	bad := func() (int64, bool, error) {
 		return 0, false, fmt.Errorf("%q is not an RFC 3339 timestamp (2006-01-02T15:04:05[.999999][Z|±07:00])", b)
 	}
 	if len(b) < 19 {
 		return bad()
 	}
-	days, clock, ok := timestampHead(b)
+	days, clock, ok := timestampHead(b, dc)
 	if !ok {
 		return bad()
 	}

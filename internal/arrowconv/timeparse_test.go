@@ -23,11 +23,18 @@ func TestTimestampHeadAtEveryByte(t *testing.T) {
 			for _, c := range subst {
 				b := []byte(base)
 				b[pos] = c
-				days, clock, ok := timestampHead(b)
+				days, clock, ok := timestampHead(b, nil)
 				wd, wc, wok := timestampHeadBytewise(b)
 				require.Equal(t, wok, ok, "%q", b)
 				require.Equal(t, wd, days, "%q", b)
 				require.Equal(t, wc, clock, "%q", b)
+				// And with the date cache holding the base's day: a
+				// changed byte must miss it, or be in the clock.
+				var dc dateCache
+				_, _, baseOK := timestampHead([]byte(base), &dc)
+				require.True(t, baseOK, base)
+				cd, cc, cok := timestampHead(b, &dc)
+				require.Equal(t, []any{wok, wd, wc}, []any{cok, cd, cc}, "%q after %q", b, base)
 
 				us, zoned, err := parseTimestamp(b)
 				layout := time.RFC3339Nano
@@ -82,5 +89,23 @@ func TestTimestampFractionDigits(t *testing.T) {
 		}
 		require.NoError(t, err, s)
 		require.Equal(t, base+want, us, s)
+	}
+}
+
+// TestTimestampDateCache parses a run of timestamps through one date cache,
+// many on the same day and some on other days, invalid days among them, and
+// checks each against the uncached parse.
+func TestTimestampDateCache(t *testing.T) {
+	var dc dateCache
+	for _, s := range []string{
+		"2024-02-29T00:00:00Z", "2024-02-29T23:59:59.5Z", "2023-02-29T00:00:00Z", "2024-02-29T12:00:00+02:00",
+		"2024-02-30T00:00:00Z", "2024-03-01T00:00:00Z", "2024-03-01T25:00:00Z", "2024-03-01T01:00:00Z",
+		"2024-03-11T01:00:00Z", "2024-13-01T01:00:00Z", "2024-03-01T01:00:00Z", "1970-01-01T00:00:00Z",
+	} {
+		us, zoned, err := parseTimestampCached([]byte(s), &dc)
+		wus, wzoned, werr := parseTimestamp([]byte(s))
+		require.Equal(t, werr == nil, err == nil, s)
+		require.Equal(t, wus, us, s)
+		require.Equal(t, wzoned, zoned, s)
 	}
 }

@@ -159,9 +159,22 @@ func (s *scanner) plainKey(name string) bool {
 // its unescaped bytes to dst: one bulk copy when it has no escapes, and no
 // detour through scanner.buf when it has. On error dst is returned as it was.
 func (s *scanner) appendString(dst []byte) ([]byte, error) {
+	return s.appendStringHint(dst, false)
+}
+
+// appendStringHint is appendString, told whether the string is likely long
+// (its column's last value was): then the word-at-a-time look at its first
+// 32 bytes, which only pays for short strings, is skipped.
+func (s *scanner) appendStringHint(dst []byte, long bool) ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	i, valid := scanPlainQ(d, start, &s.quote)
+	var i int
+	var valid bool
+	if long {
+		i, valid = scanRest(d, start, start, 0, &s.quote)
+	} else {
+		i, valid = scanPlainQ(d, start, &s.quote)
+	}
 	if i < len(d) && d[i] == '"' {
 		s.pos = i + 1
 		if !valid {
@@ -347,6 +360,12 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 		hi |= w
 		i += 8
 	}
+	return scanRest(d, start, i, hi, qc)
+}
+
+// scanRest is scanPlainQ past the bytes d[start:i] it found plain, whose
+// bytes or'ed together are hi.
+func scanRest(d []byte, start, i int, hi uint64, qc *quoteCache) (int, bool) {
 	if i < qc.from || i > qc.at {
 		qc.from, qc.at = i, len(d)
 		if q := bytes.IndexByte(d[i:], '"'); q >= 0 {

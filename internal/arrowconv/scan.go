@@ -304,7 +304,7 @@ func (s *scanner) cleanEnd(i int) int {
 		}
 		q++
 	}
-	if j, h := firstControl(d[:q], i); j != q || h && !utf8.Valid(d[i:q]) {
+	if j, h := firstControl(d[:q], i); j != q || h && !validUTF8(d[i:q]) {
 		return -1
 	}
 	return q
@@ -378,16 +378,17 @@ func scanRest(d []byte, start, i int, hi uint64, qc *quoteCache) (int, bool) {
 	}
 	j, h := firstControl(d[:end], i)
 	// One more pass for UTF-8, only over text with a non-ASCII byte:
-	// utf8.Valid skips ASCII a word at a time, and checking runes inside
+	// validUTF8 skips ASCII 32 bytes at a time, and checking runes inside
 	// the scan loop measured slower.
-	return j, (hi&swarMSB == 0 && !h) || utf8.Valid(d[start:j])
+	return j, (hi&swarMSB == 0 && !h) || validUTF8(d[start:j])
 }
 
 // firstControl returns the index of the first control character at or after
 // i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
-// report one in the same 32 bytes past it). Control characters are flagged
-// as in stopBytes, 32 bytes per step with one branch, and non-ASCII bytes
-// are only accumulated.
+// report one in the same 8 bytes past it). 32 bytes per step are tested for
+// printable ASCII with one branch, which settles most text; a block that
+// fails is tested for control characters as in stopBytes, and otherwise only
+// noted as holding a non-ASCII byte.
 func firstControl(d []byte, i int) (int, bool) {
 	const k = swarLSB * 0x20
 	var acc uint64
@@ -397,9 +398,14 @@ func firstControl(d []byte, i int) (int, bool) {
 		w2 := binary.LittleEndian.Uint64(b[8:])
 		w3 := binary.LittleEndian.Uint64(b[16:])
 		w4 := binary.LittleEndian.Uint64(b[24:])
-		acc |= w1 | w2 | w3 | w4
-		if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
-			break // the loop below finds it
+		// Printable ASCII throughout (as in printableASCII) settles a
+		// block with one test; otherwise it holds a control character
+		// or a byte >= 0x80.
+		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB != 0 {
+			if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
+				break // the loop below finds it
+			}
+			acc = swarMSB
 		}
 	}
 	for ; i+8 <= len(d); i += 8 {

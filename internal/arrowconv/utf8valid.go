@@ -18,6 +18,7 @@ import (
 func validUTF8(p []byte) bool {
 	n := len(p)
 	i := 0
+next:
 	for i < n {
 		if c := p[i]; c >= utf8.RuneSelf {
 			if c >= 0xc2 && c <= 0xdf && i+1 < n && p[i+1]&0xc0 == 0x80 {
@@ -31,26 +32,49 @@ func validUTF8(p []byte) bool {
 			i += size
 			continue
 		}
+		// ASCII to the next non-ASCII byte: 32 bytes a step, then that
+		// byte found from the step's words without a loop.
 		for i+32 <= n {
 			b := p[i : i+32 : i+32]
-			w := binary.LittleEndian.Uint64(b[0:]) | binary.LittleEndian.Uint64(b[8:]) |
-				binary.LittleEndian.Uint64(b[16:]) | binary.LittleEndian.Uint64(b[24:])
-			if w&swarMSB != 0 {
-				break
+			w1 := binary.LittleEndian.Uint64(b[0:])
+			w2 := binary.LittleEndian.Uint64(b[8:])
+			w3 := binary.LittleEndian.Uint64(b[16:])
+			w4 := binary.LittleEndian.Uint64(b[24:])
+			if (w1|w2|w3|w4)&swarMSB == 0 {
+				i += 32
+				continue
 			}
-			i += 32
+			switch {
+			case w1&swarMSB != 0:
+				i += bits.TrailingZeros64(w1&swarMSB) >> 3
+			case w2&swarMSB != 0:
+				i += 8 + bits.TrailingZeros64(w2&swarMSB)>>3
+			case w3&swarMSB != 0:
+				i += 16 + bits.TrailingZeros64(w3&swarMSB)>>3
+			default:
+				i += 24 + bits.TrailingZeros64(w4&swarMSB)>>3
+			}
+			continue next
 		}
 		for i+8 <= n {
 			if m := binary.LittleEndian.Uint64(p[i:]) & swarMSB; m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
-				break
+				continue next
 			}
 			i += 8
 		}
-		if i+8 > n {
-			for i < n && p[i] < utf8.RuneSelf {
-				i++
+		if r := n - i; r > 0 && n >= 8 {
+			// The last 1..7 bytes in the word ending with p, shifted
+			// right past the bytes before i.
+			m := binary.LittleEndian.Uint64(p[n-8:]) >> (8 * (8 - r)) & swarMSB
+			if m == 0 {
+				return true
 			}
+			i += bits.TrailingZeros64(m) >> 3
+			continue
+		}
+		for i < n && p[i] < utf8.RuneSelf {
+			i++
 		}
 	}
 	return true

@@ -189,14 +189,13 @@ func readArrowJSON(tb testing.TB, schema *arrow.Schema, ndjson []byte, rows int)
 // converter's own schema from the rows as NDJSON.
 //
 // Each contender runs as its own sub-benchmark (MB/s, allocs/op), and the
-// "ratios" sub-benchmark runs all four in turn, ratioRounds times in every
-// iteration, each after a collection, warmed up and then timed over a block of runs, so that the shared machine's
-// load falls on each alike, and reports how many times faster Convert is,
-// as the median of the per-round ratios
-// (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2, x_vs_arrow ≥ 2), and Convert's
-// median MB/s and cost per input byte (which must not rise with row size).
-// Each ratio and the MB/s are also printed as a benchreport TARGET line
-// (median, range over the rounds, target).
+// "ratios" sub-benchmark times all four over ratioReps reps in every
+// iteration (make bench runs -benchtime 1x), each rep long and interleaved
+// (timeRep), and reports how many times faster Convert is, as the median of
+// the per-rep ratios (targets: x_vs_json ≥ 8, x_vs_sonic ≥ 2,
+// x_vs_arrow ≥ 2), and Convert's median MB/s and cost per input byte (which
+// must not rise with row size). Each ratio and the MB/s are also printed as
+// a benchreport TARGET line (median, range over the reps, target).
 func BenchmarkVsAlternatives(b *testing.B) {
 	for _, cc := range compareCases() {
 		size := int64(totalLen(cc.rows))
@@ -215,22 +214,9 @@ func BenchmarkVsAlternatives(b *testing.B) {
 			b.Run("ratios", func(b *testing.B) {
 				spent := make([][]time.Duration, len(cs))
 				for b.Loop() {
-					for range ratioRounds {
-						for i, ct := range cs {
-							// A block of runs per contender, from a collected
-							// heap (none pays for the collection of another's
-							// garbage): the first run warms it up (its pools, its
-							// caches) after the others ran, the rest are timed.
-							b.StopTimer()
-							runtime.GC()
-							b.StartTimer()
-							ct.run(b)
-							start, runs := time.Now(), 0
-							for runs < 2 || time.Since(start) < ratioBlock {
-								ct.run(b)
-								runs++
-							}
-							spent[i] = append(spent[i], time.Since(start)/time.Duration(runs))
+					for rep := range ratioReps {
+						for i, d := range timeRep(b, cs, rep) {
+							spent[i] = append(spent[i], d)
 						}
 					}
 				}
@@ -240,8 +226,11 @@ func BenchmarkVsAlternatives(b *testing.B) {
 				conv := median(spent[0])
 				b.ReportMetric(float64(size)/conv.Seconds()/1e6, "convert_MB/s")
 				b.ReportMetric(float64(conv.Nanoseconds())/float64(size), "convert_ns/B")
+				for i, ct := range cs { // each contender's median time per batch
+					b.ReportMetric(float64(median(spent[i]).Nanoseconds()), ct.name+"_ns/batch")
+				}
 				// The same figures as TARGET lines, median and range over
-				// the rounds.
+				// the reps.
 				p := "arrowconv/" + cc.name + "/"
 				benchreport.Report(p+"x_vs_json", ratios(spent[1], spent[0]), benchreport.AtLeast, 8, "")
 				benchreport.Report(p+"x_vs_sonic", ratios(spent[2], spent[0]), benchreport.AtLeast, 2, "")
@@ -256,18 +245,62 @@ func BenchmarkVsAlternatives(b *testing.B) {
 	}
 }
 
-// ratioBlock is how long each contender runs in a row (at least twice) in one
-// iteration of the ratios benchmark: long enough that a moment of load from
-// another process on the shared machine moves its mean run time little.
-const ratioBlock = 50 * time.Millisecond
+// The ratios benchmark runs ratioReps reps; in each, every contender
+// converts the batch over and over for at least repMin in all, in slices of
+// about sliceMin taken in turn with the others'. A rep of a few runs of a
+// few milliseconds each moved 20 % with one scheduling delay on the shared
+// machine; over 150 ms, and with the contenders' slices interleaved, a slow
+// moment costs each a little and all of them alike.
+const (
+	ratioReps = 5
+	repMin    = 150 * time.Millisecond
+	sliceMin  = 40 * time.Millisecond
+)
 
-// ratioRounds is how many rounds of all four contenders one iteration of
-// the ratios benchmark runs, so that even one iteration (make bench runs
-// -benchtime 1x) gives a median and a range.
-const ratioRounds = 5
+// timeRep times one rep of every contender and returns each one's mean time
+// per batch. Slices go round the contenders, in an order that turns with
+// rep and slice, until each has been timed for repMin. Each slice starts
+// from a collected heap (none pays for the collection of another's garbage)
+// and with one untimed run that warms up what the others' slices cooled (its
+// pools, its caches); it then converts the batch until it has run for
+// sliceMin, or what its repMin still lacks, and at least once.
+func timeRep(b *testing.B, cs []contender, rep int) []time.Duration {
+	spent := make([]time.Duration, len(cs))
+	runs := make([]int, len(cs))
+	for slice := 0; ; slice++ {
+		done := true
+		for k := range cs {
+			i := (k + rep + slice) % len(cs)
+			if spent[i] >= repMin {
+				continue
+			}
+			done = false
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
+			cs[i].run(b)
+			want := min(sliceMin, repMin-spent[i])
+			start, n := time.Now(), 0
+			for n < 1 || time.Since(start) < want {
+				cs[i].run(b)
+				n++
+			}
+			spent[i] += time.Since(start)
+			runs[i] += n
+		}
+		if done {
+			break
+		}
+	}
+	per := make([]time.Duration, len(cs))
+	for i := range cs {
+		per[i] = spent[i] / time.Duration(runs[i])
+	}
+	return per
+}
 
-// pairedRatio is the median over rounds of other[i]/conv[i]: each pair
-// ran back to back, under the same load, so a burst of load from other
+// pairedRatio is the median over reps of other[i]/conv[i]: each pair
+// ran interleaved, under the same load, so a burst of load from other
 // processes on the shared machine skews one pair, not the result.
 func pairedRatio(other, conv []time.Duration) float64 {
 	r := ratios(other, conv)
@@ -275,7 +308,7 @@ func pairedRatio(other, conv []time.Duration) float64 {
 	return r[(len(r)-1)/2] // of two middle values, the lower
 }
 
-// ratios is other[i]/conv[i] for every round i.
+// ratios is other[i]/conv[i] for every rep i.
 func ratios(other, conv []time.Duration) []float64 {
 	r := make([]float64, len(conv))
 	for i := range conv {

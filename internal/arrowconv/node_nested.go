@@ -1,6 +1,7 @@
 package arrowconv
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"reflect"
@@ -311,6 +312,40 @@ type structNode struct {
 	// follow[i+1] predicts the field after field i (follow[0]: the first),
 	// learned from the previous object: JSON producers repeat key order.
 	follow []int
+	// keyw[i] is names[i] as compact JSON spells it after its opening
+	// quote, `name":`, when that fits one word: the expected key is then
+	// recognised, colon included, with one load and compare.
+	keyw []keyWord
+}
+
+// keyWord is the bytes of a short plain key, its closing quote and a colon
+// as a little-endian word (w), and the mask of those bytes (zero for names
+// longer than 6 bytes or not plain).
+type keyWord struct{ w, mask uint64 }
+
+// newKeyWord returns the keyWord of a plain name.
+func newKeyWord(name string) keyWord {
+	if len(name) > 6 {
+		return keyWord{}
+	}
+	var b [8]byte
+	copy(b[:], name+`":`)
+	mask := uint64(1)<<(8*(len(name)+2)) - 1
+	return keyWord{w: binary.LittleEndian.Uint64(b[:]) & mask, mask: mask}
+}
+
+// compactKey consumes the key at pos (which holds its opening quote) and
+// the colon after it when they read exactly `"name":`, the spelling kw was
+// made for, with at least 8 bytes of input after the quote; anything else
+// (other keys, whitespace before the colon, the end of input near) is left
+// to the general path.
+func (st *state) compactKey(kw keyWord, name string) bool {
+	start := st.pos + 1
+	if kw.mask == 0 || start+8 > len(st.data) || binary.LittleEndian.Uint64(st.data[start:])&kw.mask != kw.w {
+		return false
+	}
+	st.pos = start + len(name) + 2
+	return true
 }
 
 func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root bool) (*structNode, error) {
@@ -325,6 +360,7 @@ func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root boo
 		seen:     make([]uint32, len(fs)),
 		follow:   make([]int, len(fs)+1),
 		plain:    make([]bool, len(fs)),
+		keyw:     make([]keyWord, len(fs)),
 	}
 	folded := map[string]int{}
 	for i, f := range fs {
@@ -341,6 +377,9 @@ func newStruct(fs []typemap.Field, nullable bool, dt *arrow.StructType, root boo
 		n.plain[i] = utf8.ValidString(f.Name) && !strings.ContainsFunc(f.Name, func(r rune) bool {
 			return r == '"' || r == '\\' || r < 0x20
 		})
+		if n.plain[i] {
+			n.keyw[i] = newKeyWord(f.Name)
+		}
 	}
 	n.follow[len(fs)] = -1
 	for i, f := range fs {
@@ -413,7 +452,8 @@ func (n *structNode) decodeObject(st *state) error {
 		// recognised in place: no string scan, UTF-8 check or lookup.
 		i := n.follow[prev+1]
 		var k []byte // the key, when it was read as a string
-		if i < 0 || !n.plain[i] || !st.plainKey(n.names[i]) {
+		colon := i >= 0 && st.compactKey(n.keyw[i], n.names[i])
+		if !colon && (i < 0 || !n.plain[i] || !st.plainKey(n.names[i])) {
 			var err error
 			if k, err = st.readString(); err != nil {
 				return err
@@ -435,8 +475,10 @@ func (n *structNode) decodeObject(st *state) error {
 			return at(key, kerr(ErrDuplicateField, "duplicate field (maps to %q)", n.names[i]))
 		}
 		n.seen[i] = n.gen
-		if err := st.expect(':'); err != nil {
-			return err
+		if !colon {
+			if err := st.expect(':'); err != nil {
+				return err
+			}
 		}
 		if err := n.fields[i].decode(st); err != nil {
 			return n.fieldErr(i, err)

@@ -22,6 +22,9 @@ func (n *intNode[T]) decode(st *state) error {
 	if c != '-' && (c < '0' || c > '9') {
 		return n.mismatch(st, "a JSON number", c)
 	}
+	if v, text, ok := st.readIntFast(); ok {
+		return n.add(v, text)
+	}
 	text, integer, err := st.readNumber()
 	if err != nil {
 		return err

@@ -29,7 +29,14 @@ type strNode struct {
 	data             []byte
 	// dataHint is the data size of the previous batch, to size the next one.
 	dataHint int
+	// long reports that the last string value was longer than longString:
+	// the next is read without first looking at its head word by word.
+	long bool
 }
+
+// longString is the length past which a column's next string is taken to be
+// long too.
+const longString = 64
 
 func (n *strNode) decode(st *state) error {
 	c := st.peek()
@@ -40,7 +47,8 @@ func (n *strNode) decode(st *state) error {
 	case modeString:
 		switch c {
 		case '"':
-			out, err := st.appendString(n.data)
+			out, err := st.appendStringHint(n.data, n.long)
+			n.long = len(out)-len(n.data) > longString
 			n.data = out
 			if err != nil {
 				return err

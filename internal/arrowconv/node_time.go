@@ -103,6 +103,8 @@ type tsNode struct {
 	fixedNode[int64]
 	ntz  bool
 	emit *int64
+	// date is the last date parsed, reused by the next value on that day.
+	date dateCache
 }
 
 func (n *tsNode) decode(st *state) error {
@@ -129,7 +131,7 @@ func (n *tsNode) decode(st *state) error {
 }
 
 func (n *tsNode) addText(s []byte) error {
-	us, zoned, err := parseTimestamp(s)
+	us, zoned, err := parseTimestampCached(s, &n.date)
 	switch {
 	case err != nil:
 		return kerr(ErrInvalidValue, "%v", err)

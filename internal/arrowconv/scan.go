@@ -159,9 +159,22 @@ func (s *scanner) plainKey(name string) bool {
 // its unescaped bytes to dst: one bulk copy when it has no escapes, and no
 // detour through scanner.buf when it has. On error dst is returned as it was.
 func (s *scanner) appendString(dst []byte) ([]byte, error) {
+	return s.appendStringHint(dst, false)
+}
+
+// appendStringHint is appendString, told whether the string is likely long
+// (its column's last value was): then the word-at-a-time look at its first
+// 32 bytes, which only pays for short strings, is skipped.
+func (s *scanner) appendStringHint(dst []byte, long bool) ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
-	i, valid := scanPlainQ(d, start, &s.quote)
+	var i int
+	var valid bool
+	if long {
+		i, valid = scanRest(d, start, start, 0, &s.quote)
+	} else {
+		i, valid = scanPlainQ(d, start, &s.quote)
+	}
 	if i < len(d) && d[i] == '"' {
 		s.pos = i + 1
 		if !valid {
@@ -182,9 +195,21 @@ func (s *scanner) appendString(dst []byte) ([]byte, error) {
 // is checked on its own: since an escape always yields ASCII or a whole
 // encoded rune, the unescaped string is valid UTF-8 exactly when every run
 // is.
+//
+// A string whose raw text holds no control character and is valid UTF-8
+// (cleanEnd), which is most strings with escapes, is checked so once, whole:
+// then only backslashes are searched for between escapes, not every run
+// scanned for control characters and UTF-8 on its own (for a long text with
+// an escape every few sentences, that came to a third of its cost). Any other
+// string is scanned run by run, so errors are found, and reported, in the
+// same order.
 func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error) {
 	d := s.data
 	dst = append(dst, d[start:i]...)
+	q := -1 // the closing quote, when d[i:q] is clean
+	if valid && i < len(d) && d[i] == '\\' {
+		q = s.cleanEnd(i)
+	}
 	for {
 		if i >= len(d) {
 			s.pos = len(d)
@@ -235,11 +260,54 @@ func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error)
 			s.pos = i
 			return dst, s.errorf("control character %#x in string", c)
 		}
+		if i <= q { // clean: the run ends at the next backslash or at q
+			j := q
+			if k := bytes.IndexByte(d[i:q], '\\'); k >= 0 {
+				j = i + k
+			}
+			dst = append(dst, d[i:j]...)
+			i = j
+			continue
+		}
 		j, ok := scanPlainQ(d, i, &s.quote)
 		valid = valid && ok
 		dst = append(dst, d[i:j]...)
 		i = j
 	}
+}
+
+// cleanEnd returns the closing quote q of the string whose first backslash
+// is at i when d[i:q] holds no control character and is valid UTF-8, else -1
+// (also when the string is unterminated). The closing quote is the first
+// one after i preceded by an even run of backslashes: each pair in the run
+// is an escaped backslash, and a run cannot start inside an escape, since
+// the byte before it is no backslash. Escapes are ASCII and printable, so
+// the raw text is valid UTF-8 and free of control characters exactly when
+// every run of plain bytes between escapes is. A string with an invalid
+// escape may get a q its escapes then overrun (i > q in unescape), and is
+// then scanned run by run from there.
+func (s *scanner) cleanEnd(i int) int {
+	d := s.data
+	q := i
+	for {
+		k := bytes.IndexByte(d[q:], '"')
+		if k < 0 {
+			return -1
+		}
+		q += k
+		n := 0
+		for p := q - 1; p >= i && d[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			break
+		}
+		q++
+	}
+	if j, h := firstControl(d[:q], i); j != q || h && !validUTF8(d[i:q]) {
+		return -1
+	}
+	return q
 }
 
 // Word-at-a-time ("SWAR") constants: a byte of ones and of high bits.
@@ -292,6 +360,12 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 		hi |= w
 		i += 8
 	}
+	return scanRest(d, start, i, hi, qc)
+}
+
+// scanRest is scanPlainQ past the bytes d[start:i] it found plain, whose
+// bytes or'ed together are hi.
+func scanRest(d []byte, start, i int, hi uint64, qc *quoteCache) (int, bool) {
 	if i < qc.from || i > qc.at {
 		qc.from, qc.at = i, len(d)
 		if q := bytes.IndexByte(d[i:], '"'); q >= 0 {
@@ -304,16 +378,17 @@ func scanPlainQ(d []byte, i int, qc *quoteCache) (int, bool) {
 	}
 	j, h := firstControl(d[:end], i)
 	// One more pass for UTF-8, only over text with a non-ASCII byte:
-	// utf8.Valid skips ASCII a word at a time, and checking runes inside
+	// validUTF8 skips ASCII 32 bytes at a time, and checking runes inside
 	// the scan loop measured slower.
-	return j, (hi&swarMSB == 0 && !h) || utf8.Valid(d[start:j])
+	return j, (hi&swarMSB == 0 && !h) || validUTF8(d[start:j])
 }
 
 // firstControl returns the index of the first control character at or after
 // i, or len(d), and whether a byte >= 0x80 comes before it (or may: it may
-// report one in the same 32 bytes past it). Control characters are flagged
-// as in stopBytes, 32 bytes per step with one branch, and non-ASCII bytes
-// are only accumulated.
+// report one in the same 8 bytes past it). 32 bytes per step are tested for
+// printable ASCII with one branch, which settles most text; a block that
+// fails is tested for control characters as in stopBytes, and otherwise only
+// noted as holding a non-ASCII byte.
 func firstControl(d []byte, i int) (int, bool) {
 	const k = swarLSB * 0x20
 	var acc uint64
@@ -323,9 +398,14 @@ func firstControl(d []byte, i int) (int, bool) {
 		w2 := binary.LittleEndian.Uint64(b[8:])
 		w3 := binary.LittleEndian.Uint64(b[16:])
 		w4 := binary.LittleEndian.Uint64(b[24:])
-		acc |= w1 | w2 | w3 | w4
-		if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
-			break // the loop below finds it
+		// Printable ASCII throughout (as in printableASCII) settles a
+		// block with one test; otherwise it holds a control character
+		// or a byte >= 0x80.
+		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB != 0 {
+			if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
+				break // the loop below finds it
+			}
+			acc = swarMSB
 		}
 	}
 	for ; i+8 <= len(d); i += 8 {
@@ -334,6 +414,20 @@ func firstControl(d []byte, i int) (int, bool) {
 		if m := ((w - k) &^ w) & swarMSB; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3, acc&swarMSB != 0
 		}
+	}
+	if r := len(d) - i; r > 0 && len(d) >= 8 {
+		// The last 1..7 bytes in one word: the one ending with d, shifted
+		// right past the bytes before i (checked already, or not the
+		// string's). The zero bytes shifted in flag as control characters
+		// above every real one, so only a flag below them counts.
+		w := binary.LittleEndian.Uint64(d[len(d)-8:]) >> (8 * (8 - r))
+		acc |= w
+		if m := ((w - k) &^ w) & swarMSB; m != 0 {
+			if at := bits.TrailingZeros64(m) >> 3; at < r {
+				return i + at, acc&swarMSB != 0
+			}
+		}
+		return len(d), acc&swarMSB != 0
 	}
 	for ; i < len(d); i++ {
 		if d[i] < 0x20 {
@@ -397,6 +491,39 @@ func (s *scanner) readTextOrNumber(c byte) (text []byte, quoted, ok bool, err er
 		return text, false, true, err
 	}
 	return nil, false, false, nil
+}
+
+// readIntFast reads the number at pos in one pass when it is a plain integer
+// of 1 to 18 digits (no fraction, no exponent, no leading zero), the common
+// case, and returns its value and text. Otherwise it consumes nothing and ok
+// is false: readNumber then reads it, and reports what is wrong with it.
+func (s *scanner) readIntFast() (v int64, text []byte, ok bool) {
+	d := s.data
+	i := s.pos
+	neg := i < len(d) && d[i] == '-'
+	if neg {
+		i++
+	}
+	j := i
+	for ; j < len(d); j++ {
+		c := d[j] - '0'
+		if c > 9 {
+			break
+		}
+		v = v*10 + int64(c)
+	}
+	switch n := j - i; {
+	case n == 0 || n > 18 || n > 1 && d[i] == '0':
+		return 0, nil, false
+	case j < len(d) && (d[j] == '.' || d[j] == 'e' || d[j] == 'E'):
+		return 0, nil, false
+	}
+	if neg {
+		v = -v
+	}
+	text = d[s.pos:j]
+	s.pos = j
+	return v, text, true
 }
 
 // readNumber reads the number at pos and returns its text; integer reports

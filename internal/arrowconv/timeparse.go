@@ -1,6 +1,7 @@
 package arrowconv
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 	"unsafe"
@@ -70,26 +71,103 @@ func parseDate(b []byte) (int64, bool) {
 	return daysFromCivil(y, m, d), true
 }
 
+// pow10Micro[n] scales a fraction of n digits (n <= 6) to microseconds.
+var pow10Micro = [7]int64{1_000_000, 100_000, 10_000, 1000, 100, 10, 1}
+
+// timestampHead parses "YYYY-MM-DD(T|t| )HH:MM:SS" at b[0:19] (len(b) >= 19)
+// and returns its days since the epoch and seconds into the day. The common
+// layout is checked and read three words at a time (every timestamp of every
+// row passes here); anything else goes to the byte-wise parse, which decides.
+//
+// dc, when not nil, remembers the last date read: the rows of a batch mostly
+// share a day, and the calendar arithmetic is then skipped.
+func timestampHead(b []byte, dc *dateCache) (days, clock int64, ok bool) {
+	const (
+		zeros = swarLSB * '0'
+		// Digit bytes of "YYYY-MM-" and of "DDTHH:MM", and of
+		// "HH:MM:SS" read from b[11].
+		digitsA = 0x00ffff00ffffffff
+		digitsB = 0xffff00ffff00ffff
+		digitsC = 0xffff000000000000
+		nibbles = swarLSB * 0xf0
+	)
+	a := binary.LittleEndian.Uint64(b[0:8])
+	c := binary.LittleEndian.Uint64(b[8:16])
+	e := binary.LittleEndian.Uint64(b[11:19])
+	// Each digit byte xor '0' is 0..9 exactly when it is a digit: no high
+	// nibble, and none after adding 6 (no carry crosses bytes of 0..15).
+	xa, xc, xe := (a^zeros)&digitsA, (c^zeros)&digitsB, (e^zeros)&digitsC
+	if (xa|xc|xe)&nibbles != 0 || ((xa+swarLSB*6)&digitsA|(xc+swarLSB*6)&digitsB|(xe+swarLSB*6)&digitsC)&nibbles != 0 ||
+		b[4] != '-' || b[7] != '-' || b[13] != ':' || b[16] != ':' || (b[10] != 'T' && b[10] != 't' && b[10] != ' ') {
+		return timestampHeadBytewise(b)
+	}
+	dig := func(x uint64, k int) int { return int(x >> (8 * k) & 0xf) }
+	hh := dig(xc, 3)*10 + dig(xc, 4)
+	mm := dig(xc, 6)*10 + dig(xc, 7)
+	ss := dig(xe, 6)*10 + dig(xe, 7)
+	if hh > 23 || mm > 59 || ss > 59 {
+		return 0, 0, false
+	}
+	clock = int64(hh*3600 + mm*60 + ss)
+	if dc != nil && dc.set && dc.ym == a && dc.d == uint16(c) {
+		return dc.days, clock, true
+	}
+	y := dig(xa, 0)*1000 + dig(xa, 1)*100 + dig(xa, 2)*10 + dig(xa, 3)
+	m := dig(xa, 5)*10 + dig(xa, 6)
+	d := dig(xc, 0)*10 + dig(xc, 1)
+	if y < 1 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) {
+		return 0, 0, false
+	}
+	days = daysFromCivil(y, m, d)
+	if dc != nil {
+		*dc = dateCache{set: true, ym: a, d: uint16(c), days: days}
+	}
+	return days, clock, true
+}
+
+// dateCache is the last valid date timestampHead read: the raw bytes of
+// "YYYY-MM-" (ym) and "DD" (d), and its days since the epoch.
+type dateCache struct {
+	set  bool
+	d    uint16
+	ym   uint64
+	days int64
+}
+
+// timestampHeadBytewise is timestampHead a byte at a time, for any input.
+func timestampHeadBytewise(b []byte) (days, clock int64, ok bool) {
+	days, ok = parseDate(b)
+	if !ok || (b[10] != 'T' && b[10] != 't' && b[10] != ' ') {
+		return 0, 0, false
+	}
+	hh, ok1 := digits(b, 11, 2)
+	mm, ok2 := digits(b, 14, 2)
+	ss, ok3 := digits(b, 17, 2)
+	if !ok1 || !ok2 || !ok3 || b[13] != ':' || b[16] != ':' || hh > 23 || mm > 59 || ss > 59 {
+		return 0, 0, false
+	}
+	return days, int64(hh*3600 + mm*60 + ss), true
+}
+
 // parseTimestamp parses an RFC 3339 timestamp, "YYYY-MM-DD(T|t| )HH:MM:SS
 // [.fraction][Z|z|±HH:MM|±HHMM]", with the zone optional. It returns
 // microseconds since the epoch of the UTC instant (or, without a zone, of the
 // wall-clock time read as UTC) and whether a zone was present. Fractions
 // beyond microseconds are truncated.
 func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
+	return parseTimestampCached(b, nil)
+}
+
+// parseTimestampCached is parseTimestamp remembering the last date in dc.
+func parseTimestampCached(b []byte, dc *dateCache) (us int64, zoned bool, err error) {
 	bad := func() (int64, bool, error) {
 		return 0, false, fmt.Errorf("%q is not an RFC 3339 timestamp (2006-01-02T15:04:05[.999999][Z|±07:00])", b)
 	}
 	if len(b) < 19 {
 		return bad()
 	}
-	days, ok := parseDate(b)
-	if !ok || (b[10] != 'T' && b[10] != 't' && b[10] != ' ') {
-		return bad()
-	}
-	hh, ok1 := digits(b, 11, 2)
-	mm, ok2 := digits(b, 14, 2)
-	ss, ok3 := digits(b, 17, 2)
-	if !ok1 || !ok2 || !ok3 || b[13] != ':' || b[16] != ':' || hh > 23 || mm > 59 || ss > 59 {
+	days, clock, ok := timestampHead(b, dc)
+	if !ok {
 		return bad()
 	}
 	i := 19
@@ -97,15 +175,17 @@ func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
 	if i < len(b) && b[i] == '.' {
 		i++
 		start := i
-		scale := int64(100000)
 		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			frac += int64(b[i]-'0') * scale
-			scale /= 10
+			if i-start < 6 {
+				frac = frac*10 + int64(b[i]-'0')
+			}
 			i++
 		}
-		if i == start || i-start > 9 {
+		n := i - start
+		if n == 0 || n > 9 {
 			return bad()
 		}
+		frac *= pow10Micro[min(n, 6)]
 	}
 	var offset int64 // seconds east of UTC
 	if i < len(b) {
@@ -138,7 +218,7 @@ func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
 			return bad()
 		}
 	}
-	secs := days*86400 + int64(hh*3600+mm*60+ss) - offset
+	secs := days*86400 + clock - offset
 	us = secs*1_000_000 + frac
 	if us < minMicros || us > maxMicros {
 		return 0, zoned, fmt.Errorf("%q is outside the supported range 0001-01-01..9999-12-31", b)

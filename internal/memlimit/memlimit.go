@@ -1,7 +1,5 @@
 // Package memlimit sets the Go runtime's soft memory limit from the
-// zerobus outputs' own bounds on the data they hold, when the user set none,
-// and while that limit is in force paces the collector so a small live heap
-// is not collected every few milliseconds (gcpace.go).
+// zerobus outputs' own bounds on the data they hold, when the user set none.
 //
 // Why: the outputs bound their live data (max_in_flight batches of
 // messages held by the Benthos engine, plus max_in_flight_bytes of Arrow
@@ -78,7 +76,6 @@ func Reserve(share int64) (limit int64, set bool, release func()) {
 	}
 	shares += share
 	applyLocked()
-	startPacingLocked()
 	if stop == nil {
 		stop = make(chan struct{})
 		go refresh(stop, refreshEvery)
@@ -110,7 +107,6 @@ func applyLocked() {
 }
 
 func stopLocked() {
-	stopPacingLocked()
 	if stop != nil {
 		close(stop)
 		stop = nil
@@ -143,15 +139,11 @@ func refresh(done chan struct{}, every time.Duration) {
 
 // liveHeap returns the bytes of heap objects marked live by the last
 // collection.
-func liveHeap() int64 { return int64(runtimeMetric("/gc/heap/live:bytes", 0)) }
-
-// runtimeMetric reads one of the runtime's uint64 metrics, or returns def
-// when this runtime does not have it.
-func runtimeMetric(name string, def uint64) uint64 {
-	s := []metrics.Sample{{Name: name}}
+func liveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
-		return def
+		return 0
 	}
-	return s[0].Value.Uint64()
+	return int64(s[0].Value.Uint64())
 }

@@ -11,22 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// noLimit runs the test with no limit, no GOMEMLIMIT or GOGC, the default
-// GC percent and a small live heap (below the floor's reach), and restores
-// the process's limit and GC percent after.
+// noLimit runs the test with no limit, no GOMEMLIMIT and a small live
+// heap (below the floor's reach), and restores the process's limit after.
 func noLimit(t *testing.T) {
 	runtime.GC()
 	require.Less(t, floor(liveHeap()), int64(Base), "a test's live heap leaves the floor below the estimates")
 	t.Setenv("GOMEMLIMIT", "")
-	t.Setenv("GOGC", "")
 	prev := debug.SetMemoryLimit(math.MaxInt64)
-	prevPct := debug.SetGCPercent(100)
 	t.Cleanup(func() {
 		mu.Lock()
 		stopLocked()
 		mu.Unlock()
 		debug.SetMemoryLimit(prev)
-		debug.SetGCPercent(prevPct)
 	})
 }
 

@@ -12,15 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/memlimit"
 )
 
-// unlimited runs the test with no soft memory limit, GOGC unset and the
-// default GC percent, and restores the process's limit and percent after.
+// unlimited runs the test with no soft memory limit and restores the
+// process's after.
 func unlimited(t *testing.T) {
-	t.Setenv("GOGC", "")
-	prev, prevPct := debug.SetMemoryLimit(math.MaxInt64), debug.SetGCPercent(100)
-	t.Cleanup(func() { debug.SetMemoryLimit(prev); debug.SetGCPercent(prevPct) })
+	prev := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	runtime.GC()
 }
 
@@ -32,26 +30,11 @@ func TestConnectSetsTheSoftMemoryLimitFromTheBounds(t *testing.T) {
 	// 48 MiB + max_in_flight_bytes (64 MiB) + max_in_flight (16) × 4 ×
 	// batching.byte_size (1 MiB), the defaults.
 	assert.Equal(t, int64(176<<20), debug.SetMemoryLimit(-1))
-	paced := memlimit.Pacing()
-	assert.Greater(t, paced, 100, "GOGC unset and a test's small live heap: the collector is paced")
-	assert.Equal(t, paced, debug.SetGCPercent(paced), "at the percent the runtime runs")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, h.out.Close(ctx))
 	assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "closing the output gives its share back")
-	assert.Equal(t, 100, debug.SetGCPercent(100), "and ends the pacing")
-}
-
-func TestConnectLeavesTheCollectorToGOGC(t *testing.T) {
-	t.Setenv("GOMEMLIMIT", "")
-	unlimited(t)
-	t.Setenv("GOGC", "100")
-	h := newHarness(t, ingestfake.Config{}, "", nil)
-	h.connect(t)
-	assert.Equal(t, int64(176<<20), debug.SetMemoryLimit(-1), "the limit is GOMEMLIMIT's business only")
-	assert.Zero(t, memlimit.Pacing(), "GOGC in the environment: no pacing")
-	assert.Equal(t, 100, debug.SetGCPercent(100))
 }
 
 func TestConnectLeavesTheMemoryLimitToGOMEMLIMIT(t *testing.T) {

@@ -125,9 +125,6 @@ func (o *output) Connect(ctx context.Context) error {
 		o.mu.Unlock()
 		if set {
 			o.log.Infof("zerobus: Go soft memory limit set to %d MiB (48 MiB + max_in_flight_bytes + max_in_flight × 4 × batching.byte_size over the zerobus outputs; never below 1.25 × the live heap + 32 MiB) since GOMEMLIMIT is unset; set GOMEMLIMIT to choose your own", limit>>20)
-			if p := memlimit.Pacing(); p > 0 {
-				o.log.Infof("zerobus: garbage collector paced (GOGC %d now) to let the heap reach %d MiB before collecting while live data is under half that, since GOGC is unset; set GOGC to choose your own", p, memlimit.HeapFloor>>20)
-			}
 		}
 		if o.cfg.TLS != nil && o.cfg.TLS.InsecureSkipVerify {
 			o.log.Warnf("zerobus: tls.skip_cert_verify is true: the certificates of %s and %s are NOT verified, so anyone on the path can read the credentials and the rows; use it only on a test rig", o.cfg.Endpoint, o.cfg.WorkspaceURL)

@@ -158,14 +158,10 @@ func (s *scanner) plainKey(name string) bool {
 // appendString reads the string starting at pos (which holds '"') and appends
 // its unescaped bytes to dst: one bulk copy when it has no escapes, and no
 // detour through scanner.buf when it has. On error dst is returned as it was.
-func (s *scanner) appendString(dst []byte) ([]byte, error) {
-	return s.appendStringHint(dst, false)
-}
-
-// appendStringHint is appendString, told whether the string is likely long
-// (its column's last value was): then the word-at-a-time look at its first
-// 32 bytes, which only pays for short strings, is skipped.
-func (s *scanner) appendStringHint(dst []byte, long bool) ([]byte, error) {
+// long tells that the string is likely long (its column's last value was):
+// then the word-at-a-time look at its first 32 bytes, which only pays for
+// short strings, is skipped.
+func (s *scanner) appendString(dst []byte, long bool) ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
 	var i int

@@ -64,7 +64,7 @@ func TestStringScanAtEveryOffset(t *testing.T) {
 					}
 					for _, long := range []bool{false, true} {
 						s.reset(lit)
-						dst, err := s.appendStringHint([]byte("p:"), long)
+						dst, err := s.appendString([]byte("p:"), long)
 						require.Equal(t, wantOK, err == nil && s.pos == len(lit), "appendString (long %v) of %s: %v", long, name, err)
 						if wantOK {
 							require.Equal(t, "p:"+wantStr, string(dst), "appendString (long %v) of %s", long, name)

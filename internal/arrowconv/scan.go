@@ -279,9 +279,9 @@ func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error)
 // is an escaped backslash, and a run cannot start inside an escape, since
 // the byte before it is no backslash. Escapes are ASCII and printable, so
 // the raw text is valid UTF-8 and free of control characters exactly when
-// every run of plain bytes between escapes is. A string with an invalid
-// escape may get a q its escapes then overrun (i > q in unescape), and is
-// then scanned run by run from there.
+// every run of plain bytes between escapes is. No escape reaches past q (a
+// \u escape's four bytes are hex digits, and \" is an odd run), so unescape
+// meets q as the closing quote, or stops first at an invalid escape.
 func (s *scanner) cleanEnd(i int) int {
 	d := s.data
 	q := i

@@ -25,14 +25,12 @@ func (n *intNode[T]) decode(st *state) error {
 	if v, text, ok := st.readIntFast(); ok {
 		return n.add(v, text)
 	}
-	text, integer, err := st.readNumber()
+	// What readIntFast leaves (fractions, exponents, 19 digits and more, a
+	// zero followed by digits) is no plain integer of up to 18 digits:
+	// parseNumLit reads it exactly.
+	text, _, err := st.readNumber()
 	if err != nil {
 		return err
-	}
-	if integer {
-		if v, ok := parseIntFast(text); ok {
-			return n.add(v, text)
-		}
 	}
 	return n.addLit(st, text)
 }

@@ -47,7 +47,7 @@ func (n *strNode) decode(st *state) error {
 	case modeString:
 		switch c {
 		case '"':
-			out, err := st.appendStringHint(n.data, n.long)
+			out, err := st.appendString(n.data, n.long)
 			n.long = len(out)-len(n.data) > longString
 			n.data = out
 			if err != nil {

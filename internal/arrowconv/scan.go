@@ -158,14 +158,10 @@ func (s *scanner) plainKey(name string) bool {
 // appendString reads the string starting at pos (which holds '"') and appends
 // its unescaped bytes to dst: one bulk copy when it has no escapes, and no
 // detour through scanner.buf when it has. On error dst is returned as it was.
-func (s *scanner) appendString(dst []byte) ([]byte, error) {
-	return s.appendStringHint(dst, false)
-}
-
-// appendStringHint is appendString, told whether the string is likely long
-// (its column's last value was): then the word-at-a-time look at its first
-// 32 bytes, which only pays for short strings, is skipped.
-func (s *scanner) appendStringHint(dst []byte, long bool) ([]byte, error) {
+// long tells that the string is likely long (its column's last value was):
+// then the word-at-a-time look at its first 32 bytes, which only pays for
+// short strings, is skipped.
+func (s *scanner) appendString(dst []byte, long bool) ([]byte, error) {
 	d := s.data
 	start := s.pos + 1
 	var i int
@@ -283,9 +279,9 @@ func (s *scanner) unescape(dst []byte, start, i int, valid bool) ([]byte, error)
 // is an escaped backslash, and a run cannot start inside an escape, since
 // the byte before it is no backslash. Escapes are ASCII and printable, so
 // the raw text is valid UTF-8 and free of control characters exactly when
-// every run of plain bytes between escapes is. A string with an invalid
-// escape may get a q its escapes then overrun (i > q in unescape), and is
-// then scanned run by run from there.
+// every run of plain bytes between escapes is. No escape reaches past q (a
+// \u escape's four bytes are hex digits, and \" is an odd run), so unescape
+// meets q as the closing quote, or stops first at an invalid escape.
 func (s *scanner) cleanEnd(i int) int {
 	d := s.data
 	q := i

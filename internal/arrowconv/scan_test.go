@@ -77,7 +77,7 @@ func TestStringsMatchEncodingJSON(t *testing.T) {
 		readPos, readErr := s.pos, err
 
 		s.reset(lit)
-		dst, err := s.appendString([]byte("prefix"))
+		dst, err := s.appendString([]byte("prefix"), false)
 		require.Equal(t, readErr == nil, err == nil, "%q", lit)
 		require.Equal(t, readPos, s.pos, "%q", lit)
 		if err != nil {

@@ -109,3 +109,19 @@ func TestTimestampDateCache(t *testing.T) {
 		require.Equal(t, wzoned, zoned, s)
 	}
 }
+
+// timestampHeadBytewise is timestampHead a byte at a time, for any input:
+// the plain parse the word-at-a-time one is checked against.
+func timestampHeadBytewise(b []byte) (days, clock int64, ok bool) {
+	days, ok = parseDate(b)
+	if !ok || (b[10] != 'T' && b[10] != 't' && b[10] != ' ') {
+		return 0, 0, false
+	}
+	hh, ok1 := digits(b, 11, 2)
+	mm, ok2 := digits(b, 14, 2)
+	ss, ok3 := digits(b, 17, 2)
+	if !ok1 || !ok2 || !ok3 || b[13] != ':' || b[16] != ':' || hh > 23 || mm > 59 || ss > 59 {
+		return 0, 0, false
+	}
+	return days, int64(hh*3600 + mm*60 + ss), true
+}

@@ -167,12 +167,7 @@ func (w *Writer) Health() TableHealth {
 // Health returns a snapshot of every table writer the router holds open,
 // by table name.
 func (r *Router) Health() []TableHealth {
-	r.mu.Lock()
-	ws := make([]*Writer, 0, r.lru.Len())
-	for el := r.lru.Front(); el != nil; el = el.Next() {
-		ws = append(ws, el.Value.(*routed).w)
-	}
-	r.mu.Unlock()
+	ws := r.writers()
 	out := make([]TableHealth, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, w.Health())

@@ -213,18 +213,25 @@ func (r *Router) closeAll(victims []*routed) {
 // Connect after its writes found every table not open. A writer closed
 // meanwhile (evicted) is skipped.
 func (r *Router) Reconnect(ctx context.Context) error {
-	r.mu.Lock()
-	ws := make([]*Writer, 0, r.lru.Len())
-	for el := r.lru.Front(); el != nil; el = el.Next() {
-		ws = append(ws, el.Value.(*routed).w)
-	}
-	r.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range r.writers() {
 		if err := w.Open(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			return fmt.Errorf("table %s: %w", w.cfg.Table, err)
 		}
 	}
 	return nil
+}
+
+// writers returns the writers the router holds now, most recently used
+// first, copied under its lock so that callers can work on them (open them,
+// snapshot them) without holding it.
+func (r *Router) writers() []*Writer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := make([]*Writer, 0, r.lru.Len())
+	for el := r.lru.Front(); el != nil; el = el.Next() {
+		ws = append(ws, el.Value.(*routed).w)
+	}
+	return ws
 }
 
 // AllNotOpen reports whether every one of n rows failed because its table's

@@ -82,6 +82,9 @@ type Lane[C Confirmation] struct {
 	// Waiter is an AckClock and the Observer an AckLagObserver.
 	clock AckClock
 	lag   AckLagObserver
+	// durable is w when it reports its durable watermark, else nil:
+	// asserted once here rather than on every burst.
+	durable durableReporter
 
 	ch        chan Pending[C]
 	pending   atomic.Int64  // enqueued (or being enqueued) minus settled
@@ -128,6 +131,7 @@ func New[C Confirmation](w Waiter, cfg Config, obs Observer) *Lane[C] {
 		failed:  make(chan struct{}),
 		settled: newSignal(),
 	}
+	l.durable, _ = w.(durableReporter)
 	clock, isClock := w.(AckClock)
 	lag, isLag := obs.(AckLagObserver)
 	if isClock && isLag {
@@ -363,8 +367,8 @@ func (l *Lane[C]) run() {
 		// Items queued during the wait may be durable already.
 		pend = l.take(pend)
 		durable := target
-		if dr, ok := l.w.(durableReporter); ok {
-			durable = max(durable, dr.Durable())
+		if l.durable != nil {
+			durable = max(durable, l.durable.Durable())
 		}
 		n := upTo(pend, durable)
 		l.obs.ObserveBurst(n)
@@ -401,7 +405,7 @@ func upTo[C Confirmation](pend []Pending[C], row uint64) int {
 func (l *Lane[C]) wait(target uint64) error {
 	// Already durable (the ack that settled the last burst may cover this
 	// one too): no need to set up a wait.
-	if dr, ok := l.w.(durableReporter); ok && dr.Durable() >= target {
+	if l.durable != nil && l.durable.Durable() >= target {
 		return nil
 	}
 	for {
@@ -467,12 +471,11 @@ type durableReporter interface{ Durable() uint64 }
 // table already holds. The rest fail with err. burst is sorted by To, as
 // run keeps it.
 func (l *Lane[C]) failBurst(burst []Pending[C], err error) {
-	dr, ok := l.w.(durableReporter)
-	if !ok {
+	if l.durable == nil {
 		l.settle(burst, err)
 		return
 	}
-	n := upTo(burst, dr.Durable())
+	n := upTo(burst, l.durable.Durable())
 	if n > 0 {
 		l.confirm(burst[:n])
 	}

@@ -13,6 +13,7 @@
 package healthhttp
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -201,10 +202,10 @@ func outputReport(label string, o Output) OutputReport {
 		switch t.State {
 		case tablewriter.StateStopped:
 			or.Status = StatusDown
-			or.Problems = append(or.Problems, fmt.Sprintf("table %s: stopped: %s", t.Table, firstNonEmpty(t.Reason, stoppedStreamError(t))))
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: stopped: %s", t.Table, cmp.Or(t.Reason, stoppedStreamError(t))))
 		case tablewriter.StateRebuilding:
 			or.Status = worse(or.Status, StatusDegraded)
-			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rebuilding: %s", t.Table, firstNonEmpty(t.Reason, "a stream is being rebuilt")))
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rebuilding: %s", t.Table, cmp.Or(t.Reason, "a stream is being rebuilt")))
 		}
 		if age := t.OldestPendingAge(); o.MaxAckAge > 0 && age > o.MaxAckAge {
 			or.Status = StatusDown
@@ -248,13 +249,6 @@ func stoppedStreamError(t Table) string {
 		}
 	}
 	return "streams stopped"
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // statusOrder ranks the statuses from best to worst.

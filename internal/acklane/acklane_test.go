@@ -770,15 +770,10 @@ func TestAckLagIsMeasuredFromEachItemsOwnAck(t *testing.T) {
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{}, obs)
 	defer lane.Close()
 
-	rec := ingestfake.NewRecord(ingestfake.TestSchema, 2)
-	defer rec.Release()
 	var rs []*acklane.Receipt
 	var spans []ingest.Span
 	for range 2 {
-		span, err := s.Submit(ctx, rec)
-		require.NoError(t, err)
-		c, r := acklane.NewRawAnchor()
-		require.NoError(t, lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c}))
+		span, r := submit(t, ctx, s.Stream, lane, 2)
 		rs, spans = append(rs, r), append(spans, span)
 	}
 	// Item 0's ack is dated an hour ago (a lane that sat on it), item 1's now.

@@ -11,6 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// fastRefresh makes the refresh loop run every 10 ms for the test, so that
+// it is seen to follow the live heap within the test's time.
+func fastRefresh(t *testing.T) {
+	prev := refreshEvery
+	refreshEvery = 10 * time.Millisecond
+	t.Cleanup(func() { refreshEvery = prev })
+}
+
 // noLimit runs the test with no limit, no GOMEMLIMIT and a small live
 // heap (below the floor's reach), and restores the process's limit after.
 func noLimit(t *testing.T) {
@@ -75,8 +83,7 @@ func TestReserveWithoutAnEstimateSetsNothing(t *testing.T) {
 
 func TestTheLimitStaysAboveTheLiveHeap(t *testing.T) {
 	noLimit(t)
-	refreshEvery = 10 * time.Millisecond
-	t.Cleanup(func() { refreshEvery = time.Second })
+	fastRefresh(t)
 	limit, set, release := Reserve(1 << 20)
 	require.True(t, set)
 	assert.Equal(t, max(int64(Base+1<<20), floor(liveHeap())), limit)
@@ -101,8 +108,7 @@ func TestTheLimitStaysAboveTheLiveHeap(t *testing.T) {
 
 func TestSomeoneElsesLimitEndsOurs(t *testing.T) {
 	noLimit(t)
-	refreshEvery = 10 * time.Millisecond
-	t.Cleanup(func() { refreshEvery = time.Second })
+	fastRefresh(t)
 	_, set, release := Reserve(1 << 20)
 	require.True(t, set)
 	debug.SetMemoryLimit(3 << 30)

@@ -227,6 +227,11 @@ func (r *Router) Reconnect(ctx context.Context) error {
 func (r *Router) writers() []*Writer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.writersLocked()
+}
+
+// writersLocked is writers with r.mu held.
+func (r *Router) writersLocked() []*Writer {
 	ws := make([]*Writer, 0, r.lru.Len())
 	for el := r.lru.Front(); el != nil; el = el.Next() {
 		ws = append(ws, el.Value.(*routed).w)
@@ -262,17 +267,14 @@ func (r *Router) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	r.idle.Broadcast()
-	var all []*routed
-	for el := r.lru.Front(); el != nil; el = el.Next() {
-		all = append(all, el.Value.(*routed))
-	}
+	all := r.writersLocked()
 	r.lru.Init()
 	clear(r.byTable)
 	r.mu.Unlock()
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
-	for i, e := range all {
-		wg.Go(func() { errs[i] = e.w.Close(ctx) })
+	for i, w := range all {
+		wg.Go(func() { errs[i] = w.Close(ctx) })
 	}
 	wg.Wait()
 	r.closing.Wait()

@@ -3,6 +3,7 @@
 package arrowconv
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -48,6 +49,25 @@ func TestReleasedStorageIsReused(t *testing.T) {
 func TestStructuredRowsAllocateNothingPerRow(t *testing.T) {
 	c := mustConverter(t, benchDefs, Options{})
 	rows := structuredRows(t, benchRows(2048))
+	median := medianBatch(11, mallocs, func() {
+		res, err := c.ConvertStructured(rows)
+		require.NoError(t, err)
+		require.Empty(t, res.RowErrors)
+		res.Record.Release()
+	})
+	require.Less(t, median, len(rows)/8, "%d allocations in the median batch of %d rows", median, len(rows))
+}
+
+// TestStructuredMapsAllocateNothingPerRow checks that putting a Go map of
+// more than a couple of entries into a MAP column sorts its entries without
+// allocating per row (a fresh key slice per map made one allocation a row).
+func TestStructuredMapsAllocateNothingPerRow(t *testing.T) {
+	c := mustConverter(t, "m MAP<STRING, STRING>", Options{})
+	rows := make([]StructuredRow, 2048)
+	for i := range rows {
+		m := map[string]any{"e": "5", "d": "4", "c": "3", "b": "2", "a": "1", "f": fmt.Sprint(i)}
+		rows[i] = msg{structured: map[string]any{"m": m}, hasStruct: true}
+	}
 	median := medianBatch(11, mallocs, func() {
 		res, err := c.ConvertStructured(rows)
 		require.NoError(t, err)

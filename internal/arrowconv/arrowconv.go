@@ -329,11 +329,10 @@ func (c *Converter) Schema() *arrow.Schema { return c.schema }
 // record; the error return is reserved for failures of the whole batch.
 func (c *Converter) Convert(rows []Row) (Result, error) {
 	return c.convert(len(rows), func(st *state, i int) error {
-		r := rows[i]
-		if sr, ok := r.(StructuredRow); ok && sr.HasStructured() {
-			return st.putStructured(sr)
+		if sr, ok := rows[i].(StructuredRow); ok {
+			return st.putMessage(sr)
 		}
-		return st.putBytes(r)
+		return st.putBytes(rows[i])
 	})
 }
 
@@ -342,16 +341,16 @@ func (c *Converter) Convert(rows []Row) (Result, error) {
 // row.
 func (c *Converter) ConvertStructured(rows []StructuredRow) (Result, error) {
 	return c.convert(len(rows), func(st *state, i int) error {
-		r := rows[i]
-		if r.HasStructured() {
-			return st.putStructured(r)
-		}
-		return st.putBytes(r)
+		return st.putMessage(rows[i])
 	})
 }
 
-// putStructured converts a row's decoded value.
-func (st *state) putStructured(r StructuredRow) error {
+// putMessage converts a row from its decoded value when it holds one, from
+// its JSON bytes otherwise.
+func (st *state) putMessage(r StructuredRow) error {
+	if !r.HasStructured() {
+		return st.putBytes(r)
+	}
 	v, err := r.AsStructured()
 	if err != nil {
 		return kerr(ErrInvalidValue, "reading structured message: %v", err)

@@ -39,9 +39,15 @@ func benchConvert(b *testing.B, defs string) {
 	c := mustConverter(b, defs, Options{})
 	rows := benchRows(benchN)
 	b.SetBytes(int64(totalLen(rows)))
+	benchBatches(b, func() (Result, error) { return c.ConvertJSON(rows) })
+}
+
+// benchBatches times convert, which converts a batch of benchN valid rows,
+// reporting allocations and rows per second.
+func benchBatches(b *testing.B, convert func() (Result, error)) {
 	b.ReportAllocs()
 	for b.Loop() {
-		res, err := c.ConvertJSON(rows)
+		res, err := convert()
 		if err != nil || len(res.RowErrors) != 0 {
 			b.Fatal(err, res.RowErrors)
 		}
@@ -56,15 +62,7 @@ func benchConvert(b *testing.B, defs string) {
 func BenchmarkConvertStructured(b *testing.B) {
 	c := mustConverter(b, benchDefs, Options{})
 	rows := structuredRows(b, benchRows(benchN))
-	b.ReportAllocs()
-	for b.Loop() {
-		res, err := c.ConvertStructured(rows)
-		if err != nil || len(res.RowErrors) != 0 {
-			b.Fatal(err, res.RowErrors)
-		}
-		res.Record.Release()
-	}
-	b.ReportMetric(float64(benchN)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	benchBatches(b, func() (Result, error) { return c.ConvertStructured(rows) })
 }
 
 // structuredRows decodes JSON rows into structured messages, numbers as

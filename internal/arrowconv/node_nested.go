@@ -163,6 +163,16 @@ type mapNode struct {
 	vals node
 	// entryHint is the entry count of the previous batch, to size the next.
 	entryHint int
+	// sorted is put's scratch space for a Go map's entries in key order,
+	// reused from row to row (and cleared after each) so that sorting a map
+	// allocates nothing per row.
+	sorted []mapEntry
+}
+
+// mapEntry is one entry of a Go map being put.
+type mapEntry struct {
+	k string
+	v any
 }
 
 func (n *mapNode) decode(st *state) error {
@@ -245,20 +255,22 @@ func (n *mapNode) put(st *state, v any) error {
 	case nil:
 		return n.nullValue(n)
 	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
+		es := n.sorted[:0]
+		for k, e := range v {
+			es = append(es, mapEntry{k, e})
 		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if !utf8.ValidString(k) {
-				return at(keySeg([]byte(k)), kerr(ErrInvalidValue, "invalid UTF-8 in map key"))
+		slices.SortFunc(es, func(a, b mapEntry) int { return strings.Compare(a.k, b.k) })
+		n.sorted = es
+		defer clear(es) // keep no row's keys or values alive
+		for _, e := range es {
+			if !utf8.ValidString(e.k) {
+				return at(keySeg([]byte(e.k)), kerr(ErrInvalidValue, "invalid UTF-8 in map key"))
 			}
-			if err := n.keys.addKey(st, textOf(k)); err != nil {
-				return at(keySeg([]byte(k)), err)
+			if err := n.keys.addKey(st, textOf(e.k)); err != nil {
+				return at(keySeg([]byte(e.k)), err)
 			}
-			if err := n.vals.put(st, v[k]); err != nil {
-				return at(keySeg([]byte(k)), err)
+			if err := n.vals.put(st, e.v); err != nil {
+				return at(keySeg([]byte(e.k)), err)
 			}
 		}
 		return n.commit(st)

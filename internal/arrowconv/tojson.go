@@ -44,8 +44,8 @@ func AppendJSONString(dst []byte, s string) []byte { return appendQuoted(dst, s)
 // AppendJSONInt appends the ToJSON text of n to dst without boxing it.
 func AppendJSONInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
 
-// AppendJSONFloat appends the ToJSON text of f, a float of bits (32 or 64)
-// bits, to dst without boxing it; NaN and infinities are errors.
+// AppendJSONFloat appends the ToJSON text of f, a float of the given bit
+// size (32 or 64), to dst without boxing it; NaN and infinities are errors.
 func AppendJSONFloat(dst []byte, f float64, bits int) ([]byte, error) {
 	return appendFloat(dst, f, bits)
 }

@@ -361,6 +361,10 @@ func appendValue(dst []byte, a arrow.Array, i int) ([]byte, error) {
 		dst = append(dst, '"')
 		dst = t.AppendFormat(dst, time.RFC3339Nano)
 		return append(dst, '"'), nil
+	case *array.Decimal128:
+		// ToString writes -?digits[.digits], always a JSON number, so the
+		// json.Number check ToJSON makes of value's result cannot fail.
+		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)...), nil
 	case *array.Date32:
 		dst = append(dst, '"')
 		dst = a.Value(i).ToTime().AppendFormat(dst, time.DateOnly)

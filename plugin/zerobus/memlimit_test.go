@@ -14,19 +14,21 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
-// unlimited runs the test with no soft memory limit and restores the
-// process's after.
-func unlimited(t *testing.T) {
+// connectUnlimited connects an output (extraYAML added to its config) with
+// GOMEMLIMIT set to gomemlimit and no soft memory limit in force, which is
+// restored after the test.
+func connectUnlimited(t *testing.T, gomemlimit, extraYAML string) *harness {
+	t.Setenv("GOMEMLIMIT", gomemlimit)
 	prev := debug.SetMemoryLimit(math.MaxInt64)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	runtime.GC()
+	h := newHarness(t, ingestfake.Config{}, extraYAML, nil)
+	h.connect(t)
+	return h
 }
 
 func TestConnectSetsTheSoftMemoryLimitFromTheBounds(t *testing.T) {
-	t.Setenv("GOMEMLIMIT", "")
-	unlimited(t)
-	h := newHarness(t, ingestfake.Config{}, "", nil)
-	h.connect(t)
+	h := connectUnlimited(t, "", "")
 	// 48 MiB + max_in_flight_bytes (64 MiB) + max_in_flight (16) × 4 ×
 	// batching.byte_size (1 MiB), the defaults.
 	assert.Equal(t, int64(176<<20), debug.SetMemoryLimit(-1))
@@ -38,17 +40,11 @@ func TestConnectSetsTheSoftMemoryLimitFromTheBounds(t *testing.T) {
 }
 
 func TestConnectLeavesTheMemoryLimitToGOMEMLIMIT(t *testing.T) {
-	t.Setenv("GOMEMLIMIT", "1GiB")
-	unlimited(t)
-	h := newHarness(t, ingestfake.Config{}, "", nil)
-	h.connect(t)
+	connectUnlimited(t, "1GiB", "")
 	assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "the user's GOMEMLIMIT, read by the runtime at start, wins")
 }
 
 func TestConnectWithoutAByteBoundSetsNoLimit(t *testing.T) {
-	t.Setenv("GOMEMLIMIT", "")
-	unlimited(t)
-	h := newHarness(t, ingestfake.Config{}, "batching:\n  count: 500\n  period: 200ms\n", nil)
-	h.connect(t)
+	connectUnlimited(t, "", "batching:\n  count: 500\n  period: 200ms\n")
 	assert.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "a count-only batching bounds no batch's bytes: no estimate")
 }

@@ -118,6 +118,31 @@ func TestMessagesNameRowAndColumnOfABadValue(t *testing.T) {
 	assert.Contains(t, err.Error(), "column x")
 }
 
+// A TIMESTAMP past year 9999, which the serialiser refuses, fails the batch
+// as it fails ToJSON of the row's value.
+func TestMessagesRefuseATimestampPastYear9999(t *testing.T) {
+	tt := &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
+	schema := arrow.NewSchema([]arrow.Field{{Name: "at", Type: tt}}, nil)
+	b := array.NewTimestampBuilder(memory.NewGoAllocator(), tt)
+	defer b.Release()
+	far, err := arrow.TimestampFromTime(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), arrow.Microsecond)
+	require.NoError(t, err)
+	b.AppendValues([]arrow.Timestamp{0, far}, nil)
+	col := b.NewTimestampArray()
+	defer col.Release()
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 2)
+	defer rec.Release()
+	v, err := value(col, 1)
+	require.NoError(t, err)
+	_, want := arrowconv.ToJSON(v)
+	require.Error(t, want)
+	_, err = newRowConverter(schema).messages(rec)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "row 1")
+	assert.Contains(t, err.Error(), "column at")
+	assert.Contains(t, err.Error(), want.Error())
+}
+
 func posInf() float64 {
 	var zero float64
 	return 1 / zero

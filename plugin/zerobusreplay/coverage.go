@@ -90,15 +90,11 @@ func (in *input) convertCoverage(ctx context.Context) error {
 	if state, err = in.firstConversion(ctx, state); err != nil {
 		return err
 	}
-	parts := strings.Split(in.cfg.CoverageTable, ".")
-	tbl, cfg, err := in.loadIdent(ctx, table.Identifier{parts[1], parts[2]})
+	tbl, cfg, err := in.loadIdent(ctx, restIdent(in.cfg.CoverageTable))
 	if err != nil {
 		return fmt.Errorf("load the coverage table %s through the Iceberg REST catalog: %w", in.cfg.CoverageTable, err)
 	}
-	converted := int64(-1)
-	if state.IcebergConvertedVersion != nil {
-		converted = *state.IcebergConvertedVersion
-	}
+	converted := convertedVersion(state)
 	dl, err := readDeltaLog(ctx, cfg, tbl.Location(), converted)
 	if err != nil {
 		return fmt.Errorf("read the Delta log of the coverage table %s: %w", in.cfg.CoverageTable, err)
@@ -180,8 +176,7 @@ func joinSpans(s []coverage.Range) string {
 // readCoverage streams the coverage table through the REST catalog and
 // collects every recorded range by source (all writers).
 func (in *input) readCoverage(ctx context.Context) (map[string]*coverage.RangeSet, error) {
-	parts := strings.Split(in.cfg.CoverageTable, ".")
-	tbl, _, err := in.loadIdent(ctx, table.Identifier{parts[1], parts[2]})
+	tbl, _, err := in.loadIdent(ctx, restIdent(in.cfg.CoverageTable))
 	if err != nil {
 		return nil, fmt.Errorf("load the coverage table %s through the Iceberg REST catalog: %w", in.cfg.CoverageTable, err)
 	}

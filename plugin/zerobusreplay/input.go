@@ -162,8 +162,7 @@ func (in *input) connect(ctx context.Context) error {
 	}
 	in.filter = filter
 
-	parts := strings.Split(c.Table, ".")
-	in.ident = table.Identifier{parts[1], parts[2]}
+	in.ident = restIdent(c.Table)
 	if in.cat == nil {
 		in.rec = &configRecorder{base: http.DefaultTransport}
 		tokenURL, err := url.Parse(c.WorkspaceURL + "/oidc/v1/token")
@@ -173,7 +172,7 @@ func (in *input) connect(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, c.WorkspaceTimeout)
 		cat, err := rest.NewCatalog(cctx, "uc", c.WorkspaceURL+icebergRESTPath,
 			rest.WithCredential(c.ClientID+":"+c.ClientSecret), rest.WithAuthURI(tokenURL), rest.WithScope("all-apis"),
-			rest.WithWarehouseLocation(parts[0]),
+			rest.WithWarehouseLocation(strings.SplitN(c.Table, ".", 2)[0]), // the UC catalog
 			rest.WithHeaders(map[string]string{"X-Iceberg-Access-Delegation": "vended-credentials"}),
 			rest.WithCustomTransport(in.rec))
 		cancel()
@@ -238,13 +237,27 @@ func (in *input) loadIdent(ctx context.Context, ident table.Identifier) (*table.
 	return tbl, in.rec.last(strings.Join(ident, "/")), nil
 }
 
+// restIdent is the Iceberg REST identifier (schema, table) of the checked
+// three-part name catalog.schema.table; the catalog is the REST catalog's
+// warehouse.
+func restIdent(full string) table.Identifier {
+	parts := strings.Split(full, ".")
+	return table.Identifier{parts[1], parts[2]}
+}
+
+// convertedVersion is the Delta version state's Iceberg metadata was last
+// converted from, or -1 when it never was.
+func convertedVersion(state *catalog.TableState) int64 {
+	if state.IcebergConvertedVersion == nil {
+		return -1
+	}
+	return *state.IcebergConvertedVersion
+}
+
 // settleConsistency compares the Iceberg conversion with the Delta log and,
 // for force, makes the catalog convert and waits for it.
 func (in *input) settleConsistency(ctx context.Context, state *catalog.TableState) error {
-	converted := int64(-1)
-	if state.IcebergConvertedVersion != nil {
-		converted = *state.IcebergConvertedVersion
-	}
+	converted := convertedVersion(state)
 	dl, err := readDeltaLog(ctx, in.rec.last(strings.Join(in.ident, "/")), in.tbl.Location(), converted)
 	if err != nil {
 		return fmt.Errorf("read the Delta log of %s: %w", in.cfg.Table, err)

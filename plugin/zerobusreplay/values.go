@@ -321,8 +321,9 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 }
 
 // appendValue appends row i of a, as arrowconv.ToJSON writes value(a, i),
-// to dst; the common scalar columns are written without going through an
-// interface value.
+// to dst; the common scalar columns (timestamps and dates among them, whose
+// text has nothing to escape) are written without going through an
+// interface value, which would allocate per row.
 func appendValue(dst []byte, a arrow.Array, i int) ([]byte, error) {
 	if a.IsNull(i) {
 		return append(dst, "null"...), nil
@@ -346,6 +347,28 @@ func appendValue(dst []byte, a arrow.Array, i int) ([]byte, error) {
 		return arrowconv.AppendJSONFloat(dst, float64(a.Value(i)), 32)
 	case *array.Boolean:
 		return strconv.AppendBool(dst, a.Value(i)), nil
+	case *array.Timestamp:
+		tt := a.DataType().(*arrow.TimestampType)
+		t := a.Value(i).ToTime(tt.Unit).UTC()
+		if tt.TimeZone == "" {
+			dst = append(dst, '"')
+			dst = t.AppendFormat(dst, ntzLayout)
+			return append(dst, '"'), nil
+		}
+		if y := t.Year(); y < 0 || y > 9999 {
+			return arrowconv.AppendJSON(dst, t) // the serialiser's range error
+		}
+		dst = append(dst, '"')
+		dst = t.AppendFormat(dst, time.RFC3339Nano)
+		return append(dst, '"'), nil
+	case *array.Decimal128:
+		// ToString writes -?digits[.digits], always a JSON number, so the
+		// json.Number check ToJSON makes of value's result cannot fail.
+		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)...), nil
+	case *array.Date32:
+		dst = append(dst, '"')
+		dst = a.Value(i).ToTime().AppendFormat(dst, time.DateOnly)
+		return append(dst, '"'), nil
 	}
 	v, err := value(a, i)
 	if err != nil {

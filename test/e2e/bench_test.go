@@ -333,19 +333,7 @@ func (e benchEmulator) cpu(b *testing.B) time.Duration {
 // outputYAML is a zerobus output into the events table; extra is indented
 // under the zerobus key.
 func (e benchEmulator) outputYAML(extra string) string {
-	y := fmt.Sprintf(`zerobus:
-  endpoint: %s
-  workspace_url: %s
-  table: %s
-  client_id: %s
-  client_secret: %s
-`, e.grpcURL, e.httpURL, eventsTable, emulator.DefaultClientID, emulator.DefaultClientSecret)
-	for _, l := range strings.Split(strings.TrimRight(extra, "\n"), "\n") {
-		if l != "" {
-			y += "  " + l + "\n"
-		}
-	}
-	return y
+	return zerobusOutput(e.grpcURL, e.httpURL, eventsTable, extra)
 }
 
 // setAckLatency sets the emulator's injected ack latency, keeping it

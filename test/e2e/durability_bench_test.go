@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,23 +81,13 @@ const (
 // WriteBatch's latency at half of it, with the bare client's beside it.
 func BenchmarkDurabilityLatency(b *testing.B) {
 	httpURL, grpcURL, _ := startEmulatorProcess(b, "--ack-only", "--ack-latency", durabilityAckLatency.String(), "--table", eventsTable+":"+eventsCols)
-	out := fmt.Sprintf(`zerobus:
-  endpoint: %s
-  workspace_url: %s
-  table: %s
-  client_id: %s
-  client_secret: %s
-  batching:
-    count: 0
-    byte_size: 0
-    period: %s
-`, grpcURL, httpURL, eventsTable, emulator.DefaultClientID, emulator.DefaultClientSecret, durabilityPeriod)
-	// ZEROBUS_BENCH_OUTPUT adds knobs, for exploring them.
-	for _, l := range strings.Split(strings.TrimRight(benchOutputExtra(), "\n"), "\n") {
-		if l != "" {
-			out += "  " + l + "\n"
-		}
-	}
+	// Batching by period alone; ZEROBUS_BENCH_OUTPUT adds knobs, for
+	// exploring them.
+	out := zerobusOutput(grpcURL, httpURL, eventsTable, fmt.Sprintf(`batching:
+  count: 0
+  byte_size: 0
+  period: %s
+`, durabilityPeriod), benchOutputExtra())
 
 	var maxRate float64
 	var wb, lane, lag, e2e, bare [][]float64

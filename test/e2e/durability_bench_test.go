@@ -301,23 +301,13 @@ func runSteady(b *testing.B, id, output string, rate float64) steadyRun {
 	<-done
 	require.Zero(b, failures.Load(), "batches failed")
 
-	r := steadyRun{rowToDurable: e2e}
-	for _, t := range rec.timings("output_latency_ns") {
-		if t.at.After(measureFrom) {
-			r.writeBatch = append(r.writeBatch, float64(t.ns)/1e6)
-		}
+	r := steadyRun{
+		rowToDurable: e2e,
+		writeBatch:   rec.timingsMS("output_latency_ns", measureFrom),
+		delivery:     rec.timingsMS("zerobus_delivery_latency", measureFrom),
+		ackLag:       rec.timingsMS("zerobus_ack_lane_lag", measureFrom),
 	}
 	require.NotEmpty(b, r.writeBatch, "no WriteBatch timings recorded")
-	for _, t := range rec.timings("zerobus_delivery_latency") {
-		if t.at.After(measureFrom) {
-			r.delivery = append(r.delivery, float64(t.ns)/1e6)
-		}
-	}
-	for _, t := range rec.timings("zerobus_ack_lane_lag") {
-		if t.at.After(measureFrom) {
-			r.ackLag = append(r.ackLag, float64(t.ns)/1e6)
-		}
-	}
 	require.NotEmpty(b, r.ackLag, "no ack lane lag recorded")
 	batches := rec.count("output_batch_sent")
 	require.Positive(b, batches, "no batches sent")
@@ -386,10 +376,17 @@ func recorderFor(b *testing.B, id string) *benchRecorder {
 	return r.(*benchRecorder)
 }
 
-func (r *benchRecorder) timings(name string) []timedSample {
+// timingsMS is the timer name's samples taken after from, in ms.
+func (r *benchRecorder) timingsMS(name string, from time.Time) []float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.timed[name])
+	var ms []float64
+	for _, t := range r.timed[name] {
+		if t.at.After(from) {
+			ms = append(ms, float64(t.ns)/1e6)
+		}
+	}
+	return ms
 }
 
 func (r *benchRecorder) count(name string) int64 {

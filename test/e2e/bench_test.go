@@ -360,12 +360,7 @@ func (e benchEmulator) setAckLatency(b *testing.B, d time.Duration) {
 	if d > 0 {
 		body = fmt.Sprintf(`{"ack_only":true,"ack_latency":%q}`, d.String())
 	}
-	req, err := http.NewRequest(http.MethodPut, e.httpURL+"/emulator/v1/faults", strings.NewReader(body))
-	require.NoError(b, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(b, err)
-	_ = resp.Body.Close()
-	require.Equal(b, http.StatusOK, resp.StatusCode, "PUT faults %s", body)
+	putFaults(b, e.httpURL, body)
 }
 
 // rowsAcked is the emulator's count of rows acked into the events table.

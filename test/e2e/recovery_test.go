@@ -399,12 +399,7 @@ func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--iceberg-lag", "-1s")
 	body, err := json.Marshal(map[string]any{"tables": map[string]any{table + "_zb_coverage": map[string]any{"ack_stall": true}}})
 	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPut, httpURL+"/emulator/v1/faults", strings.NewReader(string(body)))
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	putFaults(t, httpURL, string(body))
 
 	p := startProduct(t, writerConfig(httpURL, grpcURL, table, "crashing_writer", 0, 500, kafkaMapping(0, 1)))
 	exited := make(chan error, 1)
@@ -449,11 +444,7 @@ func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
 
 	// The coverage rows were received, never acknowledged: the writer died
 	// with its coverage writes in flight, after the raw acks they record.
-	var stats emulator.Stats
-	resp, err = http.Get(httpURL + "/emulator/v1/stats")
-	require.NoError(t, err)
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&stats))
-	resp.Body.Close()
+	stats := emulatorStats(t, httpURL)
 	covStats := stats.Tables[table+"_zb_coverage"]
 	assert.Positive(t, covStats.RowsReceived)
 	assert.Zero(t, covStats.RowsAcked, "the coverage table's acks were stalled")

@@ -150,14 +150,6 @@ func startProduct(t *testing.T, config string) *proc {
 	return start(t, nil, "run", f)
 }
 
-// ucAt is a Unity Catalog client of the emulator process at httpURL.
-func ucAt(t *testing.T, httpURL string) *catalog.UC {
-	t.Helper()
-	uc, err := catalog.NewUC(catalog.UCConfig{Host: httpURL, ClientID: emulator.DefaultClientID, ClientSecret: emulator.DefaultClientSecret, AuthType: "oauth-m2m", WarehouseID: recoveryWH})
-	require.NoError(t, err)
-	return uc
-}
-
 // replayedLine is one line of the replay's file: the row and its metadata.
 type replayedLine struct {
 	body   map[string]any
@@ -471,7 +463,7 @@ func TestReplayRefusalEndsThePipeline(t *testing.T) {
 	began := time.Now()
 	httpURL, _, _ := startEmulatorProcess(t)
 	t.Logf("emulator up in %s", time.Since(began).Round(time.Millisecond))
-	require.NoError(t, ucAt(t, httpURL).Execute(context.Background(), "CREATE TABLE main.raw.plain (id BIGINT NOT NULL, msg STRING)"))
+	require.NoError(t, ucAt(t, httpURL, recoveryWH).Execute(context.Background(), "CREATE TABLE main.raw.plain (id BIGINT NOT NULL, msg STRING)"))
 
 	for _, tc := range []struct {
 		table string

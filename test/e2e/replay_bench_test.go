@@ -229,8 +229,7 @@ func BenchmarkReplayPeakRSS(b *testing.B) {
 			size, files, float64(peak)/(1<<20), took.Round(time.Millisecond), float64(size)/took.Seconds())
 	}
 	// For scale: the same binary generating 1,000 rows into drop.
-	idleCfg := filepath.Join(b.TempDir(), "idle.yaml")
-	require.NoError(b, os.WriteFile(idleCfg, []byte("http:\n  enabled: false\nlogger:\n  level: warn\ninput:\n  generate:\n    count: 1000\n    interval: \"\"\n    mapping: root.id = counter()\noutput:\n  drop: {}\n"), 0o600))
+	idleCfg := writeConfig(b, "warn", "generate:\n  count: 1000\n  interval: \"\"\n  mapping: root.id = counter()\n", "drop: {}")
 	idle, _, _ := runForPeakRSS(b, idleCfg)
 	fmt.Printf("the same binary generating 1,000 rows into drop: peak RSS %.0f MiB\n", float64(idle)/(1<<20))
 	// The figure is the largest table's; the smaller one shows the peak does

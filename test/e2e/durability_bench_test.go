@@ -182,7 +182,7 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 		mu       sync.Mutex
 		lat      []float64
 		failures atomic.Int64
-		id       int
+		id       int64
 	)
 	began := time.Now()
 	measureFrom := began.Add(durabilityWarm)
@@ -194,8 +194,7 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 		t0 := time.Now()
 		for i := range rows {
 			id++
-			rows[i] = fmt.Appendf(nil,
-				`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id, id)
+			rows[i] = benchRowJSON(id)
 		}
 		res, err := conv.ConvertJSON(rows)
 		require.NoError(b, err)
@@ -222,6 +221,13 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 	require.Zero(b, failures.Load(), "bare client: batches not durable")
 	require.NotEmpty(b, lat)
 	return lat
+}
+
+// benchRowJSON is row id of the events table as the steady runs send it:
+// JSON bytes, the same row benchInput and benchInputRaw generate.
+func benchRowJSON(id int64) []byte {
+	return fmt.Appendf(nil,
+		`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id, id)
 }
 
 // steadyRun is what one steady run measured, latencies in ms.
@@ -275,8 +281,7 @@ func runSteady(b *testing.B, id, output string, rate float64) steadyRun {
 		batch := make(service.MessageBatch, due)
 		for i := range batch {
 			id64++
-			batch[i] = service.NewMessage(fmt.Appendf(nil,
-				`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id64, id64))
+			batch[i] = service.NewMessage(benchRowJSON(id64))
 		}
 		sent += due
 		wg.Add(1)

@@ -131,19 +131,36 @@ func runPipelineWith(b *testing.B, rows int, input, output string, acked func() 
 			return n
 		}
 	}
+	rate, ended, err := steadyRate(rows, 10*time.Millisecond, done, func() (float64, bool) { return sent(), true })
+	if ended {
+		require.NoError(b, err)
+		b.Fatalf("pipeline ended before 90%% of %d rows were sent", rows)
+	}
+	require.NoError(b, <-done)
+	return rate
+}
+
+// steadyRate polls sent (the rows sent so far; false when it could not be
+// read) every interval until it reaches 90% of rows, and returns the rows/s
+// between the polls that first saw 10% and 90% of them. When done yields
+// first, it returns ended with done's error.
+func steadyRate(rows int, interval time.Duration, done <-chan error, sent func() (float64, bool)) (rate float64, ended bool, err error) {
 	lo, hi := 0.1*float64(rows), 0.9*float64(rows)
 	var tLo, tHi time.Time
 	var nLo, nHi float64
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for tHi.IsZero() {
 		select {
 		case err := <-done:
-			require.NoError(b, err)
-			b.Fatalf("pipeline ended before 90%% of %d rows were sent", rows)
+			return 0, true, err
 		case <-tick.C:
 		}
-		n, now := sent(), time.Now()
+		n, ok := sent()
+		if !ok {
+			continue
+		}
+		now := time.Now()
 		if tLo.IsZero() && n >= lo {
 			tLo, nLo = now, n
 		}
@@ -151,8 +168,7 @@ func runPipelineWith(b *testing.B, rows int, input, output string, acked func() 
 			tHi, nHi = now, n
 		}
 	}
-	require.NoError(b, <-done)
-	return (nHi - nLo) / tHi.Sub(tLo).Seconds()
+	return (nHi - nLo) / tHi.Sub(tLo).Seconds(), false, nil
 }
 
 // outputCPUBefore is the output's CPU per million rows (seconds; the
@@ -333,19 +349,7 @@ func (e benchEmulator) cpu(b *testing.B) time.Duration {
 // outputYAML is a zerobus output into the events table; extra is indented
 // under the zerobus key.
 func (e benchEmulator) outputYAML(extra string) string {
-	y := fmt.Sprintf(`zerobus:
-  endpoint: %s
-  workspace_url: %s
-  table: %s
-  client_id: %s
-  client_secret: %s
-`, e.grpcURL, e.httpURL, eventsTable, emulator.DefaultClientID, emulator.DefaultClientSecret)
-	for _, l := range strings.Split(strings.TrimRight(extra, "\n"), "\n") {
-		if l != "" {
-			y += "  " + l + "\n"
-		}
-	}
-	return y
+	return zerobusOutput(e.grpcURL, e.httpURL, eventsTable, extra)
 }
 
 // setAckLatency sets the emulator's injected ack latency, keeping it
@@ -356,12 +360,7 @@ func (e benchEmulator) setAckLatency(b *testing.B, d time.Duration) {
 	if d > 0 {
 		body = fmt.Sprintf(`{"ack_only":true,"ack_latency":%q}`, d.String())
 	}
-	req, err := http.NewRequest(http.MethodPut, e.httpURL+"/emulator/v1/faults", strings.NewReader(body))
-	require.NoError(b, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(b, err)
-	_ = resp.Body.Close()
-	require.Equal(b, http.StatusOK, resp.StatusCode, "PUT faults %s", body)
+	putFaults(b, e.httpURL, body)
 }
 
 // rowsAcked is the emulator's count of rows acked into the events table.
@@ -430,38 +429,19 @@ output:
 		n, _ := promSum(string(body), "output_sent")
 		return n, true
 	}
-	lo, hi := 0.1*float64(rows), 0.9*float64(rows)
-	var tLo, tHi time.Time
-	var nLo, nHi float64
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for tHi.IsZero() {
-		select {
-		case err := <-done:
-			require.NoError(b, err, "pipeline failed:\n%s", p.out.String())
-			if !measure {
-				return pipelineRun{}
-			}
-			b.Fatalf("pipeline ended before 90%% of %d rows were seen sent:\n%s", rows, p.out.String())
-		case <-tick.C:
+	rate, ended, err := steadyRate(rows, 50*time.Millisecond, done, sent)
+	if ended {
+		require.NoError(b, err, "pipeline failed:\n%s", p.out.String())
+		if !measure {
+			return pipelineRun{}
 		}
-		n, ok := sent()
-		if !ok {
-			continue
-		}
-		now := time.Now()
-		if tLo.IsZero() && n >= lo {
-			tLo, nLo = now, n
-		}
-		if !tLo.IsZero() && n >= hi {
-			tHi, nHi = now, n
-		}
+		b.Fatalf("pipeline ended before 90%% of %d rows were seen sent:\n%s", rows, p.out.String())
 	}
 	require.NoError(b, <-done, "pipeline failed:\n%s", p.out.String())
 	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	require.True(b, ok, "no rusage for the pipeline process")
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return pipelineRun{rate: (nHi - nLo) / tHi.Sub(tLo).Seconds(), cpu: cpu}
+	return pipelineRun{rate: rate, cpu: cpu}
 }
 
 // BenchmarkManyTables offers 1,000 rows/s to one table and then spread

@@ -175,6 +175,29 @@ func readTableInfo(tb testing.TB, httpURL, table string) tableInfo {
 	return ti
 }
 
+// putFaults replaces the fault set of the emulator process at httpURL with
+// body (the JSON of PUT /emulator/v1/faults).
+func putFaults(tb testing.TB, httpURL, body string) {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodPut, httpURL+"/emulator/v1/faults", strings.NewReader(body))
+	require.NoError(tb, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(tb, err)
+	_ = resp.Body.Close()
+	require.Equal(tb, http.StatusOK, resp.StatusCode, "PUT faults %s", body)
+}
+
+// emulatorStats reads the counters of the emulator process at httpURL.
+func emulatorStats(tb testing.TB, httpURL string) emulator.Stats {
+	tb.Helper()
+	resp, err := http.Get(httpURL + "/emulator/v1/stats")
+	require.NoError(tb, err)
+	defer resp.Body.Close()
+	var st emulator.Stats
+	require.NoError(tb, json.NewDecoder(resp.Body).Decode(&st))
+	return st
+}
+
 // quickstartTable is the table scripts/demo.sh (make demo) creates for
 // config/examples/quickstart.yaml.
 const (

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,23 +81,13 @@ const (
 // WriteBatch's latency at half of it, with the bare client's beside it.
 func BenchmarkDurabilityLatency(b *testing.B) {
 	httpURL, grpcURL, _ := startEmulatorProcess(b, "--ack-only", "--ack-latency", durabilityAckLatency.String(), "--table", eventsTable+":"+eventsCols)
-	out := fmt.Sprintf(`zerobus:
-  endpoint: %s
-  workspace_url: %s
-  table: %s
-  client_id: %s
-  client_secret: %s
-  batching:
-    count: 0
-    byte_size: 0
-    period: %s
-`, grpcURL, httpURL, eventsTable, emulator.DefaultClientID, emulator.DefaultClientSecret, durabilityPeriod)
-	// ZEROBUS_BENCH_OUTPUT adds knobs, for exploring them.
-	for _, l := range strings.Split(strings.TrimRight(benchOutputExtra(), "\n"), "\n") {
-		if l != "" {
-			out += "  " + l + "\n"
-		}
-	}
+	// Batching by period alone; ZEROBUS_BENCH_OUTPUT adds knobs, for
+	// exploring them.
+	out := zerobusOutput(grpcURL, httpURL, eventsTable, fmt.Sprintf(`batching:
+  count: 0
+  byte_size: 0
+  period: %s
+`, durabilityPeriod), benchOutputExtra())
 
 	var maxRate float64
 	var wb, lane, lag, e2e, bare [][]float64
@@ -193,7 +182,7 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 		mu       sync.Mutex
 		lat      []float64
 		failures atomic.Int64
-		id       int
+		id       int64
 	)
 	began := time.Now()
 	measureFrom := began.Add(durabilityWarm)
@@ -205,8 +194,7 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 		t0 := time.Now()
 		for i := range rows {
 			id++
-			rows[i] = fmt.Appendf(nil,
-				`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id, id)
+			rows[i] = benchRowJSON(id)
 		}
 		res, err := conv.ConvertJSON(rows)
 		require.NoError(b, err)
@@ -233,6 +221,13 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 	require.Zero(b, failures.Load(), "bare client: batches not durable")
 	require.NotEmpty(b, lat)
 	return lat
+}
+
+// benchRowJSON is row id of the events table as the steady runs send it:
+// JSON bytes, the same row benchInput and benchInputRaw generate.
+func benchRowJSON(id int64) []byte {
+	return fmt.Appendf(nil,
+		`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id, id)
 }
 
 // steadyRun is what one steady run measured, latencies in ms.
@@ -286,8 +281,7 @@ func runSteady(b *testing.B, id, output string, rate float64) steadyRun {
 		batch := make(service.MessageBatch, due)
 		for i := range batch {
 			id64++
-			batch[i] = service.NewMessage(fmt.Appendf(nil,
-				`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id64, id64))
+			batch[i] = service.NewMessage(benchRowJSON(id64))
 		}
 		sent += due
 		wg.Add(1)
@@ -312,23 +306,13 @@ func runSteady(b *testing.B, id, output string, rate float64) steadyRun {
 	<-done
 	require.Zero(b, failures.Load(), "batches failed")
 
-	r := steadyRun{rowToDurable: e2e}
-	for _, t := range rec.timings("output_latency_ns") {
-		if t.at.After(measureFrom) {
-			r.writeBatch = append(r.writeBatch, float64(t.ns)/1e6)
-		}
+	r := steadyRun{
+		rowToDurable: e2e,
+		writeBatch:   rec.timingsMS("output_latency_ns", measureFrom),
+		delivery:     rec.timingsMS("zerobus_delivery_latency", measureFrom),
+		ackLag:       rec.timingsMS("zerobus_ack_lane_lag", measureFrom),
 	}
 	require.NotEmpty(b, r.writeBatch, "no WriteBatch timings recorded")
-	for _, t := range rec.timings("zerobus_delivery_latency") {
-		if t.at.After(measureFrom) {
-			r.delivery = append(r.delivery, float64(t.ns)/1e6)
-		}
-	}
-	for _, t := range rec.timings("zerobus_ack_lane_lag") {
-		if t.at.After(measureFrom) {
-			r.ackLag = append(r.ackLag, float64(t.ns)/1e6)
-		}
-	}
 	require.NotEmpty(b, r.ackLag, "no ack lane lag recorded")
 	batches := rec.count("output_batch_sent")
 	require.Positive(b, batches, "no batches sent")
@@ -397,10 +381,17 @@ func recorderFor(b *testing.B, id string) *benchRecorder {
 	return r.(*benchRecorder)
 }
 
-func (r *benchRecorder) timings(name string) []timedSample {
+// timingsMS is the timer name's samples taken after from, in ms.
+func (r *benchRecorder) timingsMS(name string, from time.Time) []float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.timed[name])
+	var ms []float64
+	for _, t := range r.timed[name] {
+		if t.at.After(from) {
+			ms = append(ms, float64(t.ns)/1e6)
+		}
+	}
+	return ms
 }
 
 func (r *benchRecorder) count(name string) int64 {

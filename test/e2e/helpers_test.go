@@ -50,19 +50,7 @@ func startEmulator(tb testing.TB, faults emulator.Faults, tables ...string) *emu
 // outputYAML is a zerobus output pointed at srv; extra is indented under
 // the zerobus key.
 func outputYAML(srv *emulator.Server, table, extra string) string {
-	y := fmt.Sprintf(`zerobus:
-  endpoint: %s
-  workspace_url: %s
-  table: %s
-  client_id: %s
-  client_secret: %s
-`, srv.GRPCURL(), srv.HTTPURL(), table, emulator.DefaultClientID, emulator.DefaultClientSecret)
-	for _, l := range strings.Split(strings.TrimRight(extra, "\n"), "\n") {
-		if l != "" {
-			y += "  " + l + "\n"
-		}
-	}
-	return y
+	return zerobusOutput(srv.GRPCURL(), srv.HTTPURL(), table, extra)
 }
 
 // newStream is a stream builder logging at warn level, with output as its

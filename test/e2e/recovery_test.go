@@ -150,14 +150,6 @@ func startProduct(t *testing.T, config string) *proc {
 	return start(t, nil, "run", f)
 }
 
-// ucAt is a Unity Catalog client of the emulator process at httpURL.
-func ucAt(t *testing.T, httpURL string) *catalog.UC {
-	t.Helper()
-	uc, err := catalog.NewUC(catalog.UCConfig{Host: httpURL, ClientID: emulator.DefaultClientID, ClientSecret: emulator.DefaultClientSecret, AuthType: "oauth-m2m", WarehouseID: recoveryWH})
-	require.NoError(t, err)
-	return uc
-}
-
 // replayedLine is one line of the replay's file: the row and its metadata.
 type replayedLine struct {
 	body   map[string]any
@@ -399,12 +391,7 @@ func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--iceberg-lag", "-1s")
 	body, err := json.Marshal(map[string]any{"tables": map[string]any{table + "_zb_coverage": map[string]any{"ack_stall": true}}})
 	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPut, httpURL+"/emulator/v1/faults", strings.NewReader(string(body)))
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	putFaults(t, httpURL, string(body))
 
 	p := startProduct(t, writerConfig(httpURL, grpcURL, table, "crashing_writer", 0, 500, kafkaMapping(0, 1)))
 	exited := make(chan error, 1)
@@ -449,11 +436,7 @@ func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
 
 	// The coverage rows were received, never acknowledged: the writer died
 	// with its coverage writes in flight, after the raw acks they record.
-	var stats emulator.Stats
-	resp, err = http.Get(httpURL + "/emulator/v1/stats")
-	require.NoError(t, err)
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&stats))
-	resp.Body.Close()
+	stats := emulatorStats(t, httpURL)
 	covStats := stats.Tables[table+"_zb_coverage"]
 	assert.Positive(t, covStats.RowsReceived)
 	assert.Zero(t, covStats.RowsAcked, "the coverage table's acks were stalled")
@@ -480,7 +463,7 @@ func TestReplayRefusalEndsThePipeline(t *testing.T) {
 	began := time.Now()
 	httpURL, _, _ := startEmulatorProcess(t)
 	t.Logf("emulator up in %s", time.Since(began).Round(time.Millisecond))
-	require.NoError(t, ucAt(t, httpURL).Execute(context.Background(), "CREATE TABLE main.raw.plain (id BIGINT NOT NULL, msg STRING)"))
+	require.NoError(t, ucAt(t, httpURL, recoveryWH).Execute(context.Background(), "CREATE TABLE main.raw.plain (id BIGINT NOT NULL, msg STRING)"))
 
 	for _, tc := range []struct {
 		table string

@@ -31,7 +31,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 )
 
@@ -73,7 +72,7 @@ func replayRowsForBench() int {
 func BenchmarkReplay(b *testing.B) {
 	rows := replayRowsForBench()
 	srv := startReplayEmulator(b)
-	createTable(b, srv, replayTable, replayCols, true)
+	createTable(b, ucClient(b, srv), replayTable, replayCols, true)
 	for lo := 0; lo < rows; lo += 100_000 {
 		writeRaw(b, srv, lo, min(lo+100_000, rows))
 	}
@@ -216,14 +215,7 @@ func readParquetRows(tb testing.TB, path string) int64 {
 // replayRSSTargetMiB and must not grow with the table.
 func BenchmarkReplayPeakRSS(b *testing.B) {
 	httpURL, grpcURL, _ := startEmulatorProcess(b, "--iceberg-lag=-1s", "--s3", freeAddr(b))
-	uc, err := catalog.NewUC(catalog.UCConfig{Host: httpURL, ClientID: emulator.DefaultClientID, ClientSecret: emulator.DefaultClientSecret, AuthType: "oauth-m2m", WarehouseID: replayWH})
-	require.NoError(b, err)
-	var kv []string
-	for k, v := range catalog.PrimaryRawProperties() {
-		kv = append(kv, fmt.Sprintf("'%s' = '%s'", k, v))
-	}
-	sort.Strings(kv)
-	require.NoError(b, uc.Execute(context.Background(), fmt.Sprintf("CREATE TABLE %s (%s) TBLPROPERTIES (%s)", replayTable, replayCols, strings.Join(kv, ", "))))
+	createTable(b, ucAt(b, httpURL, replayWH), replayTable, replayCols, true)
 
 	var peaks []float64
 	written := 0
@@ -237,8 +229,7 @@ func BenchmarkReplayPeakRSS(b *testing.B) {
 			size, files, float64(peak)/(1<<20), took.Round(time.Millisecond), float64(size)/took.Seconds())
 	}
 	// For scale: the same binary generating 1,000 rows into drop.
-	idleCfg := filepath.Join(b.TempDir(), "idle.yaml")
-	require.NoError(b, os.WriteFile(idleCfg, []byte("http:\n  enabled: false\nlogger:\n  level: warn\ninput:\n  generate:\n    count: 1000\n    interval: \"\"\n    mapping: root.id = counter()\noutput:\n  drop: {}\n"), 0o600))
+	idleCfg := writeConfig(b, "warn", "generate:\n  count: 1000\n  interval: \"\"\n  mapping: root.id = counter()\n", "drop: {}")
 	idle, _, _ := runForPeakRSS(b, idleCfg)
 	fmt.Printf("the same binary generating 1,000 rows into drop: peak RSS %.0f MiB\n", float64(idle)/(1<<20))
 	// The figure is the largest table's; the smaller one shows the peak does

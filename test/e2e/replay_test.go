@@ -44,14 +44,21 @@ func startReplayEmulator(tb testing.TB, mutate ...func(*emulator.Config)) *emula
 // ucClient is a UC client on the emulator's workspace, for DDL and MSCK.
 func ucClient(tb testing.TB, srv *emulator.Server) *catalog.UC {
 	tb.Helper()
-	uc, err := catalog.NewUC(catalog.UCConfig{Host: srv.HTTPURL(), ClientID: emulator.DefaultClientID, ClientSecret: emulator.DefaultClientSecret, AuthType: "oauth-m2m", WarehouseID: replayWH})
+	return ucAt(tb, srv.HTTPURL(), replayWH)
+}
+
+// ucAt is a Unity Catalog client of the emulator (in process or not) at
+// httpURL, with its default credentials, on warehouse.
+func ucAt(tb testing.TB, httpURL, warehouse string) *catalog.UC {
+	tb.Helper()
+	uc, err := catalog.NewUC(catalog.UCConfig{Host: httpURL, ClientID: emulator.DefaultClientID, ClientSecret: emulator.DefaultClientSecret, AuthType: "oauth-m2m", WarehouseID: warehouse})
 	require.NoError(tb, err)
 	return uc
 }
 
-// createTable creates table with cols, with the primary-raw properties when
-// primaryRaw.
-func createTable(tb testing.TB, srv *emulator.Server, table, cols string, primaryRaw bool) {
+// createTable creates table with cols through uc, with the primary-raw
+// properties when primaryRaw.
+func createTable(tb testing.TB, uc *catalog.UC, table, cols string, primaryRaw bool) {
 	tb.Helper()
 	stmt := fmt.Sprintf("CREATE TABLE %s (%s)", table, cols)
 	if primaryRaw {
@@ -62,7 +69,7 @@ func createTable(tb testing.TB, srv *emulator.Server, table, cols string, primar
 		sort.Strings(kv)
 		stmt += " TBLPROPERTIES (" + strings.Join(kv, ", ") + ")"
 	}
-	require.NoError(tb, ucClient(tb, srv).Execute(context.Background(), stmt))
+	require.NoError(tb, uc.Execute(context.Background(), stmt))
 }
 
 // forceConversion makes the emulator's catalog convert table now.
@@ -204,7 +211,7 @@ func wantRaw(ids ...[2]int) []rawRow {
 
 func TestReplayWholeTableAndWindows(t *testing.T) {
 	srv := startReplayEmulator(t)
-	createTable(t, srv, replayTable, replayCols, true)
+	createTable(t, ucClient(t, srv), replayTable, replayCols, true)
 	writeRaw(t, srv, 0, 3000)
 	time.Sleep(5 * time.Millisecond)
 	t1 := time.Now().UTC()
@@ -238,7 +245,7 @@ func TestReplayWholeTableAndWindows(t *testing.T) {
 
 func TestReplayLagToleratedAndForced(t *testing.T) {
 	srv := startReplayEmulator(t)
-	createTable(t, srv, replayTable, replayCols, true)
+	createTable(t, ucClient(t, srv), replayTable, replayCols, true)
 	writeRaw(t, srv, 0, 2000)
 	forceConversion(t, srv, replayTable)
 	writeRaw(t, srv, 2000, 2600) // committed to Delta, not converted yet
@@ -271,7 +278,7 @@ func TestReplayRenewsVendedCredentials(t *testing.T) {
 	// refuses expired ones, so the replay only completes if the input
 	// reloads the table (new credentials) before they expire.
 	srv := startReplayEmulator(t, func(c *emulator.Config) { c.CredentialTTL = 2 * time.Second })
-	createTable(t, srv, replayTable, replayCols, true)
+	createTable(t, ucClient(t, srv), replayTable, replayCols, true)
 	for lo := 0; lo < 6000; lo += 1000 {
 		writeRaw(t, srv, lo, lo+1000) // one data file each
 	}

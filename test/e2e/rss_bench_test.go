@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
-	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -121,14 +119,5 @@ func rowsAcked(b *testing.B, httpURL string) int64 {
 // rowsAckedIn reads the emulator's count of rows acked into table.
 func rowsAckedIn(b *testing.B, httpURL, table string) int64 {
 	b.Helper()
-	resp, err := http.Get(httpURL + "/emulator/v1/stats")
-	require.NoError(b, err)
-	defer resp.Body.Close()
-	var st struct {
-		Tables map[string]struct {
-			RowsAcked int64 `json:"rows_acked"`
-		} `json:"tables"`
-	}
-	require.NoError(b, json.NewDecoder(resp.Body).Decode(&st))
-	return st.Tables[table].RowsAcked
+	return emulatorStats(b, httpURL).Tables[table].RowsAcked
 }

@@ -124,7 +124,9 @@ type nestPos struct {
 }
 
 // checkNested checks arr, the transport form of UC type t at path (already
-// validated against the service schema, so the shapes agree).
+// validated against the service schema, so the shapes agree). t is a type
+// needsWalk holds for: callers walk nothing else, so a list's element and a
+// map's value need it too.
 func checkNested(arr arrow.Array, t typemap.Type, path string, pos nestPos) error {
 	if ext, ok := arr.(array.ExtensionArray); ok {
 		arr = ext.Storage()
@@ -167,17 +169,11 @@ func checkNested(arr arrow.Array, t typemap.Type, path string, pos nestPos) erro
 			}
 		}
 	case typemap.Array:
-		l, ok := arr.(*array.List)
-		if !ok || !needsWalk(*t.Elem) {
-			return nil
+		if l, ok := arr.(*array.List); ok {
+			return checkNested(l.ListValues(), *t.Elem, path+".element", ownedBy(l, pos))
 		}
-		return checkNested(l.ListValues(), *t.Elem, path+".element", ownedBy(l, pos))
 	case typemap.Map:
-		m, ok := arr.(*array.Map)
-		if !ok {
-			return nil
-		}
-		if needsWalk(*t.Value) {
+		if m, ok := arr.(*array.Map); ok {
 			return checkNested(m.Items(), *t.Value, path+".value", ownedBy(m, pos))
 		}
 	}

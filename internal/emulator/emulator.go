@@ -211,7 +211,6 @@ func Start(cfg Config) (*Server, error) {
 		stores: map[string]*tableStore{},
 	}
 	f := cfg.Faults.clone()
-	f.normalise()
 	s.faults.Store(&f)
 	grants, err := newGrantStore(cfg.Grants)
 	if err != nil {
@@ -436,7 +435,6 @@ func (s *Server) SetFaults(f Faults) error {
 		return err
 	}
 	f = f.clone()
-	f.normalise()
 	s.faults.Store(&f)
 	return nil
 }

@@ -143,12 +143,8 @@ func (zs *zerobusService) recvLoop(stream zbpb.Zerobus_EphemeralStreamServer, ss
 		if off == nil {
 			return status.Error(codes.InvalidArgument, "offset_id is required")
 		}
-		if *off != expected {
-			return status.Errorf(codes.InvalidArgument, nonIncrementalOffsetMessage, expected, *off)
-		}
-		expected++
 		f := s.currentFaults()
-		if err := injectedError(f, *off); err != nil {
+		if err := nextBatch(*off, &expected, f); err != nil {
 			return err
 		}
 		if len(records) == 0 {

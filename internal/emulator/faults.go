@@ -64,23 +64,18 @@ func (f *Faults) ackFaults(table string) (time.Duration, bool) {
 
 const defaultRotationGrace = 2 * time.Second
 
+// clone returns a copy of f sharing no map with it, with the table names of
+// Tables lower-cased, as they are matched case-insensitively (ackFaults).
 func (f Faults) clone() Faults {
 	f.ErrorRate = maps.Clone(f.ErrorRate)
-	f.Tables = maps.Clone(f.Tables)
+	if f.Tables != nil {
+		out := make(map[string]TableFaults, len(f.Tables))
+		for k, v := range f.Tables {
+			out[strings.ToLower(k)] = v
+		}
+		f.Tables = out
+	}
 	return f
-}
-
-// normalise lower-cases the table names of Tables, as table names are
-// matched case-insensitively.
-func (f *Faults) normalise() {
-	if len(f.Tables) == 0 {
-		return
-	}
-	out := make(map[string]TableFaults, len(f.Tables))
-	for k, v := range f.Tables {
-		out[strings.ToLower(k)] = v
-	}
-	f.Tables = out
 }
 
 func (f *Faults) rotationGrace() time.Duration {

@@ -189,19 +189,14 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 	return nil
 }
 
-// checkFrame checks a record batch frame's offset (app_metadata
-// {"offset_id":N}) against the next one expected, advances it, and rolls
-// the error-rate fault for the batch.
+// checkFrame reads a record batch frame's offset (app_metadata
+// {"offset_id":N}) and checks it as nextBatch does.
 func (fs *flightService) checkFrame(meta []byte, expected *int64, f *Faults) (int64, error) {
 	off, err := parseOffset(meta)
 	if err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "record batch frame %d: %v", *expected, err)
 	}
-	if off != *expected {
-		return 0, status.Errorf(codes.InvalidArgument, nonIncrementalOffsetMessage, *expected, off)
-	}
-	*expected++
-	return off, injectedError(f, off)
+	return off, nextBatch(off, expected, f)
 }
 
 // parseOffset reads {"offset_id":N} from a record batch frame's app_metadata.

@@ -35,8 +35,8 @@ import (
 // explicit USE CATALOG, USE SCHEMA, and SELECT+MODIFY on the table
 // (inherited grants have been reported insufficient)" — a report, not a
 // documented rule, so this is the stricter reading), so only privileges
-// granted on the table itself count for SELECT and MODIFY; ALL PRIVILEGES on the exact securable counts, as Unity Catalog
-// expands it at check time.
+// granted on the table itself count for SELECT and MODIFY; ALL PRIVILEGES
+// on the exact securable counts, as Unity Catalog expands it at check time.
 //
 // The emulator's default is open (every principal may write everything),
 // which keeps the zero Config usable; strict mode enforces the rule above.

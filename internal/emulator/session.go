@@ -261,6 +261,18 @@ func recvStatus(err error, what string) error {
 	return status.Error(codes.InvalidArgument, fmt.Sprintf("%s: %v", what, err))
 }
 
+// nextBatch checks a batch's offset against the next one expected, on both
+// stream kinds alike (offsets start at 0 and go up by one per batch; the
+// text is the official mock server's, see nonIncrementalOffsetMessage),
+// advances it, and rolls the error-rate fault for the batch.
+func nextBatch(off int64, expected *int64, f *Faults) error {
+	if off != *expected {
+		return status.Errorf(codes.InvalidArgument, nonIncrementalOffsetMessage, *expected, off)
+	}
+	*expected++
+	return injectedError(f, off)
+}
+
 // injectedError rolls the error-rate fault for one batch.
 func injectedError(f *Faults, offset int64) error {
 	if c, ok := f.pickError(); ok {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,18 +83,38 @@ broker:
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	stopped := false
+	t.Cleanup(func() {
+		// A failed assertion must not leave the outputs running: they hold
+		// a share of the process's soft memory limit other tests read.
+		if !stopped {
+			_ = s.StopWithin(10 * time.Second)
+			cancel()
+			<-done
+		}
+	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	var rep healthhttp.Report
-	require.Eventually(t, func() bool {
-		code, r := getReport(t, srv.URL+healthhttp.Path)
-		rep = r
+	var last string
+	if !assert.Eventually(t, func() bool {
+		// Until Run has built the outputs nothing is mounted (404): poll
+		// without failing the test from the poller.
+		code, r, err := fetchReport(srv.URL + healthhttp.Path)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		rep, last = r, fmt.Sprintf("HTTP %d with %d outputs", code, len(r.Outputs))
 		return code == http.StatusServiceUnavailable && len(r.Outputs) == 2
-	}, 10*time.Second, 50*time.Millisecond, "nothing listens on the endpoints: both outputs fail to open")
+	}, 10*time.Second, 50*time.Millisecond) {
+		t.Fatalf("nothing listens on the endpoints, so both outputs fail to open; yet the endpoint never said 503 with both outputs (last: %s)", last)
+	}
 	assert.Equal(t, "first", rep.Outputs[0].Label)
 	assert.Equal(t, "second", rep.Outputs[1].Label)
 	assert.Equal(t, "main.default.one", rep.Outputs[0].Tables[0].Table)
 	assert.NotEmpty(t, rep.Outputs[0].Problems)
+	stopped = true
 	require.NoError(t, s.StopWithin(10*time.Second))
 	cancel()
 	<-done
@@ -103,10 +125,25 @@ broker:
 
 func getReport(t *testing.T, url string) (int, healthhttp.Report) {
 	t.Helper()
-	resp, err := http.Get(url)
+	code, rep, err := fetchReport(url)
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	return code, rep
+}
+
+// fetchReport GETs the health endpoint and decodes its report.
+func fetchReport(url string) (int, healthhttp.Report, error) {
 	var rep healthhttp.Report
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
-	return resp.StatusCode, rep
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, rep, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, rep, err
+	}
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return resp.StatusCode, rep, fmt.Errorf("HTTP %d, body %q: %w", resp.StatusCode, body, err)
+	}
+	return resp.StatusCode, rep, nil
 }

@@ -15,6 +15,8 @@
 //   - ReadSchema decodes a Schema message into a Field tree that keeps every
 //     child's name, for the emulator to check what the service checks. It is
 //     hardened for untrusted input.
+//   - RecordBatchRows reads a RecordBatch message's row count without its
+//     body, as hardened: the emulator's ack-only mode counts rows with it.
 //
 // Both follow the Arrow format's Schema.fbs and Message.fbs (MetadataVersion
 // V5, little endian); format.go lists the table slots and enum values used.

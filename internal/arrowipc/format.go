@@ -18,7 +18,13 @@ const (
 
 // MessageHeader union tags (Message.fbs).
 const (
-	messageHeaderSchema = 1
+	messageHeaderSchema      = 1
+	messageHeaderRecordBatch = 3 // after DictionaryBatch (2)
+)
+
+// RecordBatch (Message.fbs): only its row count is read (RecordBatchRows).
+const (
+	slotRecordBatchLength = 0 // length: long, the number of rows
 )
 
 // MetadataVersion values (Schema.fbs). V5 is the current version, the one

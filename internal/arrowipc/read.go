@@ -261,6 +261,29 @@ func ReadSchema(msg []byte) (Schema, error) {
 	return out, nil
 }
 
+// RecordBatchRows returns the row count of an Arrow IPC record batch
+// message: the flatbuffer bytes of a Message whose header is a RecordBatch,
+// as FlightData.data_header carries it, without decoding the body. ok is
+// false for any other message, or for bytes that are not a well-formed
+// Message; like ReadSchema it bounds-checks every offset and never panics.
+// A record batch that omits its length has 0 rows (the format's default).
+func RecordBatchRows(msg []byte) (rows int64, ok bool) {
+	r := reader{b: msg}
+	root, err := r.root()
+	if err != nil {
+		return 0, false
+	}
+	if tag, err := root.uint8(slotMessageHeaderType, 0); err != nil || tag != messageHeaderRecordBatch {
+		return 0, false
+	}
+	rb, ok, err := root.table(slotMessageHeader)
+	if err != nil || !ok {
+		return 0, false
+	}
+	rows, err = rb.int64(slotRecordBatchLength, 0)
+	return rows, err == nil
+}
+
 // reader decodes flatbuffer tables with every access bounds-checked.
 type reader struct {
 	b       []byte
@@ -367,6 +390,14 @@ func (t table) int32(slot int, def int32) (int32, error) {
 		return def, err
 	}
 	return int32(binary.LittleEndian.Uint32(t.r.b[p:])), nil
+}
+
+func (t table) int64(slot int, def int64) (int64, error) {
+	p, err := t.slot(slot, 8)
+	if err != nil || p < 0 {
+		return def, err
+	}
+	return int64(binary.LittleEndian.Uint64(t.r.b[p:])), nil
 }
 
 // ref follows the offset stored in slot; ok is false when slot is absent.

@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -54,24 +52,4 @@ func TestAckOnlyCountsFromHeader(t *testing.T) {
 	err = p.finish()
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.EqualValues(t, 10, rows())
-}
-
-func TestRecordBatchRows(t *testing.T) {
-	rec := makeBatch(0, 5)
-	defer rec.Release()
-	pl, err := ipc.GetRecordBatchPayload(rec)
-	require.NoError(t, err)
-	defer pl.Release()
-	n, ok := recordBatchRows(pl.Meta().Bytes())
-	assert.True(t, ok)
-	assert.EqualValues(t, 5, n)
-
-	sp := ipc.GetSchemaPayload(testSchema, memory.DefaultAllocator)
-	defer sp.Release()
-	_, ok = recordBatchRows(sp.Meta().Bytes())
-	assert.False(t, ok, "a schema message is not a record batch")
-	for _, junk := range [][]byte{nil, {1, 2}, []byte("not a flatbuffer message"), {0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0}} {
-		_, ok = recordBatchRows(junk)
-		assert.False(t, ok, "%q", junk)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 )
 
@@ -132,7 +133,7 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 			if err != nil {
 				return recvStatus(err, "malformed Flight data")
 			}
-			if rows, ok := recordBatchRows(fd.GetDataHeader()); ok {
+			if rows, ok := arrowipc.RecordBatchRows(fd.GetDataHeader()); ok {
 				off, err := fs.checkFrame(fd.GetAppMetadata(), &expected, f)
 				if err != nil {
 					return err

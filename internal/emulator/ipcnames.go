@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
-	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
@@ -56,42 +55,4 @@ func (c *schemaCapture) Recv() (*flight.FlightData, error) {
 		c.header = append([]byte(nil), fd.GetDataHeader()...)
 	}
 	return fd, err
-}
-
-// recordBatchRows reads the row count of a record batch from an IPC
-// message header (a FlightData data_header: the flatbuffer Message), for
-// the ack-only path, which does not decode bodies. ok is false for any
-// other message or a header it cannot read; the record reader then takes
-// the frame and reports what is wrong with it.
-func recordBatchRows(header []byte) (rows int64, ok bool) {
-	const (
-		messageHeaderType = 1 // Message fields: version, header_type, header, ...
-		messageHeader     = 2
-		recordBatchLength = 0 // RecordBatch fields: length, nodes, buffers, ...
-		headerRecordBatch = 3 // MessageHeader union: NONE, Schema, DictionaryBatch, RecordBatch
-	)
-	defer func() {
-		if recover() != nil { // offsets pointing outside the header
-			rows, ok = 0, false
-		}
-	}()
-	if len(header) < flatbuffers.SizeUOffsetT {
-		return 0, false
-	}
-	msg := flatbuffers.Table{Bytes: header, Pos: flatbuffers.GetUOffsetT(header)}
-	o := flatbuffers.UOffsetT(msg.Offset(flatbuffers.VOffsetT(4 + 2*messageHeaderType)))
-	if o == 0 || msg.GetByte(msg.Pos+o) != headerRecordBatch {
-		return 0, false
-	}
-	o = flatbuffers.UOffsetT(msg.Offset(flatbuffers.VOffsetT(4 + 2*messageHeader)))
-	if o == 0 {
-		return 0, false
-	}
-	var rb flatbuffers.Table
-	msg.Union(&rb, o)
-	o = flatbuffers.UOffsetT(rb.Offset(flatbuffers.VOffsetT(4 + 2*recordBatchLength)))
-	if o == 0 {
-		return 0, true // the default: no rows
-	}
-	return rb.GetInt64(rb.Pos + o), true
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
-	flatbuffers "github.com/google/flatbuffers/go"
 	"google.golang.org/grpc"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
@@ -41,9 +40,9 @@ func (*ackingFlightServer) DoPut(stream flight.FlightService_DoPutServer) error 
 		if err != nil {
 			return err
 		}
-		n, err := recordBatchRows(fd.DataHeader)
-		if err != nil {
-			return err
+		n, ok := arrowipc.RecordBatchRows(fd.DataHeader)
+		if !ok {
+			return fmt.Errorf("frame %d is not an IPC record batch", offset)
 		}
 		rows += uint64(n)
 		meta = strconv.AppendInt(append(meta[:0], `{"ack_up_to_offset":`...), offset, 10)
@@ -115,24 +114,4 @@ func BenchmarkSendFrames(b *testing.B) {
 			}
 		})
 	}
-}
-
-// recordBatchRows reads the row count of an IPC record batch message
-// (Message.header → RecordBatch.length, Arrow's Message.fbs) without
-// decoding the body.
-func recordBatchRows(header []byte) (int64, error) {
-	if len(header) < 8 {
-		return 0, fmt.Errorf("IPC header of %d bytes is too short", len(header))
-	}
-	msg := flatbuffers.Table{Bytes: header, Pos: flatbuffers.GetUOffsetT(header)}
-	o := flatbuffers.UOffsetT(msg.Offset(8)) // Message.header
-	if o == 0 {
-		return 0, errors.New("IPC message has no header")
-	}
-	var rb flatbuffers.Table
-	msg.Union(&rb, o)
-	if o := flatbuffers.UOffsetT(rb.Offset(4)); o != 0 { // RecordBatch.length
-		return rb.GetInt64(o + rb.Pos), nil
-	}
-	return 0, nil
 }

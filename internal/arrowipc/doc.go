@@ -18,7 +18,7 @@
 //   - RecordBatchRows reads a RecordBatch message's row count without its
 //     body, as hardened: the emulator's ack-only mode counts rows with it.
 //
-// Both follow the Arrow format's Schema.fbs and Message.fbs (MetadataVersion
+// All three follow the Arrow format's Schema.fbs and Message.fbs (MetadataVersion
 // V5, little endian); format.go lists the table slots and enum values used.
 // The flatbuffer tables are written and read by hand with
 // github.com/google/flatbuffers/go's Builder, not generated code.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
@@ -15,15 +14,14 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/decimal"
-	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/variant"
 )
 
 // variantNode holds a VARIANT column as the struct the service expects
 // (typemap.VariantArrowType): per row the metadata and value binaries of the
-// Parquet variant encoding of the row's JSON value, built with arrow-go's
-// parquet/variant Builder.
+// Parquet variant encoding of the row's JSON value, written by
+// variantEncoder (byte for byte as arrow-go's parquet/variant Builder would).
 //
 // The JSON → variant mapping follows Spark's parse_json / from_json
 // (org.apache.spark.types.variant.VariantBuilder and JacksonParser.parseVariant),
@@ -48,25 +46,11 @@ import (
 type variantNode struct {
 	base
 	meta, value binColumn
-	b           variant.Builder
-	// fields and elems are stacks of the open objects' entries and the open
-	// arrays' element offsets, shared by all nesting levels of a row.
-	fields []variant.FieldEntry
-	elems  []int
-	// keys interns object keys read from JSON, which the builder must own
-	// as strings, so a key repeated across rows and batches is allocated
-	// once per state rather than once per row. Bounded by maxInternedKeys
-	// and maxInternedKeyLen; keys beyond either are allocated per use.
-	keys map[string]string
+	// enc writes each row's value straight onto value.data and its metadata
+	// onto meta.data, reusing its dictionary and stacks across rows and
+	// batches, so a row costs no allocation once the buffers have grown.
+	enc variantEncoder
 }
-
-// Bounds of variantNode.keys: enough for the keys of realistic documents,
-// small enough that high-cardinality keys (ids used as keys) cannot grow a
-// pooled state without limit.
-const (
-	maxInternedKeys   = 1024
-	maxInternedKeyLen = 64
-)
 
 // variantNull is the encoding of the variant null: empty metadata and the
 // primitive null header. It fills the children of SQL NULL rows so that every
@@ -74,55 +58,49 @@ const (
 var variantNull = struct{ meta, value []byte }{variant.EmptyMetadataBytes[:], []byte{0}}
 
 func (n *variantNode) decode(st *state) error {
-	n.begin()
-	if err := n.encodeJSON(&st.scanner, 0); err != nil {
-		return err
-	}
-	return n.commit()
+	n.enc.begin(n.value.data)
+	return n.commit(n.enc.encodeJSON(&st.scanner, 0))
 }
 
 func (n *variantNode) put(st *state, v any) error {
-	n.begin()
-	if err := n.encodeGo(v, 0); err != nil {
+	n.enc.begin(n.value.data)
+	return n.commit(n.enc.encodeGo(v, 0))
+}
+
+// commit ends the row's value, already in value.data, by appending its
+// metadata; after an error it takes the row's partial value back out.
+func (n *variantNode) commit(err error) error {
+	e := &n.enc
+	if err == nil {
+		n.meta.data, err = e.appendMetadata(n.meta.data)
+		if err != nil {
+			err = kerr(ErrInvalidValue, "encoding VARIANT: %v", err)
+		}
+	}
+	n.value.data = e.buf
+	e.buf = nil // the column owns its data
+	if err != nil {
+		n.value.data = n.value.data[:e.base]
 		return err
 	}
-	return n.commit()
-}
-
-// begin starts a row with a fresh builder. Builder.Reset is not used: in
-// arrow-go v18.8.0 it keeps the previous rows' dictionary size
-// (totalDictSize), so every later metadata grows by all earlier keys' bytes.
-func (n *variantNode) begin() {
-	n.b = variant.Builder{}
-	n.fields, n.elems = n.fields[:0], n.elems[:0]
-}
-
-// commit ends the row's value: the builder's metadata and value are copied
-// into the column.
-func (n *variantNode) commit() error {
-	v, err := n.b.Build()
-	if err != nil {
-		return kerr(ErrInvalidValue, "encoding VARIANT: %v", err)
-	}
-	n.meta.add(v.Metadata().Bytes())
-	n.value.add(v.Bytes())
+	n.meta.seal()
+	n.value.seal()
 	n.validity.add(true)
 	return nil
 }
 
-// encodeJSON appends the JSON value at the scanner position to the builder.
-func (n *variantNode) encodeJSON(s *scanner, depth int) error {
+// encodeJSON appends the JSON value at the scanner position.
+func (e *variantEncoder) encodeJSON(s *scanner, depth int) error {
 	if depth > maxDepth {
 		return s.errorf("nesting deeper than %d", maxDepth)
 	}
-	b := &n.b
 	switch c := s.peek(); c {
 	case '{':
 		s.pos++
-		start, mark := b.Offset(), len(n.fields)
+		start, mark := e.offset(), len(e.fields)
 		if s.peek() == '}' {
 			s.pos++
-			return n.finishObject(start, mark)
+			return e.finishObject(start, mark)
 		}
 		for {
 			if s.peek() != '"' {
@@ -132,11 +110,11 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 			if err != nil {
 				return err
 			}
-			n.fields = append(n.fields, b.NextField(start, n.key(k)))
+			e.fieldJSON(start, k)
 			if err := s.expect(':'); err != nil {
 				return err
 			}
-			if err := n.encodeJSON(s, depth+1); err != nil {
+			if err := e.encodeJSON(s, depth+1); err != nil {
 				return err
 			}
 			switch s.peek() {
@@ -144,21 +122,22 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 				s.pos++
 			case '}':
 				s.pos++
-				return n.finishObject(start, mark)
+				return e.finishObject(start, mark)
 			default:
 				return s.errorf("expected ',' or '}' in object")
 			}
 		}
 	case '[':
 		s.pos++
-		start, mark := b.Offset(), len(n.elems)
+		start, mark := e.offset(), len(e.elems)
 		if s.peek() == ']' {
 			s.pos++
-			return n.finishArray(start, mark)
+			e.finishArray(start, mark)
+			return nil
 		}
 		for {
-			n.elems = append(n.elems, b.NextElement(start))
-			if err := n.encodeJSON(s, depth+1); err != nil {
+			e.elems = append(e.elems, e.offset()-start)
+			if err := e.encodeJSON(s, depth+1); err != nil {
 				return err
 			}
 			switch s.peek() {
@@ -166,7 +145,8 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 				s.pos++
 			case ']':
 				s.pos++
-				return n.finishArray(start, mark)
+				e.finishArray(start, mark)
+				return nil
 			default:
 				return s.errorf("expected ',' or ']' in array")
 			}
@@ -176,22 +156,26 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 		if err != nil {
 			return err
 		}
-		return b.AppendString(unsafe.String(unsafe.SliceData(str), len(str))) // copied
+		e.appendStringBytes(str)
+		return nil
 	case 't':
 		if err := s.literal("true"); err != nil {
 			return err
 		}
-		return b.AppendBool(true)
+		e.appendBool(true)
+		return nil
 	case 'f':
 		if err := s.literal("false"); err != nil {
 			return err
 		}
-		return b.AppendBool(false)
+		e.appendBool(false)
+		return nil
 	case 'n':
 		if err := s.literal("null"); err != nil {
 			return err
 		}
-		return b.AppendNull()
+		e.appendNull()
+		return nil
 	case 0:
 		return s.errorf("unexpected end of input")
 	default:
@@ -202,64 +186,33 @@ func (n *variantNode) encodeJSON(s *scanner, depth int) error {
 		if err != nil {
 			return err
 		}
-		return n.appendNumber(text, integer)
+		return e.appendNumber(text, integer)
 	}
-}
-
-// key returns object key k as a string the builder may keep until Build (it
-// must own its bytes): the interned copy when there is one.
-func (n *variantNode) key(k []byte) string {
-	if s, ok := n.keys[string(k)]; ok {
-		return s
-	}
-	s := string(k)
-	if len(s) <= maxInternedKeyLen && len(n.keys) < maxInternedKeys {
-		if n.keys == nil {
-			n.keys = make(map[string]string)
-		}
-		n.keys[s] = s
-	}
-	return s
-}
-
-func (n *variantNode) finishObject(start, mark int) error {
-	err := n.b.FinishObject(start, n.fields[mark:])
-	n.fields = n.fields[:mark]
-	if err != nil {
-		return kerr(ErrDuplicateField, "VARIANT object: %v", err)
-	}
-	return nil
-}
-
-func (n *variantNode) finishArray(start, mark int) error {
-	err := n.b.FinishArray(start, n.elems[mark:])
-	n.elems = n.elems[:mark]
-	if err != nil {
-		return kerr(ErrInvalidValue, "VARIANT array: %v", err)
-	}
-	return nil
 }
 
 // appendNumber appends a JSON number as Spark's VariantBuilder does: an
 // integer literal as the smallest integer type, else a decimal when the text
 // has no exponent and fits DECIMAL(38), else a double.
-func (n *variantNode) appendNumber(text []byte, integer bool) error {
+func (e *variantEncoder) appendNumber(text []byte, integer bool) error {
 	if integer {
 		if v, ok := parseIntFast(text); ok {
-			return n.b.AppendInt(v)
+			e.appendInt(v)
+			return nil
 		}
 		if v, err := strconv.ParseInt(unsafe.String(unsafe.SliceData(text), len(text)), 10, 64); err == nil {
-			return n.b.AppendInt(v)
+			e.appendInt(v)
+			return nil
 		}
 	}
-	if ok, err := n.appendDecimal(text); ok || err != nil {
-		return err
+	if e.appendDecimal(text) {
+		return nil
 	}
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(text), len(text)), 64)
 	if err != nil || math.IsInf(f, 0) {
 		return kerr(ErrOutOfRange, "number %s is beyond the range of a double, so a VARIANT cannot hold it", text)
 	}
-	return n.b.AppendFloat64(f)
+	e.appendFloat64(f)
+	return nil
 }
 
 // maxVariantDecimal is the largest precision and scale of a variant decimal
@@ -267,9 +220,10 @@ func (n *variantNode) appendNumber(text []byte, integer bool) error {
 const maxVariantDecimal = 38
 
 // appendDecimal appends text ("-12.50", "123") as a variant decimal when it
-// has no exponent and at most 38 significant digits and fraction digits;
-// ok is false when it does not qualify.
-func (n *variantNode) appendDecimal(text []byte) (ok bool, err error) {
+// has no exponent and at most 38 significant digits and fraction digits,
+// as DECIMAL4, 8 or 16 by precision and scale; it reports false, appending
+// nothing, when the text does not qualify.
+func (e *variantEncoder) appendDecimal(text []byte) bool {
 	neg := len(text) > 0 && text[0] == '-'
 	digits := text
 	if neg {
@@ -283,7 +237,7 @@ func (n *variantNode) appendDecimal(text []byte) (ok bool, err error) {
 			point = true
 			continue
 		case c < '0' || c > '9':
-			return false, nil // an exponent: a double
+			return false // an exponent: a double
 		}
 		if point {
 			scale++
@@ -292,14 +246,14 @@ func (n *variantNode) appendDecimal(text []byte) (ok bool, err error) {
 			continue // leading zero: not significant
 		}
 		if nd == len(unscaled) {
-			return false, nil
+			return false
 		}
 		unscaled[nd] = c
 		nd++
 	}
 	precision := max(nd, 1)
 	if precision > maxVariantDecimal || scale > maxVariantDecimal {
-		return false, nil
+		return false
 	}
 	sig := unscaled[:nd]
 	if precision <= 18 && scale <= 18 {
@@ -311,129 +265,137 @@ func (n *variantNode) appendDecimal(text []byte) (ok bool, err error) {
 			v = -v
 		}
 		if precision <= 9 && scale <= 9 {
-			return true, n.b.AppendDecimal4(uint8(scale), decimal.Decimal32(v))
+			e.appendDecimal4(uint8(scale), int32(v))
+		} else {
+			e.appendDecimal8(uint8(scale), v)
 		}
-		return true, n.b.AppendDecimal8(uint8(scale), decimal.Decimal64(v))
+		return true
 	}
-	var bi big.Int // zero when there are no significant digits
-	if nd > 0 {
-		bi.SetString(string(sig), 10)
-	}
-	if neg {
-		bi.Neg(&bi)
-	}
-	return true, n.b.AppendDecimal16(uint8(scale), decimal128.FromBigInt(&bi))
+	hi, lo := decimal16Digits(sig, neg)
+	e.appendDecimal16(uint8(scale), hi, lo)
+	return true
 }
 
-// encodeGo appends a structured value (the Go types Bloblang produces) to
-// the builder.
-func (n *variantNode) encodeGo(v any, depth int) error {
+// encodeGo appends a structured value (the Go types Bloblang produces).
+func (e *variantEncoder) encodeGo(v any, depth int) error {
 	if depth > maxDepth {
 		return kerr(ErrInvalidValue, "value nested deeper than %d", maxDepth)
 	}
-	b := &n.b
 	switch v := v.(type) {
 	case nil:
-		return b.AppendNull()
+		e.appendNull()
 	case bool:
-		return b.AppendBool(v)
+		e.appendBool(v)
 	case string:
 		if !utf8.ValidString(v) {
 			return kerr(ErrInvalidValue, "invalid UTF-8 in string for VARIANT")
 		}
-		return b.AppendString(v)
+		e.appendString(v)
 	case int:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case int8:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case int16:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case int32:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case int64:
-		return b.AppendInt(v)
+		e.appendInt(v)
 	case uint:
-		return n.appendUint(uint64(v))
+		e.appendUint(uint64(v))
 	case uint8:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case uint16:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case uint32:
-		return b.AppendInt(int64(v))
+		e.appendInt(int64(v))
 	case uint64:
-		return n.appendUint(v)
+		e.appendUint(v)
 	case float32:
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return kerr(ErrInvalidValue, "value %v: JSON has no NaN or Infinity, so a VARIANT cannot hold it", v)
 		}
-		return b.AppendFloat32(v)
+		e.appendFloat32(v)
 	case float64:
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return kerr(ErrInvalidValue, "value %v: JSON has no NaN or Infinity, so a VARIANT cannot hold it", v)
 		}
-		return b.AppendFloat64(v)
+		e.appendFloat64(v)
 	case json.Number:
 		text := textOf(string(v))
-		if _, _, ok := parseNumLit(text, nil, false); !ok {
+		var ok bool
+		if _, e.digits, ok = parseNumLit(text, e.digits, false); !ok {
 			return kerr(ErrInvalidValue, "json.Number %q is not a valid JSON number", string(v))
 		}
-		return n.appendNumber(text, isIntegerLiteral(text))
+		return e.appendNumber(text, isIntegerLiteral(text))
 	case time.Time, []byte:
 		// The strings ToJSON writes for them.
-		text, err := appendJSON(nil, v, depth)
+		text, err := appendJSON(e.scratch[:0], v, depth)
 		if err != nil {
 			return kerr(ErrInvalidValue, "%v", err)
 		}
-		return b.AppendString(string(text[1 : len(text)-1]))
+		e.scratch = text
+		e.appendStringBytes(text[1 : len(text)-1])
 	case map[string]any:
 		// Keys in sorted order, so that the same value always gives the same
-		// metadata dictionary and bytes.
-		keys := make([]string, 0, len(v))
+		// metadata dictionary and bytes. They stay on the goKeys stack while
+		// the values (which may hold maps) are appended.
+		kmark := len(e.goKeys)
 		for k := range v {
-			keys = append(keys, k)
+			e.goKeys = append(e.goKeys, k)
 		}
-		slices.Sort(keys)
-		start, mark := b.Offset(), len(n.fields)
-		for _, k := range keys {
+		slices.Sort(e.goKeys[kmark:])
+		defer func() {
+			clear(e.goKeys[kmark:])
+			e.goKeys = e.goKeys[:kmark]
+		}()
+		start, mark := e.offset(), len(e.fields)
+		for i := kmark; i < kmark+len(v); i++ {
+			k := e.goKeys[i]
 			if !utf8.ValidString(k) {
 				return kerr(ErrInvalidValue, "invalid UTF-8 in VARIANT object key")
 			}
-			n.fields = append(n.fields, b.NextField(start, k))
-			if err := n.encodeGo(v[k], depth+1); err != nil {
+			e.fieldString(start, k)
+			if err := e.encodeGo(v[k], depth+1); err != nil {
 				return at(keySeg([]byte(k)), err)
 			}
 		}
-		return n.finishObject(start, mark)
+		return e.finishObject(start, mark)
 	case []any:
-		start, mark := b.Offset(), len(n.elems)
-		for i, e := range v {
-			n.elems = append(n.elems, b.NextElement(start))
-			if err := n.encodeGo(e, depth+1); err != nil {
+		start, mark := e.offset(), len(e.elems)
+		for i, x := range v {
+			e.elems = append(e.elems, e.offset()-start)
+			if err := e.encodeGo(x, depth+1); err != nil {
 				return at("["+strconv.Itoa(i)+"]", err)
 			}
 		}
-		return n.finishArray(start, mark)
+		e.finishArray(start, mark)
+	default:
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			e.appendNull()
+			return nil
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return kerr(ErrInvalidValue, "serialising %T to JSON: %v", v, err)
+		}
+		s := scanner{data: raw}
+		return e.encodeJSON(&s, depth)
 	}
-	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
-		return b.AppendNull()
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return kerr(ErrInvalidValue, "serialising %T to JSON: %v", v, err)
-	}
-	s := scanner{data: raw}
-	return n.encodeJSON(&s, depth)
+	return nil
 }
 
-func (n *variantNode) appendUint(u uint64) error {
+// appendUint appends u as an integer when it fits int64, else as the
+// 20-digit decimal it always is.
+func (e *variantEncoder) appendUint(u uint64) {
 	if u <= math.MaxInt64 {
-		return n.b.AppendInt(int64(u))
+		e.appendInt(int64(u))
+		return
 	}
-	ok, err := n.appendDecimal(strconv.AppendUint(nil, u, 10)) // 20 digits: always a decimal
-	if !ok && err == nil {
-		return n.b.AppendFloat64(float64(u))
+	var digits [20]byte
+	if !e.appendDecimal(strconv.AppendUint(digits[:0], u, 10)) {
+		e.appendFloat64(float64(u))
 	}
-	return err
 }
 
 // isIntegerLiteral reports whether a valid JSON number has neither a
@@ -496,6 +458,9 @@ func (c *binColumn) add(b []byte) {
 	c.offsets = append(c.offsets, int64(len(c.data)))
 }
 
+// seal ends the value appended directly onto data.
+func (c *binColumn) seal() { c.offsets = append(c.offsets, int64(len(c.data))) }
+
 func (c *binColumn) truncate(k int) {
 	c.offsets = c.offsets[:k+1]
 	c.data = c.data[:c.offsets[k]]
@@ -519,36 +484,36 @@ func (c *binColumn) build(dt arrow.DataType, size int) arrow.ArrayData {
 // by the rules the converter uses for a VARIANT column; nil is the variant
 // null.
 func EncodeVariant(v any) (metadata, value []byte, err error) {
-	var n variantNode
-	n.begin()
-	if err := n.encodeGo(v, 0); err != nil {
+	var e variantEncoder
+	e.begin(nil)
+	if err := e.encodeGo(v, 0); err != nil {
 		return nil, nil, rowErrorless(err)
 	}
-	return n.finish()
+	return e.finish()
 }
 
 // EncodeVariantJSON encodes one JSON document as a VARIANT's metadata and
 // value binaries, by the rules the converter uses for a VARIANT column.
 func EncodeVariantJSON(doc []byte) (metadata, value []byte, err error) {
-	var n variantNode
-	n.begin()
+	var e variantEncoder
+	e.begin(nil)
 	s := scanner{data: doc}
-	if err := n.encodeJSON(&s, 0); err != nil {
+	if err := e.encodeJSON(&s, 0); err != nil {
 		return nil, nil, err
 	}
 	if !s.atEnd() {
 		return nil, nil, s.errorf("trailing data after the JSON value (%q)", s.data[s.pos])
 	}
-	return n.finish()
+	return e.finish()
 }
 
-// finish builds the builder's value for the Encode functions.
-func (n *variantNode) finish() (metadata, value []byte, err error) {
-	v, err := n.b.Build()
+// finish returns the value and its metadata for the Encode functions.
+func (e *variantEncoder) finish() (metadata, value []byte, err error) {
+	metadata, err = e.appendMetadata(nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding VARIANT: %w", err)
 	}
-	return v.Metadata().Bytes(), v.Bytes(), nil
+	return metadata, e.buf, nil
 }
 
 // rowErrorless turns an error located inside a value (a pathError) into a

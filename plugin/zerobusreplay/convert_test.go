@@ -15,7 +15,7 @@ import (
 )
 
 // replaySchema has every kind of column the converter writes itself or
-// hands to value(), in an order that is not the sorted one, and the three
+// hands to oracleValue(), in an order that is not the sorted one, and the three
 // reserved columns.
 var replaySchema = arrow.NewSchema([]arrow.Field{
 	{Name: "zeta", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -61,7 +61,7 @@ func TestMessagesMatchToJSONOfTheRow(t *testing.T) {
 			if f.Name == ColSource || f.Name == ColOffset || f.Name == ColEmitTS {
 				continue
 			}
-			v, err := value(rec.Column(col), i)
+			v, err := oracleValue(rec.Column(col), i)
 			require.NoError(t, err)
 			obj[f.Name] = v
 		}
@@ -132,7 +132,7 @@ func TestMessagesRefuseATimestampPastYear9999(t *testing.T) {
 	defer col.Release()
 	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 2)
 	defer rec.Release()
-	v, err := value(col, 1)
+	v, err := oracleValue(col, 1)
 	require.NoError(t, err)
 	_, want := arrowconv.ToJSON(v)
 	require.Error(t, want)

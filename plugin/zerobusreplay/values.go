@@ -1,7 +1,6 @@
 package zerobusreplay
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,140 +20,24 @@ import (
 // reads back into a TIMESTAMP_NTZ column without a zone.
 const ntzLayout = "2006-01-02T15:04:05.999999999"
 
-// value returns row i of a as the Go value arrowconv.ToJSON serialises:
-// exact decimals as json.Number, TIMESTAMP as a UTC time.Time,
-// TIMESTAMP_NTZ as wall-clock text, DATE as YYYY-MM-DD, BINARY as []byte
-// (base64 in JSON), structs and string-keyed maps as objects, lists as
-// arrays. Types the UC ↔ Arrow mapping never produces are an error naming
-// the type.
-func value(a arrow.Array, i int) (any, error) {
-	if a.IsNull(i) {
-		return nil, nil
-	}
-	switch a := a.(type) {
-	case *array.Boolean:
-		return a.Value(i), nil
-	case *array.Int8:
-		return a.Value(i), nil
-	case *array.Int16:
-		return a.Value(i), nil
-	case *array.Int32:
-		return a.Value(i), nil
-	case *array.Int64:
-		return a.Value(i), nil
-	case *array.Uint8:
-		return a.Value(i), nil
-	case *array.Uint16:
-		return a.Value(i), nil
-	case *array.Uint32:
-		return a.Value(i), nil
-	case *array.Uint64:
-		return a.Value(i), nil
-	case *array.Float32:
-		return a.Value(i), nil
-	case *array.Float64:
-		return a.Value(i), nil
-	case *array.String:
-		return a.Value(i), nil
-	case *array.LargeString:
-		return a.Value(i), nil
-	case *array.StringView:
-		return a.Value(i), nil
-	case *array.Binary:
-		return a.Value(i), nil
-	case *array.LargeBinary:
-		return a.Value(i), nil
-	case *array.BinaryView:
-		return a.Value(i), nil
-	case *array.FixedSizeBinary:
-		return a.Value(i), nil
-	case *array.Decimal128:
-		return json.Number(a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)), nil
-	case *array.Decimal256:
-		return json.Number(a.Value(i).ToString(a.DataType().(*arrow.Decimal256Type).Scale)), nil
-	case *array.Date32:
-		return a.Value(i).ToTime().Format(time.DateOnly), nil
-	case *array.Date64:
-		return a.Value(i).ToTime().Format(time.DateOnly), nil
-	case *array.Timestamp:
-		tt := a.DataType().(*arrow.TimestampType)
-		t := a.Value(i).ToTime(tt.Unit)
-		if tt.TimeZone == "" {
-			return t.UTC().Format(ntzLayout), nil
-		}
-		return t.UTC(), nil
-	case *array.Struct:
-		st := a.DataType().(*arrow.StructType)
-		if isVariant(st) {
-			return variantValue(a, i)
-		}
-		obj := make(map[string]any, st.NumFields())
-		for f := 0; f < st.NumFields(); f++ {
-			v, err := value(a.Field(f), i)
-			if err != nil {
-				return nil, fmt.Errorf("field %s: %w", st.Field(f).Name, err)
-			}
-			obj[st.Field(f).Name] = v
-		}
-		return obj, nil
-	case *array.Map:
-		start, end := a.ValueOffsets(i)
-		keys, items := a.Keys(), a.Items()
-		if sk, ok := keys.(*array.String); ok {
-			obj := make(map[string]any, end-start)
-			for j := start; j < end; j++ {
-				v, err := value(items, int(j))
-				if err != nil {
-					return nil, fmt.Errorf("map value: %w", err)
-				}
-				obj[sk.Value(int(j))] = v
-			}
-			return obj, nil
-		}
-		out := make([]any, 0, end-start)
-		for j := start; j < end; j++ {
-			k, err := value(keys, int(j))
-			if err != nil {
-				return nil, fmt.Errorf("map key: %w", err)
-			}
-			v, err := value(items, int(j))
-			if err != nil {
-				return nil, fmt.Errorf("map value: %w", err)
-			}
-			out = append(out, map[string]any{"key": k, "value": v})
-		}
-		return out, nil
-	case array.ListLike:
-		start, end := a.ValueOffsets(i)
-		vals := a.ListValues()
-		out := make([]any, 0, end-start)
-		for j := start; j < end; j++ {
-			v, err := value(vals, int(j))
-			if err != nil {
-				return nil, fmt.Errorf("element %d: %w", j-start, err)
-			}
-			out = append(out, v)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unsupported Arrow type %s", a.DataType())
-}
-
 // rowConverter turns the rows of record batches of one schema into Benthos
 // messages: the reserved columns go to metadata, the rest to a JSON body.
-// The bodies of a batch are written into one buffer with arrowconv's
-// serialiser (the one behind ToJSON), keys in sorted order as ToJSON writes
-// an object, so a body is byte for byte ToJSON of the row's object without
-// building that object; the metadata texts of a batch share one string.
+// The bodies of a batch are written into one buffer, keys in sorted order as
+// ToJSON writes an object and every value, nested ones included, straight
+// from the Arrow arrays (appendValue), so a body is byte for byte ToJSON of
+// the row's object without building that object or any nested value; the
+// metadata texts of a batch share one string.
 type rowConverter struct {
 	schema                 *arrow.Schema
-	source, offset, emitTS int      // column indices; -1 when absent
-	body                   []int    // body column indices, by name in byte order
-	bodyNames              []string // their names
-	bodyKeys               [][]byte // `"name":`, with a leading comma but for the first
-	avgBody                int      // average body bytes of the last batch, to size the next buffer
-	lastSource             string   // the last _zb_source text, reused while it repeats
-	lastSourceMeta         any      // lastSource as a metadata value (boxed once)
+	source, offset, emitTS int         // column indices; -1 when absent
+	body                   []int       // body column indices, by name in byte order
+	bodyNames              []string    // their names
+	bodyKeys               [][]byte    // `"name":`, with a leading comma but for the first
+	bodyNodes              []*jsonNode // how to write each body column's values
+	mapOrder               []int       // scratch: entry order of string-keyed maps being written
+	avgBody                int         // average body bytes of the last batch, to size the next buffer
+	lastSource             string      // the last _zb_source text, reused while it repeats
+	lastSourceMeta         any         // lastSource as a metadata value (boxed once)
 }
 
 func newRowConverter(schema *arrow.Schema) *rowConverter {
@@ -181,6 +64,7 @@ func newRowConverter(schema *arrow.Schema) *rowConverter {
 		}
 		key = arrowconv.AppendJSONString(key, name)
 		c.bodyKeys = append(c.bodyKeys, append(key, ':'))
+		c.bodyNodes = append(c.bodyNodes, newJSONNode(schema.Field(col).Type))
 	}
 	return c
 }
@@ -196,7 +80,7 @@ func (c *rowConverter) messages(rec arrow.RecordBatch) (service.MessageBatch, er
 		buf = append(buf, '{')
 		for k, col := range c.body {
 			buf = append(buf, c.bodyKeys[k]...)
-			if buf, err = appendValue(buf, cols[col], i); err != nil {
+			if buf, err = c.appendValue(buf, cols[col], i, c.bodyNodes[k], 0); err != nil {
 				return nil, fmt.Errorf("row %d: column %s: %w", i, c.bodyNames[k], err)
 			}
 		}
@@ -289,14 +173,8 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 			case isTS && tt.TimeZone != "":
 				txt = ts.Value(i).ToTime(tt.Unit).UTC().AppendFormat(txt, time.RFC3339Nano)
 			default:
-				v, err := value(col, i)
-				if err != nil {
+				if txt, err = c.appendMetaText(txt, col, i); err != nil {
 					return nil, nil, fmt.Errorf("row %d: column %s: %w", i, ColEmitTS, err)
-				}
-				if t, ok := v.(time.Time); ok {
-					txt = t.AppendFormat(txt, time.RFC3339Nano)
-				} else {
-					txt = fmt.Append(txt, v)
 				}
 			}
 			emitEnds[i] = len(txt)
@@ -320,61 +198,64 @@ func (c *rowConverter) metaTexts(cols []arrow.Array, n int) (offsets, emits []st
 	return offsets, emits, nil
 }
 
-// appendValue appends row i of a, as arrowconv.ToJSON writes value(a, i),
-// to dst; the common scalar columns (timestamps and dates among them, whose
-// text has nothing to escape) are written without going through an
-// interface value, which would allocate per row.
-func appendValue(dst []byte, a arrow.Array, i int) ([]byte, error) {
-	if a.IsNull(i) {
-		return append(dst, "null"...), nil
-	}
-	switch a := a.(type) {
-	case *array.Int64:
-		return arrowconv.AppendJSONInt(dst, a.Value(i)), nil
-	case *array.Int32:
-		return arrowconv.AppendJSONInt(dst, int64(a.Value(i))), nil
-	case *array.Int16:
-		return arrowconv.AppendJSONInt(dst, int64(a.Value(i))), nil
-	case *array.Int8:
-		return arrowconv.AppendJSONInt(dst, int64(a.Value(i))), nil
-	case *array.String:
-		return arrowconv.AppendJSONString(dst, a.Value(i)), nil
-	case *array.LargeString:
-		return arrowconv.AppendJSONString(dst, a.Value(i)), nil
-	case *array.Float64:
-		return arrowconv.AppendJSONFloat(dst, a.Value(i), 64)
-	case *array.Float32:
-		return arrowconv.AppendJSONFloat(dst, float64(a.Value(i)), 32)
-	case *array.Boolean:
-		return strconv.AppendBool(dst, a.Value(i)), nil
+// appendMetaText appends row i of a _zb_emit_ts column that is not a
+// zoned TIMESTAMP as metadata text: a scalar as fmt prints the Go value
+// the input has always read it as (zone-less timestamps, dates and strings
+// bare), a nested value as its JSON text.
+func (c *rowConverter) appendMetaText(dst []byte, col arrow.Array, i int) ([]byte, error) {
+	var v any
+	switch a := col.(type) {
+	case *array.Struct:
+		if !isVariant(a.DataType().(*arrow.StructType)) {
+			return c.appendValue(dst, col, i, nil, 0)
+		}
+		var err error
+		if v, err = variantValue(a, i); err != nil {
+			return dst, err
+		}
+	case array.ListLike:
+		return c.appendValue(dst, col, i, nil, 0)
 	case *array.Timestamp:
 		tt := a.DataType().(*arrow.TimestampType)
-		t := a.Value(i).ToTime(tt.Unit).UTC()
-		if tt.TimeZone == "" {
-			dst = append(dst, '"')
-			dst = t.AppendFormat(dst, ntzLayout)
-			return append(dst, '"'), nil
-		}
-		if y := t.Year(); y < 0 || y > 9999 {
-			return arrowconv.AppendJSON(dst, t) // the serialiser's range error
-		}
-		dst = append(dst, '"')
-		dst = t.AppendFormat(dst, time.RFC3339Nano)
-		return append(dst, '"'), nil
-	case *array.Decimal128:
-		// ToString writes -?digits[.digits], always a JSON number, so the
-		// json.Number check ToJSON makes of value's result cannot fail.
-		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)...), nil
+		return a.Value(i).ToTime(tt.Unit).UTC().AppendFormat(dst, ntzLayout), nil
 	case *array.Date32:
-		dst = append(dst, '"')
-		dst = a.Value(i).ToTime().AppendFormat(dst, time.DateOnly)
-		return append(dst, '"'), nil
+		return a.Value(i).ToTime().AppendFormat(dst, time.DateOnly), nil
+	case *array.Date64:
+		return a.Value(i).ToTime().AppendFormat(dst, time.DateOnly), nil
+	case *array.Decimal128:
+		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)...), nil
+	case *array.Decimal256:
+		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal256Type).Scale)...), nil
+	case interface{ Value(int) string }: // STRING, LARGE_STRING, STRING_VIEW
+		return append(dst, a.Value(i)...), nil
+	case interface{ Value(int) []byte }: // the binaries
+		v = a.Value(i)
+	case *array.Boolean:
+		v = a.Value(i)
+	case *array.Int8:
+		v = a.Value(i)
+	case *array.Int16:
+		v = a.Value(i)
+	case *array.Int32:
+		v = a.Value(i)
+	case *array.Int64:
+		v = a.Value(i)
+	case *array.Uint8:
+		v = a.Value(i)
+	case *array.Uint16:
+		v = a.Value(i)
+	case *array.Uint32:
+		v = a.Value(i)
+	case *array.Uint64:
+		v = a.Value(i)
+	case *array.Float32:
+		v = a.Value(i)
+	case *array.Float64:
+		v = a.Value(i)
+	default:
+		return dst, fmt.Errorf("unsupported Arrow type %s", col.DataType())
 	}
-	v, err := value(a, i)
-	if err != nil {
-		return dst, err
-	}
-	return arrowconv.AppendJSON(dst, v)
+	return fmt.Append(dst, v), nil
 }
 
 // isVariant reports whether st is a VARIANT column as stored: a struct of

@@ -23,7 +23,7 @@ func TestVariantReplaysAsJSON(t *testing.T) {
 	b.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
 	arr := b.NewStructArray()
 	defer arr.Release()
-	v, err := value(arr, 0)
+	v, err := oracleValue(arr, 0)
 	require.NoError(t, err)
 	out, err := arrowconv.ToJSON(map[string]any{"doc": v})
 	require.NoError(t, err)

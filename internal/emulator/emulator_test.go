@@ -561,7 +561,10 @@ func TestConcurrentStreamsGroupCommit(t *testing.T) {
 				assert.NoError(t, p.send(rec, int64(b)))
 				rec.Release()
 			}
-			p.waitRecords(batches * rows)
+			// Not waitRecords: its require would FailNow off the test goroutine.
+			if _, err := p.awaitRecords(batches * rows); !assert.NoError(t, err, "stream %d", s) {
+				return
+			}
 			assert.NoError(t, p.finish())
 		}(s)
 	}

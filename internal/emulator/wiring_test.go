@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,17 +197,17 @@ func TestDataCommitsDriveIcebergConversion(t *testing.T) {
 				return
 			}
 			token := workspaceToken(t, srv)
-			var last string
+			var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
 			if !assert.Eventually(t, func() bool {
 				u, err := fetchUCTable(srv, token, icebergTable)
 				if err != nil {
-					last = err.Error()
+					last.Store(err.Error())
 					return false
 				}
-				last = fmt.Sprintf("converted version %d", u.convertedVersion())
+				last.Store(fmt.Sprintf("converted version %d", u.convertedVersion()))
 				return u.convertedVersion() == v
 			}, 10*time.Second, 50*time.Millisecond) {
-				t.Errorf("the conversion never caught up with version %d (last: %s)", v, last)
+				t.Errorf("the conversion never caught up with version %d (last: %v)", v, last.Load())
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,20 +154,20 @@ logger:
 	})
 
 	for _, url := range []string{"http://" + addr + "/metrics", "http://" + httpAddr + "/metrics"} {
-		var last string
+		var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
 		if !assert.Eventually(t, func() bool {
 			resp, err := http.Get(url)
 			if err != nil {
-				last = err.Error()
+				last.Store(err.Error())
 				return false
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
-			last = fmt.Sprintf("HTTP %d, %d bytes, output_sent %v, go_goroutines %v", resp.StatusCode, len(body),
-				strings.Contains(string(body), "output_sent"), strings.Contains(string(body), "go_goroutines"))
+			last.Store(fmt.Sprintf("HTTP %d, %d bytes, output_sent %v, go_goroutines %v", resp.StatusCode, len(body),
+				strings.Contains(string(body), "output_sent"), strings.Contains(string(body), "go_goroutines")))
 			return strings.Contains(string(body), "output_sent") && strings.Contains(string(body), "go_goroutines")
 		}, 15*time.Second, 50*time.Millisecond) {
-			t.Fatalf("%s never served output_sent and go_goroutines (last: %s)", url, last)
+			t.Fatalf("%s never served output_sent and go_goroutines (last: %v)", url, last.Load())
 		}
 	}
 	stopped = true

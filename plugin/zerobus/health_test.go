@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,19 +98,20 @@ broker:
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	var rep healthhttp.Report
-	var last string
+	var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
 	if !assert.Eventually(t, func() bool {
 		// Until Run has built the outputs nothing is mounted (404): poll
 		// without failing the test from the poller.
 		code, r, err := fetchReport(srv.URL + healthhttp.Path)
 		if err != nil {
-			last = err.Error()
+			last.Store(err.Error())
 			return false
 		}
-		rep, last = r, fmt.Sprintf("HTTP %d with %d outputs", code, len(r.Outputs))
+		rep = r
+		last.Store(fmt.Sprintf("HTTP %d with %d outputs", code, len(r.Outputs)))
 		return code == http.StatusServiceUnavailable && len(r.Outputs) == 2
 	}, 10*time.Second, 50*time.Millisecond) {
-		t.Fatalf("nothing listens on the endpoints, so both outputs fail to open; yet the endpoint never said 503 with both outputs (last: %s)", last)
+		t.Fatalf("nothing listens on the endpoints, so both outputs fail to open; yet the endpoint never said 503 with both outputs (last: %v)", last.Load())
 	}
 	assert.Equal(t, "first", rep.Outputs[0].Label)
 	assert.Equal(t, "second", rep.Outputs[1].Label)

@@ -100,17 +100,17 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	go func() {
 		stalled <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":2,"msg":"b"}`))})
 	}()
-	var last string
+	var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
 	if !assert.Eventually(t, func() bool {
 		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
-		last = describeHealth(c, r, err)
+		last.Store(describeHealth(c, r, err))
 		if err != nil {
 			return false
 		}
 		code, rep = c, r
 		return code == http.StatusServiceUnavailable
 	}, 15*time.Second, 100*time.Millisecond) {
-		t.Fatalf("rows pending past ack.timeout never made the endpoint say 503 (last: %s)", last)
+		t.Fatalf("rows pending past ack.timeout never made the endpoint say 503 (last: %v)", last.Load())
 	}
 	require.Len(t, rep.Outputs, 1, "%+v", rep)
 	require.Len(t, rep.Outputs[0].Tables, 1, "%+v", rep)
@@ -134,10 +134,10 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
 	if !assert.Eventually(t, func() bool {
 		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
-		last = describeHealth(c, r, err)
+		last.Store(describeHealth(c, r, err))
 		return err == nil && c == http.StatusOK
 	}, 15*time.Second, 100*time.Millisecond) {
-		t.Fatalf("acks back, yet the endpoint never said healthy (last: %s)", last)
+		t.Fatalf("acks back, yet the endpoint never said healthy (last: %v)", last.Load())
 	}
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":3,"msg":"c"}`))}))
 }
@@ -220,19 +220,19 @@ output:
 		return false, nil, false
 	}
 	url := "http://" + addr + healthhttp.Path + "?label=zb"
-	var last string // what the last poll saw, for the failure message
+	var last atomic.Value // what the last poll saw, for the failure message (the poller may still run when Eventually gives up)
 	healthy := func() bool {
 		active, cerr, ok := status()
 		if !ok || !active {
-			last = fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, cerr)
+			last.Store(fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, cerr))
 			return false
 		}
 		code, rep, err := fetchHealth(url)
-		last = describeHealth(code, rep, err)
+		last.Store(describeHealth(code, rep, err))
 		return err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp
 	}
 	if !assert.Eventually(t, healthy, 30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("never connected and healthy (last: %s)", last)
+		t.Fatalf("never connected and healthy (last: %v)", last.Load())
 	}
 
 	// Revoke MODIFY, and kill the streams: their reopens are refused.
@@ -242,24 +242,24 @@ output:
 	// says so, then with Connect's error: the refusal, naming the grant.
 	if !assert.Eventually(t, func() bool {
 		active, err, ok := status()
-		last = fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, err)
+		last.Store(fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, err))
 		return ok && !active && err != nil && strings.Contains(err.Error(), "MODIFY")
 	}, 30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("not connected while the streams are stopped, with the cause: never so (last: %s)", last)
+		t.Fatalf("not connected while the streams are stopped, with the cause: never so (last: %v)", last.Load())
 	}
 	if !assert.Eventually(t, func() bool {
 		code, rep, err := fetchHealth(url)
-		last = describeHealth(code, rep, err)
+		last.Store(describeHealth(code, rep, err))
 		return err == nil && code == http.StatusServiceUnavailable && len(rep.Outputs) == 1 &&
 			len(rep.Outputs[0].Tables) == 1 && rep.Outputs[0].Tables[0].State == "stopped"
 	}, 30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("the endpoint never said 503 with the table stopped (last: %s)", last)
+		t.Fatalf("the endpoint never said 503 with the table stopped (last: %v)", last.Load())
 	}
 
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
 	require.NoError(t, srv.UpdateGrants(emulator.GrantChange{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Add: []string{"MODIFY"}}))
 	if !assert.Eventually(t, healthy, 60*time.Second, 100*time.Millisecond) {
-		t.Fatalf("never connected and healthy again after the grant (last: %s)", last)
+		t.Fatalf("never connected and healthy again after the grant (last: %v)", last.Load())
 	}
 }
 

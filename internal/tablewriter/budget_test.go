@@ -43,7 +43,7 @@ func TestBudgetFIFOAndOversized(t *testing.T) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			return len(b.waiters) > 0 && b.waiters[len(b.waiters)-1].n == n
-		}, time.Second, time.Millisecond)
+		}, 10*time.Second, time.Millisecond)
 	}
 	start("huge", 500) // larger than the budget: waits for it to be empty
 	start("small", 10) // would fit now, but queues behind huge

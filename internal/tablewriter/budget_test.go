@@ -110,7 +110,7 @@ func TestWriteWaitsForBudget(t *testing.T) {
 		}
 		return s
 	}
-	require.Eventually(t, func() bool { return submitted() == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return submitted() == 2 }, 10*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	assert.Equal(t, uint64(2), submitted(), "the third batch waits for budget before it converts")
 	assert.LessOrEqual(t, h.w.budget.inUse(), int64(budgetBytes))

@@ -182,8 +182,11 @@ func (p *putStream) recv() (ack, error) {
 	if err != nil {
 		return ack{}, err
 	}
+	// Returned, not required: assertStalledThenAcked receives in a goroutine.
 	var a ack
-	require.NoError(p.t, json.Unmarshal(res.AppMetadata, &a), string(res.AppMetadata))
+	if err := json.Unmarshal(res.AppMetadata, &a); err != nil {
+		return ack{}, fmt.Errorf("ack metadata %q: %w", res.AppMetadata, err)
+	}
 	return a, nil
 }
 

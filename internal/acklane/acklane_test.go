@@ -634,7 +634,7 @@ func TestHealthFollowsTheLane(t *testing.T) {
 	c2, r2 := acklane.NewRawAnchor()
 	blocked := make(chan error, 1)
 	go func() { blocked <- lane.Enqueue(ctx, acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: c2}) }()
-	require.Eventually(t, func() bool { return lane.Health().BlockedWriters == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return lane.Health().BlockedWriters == 1 }, 10*time.Second, time.Millisecond)
 
 	s.AckAll()
 	require.NoError(t, r0.Wait(ctx))

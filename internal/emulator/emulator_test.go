@@ -321,13 +321,18 @@ func TestStreamSetupErrors(t *testing.T) {
 }
 
 func TestTokenExpiry(t *testing.T) {
-	srv := startEmu(t, func(c *Config) { c.TokenTTL = time.Second })
+	// The TTL leaves the first open, on a loaded machine, time to happen
+	// before the token expires; the wait is measured from the minting,
+	// not from the open.
+	const ttl = 2 * time.Second
+	srv := startEmu(t, func(c *Config) { c.TokenTTL = ttl })
 	conn := dial(t, srv)
+	minted := time.Now()
 	tok := zerobusToken(t, srv, testTable)
 	p, _, err := openPut(t, conn, tok, testTable, testSchema)
-	require.NoError(t, err)
+	require.NoError(t, err, "opened %s after the token was minted", time.Since(minted))
 	require.NoError(t, p.finish())
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(time.Until(minted.Add(ttl + 100*time.Millisecond)))
 	_, _, err = openPut(t, conn, tok, testTable, testSchema)
 	require.Error(t, err)
 	assert.Equal(t, codes.Unauthenticated, status.Code(err))
@@ -441,7 +446,7 @@ func TestConcurrencyCap(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 
 	require.NoError(t, p1.finish())
-	require.Eventually(t, func() bool { return srv.Stats().Tables[testTable].StreamsActive == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return srv.Stats().Tables[testTable].StreamsActive == 1 }, 10*time.Second, 10*time.Millisecond)
 	_, _, err = openPut(t, conn, tok, testTable, testSchema)
 	require.NoError(t, err, "a slot frees when a stream ends")
 
@@ -561,7 +566,10 @@ func TestConcurrentStreamsGroupCommit(t *testing.T) {
 				assert.NoError(t, p.send(rec, int64(b)))
 				rec.Release()
 			}
-			p.waitRecords(batches * rows)
+			// Not waitRecords: its require would FailNow off the test goroutine.
+			if _, err := p.awaitRecords(batches * rows); !assert.NoError(t, err, "stream %d", s) {
+				return
+			}
 			assert.NoError(t, p.finish())
 		}(s)
 	}
@@ -720,25 +728,29 @@ func TestTokensSurviveRestartAndResistTampering(t *testing.T) {
 
 // assertStalledThenAcked asserts that no ack arrives on p for 200ms while
 // stall is in force, then clears the faults and asserts that an ack for
-// records rows arrives within 5s.
+// records rows arrives within 10s.
 func assertStalledThenAcked(t *testing.T, srv *Server, p *putStream, records uint64, stall string) {
 	t.Helper()
-	got := make(chan ack, 1)
+	type result struct {
+		a   ack
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
-		if a, err := p.recv(); err == nil {
-			got <- a
-		}
+		a, err := p.recv()
+		got <- result{a, err}
 	}()
 	select {
-	case a := <-got:
-		t.Fatalf("ack %v arrived during %s", a, stall)
+	case r := <-got:
+		t.Fatalf("ack %v (error %v) arrived during %s", r.a, r.err, stall)
 	case <-time.After(200 * time.Millisecond):
 	}
 	require.NoError(t, srv.SetFaults(Faults{}))
 	select {
-	case a := <-got:
-		assert.EqualValues(t, records, a.Records)
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no ack after %s was cleared", stall)
+	case r := <-got:
+		require.NoError(t, r.err, "the ack after %s was cleared", stall)
+		assert.EqualValues(t, records, r.a.Records)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no ack within 10s after %s was cleared", stall)
 	}
 }

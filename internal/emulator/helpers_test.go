@@ -182,28 +182,50 @@ func (p *putStream) recv() (ack, error) {
 	if err != nil {
 		return ack{}, err
 	}
+	// Returned, not required: assertStalledThenAcked receives in a goroutine.
 	var a ack
-	require.NoError(p.t, json.Unmarshal(res.AppMetadata, &a), string(res.AppMetadata))
+	if err := json.Unmarshal(res.AppMetadata, &a); err != nil {
+		return ack{}, fmt.Errorf("ack metadata %q: %w", res.AppMetadata, err)
+	}
 	return a, nil
 }
 
-// waitRecords reads acks until ack_up_to_records reaches n.
+// waitRecords reads acks until ack_up_to_records reaches n, failing the
+// test if the stream ends first: call it on the test goroutine only.
 func (p *putStream) waitRecords(n uint64) []ack {
 	p.t.Helper()
+	acks, err := p.awaitRecords(n)
+	require.NoError(p.t, err)
+	return acks
+}
+
+// awaitRecords reads acks until ack_up_to_records reaches n, or returns
+// the error the stream ended with and the last ack seen. It never fails
+// the test, so other goroutines can call it.
+func (p *putStream) awaitRecords(n uint64) ([]ack, error) {
 	var acks []ack
 	for {
-		a, err := p.recv()
-		require.NoError(p.t, err)
+		res, err := p.stream.Recv()
+		if err != nil {
+			return acks, fmt.Errorf("stream ended waiting for %d records acked (acks so far %+v): %w", n, acks, err)
+		}
+		var a ack
+		if err := json.Unmarshal(res.AppMetadata, &a); err != nil {
+			return acks, fmt.Errorf("ack %q: %w", res.AppMetadata, err)
+		}
 		acks = append(acks, a)
 		if a.Records >= n {
-			return acks
+			return acks, nil
 		}
 	}
 }
 
 // finish half-closes and returns the status the call ends with (nil = OK).
 func (p *putStream) finish() error {
-	require.NoError(p.t, p.stream.CloseSend())
+	// Returned, not required: goroutines other than the test's call this.
+	if err := p.stream.CloseSend(); err != nil {
+		return err
+	}
 	for {
 		if _, err := p.stream.Recv(); err != nil {
 			if err == io.EOF {

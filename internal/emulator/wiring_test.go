@@ -3,10 +3,13 @@ package emulator
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,19 +44,40 @@ func (u ucTable) convertedVersion() int64 {
 	return u.Iceberg.ConvertedDeltaVersion
 }
 
-// getUCTable fetches a table through the UC REST API with a workspace token.
+// getUCTable fetches a table through the UC REST API with a workspace token,
+// failing the test if it cannot: call it on the test goroutine only.
 func getUCTable(t testing.TB, srv endpoints, name string) ucTable {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.HTTPURL()+"/api/2.1/unity-catalog/tables/"+name, nil)
+	out, err := fetchUCTable(srv, workspaceToken(t, srv), name)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+workspaceToken(t, srv))
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var out ucTable
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	return out
+}
+
+// fetchUCTable fetches a table through the UC REST API with token. It
+// never fails the test, so a poller can call it.
+func fetchUCTable(srv endpoints, token, name string) (ucTable, error) {
+	var out ucTable
+	req, err := http.NewRequest(http.MethodGet, srv.HTTPURL()+"/api/2.1/unity-catalog/tables/"+name, nil)
+	if err != nil {
+		return out, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("GET table %s: HTTP %d, body %q", name, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return out, fmt.Errorf("GET table %s: body %q: %w", name, body, err)
+	}
+	return out, nil
 }
 
 // runSQL executes one statement through the SQL statements API and requires
@@ -172,9 +196,19 @@ func TestDataCommitsDriveIcebergConversion(t *testing.T) {
 				assert.Equal(t, v, getUCTable(t, srv, icebergTable).convertedVersion())
 				return
 			}
-			assert.Eventually(t, func() bool {
-				return getUCTable(t, srv, icebergTable).convertedVersion() == v
-			}, 10*time.Second, 50*time.Millisecond)
+			token := workspaceToken(t, srv)
+			var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
+			if !assert.Eventually(t, func() bool {
+				u, err := fetchUCTable(srv, token, icebergTable)
+				if err != nil {
+					last.Store(err.Error())
+					return false
+				}
+				last.Store(fmt.Sprintf("converted version %d", u.convertedVersion()))
+				return u.convertedVersion() == v
+			}, 10*time.Second, 50*time.Millisecond) {
+				t.Errorf("the conversion never caught up with version %d (last: %v)", v, last.Load())
+			}
 		})
 	}
 }

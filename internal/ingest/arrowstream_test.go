@@ -96,14 +96,14 @@ func TestArrowStreamCumulativeAcks(t *testing.T) {
 	c := testClient(t, startFake(t, srv), nil)
 	s := openStream(t, c)
 	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1))
-	require.Eventually(t, func() bool { _, off, _ := srv.conn(0).snapshot(); return len(off) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { _, off, _ := srv.conn(0).snapshot(); return len(off) == 2 }, 10*time.Second, 5*time.Millisecond)
 
 	waited := make(chan error, 1)
 	go func() { waited <- s.WaitDurable(waitCtx(t), 10) }()
 
 	before := time.Now()
 	require.NoError(t, srv.conn(0).sendAck(0, 3, nil))
-	require.Eventually(t, func() bool { return s.Durable() == 3 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.Durable() == 3 }, 10*time.Second, time.Millisecond)
 	select {
 	case <-waited:
 		t.Fatal("WaitDurable(10) returned at durable 3")
@@ -167,7 +167,7 @@ func TestArrowStreamBackpressure(t *testing.T) {
 		t.Fatal("submit passed the in-flight bound")
 	case <-time.After(50 * time.Millisecond):
 	}
-	require.Eventually(t, func() bool { _, off, _ := srv.conn(0).snapshot(); return len(off) == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { _, off, _ := srv.conn(0).snapshot(); return len(off) == 2 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, srv.conn(0).sendAck(0, 1, nil))
 	select {
 	case sp := <-done:
@@ -294,7 +294,7 @@ func TestArrowStreamEmptyBatchReleasesCapacity(t *testing.T) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.inflight == 1
-	}, 5*time.Second, time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 
 	ctx := &doneHook{Context: context.Background(), waiting: make(chan struct{})}
 	fullDone := make(chan error, 1)

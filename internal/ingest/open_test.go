@@ -177,7 +177,7 @@ func TestArrowStreamFirstResultMustBeReadySignal(t *testing.T) {
 		}
 		raw, _, _ := fc.snapshot()
 		return len(raw) == 1 // the schema frame arrived
-	}, 5*time.Second, time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 	require.NoError(t, srv.conn(0).sendAck(3, 5, nil))
 	err := <-opened
 	class, ok := ClassOf(err)

@@ -109,7 +109,7 @@ func TestArrowStreamSubmitHonoursContextDuringReconnect(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	submitAll(t, s, makeBatch(0, 1, 1))
-	require.Eventually(t, func() bool { return srv.connCount() >= 2 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return srv.connCount() >= 2 }, 10*time.Second, time.Millisecond,
 		"the stream is reconnecting")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -233,7 +233,7 @@ func TestArrowStreamRotationResendsUnackedSuffix(t *testing.T) {
 	s := openStream(t, c)
 
 	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1), makeBatch(10, 5, 1))
-	require.Eventually(t, func() bool { return srv.connCount() >= 2 || s.Durable() >= 12 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return srv.connCount() >= 2 || s.Durable() >= 12 }, 10*time.Second, time.Millisecond)
 	submitAll(t, s, makeBatch(15, 5, 1), makeBatch(20, 5, 1))
 	require.NoError(t, s.WaitDurable(waitCtx(t), 25))
 	assert.Equal(t, uint64(25), s.Durable())
@@ -330,7 +330,7 @@ func TestArrowStreamRotationWaitsForAcksThenHalfCloses(t *testing.T) {
 
 	start := time.Now()
 	submitAll(t, s, makeBatch(0, 2, 1), makeBatch(2, 2, 1))
-	require.Eventually(t, func() bool { r, _, _, _ := obs.counts(); return r == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { r, _, _, _ := obs.counts(); return r == 1 }, 10*time.Second, time.Millisecond)
 	submitAll(t, s, makeBatch(4, 2, 1))
 	require.NoError(t, s.WaitDurable(waitCtx(t), 6))
 	assert.Less(t, time.Since(start), 5*time.Second, "did not sit out the rotation grace")
@@ -426,7 +426,7 @@ func TestArrowStreamRotationCollectsTheAckAfterHalfClose(t *testing.T) {
 	defer s.Close()
 
 	submitAll(t, s, makeBatch(0, 5, 1), makeBatch(5, 5, 1), makeBatch(10, 5, 1))
-	require.Eventually(t, func() bool { r, _, _, _ := obs.counts(); return r == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { r, _, _, _ := obs.counts(); return r == 1 }, 10*time.Second, time.Millisecond)
 	submitAll(t, s, makeBatch(15, 5, 1)) // during the rotation: queued, not refused
 	<-halfClosed
 	require.NoError(t, s.WaitDurable(waitCtx(t), 20))

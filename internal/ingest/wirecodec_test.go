@@ -155,7 +155,7 @@ func TestSubmitSettlesToEncodedBytes(t *testing.T) {
 	defer rec.Release()
 	span, err := s.Submit(waitCtx(t), rec)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { _, _, ids := srv.conn(0).snapshot(); return len(ids) == 5000 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { _, _, ids := srv.conn(0).snapshot(); return len(ids) == 5000 }, 10*time.Second, time.Millisecond)
 	raw, offsets, _ := srv.conn(0).snapshot()
 	require.Greater(t, len(offsets), 1, "several frames")
 	var wire int64

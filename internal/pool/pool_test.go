@@ -402,10 +402,11 @@ func TestPoisonRebuildsWhileOthersServe(t *testing.T) {
 	}
 	// ...while a write keyed to the rebuilding member waits for it.
 	keyed := make(chan *pool.Ticket, 1)
+	key := keyFor(t, p, 1) // on the test goroutine: keyFor may t.Fatalf
 	go func() {
 		r := rec(5)
 		defer r.Release()
-		tk, err := p.Write(ctx, keyFor(t, p, 1), r)
+		tk, err := p.Write(ctx, key, r)
 		assert.NoError(t, err)
 		keyed <- tk
 	}()

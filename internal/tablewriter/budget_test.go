@@ -43,7 +43,7 @@ func TestBudgetFIFOAndOversized(t *testing.T) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			return len(b.waiters) > 0 && b.waiters[len(b.waiters)-1].n == n
-		}, time.Second, time.Millisecond)
+		}, 10*time.Second, time.Millisecond)
 	}
 	start("huge", 500) // larger than the budget: waits for it to be empty
 	start("small", 10) // would fit now, but queues behind huge
@@ -110,7 +110,7 @@ func TestWriteWaitsForBudget(t *testing.T) {
 		}
 		return s
 	}
-	require.Eventually(t, func() bool { return submitted() == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return submitted() == 2 }, 10*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	assert.Equal(t, uint64(2), submitted(), "the third batch waits for budget before it converts")
 	assert.LessOrEqual(t, h.w.budget.inUse(), int64(budgetBytes))

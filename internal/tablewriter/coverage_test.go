@@ -223,7 +223,7 @@ func TestCoverageAdvancesOnlyAfterRawAck(t *testing.T) {
 		return nil
 	}
 	write(0, 10)
-	require.Eventually(t, func() bool { return streamWith(10) != nil }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return streamWith(10) != nil }, 10*time.Second, time.Millisecond)
 	first := streamWith(10)
 
 	flush(t, h.w)
@@ -239,7 +239,7 @@ func TestCoverageAdvancesOnlyAfterRawAck(t *testing.T) {
 			}
 		}
 		return n == 20
-	}, 5*time.Second, time.Millisecond)
+	}, 10*time.Second, time.Millisecond)
 	first.AckAll()
 	require.NoError(t, <-results)
 	// Only the first batch's stream acknowledged: if both batches share it,

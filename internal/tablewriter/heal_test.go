@@ -34,7 +34,7 @@ func TestFatalStreamErrorHealsOnReopen(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := h.w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
 		return errors.Is(err, ErrNotOpen)
-	}, 5*time.Second, 10*time.Millisecond, "a stopped pool reports ErrNotOpen")
+	}, 10*time.Second, 10*time.Millisecond, "a stopped pool reports ErrNotOpen")
 	_, err := h.w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
 	require.ErrorIs(t, err, ErrNotOpen, "it stays not open until Open")
 	assert.Contains(t, err.Error(), "PERMISSION_DENIED", "the cause is named")
@@ -138,7 +138,7 @@ func TestCloseNacksWhatIsNotDurable(t *testing.T) {
 			}
 		}
 		return false
-	}, 5*time.Second, 5*time.Millisecond)
+	}, 10*time.Second, 5*time.Millisecond)
 	st := h.w.st.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()

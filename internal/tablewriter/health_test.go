@@ -15,20 +15,55 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
-// slowRebuild makes a failed stream stay rebuilding long enough to be seen.
+// slowRebuild makes a failed stream stay rebuilding long enough to be seen,
+// by a poller and by the snapshot taken after it, on a loaded machine too.
 func slowRebuild(c *Config) {
-	c.Pool.OpenBackoffInitial, c.Pool.OpenBackoffMax = 400*time.Millisecond, 400*time.Millisecond
+	c.Pool.OpenBackoffInitial, c.Pool.OpenBackoffMax = 1500*time.Millisecond, 1500*time.Millisecond
 }
 
+// streamOf is stream i of h, failing the test if there is none. It calls
+// t.Fatalf: use it on the test goroutine only; pollers use findStream.
 func streamOf(t *testing.T, h TableHealth, i int) StreamHealth {
 	t.Helper()
+	s, ok := findStream(h, i)
+	if !ok {
+		t.Fatalf("no stream %d in %+v", i, h)
+	}
+	return s
+}
+
+// findStream is stream i of h, and whether h has it.
+func findStream(h TableHealth, i int) (StreamHealth, bool) {
 	for _, s := range h.Streams {
 		if s.Index == i {
-			return s
+			return s, true
 		}
 	}
-	t.Fatalf("no stream %d in %+v", i, h)
-	return StreamHealth{}
+	return StreamHealth{}, false
+}
+
+// ackUntilDone acks every batch the streams hold until all the writers of
+// wg have returned. Later writes submit only once earlier ones are acked,
+// at moments no fixed number of acks and sleeps can predict on a loaded
+// machine; a bounded loop could stop acking before the last submit and
+// leave wg.Wait hanging.
+func ackUntilDone(t *testing.T, opener *ingestfake.Opener, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	deadline := time.After(30 * time.Second)
+	for {
+		for _, s := range opener.Streams() {
+			s.AckAll()
+		}
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			t.Fatalf("the writes did not return within 30s while every submitted batch was acked")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // A stream killed by a poison fault is reported rebuilding, with its
@@ -60,16 +95,16 @@ func TestHealthStreamUpRebuildingUp(t *testing.T) {
 			}
 		}
 		return false
-	}, 2*time.Second, 2*time.Millisecond, "the killed stream is rebuilding")
+	}, 10*time.Second, 2*time.Millisecond, "the killed stream is rebuilding")
 	th = h.w.Health()
 	assert.Equal(t, StateRebuilding, th.State, "the table is as bad as its worst stream")
 	assert.Contains(t, streamOf(t, th, k).LastError, "frame rejected", "the failure is named")
 	assert.Equal(t, StateUp, streamOf(t, th, 1-k).State, "the other stream keeps serving")
 
 	require.Eventually(t, func() bool {
-		s := streamOf(t, h.w.Health(), k)
-		return s.State == StateUp && s.Generation == 2
-	}, 3*time.Second, 10*time.Millisecond, "the stream is rebuilt")
+		s, ok := findStream(h.w.Health(), k)
+		return ok && s.State == StateUp && s.Generation == 2
+	}, 10*time.Second, 10*time.Millisecond, "the stream is rebuilt")
 	th = h.w.Health()
 	assert.Equal(t, StateUp, th.State)
 	assert.Equal(t, 1, streamOf(t, th, k).Rebuilds)
@@ -88,9 +123,9 @@ func TestHealthStalledAcksGrowAgeAndPending(t *testing.T) {
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
-		s := streamOf(t, h.w.Health(), 0)
-		return s.PendingRows == 2 && !s.OldestPending.IsZero() // the lane waits for them
-	}, 2*time.Second, 5*time.Millisecond)
+		s, ok := findStream(h.w.Health(), 0)
+		return ok && s.PendingRows == 2 && !s.OldestPending.IsZero() // the lane waits for them
+	}, 10*time.Second, 5*time.Millisecond)
 	first := h.w.Health()
 	s := streamOf(t, first, 0)
 	assert.Equal(t, int64(1), s.PendingBatches)
@@ -121,37 +156,23 @@ func TestHealthShowsBackpressure(t *testing.T) {
 		wg.Go(func() { _, _ = h.w.Write(context.Background(), rows(`{"id":`+itoa(int64(i))+`,"msg":"x"}`), nil) })
 		if i < 2 {
 			require.Eventually(t, func() bool {
-				s := streamOf(t, h.w.Health(), 0)
-				return s.PendingBatches == int64(i+1) && !s.OldestPending.IsZero()
-			}, 2*time.Second, 5*time.Millisecond)
+				s, ok := findStream(h.w.Health(), 0)
+				return ok && s.PendingBatches == int64(i+1) && !s.OldestPending.IsZero()
+			}, 10*time.Second, 5*time.Millisecond)
 		}
 	}
-	require.Eventually(t, func() bool { return streamOf(t, h.w.Health(), 0).LaneFullWriters == 1 }, 2*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { s, ok := findStream(h.w.Health(), 0); return ok && s.LaneFullWriters == 1 }, 10*time.Second, 5*time.Millisecond,
 		"the third write waits for room in the one-item lane")
-	h.opener.Streams()[0].AckAll()
-	for range 50 { // the later writes submit after the first ack
-		h.opener.Streams()[0].AckAll()
-		time.Sleep(5 * time.Millisecond)
-	}
-	wg.Wait()
+	ackUntilDone(t, h.opener, &wg) // the later writes submit after the first ack
 	assert.Zero(t, streamOf(t, h.w.Health(), 0).LaneFullWriters)
 
 	hb := newHarness(t, ingestfake.Config{ManualAck: true}, func(c *Config) { c.MaxInFlightBytes = 1 }, nil)
 	for i := range 2 {
 		wg.Go(func() { _, _ = hb.w.Write(context.Background(), rows(`{"id":`+itoa(int64(i))+`,"msg":"x"}`), nil) })
 	}
-	require.Eventually(t, func() bool { return hb.w.Health().BudgetWaiters == 1 }, 2*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return hb.w.Health().BudgetWaiters == 1 }, 10*time.Second, 5*time.Millisecond,
 		"the second write waits for the budget the first holds")
-	for range 100 {
-		for _, s := range hb.opener.Streams() {
-			s.AckAll()
-		}
-		if hb.w.Health().BudgetWaiters == 0 && hb.w.Health().BudgetInUseBytes == 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	wg.Wait()
+	ackUntilDone(t, hb.opener, &wg)
 }
 
 // Streams refused for good are stopped, with the cause; the writer stays
@@ -161,7 +182,7 @@ func TestHealthStoppedUntilReopen(t *testing.T) {
 	for _, s := range h.opener.Streams() {
 		s.Poison(ingestfake.ErrFatalConfig("PERMISSION_DENIED: missing MODIFY"))
 	}
-	require.Eventually(t, func() bool { return h.w.Health().State == StateStopped }, 2*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.w.Health().State == StateStopped }, 10*time.Second, 5*time.Millisecond)
 	th := h.w.Health()
 	for _, s := range th.Streams {
 		assert.Equal(t, StateStopped, s.State)
@@ -269,17 +290,17 @@ func TestHealthGauges(t *testing.T) {
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
 	require.NoError(t, w.Open(context.Background()))
 	series := func(name string) string { return name + "{" + testTable + ",0}" }
-	require.Eventually(t, func() bool { v, ok := sink.get(series(mStreamState)); return ok && v == 0 }, 2*time.Second, 5*time.Millisecond, "up is 0")
+	require.Eventually(t, func() bool { v, ok := sink.get(series(mStreamState)); return ok && v == 0 }, 10*time.Second, 5*time.Millisecond, "up is 0")
 
 	go func() { _, _ = w.Write(context.Background(), rows(`{"id":1,"msg":"a"}`), nil) }()
-	require.Eventually(t, func() bool { v, _ := sink.get(series(mAckAge)); return v >= 100 }, 3*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { v, _ := sink.get(series(mAckAge)); return v >= 100 }, 10*time.Second, 10*time.Millisecond,
 		"the ack age climbs past 100 ms while the ack stalls")
 	opener.Streams()[0].AckAll()
-	require.Eventually(t, func() bool { v, _ := sink.get(series(mAckAge)); return v == 0 }, 2*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { v, _ := sink.get(series(mAckAge)); return v == 0 }, 10*time.Second, 5*time.Millisecond,
 		"nothing pending: age 0")
 
 	opener.Streams()[0].Poison(ingestfake.ErrFatalConfig("PERMISSION_DENIED"))
-	require.Eventually(t, func() bool { v, _ := sink.get(series(mStreamState)); return v == 2 }, 2*time.Second, 5*time.Millisecond, "stopped is 2")
+	require.Eventually(t, func() bool { v, _ := sink.get(series(mStreamState)); return v == 2 }, 10*time.Second, 5*time.Millisecond, "stopped is 2")
 	_, err := w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
 	require.True(t, errors.Is(err, ErrNotOpen))
 	v, _ := sink.get(mBackpressure + "{" + testTable + ",budget}")

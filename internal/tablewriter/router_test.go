@@ -65,7 +65,7 @@ func TestRouterSplitsByTableAndEvictsLeastRecentlyUsed(t *testing.T) {
 			}
 		}
 		return true
-	}, 5*time.Second, 5*time.Millisecond, "b's streams are closed")
+	}, 10*time.Second, 5*time.Millisecond, "b's streams are closed")
 	for _, s := range opener.Streams() {
 		if s.Table() != "c.s.b" {
 			assert.False(t, s.Closed(), "only b's streams are closed (%s)", s.Table())

@@ -2,11 +2,13 @@ package prometheus
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,23 +138,40 @@ logger:
 	s, err := b.Build()
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
+	stopped := false
+	t.Cleanup(func() {
+		// A failed assertion must not leave the stream serving on its
+		// ports (and generating) while the other tests run.
+		if !stopped {
+			_ = s.StopWithin(10 * time.Second)
+			cancel()
+			<-done
+		}
+	})
 
 	for _, url := range []string{"http://" + addr + "/metrics", "http://" + httpAddr + "/metrics"} {
-		require.Eventually(t, func() bool {
+		var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
+		if !assert.Eventually(t, func() bool {
 			resp, err := http.Get(url)
 			if err != nil {
+				last.Store(err.Error())
 				return false
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
+			last.Store(fmt.Sprintf("HTTP %d, %d bytes, output_sent %v, go_goroutines %v", resp.StatusCode, len(body),
+				strings.Contains(string(body), "output_sent"), strings.Contains(string(body), "go_goroutines")))
 			return strings.Contains(string(body), "output_sent") && strings.Contains(string(body), "go_goroutines")
-		}, 5*time.Second, 50*time.Millisecond, url)
+		}, 15*time.Second, 50*time.Millisecond) {
+			t.Fatalf("%s never served output_sent and go_goroutines (last: %v)", url, last.Load())
+		}
 	}
-	require.NoError(t, s.StopWithin(5*time.Second))
+	stopped = true
+	require.NoError(t, s.StopWithin(10*time.Second))
 	<-done
 }
 

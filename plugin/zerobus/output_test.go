@@ -89,6 +89,23 @@ func msgs(bodies ...string) service.MessageBatch {
 	return b
 }
 
+// waitSubmitted waits until the fake's streams hold n submitted batches:
+// a fixed sleep may end before a loaded machine has submitted anything.
+func waitSubmitted(t *testing.T, op *ingestfake.Opener, n uint64) {
+	t.Helper()
+	var got atomic.Uint64 // the poller may still run when Eventually gives up
+	if !assert.Eventually(t, func() bool {
+		var sum uint64
+		for _, s := range op.Streams() {
+			sum += s.Submitted()
+		}
+		got.Store(sum)
+		return sum >= n
+	}, 10*time.Second, 2*time.Millisecond) {
+		t.Fatalf("%d batches submitted, want %d", got.Load(), n)
+	}
+}
+
 // writeAsync runs WriteBatch in a goroutine and returns its result channel.
 func writeAsync(ctx context.Context, o *output, b service.MessageBatch) <-chan error {
 	ch := make(chan error, 1)
@@ -124,7 +141,7 @@ func TestWriteBatchAcksOnlyAfterDurable(t *testing.T) {
 	h.connect(t)
 
 	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b"}`))
-	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 2 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 2 }, 15*time.Second, 5*time.Millisecond,
 		"rows are submitted before they are durable")
 	select {
 	case err := <-done:
@@ -154,7 +171,7 @@ func TestWriteBatchBadRowsFailAlone(t *testing.T) {
 		`{"id":4}`,                         // msg is nullable
 	)
 	done := writeAsync(context.Background(), h.out, batch)
-	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 2 }, 15*time.Second, 5*time.Millisecond)
 	select {
 	case err := <-done:
 		t.Fatalf("WriteBatch returned %v before the good rows were durable", err)
@@ -190,7 +207,7 @@ func TestWriteBatchCancelledIsNack(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := writeAsync(ctx, h.out, msgs(`{"id":1,"msg":"a"}`))
-	time.Sleep(50 * time.Millisecond)
+	waitSubmitted(t, h.opener, 1) // cancelled while it waits for its ack
 	cancel()
 	select {
 	case err := <-done:
@@ -215,7 +232,7 @@ func TestWriteBatchPipelinesConcurrentBatches(t *testing.T) {
 	for i := range n {
 		results[i] = writeAsync(context.Background(), h.out, msgs(`{"id":`+itoa(int64(i))+`,"msg":"x"}`))
 	}
-	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == n }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == n }, 15*time.Second, 5*time.Millisecond,
 		"all %d batches are in flight before any ack", n)
 	for _, s := range h.opener.Streams() {
 		s.AckAll()
@@ -354,20 +371,20 @@ func TestPrimaryRawRefusesLoudly(t *testing.T) {
 	require.Eventually(t, func() bool {
 		err := h.out.WriteBatch(context.Background(), msgs(`{"id":2}`))
 		return err != nil && strings.Contains(err.Error(), catalog.PreDeletionVectors)
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 15*time.Second, 10*time.Millisecond)
 
 	// And fixed again.
 	h.cat.SetProps(testTable, primaryRawOK())
 	require.Eventually(t, func() bool {
 		return h.out.WriteBatch(context.Background(), msgs(`{"id":3}`)) == nil
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 15*time.Second, 10*time.Millisecond)
 }
 
 func TestCloseIsBoundedAndNacksPending(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{ManualAck: true}, "close_timeout: 200ms\n", nil)
 	h.connect(t)
 	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"never acked"}`))
-	time.Sleep(50 * time.Millisecond)
+	waitSubmitted(t, h.opener, 1) // pending when Close starts
 
 	start := time.Now()
 	_ = h.out.Close(context.Background())
@@ -405,7 +422,7 @@ func TestSchemaRejectionRedescribesTable(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{ManualAck: true, KeepRecords: true}, "", nil)
 	h.connect(t)
 	done := writeAsync(context.Background(), h.out, msgs(`{"id":1,"msg":"a"}`))
-	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(submittedRows(t, h.opener)) == 1 }, 15*time.Second, 5*time.Millisecond)
 
 	// Streams opened from now on acknowledge by themselves.
 	h.opener.SetConfig(ingestfake.Config{KeepRecords: true})
@@ -423,7 +440,7 @@ func TestSchemaRejectionRedescribesTable(t *testing.T) {
 	// provisioning.
 	require.Eventually(t, func() bool {
 		return slices.ContainsFunc(h.out.eng.Load().Writer.Columns(), func(c typemap.Column) bool { return c.Name == "region" })
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 15*time.Second, 10*time.Millisecond)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b","region":"eu"}`)))
 }
 
@@ -466,7 +483,7 @@ func TestStoppedStreamsReportNotConnectedAndHealOnConnect(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		return errors.Is(h.out.WriteBatch(context.Background(), msgs(`{"id":2,"msg":"b"}`)), service.ErrNotConnected)
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 15*time.Second, 10*time.Millisecond)
 	h.connect(t)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":2,"msg":"b"}`)))
 	assert.Contains(t, submittedRows(t, h.opener), "2:b")

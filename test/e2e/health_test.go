@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,15 +23,42 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 )
 
-// getHealth fetches the health report at url.
+// getHealth fetches the health report at url, failing the test if it
+// cannot. Call it from the test goroutine only; pollers use fetchHealth.
 func getHealth(t *testing.T, url string) (int, healthhttp.Report) {
 	t.Helper()
-	resp, err := http.Get(url)
+	code, rep, err := fetchHealth(url)
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	return code, rep
+}
+
+// fetchHealth fetches and decodes the health report at url. It never fails
+// the test, so a require.Eventually condition can call it: until the
+// engine has mounted the handler the answer is a 404 that is no report.
+func fetchHealth(url string) (int, healthhttp.Report, error) {
 	var rep healthhttp.Report
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rep))
-	return resp.StatusCode, rep
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, rep, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, rep, err
+	}
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return resp.StatusCode, rep, fmt.Errorf("HTTP %d, body %q: %w", resp.StatusCode, body, err)
+	}
+	return resp.StatusCode, rep, nil
+}
+
+// describeHealth says what one poll of the endpoint saw, for the message
+// of a poll that never saw what it waited for.
+func describeHealth(code int, rep healthhttp.Report, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("HTTP %d: %+v", code, rep)
 }
 
 // The slow-ack branch, end to end: while the service stops acking, the
@@ -61,6 +89,8 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	require.Len(t, rep.Outputs, 1)
 	assert.Equal(t, "zb", rep.Outputs[0].Label)
 	assert.Equal(t, healthhttp.StatusUp, rep.Status)
+	require.Len(t, rep.Outputs[0].Tables, 1, "%+v", rep)
+	require.NotEmpty(t, rep.Outputs[0].Tables[0].Streams, "%+v", rep)
 	st := rep.Outputs[0].Tables[0].Streams[0]
 	assert.Equal(t, "up", st.State)
 	require.NotNil(t, st.LastAckAgeSeconds, "a stream that confirmed rows has a last ack")
@@ -70,10 +100,21 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	go func() {
 		stalled <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":2,"msg":"b"}`))})
 	}()
-	require.Eventually(t, func() bool {
-		code, rep = getHealth(t, hs.URL+healthhttp.Path)
+	var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
+	if !assert.Eventually(t, func() bool {
+		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
+		last.Store(describeHealth(c, r, err))
+		if err != nil {
+			return false
+		}
+		code, rep = c, r
 		return code == http.StatusServiceUnavailable
-	}, 15*time.Second, 100*time.Millisecond, "rows pending past ack.timeout")
+	}, 15*time.Second, 100*time.Millisecond) {
+		t.Fatalf("rows pending past ack.timeout never made the endpoint say 503 (last: %v)", last.Load())
+	}
+	require.Len(t, rep.Outputs, 1, "%+v", rep)
+	require.Len(t, rep.Outputs[0].Tables, 1, "%+v", rep)
+	require.NotEmpty(t, rep.Outputs[0].Tables[0].Streams, "%+v", rep)
 	require.NotEmpty(t, rep.Outputs[0].Problems)
 	assert.Contains(t, rep.Outputs[0].Problems[0], "durable ack")
 	tr := rep.Outputs[0].Tables[0]
@@ -91,10 +132,13 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	assert.Zero(t, promValue(text, "zerobus_stream_state", tbl), "the stream is up")
 
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
-	require.Eventually(t, func() bool {
-		code, _ = getHealth(t, hs.URL+healthhttp.Path)
-		return code == http.StatusOK
-	}, 15*time.Second, 100*time.Millisecond, "acks back: healthy")
+	if !assert.Eventually(t, func() bool {
+		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
+		last.Store(describeHealth(c, r, err))
+		return err == nil && c == http.StatusOK
+	}, 15*time.Second, 100*time.Millisecond) {
+		t.Fatalf("acks back, yet the endpoint never said healthy (last: %v)", last.Load())
+	}
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":3,"msg":"c"}`))}))
 }
 
@@ -176,33 +220,47 @@ output:
 		return false, nil, false
 	}
 	url := "http://" + addr + healthhttp.Path + "?label=zb"
+	var last atomic.Value // what the last poll saw, for the failure message (the poller may still run when Eventually gives up)
 	healthy := func() bool {
-		active, _, ok := status()
+		active, cerr, ok := status()
 		if !ok || !active {
+			last.Store(fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, cerr))
 			return false
 		}
-		code, rep := getHealth(t, url)
-		return code == http.StatusOK && rep.Status == healthhttp.StatusUp
+		code, rep, err := fetchHealth(url)
+		last.Store(describeHealth(code, rep, err))
+		return err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp
 	}
-	require.Eventually(t, healthy, 30*time.Second, 100*time.Millisecond, "connected and healthy")
+	if !assert.Eventually(t, healthy, 30*time.Second, 100*time.Millisecond) {
+		t.Fatalf("never connected and healthy (last: %v)", last.Load())
+	}
 
 	// Revoke MODIFY, and kill the streams: their reopens are refused.
 	require.NoError(t, srv.UpdateGrants(emulator.GrantChange{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Remove: []string{"MODIFY"}}))
 	require.NoError(t, srv.SetFaults(emulator.Faults{ErrorRate: map[string]float64{"INTERNAL": 1}}))
 	// The engine marks the output failing with ErrNotConnected when a write
 	// says so, then with Connect's error: the refusal, naming the grant.
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		active, err, ok := status()
+		last.Store(fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, err))
 		return ok && !active && err != nil && strings.Contains(err.Error(), "MODIFY")
-	}, 30*time.Second, 100*time.Millisecond, "not connected while the streams are stopped, with the cause")
-	require.Eventually(t, func() bool {
-		code, rep := getHealth(t, url)
-		return code == http.StatusServiceUnavailable && rep.Outputs[0].Tables[0].State == "stopped"
-	}, 30*time.Second, 100*time.Millisecond, "stopped on the endpoint")
+	}, 30*time.Second, 100*time.Millisecond) {
+		t.Fatalf("not connected while the streams are stopped, with the cause: never so (last: %v)", last.Load())
+	}
+	if !assert.Eventually(t, func() bool {
+		code, rep, err := fetchHealth(url)
+		last.Store(describeHealth(code, rep, err))
+		return err == nil && code == http.StatusServiceUnavailable && len(rep.Outputs) == 1 &&
+			len(rep.Outputs[0].Tables) == 1 && rep.Outputs[0].Tables[0].State == "stopped"
+	}, 30*time.Second, 100*time.Millisecond) {
+		t.Fatalf("the endpoint never said 503 with the table stopped (last: %v)", last.Load())
+	}
 
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
 	require.NoError(t, srv.UpdateGrants(emulator.GrantChange{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Add: []string{"MODIFY"}}))
-	require.Eventually(t, healthy, 60*time.Second, 100*time.Millisecond, "connected and healthy again after the grant")
+	if !assert.Eventually(t, healthy, 60*time.Second, 100*time.Millisecond) {
+		t.Fatalf("never connected and healthy again after the grant (last: %v)", last.Load())
+	}
 }
 
 // The built binary serves /zerobus/health next to /ping on its HTTP server,

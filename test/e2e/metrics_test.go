@@ -91,6 +91,10 @@ func TestMetricsCountEachFault(t *testing.T) {
 	dataDir := srv.DataDir()
 	require.NoError(t, srv.Close())
 	done := make(chan struct{})
+	// On a failure below, the cleanup stops the stream and waits for this
+	// producer: it must not outlive the test (a t.Errorf after the test
+	// ended panics the whole test binary).
+	t.Cleanup(func() { _ = stop(); <-done })
 	go func() {
 		defer close(done)
 		// A batch whose stream died is nacked: an input redelivers it, so
@@ -102,6 +106,9 @@ func TestMetricsCountEachFault(t *testing.T) {
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 			if produce(ctx, batch.DeepCopy()) == nil {
 				return
+			}
+			if ctx.Err() != nil {
+				return // the stream stopped: the rows check below says what is missing
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -129,17 +129,28 @@ output:
 // itself (at most 90s) and returns its output and exit status.
 func runProduct(t *testing.T, config string) (string, int) {
 	t.Helper()
-	p := startProduct(t, config)
+	out, code, err := awaitProduct(startProduct(t, config), 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, code
+}
+
+// awaitProduct waits up to d for p to end by itself and returns its output
+// and exit code; past d it kills p and says so. It never fails the test,
+// so goroutines other than the test's can wait for processes the test
+// goroutine started.
+func awaitProduct(p *proc, d time.Duration) (string, int, error) {
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(90 * time.Second):
+	case <-time.After(d):
 		_ = p.cmd.Process.Kill()
 		<-done
-		t.Fatalf("benthos-zerobus did not end by itself:\n%s", tail(p.out.String(), 4000))
+		return p.out.String(), -1, fmt.Errorf("benthos-zerobus did not end by itself within %s:\n%s", d, tail(p.out.String(), 4000))
 	}
-	return p.out.String(), p.cmd.ProcessState.ExitCode()
+	return p.out.String(), p.cmd.ProcessState.ExitCode(), nil
 }
 
 // startProduct starts the product binary on the YAML config.
@@ -349,17 +360,20 @@ meta kafka_partition = ($k %% 3).string()
 meta kafka_offset = $off.int64().string()
 `, w*100, w)
 	}
-	var wg sync.WaitGroup
-	outs, codes := make([]string, 2), make([]int, 2)
+	// Both writers start on the test goroutine (starting may fail the
+	// test); only the waits run concurrently, and they never fail it.
+	procs := make([]*proc, 2)
 	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[w], codes[w] = runProduct(t, writerConfig(httpURL, grpcURL, table, fmt.Sprintf("writer_%c", 'a'+w), perWriter, 500, mapping(w)))
-		}()
+		procs[w] = startProduct(t, writerConfig(httpURL, grpcURL, table, fmt.Sprintf("writer_%c", 'a'+w), perWriter, 500, mapping(w)))
+	}
+	var wg sync.WaitGroup
+	outs, codes, errs := make([]string, 2), make([]int, 2), make([]error, 2)
+	for w := range 2 {
+		wg.Go(func() { outs[w], codes[w], errs[w] = awaitProduct(procs[w], 90*time.Second) })
 	}
 	wg.Wait()
 	for w := range 2 {
+		require.NoError(t, errs[w], "writer %d", w)
 		require.Zero(t, codes[w], "writer %d failed:\n%s", w, tail(outs[w], 4000))
 	}
 

@@ -128,9 +128,11 @@ func TestRotatedSecretFromEnvironmentHeals(t *testing.T) {
 	go func() {
 		done <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"after rotation"}`))})
 	}()
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), "DATABRICKS_CLIENT_SECRET")
-	}, 10*time.Second, 50*time.Millisecond, "the refusal names where the secret came from: %s", logs.String())
+	}, 10*time.Second, 50*time.Millisecond) {
+		t.Fatalf("the refusal never named where the secret came from; logs now: %s", logs.String())
+	}
 	assert.NotContains(t, logs.String(), "an-expired-s3cret", "the secret is never logged")
 	select {
 	case err := <-done:
@@ -181,10 +183,12 @@ func TestWritesRefusedForTenSecondsLandAfterTheGrant(t *testing.T) {
 		}
 		done <- produce(ctx, batch)
 	}()
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		l := logs.String()
 		return strings.Contains(l, "MODIFY") && strings.Contains(l, "GRANT SELECT, MODIFY ON TABLE")
-	}, 10*time.Second, 50*time.Millisecond, "the refusal says which grant to run: %s", logs.String())
+	}, 10*time.Second, 50*time.Millisecond) {
+		t.Fatalf("the refusal never said which grant to run; logs now: %s", logs.String())
+	}
 	time.Sleep(time.Until(began.Add(10 * time.Second)))
 	select {
 	case err := <-done:

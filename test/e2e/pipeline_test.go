@@ -431,12 +431,26 @@ func TestConcurrencyRejectNoStreamStorm(t *testing.T) {
 	produceIDs(t, ctx, produce, 0, 2000, 50)
 	time.Sleep(time.Until(start.Add(3 * time.Second)))
 	st := srv.Stats().Tables[eventsTable]
+	elapsed := time.Since(start) // read after the stats: an upper bound of their window
 	n, err := srv.TableRowCount(eventsTable)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2000), n, "writes continue on the stream that was admitted")
 	assert.Equal(t, int64(1), st.StreamsOpened)
-	assert.LessOrEqual(t, st.StreamsRejected, int64(3), "a reject backs off; no storm of opens (3s window)")
-	t.Logf("streams opened %d, rejected %d in %s", st.StreamsOpened, st.StreamsRejected, time.Since(start).Round(time.Millisecond))
+	// 3 in the nominal 3 s window; more only if producing took longer.
+	assert.LessOrEqual(t, st.StreamsRejected, maxBackedOffAttempts(elapsed), "a reject backs off; no storm of opens (%s window)", elapsed)
+	t.Logf("streams opened %d, rejected %d in %s", st.StreamsOpened, st.StreamsRejected, elapsed.Round(time.Millisecond))
+}
+
+// maxBackedOffAttempts is the most open attempts one pool member can make
+// within d under the pool's default back-off (internal/pool: equal jitter,
+// so the k-th wait is at least 2^(k-1) × 500 ms, doubling from 1 s): one at
+// once, then one per wait that fits.
+func maxBackedOffAttempts(d time.Duration) int64 {
+	n := int64(1)
+	for wait, total := 500*time.Millisecond, 500*time.Millisecond; total <= d; wait, total = 2*wait, total+2*wait {
+		n++
+	}
+	return n
 }
 
 func TestProvisionedPrimaryRawTableMeetsItsPreconditions(t *testing.T) {

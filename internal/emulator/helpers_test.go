@@ -182,7 +182,8 @@ func (p *putStream) recv() (ack, error) {
 	if err != nil {
 		return ack{}, err
 	}
-	// Returned, not required: assertStalledThenAcked receives in a goroutine.
+	// Returned, not required: assertStalledThenAcked and awaitRecords
+	// receive off the test goroutine.
 	var a ack
 	if err := json.Unmarshal(res.AppMetadata, &a); err != nil {
 		return ack{}, fmt.Errorf("ack metadata %q: %w", res.AppMetadata, err)
@@ -205,13 +206,9 @@ func (p *putStream) waitRecords(n uint64) []ack {
 func (p *putStream) awaitRecords(n uint64) ([]ack, error) {
 	var acks []ack
 	for {
-		res, err := p.stream.Recv()
+		a, err := p.recv()
 		if err != nil {
-			return acks, fmt.Errorf("stream ended waiting for %d records acked (acks so far %+v): %w", n, acks, err)
-		}
-		var a ack
-		if err := json.Unmarshal(res.AppMetadata, &a); err != nil {
-			return acks, fmt.Errorf("ack %q: %w", res.AppMetadata, err)
+			return acks, fmt.Errorf("waiting for %d records acked (acks so far %+v): %w", n, acks, err)
 		}
 		acks = append(acks, a)
 		if a.Records >= n {

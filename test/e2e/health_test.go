@@ -100,18 +100,14 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	go func() {
 		stalled <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":2,"msg":"b"}`))})
 	}()
-	var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
-	if !assert.Eventually(t, func() bool {
+	eventually(t, 15*time.Second, 100*time.Millisecond, "rows pending past ack.timeout never made the endpoint say 503", func() (bool, string) {
 		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
-		last.Store(describeHealth(c, r, err))
 		if err != nil {
-			return false
+			return false, describeHealth(c, r, err)
 		}
 		code, rep = c, r
-		return code == http.StatusServiceUnavailable
-	}, 15*time.Second, 100*time.Millisecond) {
-		t.Fatalf("rows pending past ack.timeout never made the endpoint say 503 (last: %v)", last.Load())
-	}
+		return code == http.StatusServiceUnavailable, describeHealth(c, r, err)
+	})
 	require.Len(t, rep.Outputs, 1, "%+v", rep)
 	require.Len(t, rep.Outputs[0].Tables, 1, "%+v", rep)
 	require.NotEmpty(t, rep.Outputs[0].Tables[0].Streams, "%+v", rep)
@@ -132,13 +128,10 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	assert.Zero(t, promValue(text, "zerobus_stream_state", tbl), "the stream is up")
 
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
-	if !assert.Eventually(t, func() bool {
+	eventually(t, 15*time.Second, 100*time.Millisecond, "acks back, yet the endpoint never said healthy", func() (bool, string) {
 		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
-		last.Store(describeHealth(c, r, err))
-		return err == nil && c == http.StatusOK
-	}, 15*time.Second, 100*time.Millisecond) {
-		t.Fatalf("acks back, yet the endpoint never said healthy (last: %v)", last.Load())
-	}
+		return err == nil && c == http.StatusOK, describeHealth(c, r, err)
+	})
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":3,"msg":"c"}`))}))
 }
 
@@ -220,47 +213,35 @@ output:
 		return false, nil, false
 	}
 	url := "http://" + addr + healthhttp.Path + "?label=zb"
-	var last atomic.Value // what the last poll saw, for the failure message (the poller may still run when Eventually gives up)
-	healthy := func() bool {
+	healthy := func() (bool, string) {
 		active, cerr, ok := status()
 		if !ok || !active {
-			last.Store(fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, cerr))
-			return false
+			return false, fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, cerr)
 		}
 		code, rep, err := fetchHealth(url)
-		last.Store(describeHealth(code, rep, err))
-		return err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp
+		return err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp, describeHealth(code, rep, err)
 	}
-	if !assert.Eventually(t, healthy, 30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("never connected and healthy (last: %v)", last.Load())
-	}
+	eventually(t, 30*time.Second, 100*time.Millisecond, "never connected and healthy", healthy)
 
 	// Revoke MODIFY, and kill the streams: their reopens are refused.
 	require.NoError(t, srv.UpdateGrants(emulator.GrantChange{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Remove: []string{"MODIFY"}}))
 	require.NoError(t, srv.SetFaults(emulator.Faults{ErrorRate: map[string]float64{"INTERNAL": 1}}))
 	// The engine marks the output failing with ErrNotConnected when a write
 	// says so, then with Connect's error: the refusal, naming the grant.
-	if !assert.Eventually(t, func() bool {
+	eventually(t, 30*time.Second, 100*time.Millisecond, "not connected while the streams are stopped, with the cause: never so", func() (bool, string) {
 		active, err, ok := status()
-		last.Store(fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, err))
-		return ok && !active && err != nil && strings.Contains(err.Error(), "MODIFY")
-	}, 30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("not connected while the streams are stopped, with the cause: never so (last: %v)", last.Load())
-	}
-	if !assert.Eventually(t, func() bool {
+		return ok && !active && err != nil && strings.Contains(err.Error(), "MODIFY"),
+			fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, err)
+	})
+	eventually(t, 30*time.Second, 100*time.Millisecond, "the endpoint never said 503 with the table stopped", func() (bool, string) {
 		code, rep, err := fetchHealth(url)
-		last.Store(describeHealth(code, rep, err))
 		return err == nil && code == http.StatusServiceUnavailable && len(rep.Outputs) == 1 &&
-			len(rep.Outputs[0].Tables) == 1 && rep.Outputs[0].Tables[0].State == "stopped"
-	}, 30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("the endpoint never said 503 with the table stopped (last: %v)", last.Load())
-	}
+			len(rep.Outputs[0].Tables) == 1 && rep.Outputs[0].Tables[0].State == "stopped", describeHealth(code, rep, err)
+	})
 
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
 	require.NoError(t, srv.UpdateGrants(emulator.GrantChange{Principal: p, SecurableType: "TABLE", FullName: eventsTable, Add: []string{"MODIFY"}}))
-	if !assert.Eventually(t, healthy, 60*time.Second, 100*time.Millisecond) {
-		t.Fatalf("never connected and healthy again after the grant (last: %v)", last.Load())
-	}
+	eventually(t, 60*time.Second, 100*time.Millisecond, "never connected and healthy again after the grant", healthy)
 }
 
 // The built binary serves /zerobus/health next to /ping on its HTTP server,

@@ -13,10 +13,12 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
@@ -200,4 +202,21 @@ func indentBy(s string, n int) string {
 		out = append(out, pad+l)
 	}
 	return strings.Join(out, "\n")
+}
+
+// eventually polls cond every tick for up to wait and, if it never holds,
+// fails the test with what and what the last poll saw. cond runs off the
+// test goroutine (testify's Eventually), so it must not fail the test: it
+// returns what it saw instead, and a failed fetch is a poll that did not
+// hold.
+func eventually(t testing.TB, wait, tick time.Duration, what string, cond func() (ok bool, saw string)) {
+	t.Helper()
+	var last atomic.Value // string; the poller may still run when Eventually gives up
+	if !assert.Eventually(t, func() bool {
+		ok, saw := cond()
+		last.Store(saw)
+		return ok
+	}, wait, tick) {
+		t.Fatalf("%s (last: %v)", what, last.Load())
+	}
 }

@@ -28,6 +28,27 @@ func arrowGoSchemaMessage(t testing.TB, schema *arrow.Schema) []byte {
 	return bytes.Clone(meta.Bytes())
 }
 
+// recordBatchHeader is the data_header arrow-go writes for a record batch
+// of n rows of one int64 column.
+func recordBatchHeader(t testing.TB, n int) []byte {
+	t.Helper()
+	bld := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil))
+	defer bld.Release()
+	for i := range n {
+		bld.Field(0).(*array.Int64Builder).Append(int64(i))
+	}
+	rec := bld.NewRecordBatch()
+	defer rec.Release()
+	p, err := ipc.GetRecordBatchPayload(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	meta := p.Meta()
+	defer meta.Release()
+	return bytes.Clone(meta.Bytes())
+}
+
 // encapsulate frames one IPC metadata message as the IPC stream format does:
 // continuation marker, padded length, metadata, padding.
 func encapsulate(w *bytes.Buffer, msg []byte) {
@@ -369,19 +390,7 @@ func TestSchemaMessageRefusesUnsupported(t *testing.T) {
 }
 
 func TestReadSchemaRefusesOtherMessages(t *testing.T) {
-	bld := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil))
-	defer bld.Release()
-	bld.Field(0).(*array.Int64Builder).Append(7)
-	rec := bld.NewRecordBatch()
-	defer rec.Release()
-	p, err := ipc.GetRecordBatchPayload(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release()
-	meta := p.Meta()
-	defer meta.Release()
-	if _, err := ReadSchema(meta.Bytes()); err == nil || !strings.Contains(err.Error(), "is not Schema") {
+	if _, err := ReadSchema(recordBatchHeader(t, 1)); err == nil || !strings.Contains(err.Error(), "is not Schema") {
 		t.Fatalf("record batch message: error %v, want not Schema", err)
 	}
 	for _, b := range [][]byte{nil, {1, 2, 3}, {0, 0, 0, 0}, bytes.Repeat([]byte{0xFF}, 64)} {

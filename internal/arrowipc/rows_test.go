@@ -5,32 +5,8 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	flatbuffers "github.com/google/flatbuffers/go"
 )
-
-// recordBatchHeader is the data_header arrow-go writes for a record batch
-// of n rows of one int64 column.
-func recordBatchHeader(t testing.TB, n int) []byte {
-	t.Helper()
-	bld := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil))
-	defer bld.Release()
-	for i := range n {
-		bld.Field(0).(*array.Int64Builder).Append(int64(i))
-	}
-	rec := bld.NewRecordBatch()
-	defer rec.Release()
-	p, err := ipc.GetRecordBatchPayload(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release()
-	meta := p.Meta()
-	defer meta.Release()
-	return bytes.Clone(meta.Bytes())
-}
 
 func TestRecordBatchRows(t *testing.T) {
 	for _, n := range []int{0, 1, 5, 4000, 70000} {

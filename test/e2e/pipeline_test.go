@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -443,11 +444,12 @@ func TestConcurrencyRejectNoStreamStorm(t *testing.T) {
 
 // maxBackedOffAttempts is the most open attempts one pool member can make
 // within d under the pool's default back-off (internal/pool: equal jitter,
-// so the k-th wait is at least 2^(k-1) × 500 ms, doubling from 1 s): one at
-// once, then one per wait that fits.
+// so the k-th wait is at least 2^(k-1) × half of OpenBackoffInitial, 500 ms
+// by default): one at once, then one per wait that fits.
 func maxBackedOffAttempts(d time.Duration) int64 {
 	n := int64(1)
-	for wait, total := 500*time.Millisecond, 500*time.Millisecond; total <= d; wait, total = 2*wait, total+2*wait {
+	shortest := pool.DefaultConfig().OpenBackoffInitial / 2
+	for wait, total := shortest, shortest; total <= d; wait, total = 2*wait, total+2*wait {
 		n++
 	}
 	return n

@@ -30,13 +30,14 @@ import (
 const maxJSONDepth = 1000
 
 // jsonNode is what writing a value of one Arrow type needs beyond the
-// array: for a STRUCT its fields in output order with their pre-encoded
-// keys, for lists and maps the nodes of their children. Scalars need none
-// (nil node).
+// array: for a STRUCT whether it is a VARIANT or else its fields in output
+// order with their pre-encoded keys, for lists and maps the nodes of their
+// children. Every nested type has one; scalars need none (nil node).
 type jsonNode struct {
-	fields []jsonField // STRUCT: fields sorted by name, a repeated name resolved to its last field
-	elem   *jsonNode   // LIST element, MAP item
-	key    *jsonNode   // MAP key
+	variant bool        // STRUCT stored for a VARIANT: written as the JSON it holds
+	fields  []jsonField // other STRUCTs: fields sorted by name, a repeated name resolved to its last field
+	elem    *jsonNode   // LIST element, MAP item
+	key     *jsonNode   // MAP key
 }
 
 // jsonField is one STRUCT field in output order.
@@ -52,7 +53,7 @@ func newJSONNode(dt arrow.DataType) *jsonNode {
 	switch t := dt.(type) {
 	case *arrow.StructType:
 		if isVariant(t) {
-			return nil
+			return &jsonNode{variant: true}
 		}
 		idx := make([]int, t.NumFields())
 		for f := range idx {
@@ -102,8 +103,7 @@ func within(err error, format string, arg any) error {
 }
 
 // appendValue appends row i of a, at nesting depth depth of its column's
-// value, to dst. n is newJSONNode(a.DataType()) (nil for scalars); a nil
-// node for a nested array is planned on the spot.
+// value, to dst. n is newJSONNode(a.DataType()), planned once per schema.
 func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode, depth int) ([]byte, error) {
 	if depth > maxJSONDepth {
 		return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
@@ -177,11 +177,8 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 		dst = a.Value(i).ToTime().AppendFormat(dst, time.DateOnly)
 		return append(dst, '"'), nil
 	case *array.Struct:
-		if isVariant(a.DataType().(*arrow.StructType)) {
+		if n.variant {
 			return appendVariantJSON(dst, a, i, depth)
-		}
-		if n == nil {
-			n = newJSONNode(a.DataType())
 		}
 		dst = append(dst, '{')
 		for _, f := range n.fields {
@@ -193,9 +190,6 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 		}
 		return append(dst, '}'), nil
 	case *array.Map:
-		if n == nil {
-			n = newJSONNode(a.DataType())
-		}
 		start, end := a.ValueOffsets(i)
 		if sk, ok := a.Keys().(*array.String); ok {
 			return c.appendStringKeyMap(dst, sk, a.Items(), int(start), int(end), n, depth)
@@ -224,9 +218,6 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 		}
 		return append(dst, ']'), nil
 	case array.ListLike:
-		if n == nil {
-			n = newJSONNode(a.DataType())
-		}
 		start, end := a.ValueOffsets(i)
 		vals := a.ListValues()
 		dst = append(dst, '[')

@@ -93,20 +93,24 @@ type encodeError struct{ err error }
 func (e *encodeError) Error() string { return e.err.Error() }
 func (e *encodeError) Unwrap() error { return e.err }
 
+// errTooDeep is arrowconv's error for a value nested deeper than
+// maxJSONDepth.
+var errTooDeep error = &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+
 // within prefixes a reading error with where it happened inside the value
 // (as the old value builder did); serialiser errors pass unchanged.
-func within(err error, format string, arg any) error {
+func within(err error, format string, args ...any) error {
 	if _, ok := err.(*encodeError); ok {
 		return err
 	}
-	return fmt.Errorf(format+": %w", arg, err)
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
 }
 
 // appendValue appends row i of a, at nesting depth depth of its column's
 // value, to dst. n is newJSONNode(a.DataType()), planned once per schema.
 func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode, depth int) ([]byte, error) {
 	if depth > maxJSONDepth {
-		return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+		return dst, errTooDeep
 	}
 	if a.IsNull(i) {
 		return append(dst, "null"...), nil
@@ -203,16 +207,16 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 			// The old {"key": k, "value": v} object, depth+1 deep, its
 			// members depth+2.
 			if depth+1 > maxJSONDepth {
-				return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+				return dst, errTooDeep
 			}
 			var err error
 			dst = append(dst, `{"key":`...)
 			if dst, err = c.appendValue(dst, keys, j, n.key, depth+2); err != nil {
-				return dst, within(err, "%s", "map key")
+				return dst, within(err, "map key")
 			}
 			dst = append(dst, `,"value":`...)
 			if dst, err = c.appendValue(dst, items, j, n.elem, depth+2); err != nil {
-				return dst, within(err, "%s", "map value")
+				return dst, within(err, "map value")
 			}
 			dst = append(dst, '}')
 		}
@@ -272,7 +276,7 @@ func (c *rowConverter) appendStringKeyMap(dst []byte, keys *array.String, items 
 	}
 	c.mapOrder = c.mapOrder[:base]
 	if err != nil {
-		return dst, within(err, "%s", "map value")
+		return dst, within(err, "map value")
 	}
 	return append(dst, '}'), nil
 }
@@ -292,7 +296,7 @@ func appendVariantJSON(dst []byte, a *array.Struct, i, depth int) ([]byte, error
 	// maxJSONDepth-depth deep fail, as they did inside the old value. A
 	// text shorter than that cannot nest so deep.
 	if depth > 0 && len(dst)-from > maxJSONDepth-depth && depth+jsonNesting(dst[from:]) > maxJSONDepth {
-		return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+		return dst, errTooDeep
 	}
 	return dst, nil
 }

@@ -30,13 +30,14 @@ import (
 const maxJSONDepth = 1000
 
 // jsonNode is what writing a value of one Arrow type needs beyond the
-// array: for a STRUCT its fields in output order with their pre-encoded
-// keys, for lists and maps the nodes of their children. Scalars need none
-// (nil node).
+// array: for a STRUCT whether it is a VARIANT or else its fields in output
+// order with their pre-encoded keys, for lists and maps the nodes of their
+// children. Every nested type has one; scalars need none (nil node).
 type jsonNode struct {
-	fields []jsonField // STRUCT: fields sorted by name, a repeated name resolved to its last field
-	elem   *jsonNode   // LIST element, MAP item
-	key    *jsonNode   // MAP key
+	variant bool        // STRUCT stored for a VARIANT: written as the JSON it holds
+	fields  []jsonField // other STRUCTs: fields sorted by name, a repeated name resolved to its last field
+	elem    *jsonNode   // LIST element, MAP item
+	key     *jsonNode   // MAP key
 }
 
 // jsonField is one STRUCT field in output order.
@@ -52,7 +53,7 @@ func newJSONNode(dt arrow.DataType) *jsonNode {
 	switch t := dt.(type) {
 	case *arrow.StructType:
 		if isVariant(t) {
-			return nil
+			return &jsonNode{variant: true}
 		}
 		idx := make([]int, t.NumFields())
 		for f := range idx {
@@ -92,21 +93,24 @@ type encodeError struct{ err error }
 func (e *encodeError) Error() string { return e.err.Error() }
 func (e *encodeError) Unwrap() error { return e.err }
 
+// errTooDeep is arrowconv's error for a value nested deeper than
+// maxJSONDepth.
+var errTooDeep error = &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+
 // within prefixes a reading error with where it happened inside the value
 // (as the old value builder did); serialiser errors pass unchanged.
-func within(err error, format string, arg any) error {
+func within(err error, format string, args ...any) error {
 	if _, ok := err.(*encodeError); ok {
 		return err
 	}
-	return fmt.Errorf(format+": %w", arg, err)
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
 }
 
 // appendValue appends row i of a, at nesting depth depth of its column's
-// value, to dst. n is newJSONNode(a.DataType()) (nil for scalars); a nil
-// node for a nested array is planned on the spot.
+// value, to dst. n is newJSONNode(a.DataType()), planned once per schema.
 func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode, depth int) ([]byte, error) {
 	if depth > maxJSONDepth {
-		return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+		return dst, errTooDeep
 	}
 	if a.IsNull(i) {
 		return append(dst, "null"...), nil
@@ -177,11 +181,8 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 		dst = a.Value(i).ToTime().AppendFormat(dst, time.DateOnly)
 		return append(dst, '"'), nil
 	case *array.Struct:
-		if isVariant(a.DataType().(*arrow.StructType)) {
+		if n.variant {
 			return appendVariantJSON(dst, a, i, depth)
-		}
-		if n == nil {
-			n = newJSONNode(a.DataType())
 		}
 		dst = append(dst, '{')
 		for _, f := range n.fields {
@@ -193,9 +194,6 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 		}
 		return append(dst, '}'), nil
 	case *array.Map:
-		if n == nil {
-			n = newJSONNode(a.DataType())
-		}
 		start, end := a.ValueOffsets(i)
 		if sk, ok := a.Keys().(*array.String); ok {
 			return c.appendStringKeyMap(dst, sk, a.Items(), int(start), int(end), n, depth)
@@ -209,24 +207,21 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 			// The old {"key": k, "value": v} object, depth+1 deep, its
 			// members depth+2.
 			if depth+1 > maxJSONDepth {
-				return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+				return dst, errTooDeep
 			}
 			var err error
 			dst = append(dst, `{"key":`...)
 			if dst, err = c.appendValue(dst, keys, j, n.key, depth+2); err != nil {
-				return dst, within(err, "%s", "map key")
+				return dst, within(err, "map key")
 			}
 			dst = append(dst, `,"value":`...)
 			if dst, err = c.appendValue(dst, items, j, n.elem, depth+2); err != nil {
-				return dst, within(err, "%s", "map value")
+				return dst, within(err, "map value")
 			}
 			dst = append(dst, '}')
 		}
 		return append(dst, ']'), nil
 	case array.ListLike:
-		if n == nil {
-			n = newJSONNode(a.DataType())
-		}
 		start, end := a.ValueOffsets(i)
 		vals := a.ListValues()
 		dst = append(dst, '[')
@@ -281,7 +276,7 @@ func (c *rowConverter) appendStringKeyMap(dst []byte, keys *array.String, items 
 	}
 	c.mapOrder = c.mapOrder[:base]
 	if err != nil {
-		return dst, within(err, "%s", "map value")
+		return dst, within(err, "map value")
 	}
 	return append(dst, '}'), nil
 }
@@ -301,7 +296,7 @@ func appendVariantJSON(dst []byte, a *array.Struct, i, depth int) ([]byte, error
 	// maxJSONDepth-depth deep fail, as they did inside the old value. A
 	// text shorter than that cannot nest so deep.
 	if depth > 0 && len(dst)-from > maxJSONDepth-depth && depth+jsonNesting(dst[from:]) > maxJSONDepth {
-		return dst, &encodeError{fmt.Errorf("value nested deeper than %d", maxJSONDepth)}
+		return dst, errTooDeep
 	}
 	return dst, nil
 }

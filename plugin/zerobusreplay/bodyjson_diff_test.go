@@ -343,3 +343,47 @@ func TestAppendDecimal128MatchesToString(t *testing.T) {
 		}
 	}
 }
+
+// A nested _zb_emit_ts column (STRUCT, LIST, MAP) gives as metadata the
+// JSON text its value has in a body, a VARIANT one fmt of the value.
+func TestEmitTSMetadataOfNestedTypes(t *testing.T) {
+	for _, tc := range []struct {
+		dt  arrow.DataType
+		doc string
+	}{
+		{arrow.StructOf(arrow.Field{Name: "z", Type: arrow.PrimitiveTypes.Int64, Nullable: true}, arrow.Field{Name: "a\"", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true}), `{"z":1,"a\"":["x"]}`},
+		{arrow.ListOf(arrow.StructOf(arrow.Field{Name: "b", Type: arrow.FixedWidthTypes.Boolean, Nullable: true})), `[{"b":true},null]`},
+		{arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int32), `[{"key":"y","value":2},{"key":"x","value":1}]`},
+		{arrow.MapOf(arrow.PrimitiveTypes.Int32, arrow.BinaryTypes.String), `[{"key":2,"value":"b"}]`},
+	} {
+		schema := arrow.NewSchema([]arrow.Field{{Name: "same", Type: tc.dt, Nullable: true}, {Name: ColEmitTS, Type: tc.dt, Nullable: true}}, nil)
+		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema, strings.NewReader(`[{"same":`+tc.doc+`,"`+ColEmitTS+`":`+tc.doc+`}]`))
+		require.NoError(t, err, tc.dt)
+		batch, err := newRowConverter(schema).messages(rec)
+		require.NoError(t, err, tc.dt)
+		body, _ := batch[0].AsBytes()
+		got, ok := batch[0].MetaGet(ColEmitTS)
+		assert.True(t, ok)
+		assert.Equal(t, `{"same":`+got+`}`, string(body), "%s", tc.dt)
+		rec.Release()
+	}
+	meta, val, err := arrowconv.EncodeVariantJSON([]byte(`{"k":[1,"v"]}`))
+	require.NoError(t, err)
+	vt := arrow.StructOf(arrow.Field{Name: typemap.VariantMetadataField, Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: typemap.VariantValueField, Type: arrow.BinaryTypes.Binary})
+	b := array.NewStructBuilder(memory.NewGoAllocator(), vt)
+	defer b.Release()
+	b.Append(true)
+	b.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
+	b.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+	col := b.NewStructArray()
+	defer col.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: ColEmitTS, Type: vt, Nullable: true}}, nil)
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 1)
+	defer rec.Release()
+	v, err := oracleValue(col, 0)
+	require.NoError(t, err)
+	batch, err := newRowConverter(schema).messages(rec)
+	require.NoError(t, err)
+	got, _ := batch[0].MetaGet(ColEmitTS)
+	assert.Equal(t, fmt.Sprint(v), got)
+}

@@ -34,6 +34,7 @@ type rowConverter struct {
 	bodyNames              []string    // their names
 	bodyKeys               [][]byte    // `"name":`, with a leading comma but for the first
 	bodyNodes              []*jsonNode // how to write each body column's values
+	emitTSNode             *jsonNode   // how to write a nested _zb_emit_ts column's values
 	mapOrder               []int       // scratch: entry order of string-keyed maps being written
 	avgBody                int         // average body bytes of the last batch, to size the next buffer
 	lastSource             string      // the last _zb_source text, reused while it repeats
@@ -50,6 +51,7 @@ func newRowConverter(schema *arrow.Schema) *rowConverter {
 			c.offset = i
 		case ColEmitTS:
 			c.emitTS = i
+			c.emitTSNode = newJSONNode(f.Type)
 		default:
 			c.body = append(c.body, i)
 		}
@@ -206,15 +208,15 @@ func (c *rowConverter) appendMetaText(dst []byte, col arrow.Array, i int) ([]byt
 	var v any
 	switch a := col.(type) {
 	case *array.Struct:
-		if !isVariant(a.DataType().(*arrow.StructType)) {
-			return c.appendValue(dst, col, i, nil, 0)
+		if !c.emitTSNode.variant {
+			return c.appendValue(dst, col, i, c.emitTSNode, 0)
 		}
 		var err error
 		if v, err = variantValue(a, i); err != nil {
 			return dst, err
 		}
 	case array.ListLike:
-		return c.appendValue(dst, col, i, nil, 0)
+		return c.appendValue(dst, col, i, c.emitTSNode, 0)
 	case *array.Timestamp:
 		tt := a.DataType().(*arrow.TimestampType)
 		return a.Value(i).ToTime(tt.Unit).UTC().AppendFormat(dst, ntzLayout), nil

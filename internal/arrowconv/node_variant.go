@@ -386,16 +386,15 @@ func (e *variantEncoder) encodeGo(v any, depth int) error {
 }
 
 // appendUint appends u as an integer when it fits int64, else as the
-// 20-digit decimal it always is.
+// decimal appendDecimal would make of its digits: beyond int64 it has 19 or
+// 20 digits, too many for DECIMAL8, so a DECIMAL16 of scale 0 whose
+// unscaled value is u itself.
 func (e *variantEncoder) appendUint(u uint64) {
 	if u <= math.MaxInt64 {
 		e.appendInt(int64(u))
 		return
 	}
-	var digits [20]byte
-	if !e.appendDecimal(strconv.AppendUint(digits[:0], u, 10)) {
-		e.appendFloat64(float64(u))
-	}
+	e.appendDecimal16(0, 0, u)
 }
 
 // isIntegerLiteral reports whether a valid JSON number has neither a

@@ -180,31 +180,31 @@ func decimal16Digits(digits []byte, neg bool) (hi, lo uint64) {
 // fieldJSON starts the field with key k (a view of scanner bytes, copied
 // when new) of the object starting at start, pushing its entry.
 func (e *variantEncoder) fieldJSON(start int, k []byte) {
-	ks := unsafe.String(unsafe.SliceData(k), len(k))
-	id, ok := e.lookup(ks)
-	if ok {
-		ks = e.dict[id]
-	} else {
+	id, ok := e.lookup(unsafe.String(unsafe.SliceData(k), len(k)))
+	if !ok {
 		// Own the bytes: the arena keeps them until the next begin (an
 		// arena grown meanwhile leaves earlier keys in the old array).
 		at := len(e.arena)
 		e.arena = append(e.arena, k...)
-		ks = unsafe.String(unsafe.SliceData(e.arena[at:]), len(k))
-		id = e.add(ks)
+		id = e.add(unsafe.String(unsafe.SliceData(e.arena[at:]), len(k)))
 	}
-	e.fields = append(e.fields, variantField{key: ks, id: id, offset: e.offset() - start})
+	e.pushField(start, id)
 }
 
 // fieldString starts the field with key k, a string that stays unchanged
 // until the value ends, of the object starting at start.
 func (e *variantEncoder) fieldString(start int, k string) {
 	id, ok := e.lookup(k)
-	if ok {
-		k = e.dict[id]
-	} else {
+	if !ok {
 		id = e.add(k)
 	}
-	e.fields = append(e.fields, variantField{key: k, id: id, offset: e.offset() - start})
+	e.pushField(start, id)
+}
+
+// pushField pushes the entry of the field with key id whose value starts
+// next, in the object starting at start.
+func (e *variantEncoder) pushField(start int, id uint32) {
+	e.fields = append(e.fields, variantField{key: e.dict[id], id: id, offset: e.offset() - start})
 }
 
 // lookup returns the dictionary id of key k.

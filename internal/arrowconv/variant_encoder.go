@@ -259,17 +259,10 @@ func (e *variantEncoder) finishObject(start, mark int) error {
 		}
 	}
 	dataSize := len(e.buf) - start
-	large, sizeBytes := sz > math.MaxUint8, 1
-	if large {
-		sizeBytes = 4
-	}
+	largeBit, sizeBytes := countSize(sz)
 	idSize, offSize := intSize(int(maxID)), intSize(dataSize)
 	header := 1 + sizeBytes + sz*idSize + (sz+1)*offSize
 	bs := e.shift(start, dataSize, header)
-	var largeBit byte
-	if large {
-		largeBit = 1
-	}
 	bs[start] = largeBit<<6 | byte(idSize-1)<<4 | byte(offSize-1)<<2 | byte(variant.BasicObject)
 	putLE(bs[start+1:], sz, sizeBytes)
 	ids := start + 1 + sizeBytes
@@ -287,17 +280,10 @@ func (e *variantEncoder) finishObject(start, mark int) error {
 func (e *variantEncoder) finishArray(start, mark int) {
 	elems := e.elems[mark:]
 	sz, dataSize := len(elems), len(e.buf)-start
-	large, sizeBytes := sz > math.MaxUint8, 1
-	if large {
-		sizeBytes = 4
-	}
+	largeBit, sizeBytes := countSize(sz)
 	offSize := intSize(dataSize)
 	header := 1 + sizeBytes + (sz+1)*offSize
 	bs := e.shift(start, dataSize, header)
-	var largeBit byte
-	if large {
-		largeBit = 1
-	}
 	bs[start] = largeBit<<4 | byte(offSize-1)<<2 | byte(variant.BasicArray)
 	putLE(bs[start+1:], sz, sizeBytes)
 	offs := start + 1 + sizeBytes
@@ -306,6 +292,15 @@ func (e *variantEncoder) finishArray(start, mark int) {
 	}
 	putLE(bs[offs+sz*offSize:], dataSize, offSize)
 	e.elems = e.elems[:mark]
+}
+
+// countSize returns the is_large bit of an object or array of sz elements
+// and the bytes its element count takes: 1, or 4 past 255 elements.
+func countSize(sz int) (largeBit byte, sizeBytes int) {
+	if sz > math.MaxUint8 {
+		return 1, 4
+	}
+	return 0, 1
 }
 
 // shift moves the dataSize bytes from start up by header bytes, making room

@@ -294,32 +294,29 @@ func TestVariantEncoderAllocatesNothingPerValue(t *testing.T) {
 	var e variantEncoder
 	value, meta := make([]byte, 0, 1<<16), make([]byte, 0, 1<<16)
 	var s scanner // reused, as the converter's state reuses its scanner
-	encode := func() {
-		e.begin(value[:0])
-		s.reset(doc)
-		if err := e.encodeJSON(&s, 0); err != nil {
-			t.Fatal(err)
+	// encoder returns a function writing one value with write, then its
+	// metadata, onto the reused buffers.
+	encoder := func(write func() error) func() {
+		return func() {
+			e.begin(value[:0])
+			if err := write(); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if meta, err = e.appendMetadata(meta[:0]); err != nil {
+				t.Fatal(err)
+			}
+			value = e.buf
 		}
-		var err error
-		if meta, err = e.appendMetadata(meta[:0]); err != nil {
-			t.Fatal(err)
-		}
-		value = e.buf
 	}
+	encode := encoder(func() error {
+		s.reset(doc)
+		return e.encodeJSON(&s, 0)
+	})
 	encode()
 	assert.Zero(t, testing.AllocsPerRun(200, encode))
 	generic := map[string]any{"b": []any{json.Number("1.5"), "x", map[string]any{"c": nil}}, "a": int64(3)}
-	encodeGo := func() {
-		e.begin(value[:0])
-		if err := e.encodeGo(generic, 0); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if meta, err = e.appendMetadata(meta[:0]); err != nil {
-			t.Fatal(err)
-		}
-		value = e.buf
-	}
+	encodeGo := encoder(func() error { return e.encodeGo(generic, 0) })
 	encodeGo()
 	assert.Zero(t, testing.AllocsPerRun(200, encodeGo))
 }

@@ -2,10 +2,8 @@ package zerobus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp/healthhttptest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
@@ -102,7 +101,7 @@ broker:
 	if !assert.Eventually(t, func() bool {
 		// Until Run has built the outputs nothing is mounted (404): poll
 		// without failing the test from the poller.
-		code, r, err := fetchReport(srv.URL + healthhttp.Path)
+		code, r, err := healthhttptest.Fetch(srv.URL + healthhttp.Path)
 		if err != nil {
 			last.Store(err.Error())
 			return false
@@ -123,32 +122,7 @@ broker:
 	require.NoError(t, s.StopWithin(10*time.Second))
 	cancel()
 	<-done
-	code, rep := getReport(t, srv.URL+healthhttp.Path)
+	code, rep := healthhttptest.Get(t, srv.URL+healthhttp.Path)
 	assert.Equal(t, http.StatusOK, code)
 	assert.Empty(t, rep.Outputs, "closed outputs leave the endpoint")
-}
-
-func getReport(t *testing.T, url string) (int, healthhttp.Report) {
-	t.Helper()
-	code, rep, err := fetchReport(url)
-	require.NoError(t, err)
-	return code, rep
-}
-
-// fetchReport GETs the health endpoint and decodes its report.
-func fetchReport(url string) (int, healthhttp.Report, error) {
-	var rep healthhttp.Report
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, rep, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, rep, err
-	}
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return resp.StatusCode, rep, fmt.Errorf("HTTP %d, body %q: %w", resp.StatusCode, body, err)
-	}
-	return resp.StatusCode, rep, nil
 }

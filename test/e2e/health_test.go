@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,36 +20,8 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp/healthhttptest"
 )
-
-// getHealth fetches the health report at url, failing the test if it
-// cannot. Call it from the test goroutine only; pollers use fetchHealth.
-func getHealth(t *testing.T, url string) (int, healthhttp.Report) {
-	t.Helper()
-	code, rep, err := fetchHealth(url)
-	require.NoError(t, err)
-	return code, rep
-}
-
-// fetchHealth fetches and decodes the health report at url. It never fails
-// the test, so a require.Eventually condition can call it: until the
-// engine has mounted the handler the answer is a 404 that is no report.
-func fetchHealth(url string) (int, healthhttp.Report, error) {
-	var rep healthhttp.Report
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, rep, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, rep, err
-	}
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return resp.StatusCode, rep, fmt.Errorf("HTTP %d, body %q: %w", resp.StatusCode, body, err)
-	}
-	return resp.StatusCode, rep, nil
-}
 
 // describeHealth says what one poll of the endpoint saw, for the message
 // of a poll that never saw what it waited for.
@@ -84,7 +55,7 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 	tbl := `table="` + eventsTable + `"`
 
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"a"}`))}))
-	code, rep := getHealth(t, hs.URL+healthhttp.Path)
+	code, rep := healthhttptest.Get(t, hs.URL+healthhttp.Path)
 	require.Equal(t, http.StatusOK, code, "%+v", rep)
 	require.Len(t, rep.Outputs, 1)
 	assert.Equal(t, "zb", rep.Outputs[0].Label)
@@ -101,7 +72,7 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 		stalled <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":2,"msg":"b"}`))})
 	}()
 	eventually(t, 15*time.Second, 100*time.Millisecond, "rows pending past ack.timeout never made the endpoint say 503", func() (bool, string) {
-		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
+		c, r, err := healthhttptest.Fetch(hs.URL + healthhttp.Path)
 		if err != nil {
 			return false, describeHealth(c, r, err)
 		}
@@ -129,7 +100,7 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 
 	require.NoError(t, srv.SetFaults(emulator.Faults{}))
 	eventually(t, 15*time.Second, 100*time.Millisecond, "acks back, yet the endpoint never said healthy", func() (bool, string) {
-		c, r, err := fetchHealth(hs.URL + healthhttp.Path)
+		c, r, err := healthhttptest.Fetch(hs.URL + healthhttp.Path)
 		return err == nil && c == http.StatusOK, describeHealth(c, r, err)
 	})
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":3,"msg":"c"}`))}))
@@ -218,7 +189,7 @@ output:
 		if !ok || !active {
 			return false, fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, cerr)
 		}
-		code, rep, err := fetchHealth(url)
+		code, rep, err := healthhttptest.Fetch(url)
 		return err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp, describeHealth(code, rep, err)
 	}
 	eventually(t, 30*time.Second, 100*time.Millisecond, "never connected and healthy", healthy)
@@ -234,7 +205,7 @@ output:
 			fmt.Sprintf("connection status: known %v, active %v, error %v", ok, active, err)
 	})
 	eventually(t, 30*time.Second, 100*time.Millisecond, "the endpoint never said 503 with the table stopped", func() (bool, string) {
-		code, rep, err := fetchHealth(url)
+		code, rep, err := healthhttptest.Fetch(url)
 		return err == nil && code == http.StatusServiceUnavailable && len(rep.Outputs) == 1 &&
 			len(rep.Outputs[0].Tables) == 1 && rep.Outputs[0].Tables[0].State == "stopped", describeHealth(code, rep, err)
 	})
@@ -293,7 +264,7 @@ output:
 	}, 30*time.Second, 100*time.Millisecond, "both outputs up and acking: %+v\n%s", &rep, p.out)
 	assert.Equal(t, "first", rep.Outputs[0].Label)
 	assert.Equal(t, "second", rep.Outputs[1].Label)
-	code, one := getHealth(t, "http://"+addr+healthhttp.Path+"?label=second")
+	code, one := healthhttptest.Get(t, "http://"+addr+healthhttp.Path+"?label=second")
 	assert.Equal(t, http.StatusOK, code)
 	require.Len(t, one.Outputs, 1)
 	assert.Equal(t, "second", one.Outputs[0].Label)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,16 +143,16 @@ logger:
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	stopped := false
-	t.Cleanup(func() {
-		// A failed assertion must not leave the stream serving on its
-		// ports (and generating) while the other tests run.
-		if !stopped {
-			_ = s.StopWithin(10 * time.Second)
-			cancel()
-			<-done
-		}
+	// stop stops the stream once: at the end of the test, or, after a
+	// failed assertion, in the cleanup, so that the stream does not keep
+	// serving on its ports (and generating) while the other tests run.
+	stop := sync.OnceValue(func() error {
+		err := s.StopWithin(10 * time.Second)
+		cancel()
+		<-done
+		return err
 	})
+	t.Cleanup(func() { _ = stop() })
 
 	for _, url := range []string{"http://" + addr + "/metrics", "http://" + httpAddr + "/metrics"} {
 		var last atomic.Value // what the last poll saw (the poller may still run when Eventually gives up)
@@ -170,9 +171,7 @@ logger:
 			t.Fatalf("%s never served output_sent and go_goroutines (last: %v)", url, last.Load())
 		}
 	}
-	stopped = true
-	require.NoError(t, s.StopWithin(10*time.Second))
-	<-done
+	require.NoError(t, stop())
 }
 
 func TestNoDedicatedListenerByDefault(t *testing.T) {

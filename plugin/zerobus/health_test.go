@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,16 +85,17 @@ broker:
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	stopped := false
-	t.Cleanup(func() {
-		// A failed assertion must not leave the outputs running: they hold
-		// a share of the process's soft memory limit other tests read.
-		if !stopped {
-			_ = s.StopWithin(10 * time.Second)
-			cancel()
-			<-done
-		}
+	// stop stops the stream once: at the end of the test, or, after a
+	// failed assertion, in the cleanup, so that the outputs do not keep
+	// running: they hold a share of the process's soft memory limit other
+	// tests read.
+	stop := sync.OnceValue(func() error {
+		err := s.StopWithin(10 * time.Second)
+		cancel()
+		<-done
+		return err
 	})
+	t.Cleanup(func() { _ = stop() })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	var rep healthhttp.Report
@@ -118,10 +120,7 @@ broker:
 		assert.Equal(t, "main.default.one", rep.Outputs[0].Tables[0].Table)
 	}
 	assert.NotEmpty(t, rep.Outputs[0].Problems)
-	stopped = true
-	require.NoError(t, s.StopWithin(10*time.Second))
-	cancel()
-	<-done
+	require.NoError(t, stop())
 	code, rep := healthhttptest.Get(t, srv.URL+healthhttp.Path)
 	assert.Equal(t, http.StatusOK, code)
 	assert.Empty(t, rep.Outputs, "closed outputs leave the endpoint")

@@ -1,6 +1,7 @@
 // Package arrowipc writes and reads the Arrow IPC Schema message, the
 // flatbuffer that FlightData #0 of every Zerobus DoPut call carries in
-// data_header.
+// data_header, and reads the row count of the RecordBatch messages that
+// follow it.
 //
 // It exists because the Zerobus Flight server expects map columns as
 // Map<entries: Struct<keys NOT NULL, values>>, the canonical schema the
@@ -18,8 +19,9 @@
 //   - RecordBatchRows reads a RecordBatch message's row count without its
 //     body, as hardened: the emulator's ack-only mode counts rows with it.
 //
-// All three follow the Arrow format's Schema.fbs and Message.fbs (MetadataVersion
-// V5, little endian); format.go lists the table slots and enum values used.
+// All three follow the Arrow format's Schema.fbs and Message.fbs
+// (MetadataVersion V5, little endian); format.go lists the table slots and
+// enum values used.
 // The flatbuffer tables are written and read by hand with
 // github.com/google/flatbuffers/go's Builder, not generated code.
 package arrowipc

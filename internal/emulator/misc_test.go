@@ -158,17 +158,19 @@ func benchmarkDoPut(b *testing.B, ackOnly bool) {
 	const rows = 8192
 	rec := benchBatch(rows)
 	defer rec.Release()
-	done := make(chan struct{})
+	// Not waitRecords: its require would FailNow off the benchmark's
+	// goroutine; the error is required once the sends are done.
+	done := make(chan error, 1)
 	go func() {
-		defer close(done)
-		p.waitRecords(uint64(b.N) * rows)
+		_, err := p.awaitRecords(uint64(b.N) * rows)
+		done <- err
 	}()
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		require.NoError(b, p.send(rec, int64(i)))
 	}
-	<-done
+	require.NoError(b, <-done)
 	el := time.Since(start)
 	b.ReportMetric(float64(b.N*rows)/el.Seconds(), "rows/s")
 	b.ReportMetric(float64(b.N*rows*200)/el.Seconds()/1e6, "MB/s(~200B/row)")

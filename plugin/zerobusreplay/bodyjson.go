@@ -205,10 +205,8 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 				dst = append(dst, ',')
 			}
 			// The old {"key": k, "value": v} object, depth+1 deep, its
-			// members depth+2.
-			if depth+1 > maxJSONDepth {
-				return dst, errTooDeep
-			}
+			// members depth+2: too deep an object fails at its key (the
+			// error carries no path).
 			var err error
 			dst = append(dst, `{"key":`...)
 			if dst, err = c.appendValue(dst, keys, j, n.key, depth+2); err != nil {

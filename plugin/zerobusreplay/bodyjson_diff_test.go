@@ -218,6 +218,35 @@ func TestNestedBodiesDepthLimit(t *testing.T) {
 	}
 }
 
+// A MAP with keys other than STRING deep inside lists fails where the old
+// conversion failed: its entries were {"key":…,"value":…} objects one level
+// below the map, their members two; an empty map has no members.
+func TestNestedBodiesKeyValueMapDepth(t *testing.T) {
+	for _, c := range []struct {
+		around  int
+		entries string
+		fails   bool
+	}{
+		{maxJSONDepth - 2, `[{"key":1,"value":2}]`, false},
+		{maxJSONDepth - 1, `[{"key":1,"value":2}]`, true},
+		{maxJSONDepth - 1, `[]`, false},
+		{maxJSONDepth, `[]`, false},
+		{maxJSONDepth + 1, `[]`, true},
+	} {
+		var dt arrow.DataType = arrow.MapOf(arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Int64)
+		for range c.around {
+			dt = arrow.ListOf(dt)
+		}
+		schema := arrow.NewSchema([]arrow.Field{{Name: "m", Type: dt, Nullable: true}}, nil)
+		doc := `[{"m":` + strings.Repeat("[", c.around) + c.entries + strings.Repeat("]", c.around) + "}]"
+		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema, strings.NewReader(doc))
+		require.NoError(t, err)
+		_, failed := diffBodies(t, rec)
+		assert.Equal(t, c.fails, failed == 1, "%d lists around %s", c.around, c.entries)
+		rec.Release()
+	}
+}
+
 // A VARIANT deep inside lists fails where the old conversion failed: the
 // depth limit counts the levels around it and inside it.
 func TestNestedBodiesVariantDepth(t *testing.T) {

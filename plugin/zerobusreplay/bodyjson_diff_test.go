@@ -28,10 +28,10 @@ func oracleBodies(rec arrow.RecordBatch) ([][]byte, []error) {
 	for i := range n {
 		buf := []byte{'{'}
 		var err error
-		for k, col := range c.body {
-			buf = append(buf, c.bodyKeys[k]...)
-			if buf, err = oracleAppendValue(buf, rec.Column(col), i); err != nil {
-				errs[i] = fmt.Errorf("column %s: %w", c.bodyNames[k], err)
+		for _, f := range c.body {
+			buf = append(buf, f.key...)
+			if buf, err = oracleAppendValue(buf, rec.Column(f.index), i); err != nil {
+				errs[i] = fmt.Errorf("column %s: %w", f.name, err)
 				break
 			}
 		}

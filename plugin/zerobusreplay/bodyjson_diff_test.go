@@ -323,6 +323,8 @@ func TestEmitTSMetadataOfOtherTypes(t *testing.T) {
 		{arrow.PrimitiveTypes.Float64, `1e21`},
 		{arrow.FixedWidthTypes.Date32, `"2026-01-02"`},
 		{&arrow.Decimal128Type{Precision: 10, Scale: 3}, `"-1.500"`},
+		{&arrow.Decimal128Type{Precision: 38, Scale: 0}, `"-99999999999999999999999999999999999999"`},
+		{&arrow.Decimal256Type{Precision: 40, Scale: 2}, `"-12345678901234567890123456789012345678.90"`},
 		{arrow.BinaryTypes.Binary, `"AQI="`},
 		{arrow.FixedWidthTypes.Boolean, `true`},
 	} {

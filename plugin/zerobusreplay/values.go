@@ -211,7 +211,7 @@ func (c *rowConverter) appendMetaText(dst []byte, col arrow.Array, i int) ([]byt
 	case *array.Date64:
 		return a.Value(i).ToTime().AppendFormat(dst, time.DateOnly), nil
 	case *array.Decimal128:
-		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)...), nil
+		return appendDecimal128(dst, a.Value(i), a.DataType().(*arrow.Decimal128Type).Scale), nil // ToString's text
 	case *array.Decimal256:
 		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal256Type).Scale)...), nil
 	case interface{ Value(int) string }: // STRING, LARGE_STRING, STRING_VIEW

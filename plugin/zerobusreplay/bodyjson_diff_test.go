@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -258,8 +257,6 @@ func TestNestedBodiesVariantDepth(t *testing.T) {
 			dt = arrow.ListOf(dt)
 		}
 		schema := arrow.NewSchema([]arrow.Field{{Name: "v", Type: dt, Nullable: true}}, nil)
-		meta, val, err := arrowconv.EncodeVariantJSON([]byte(strings.Repeat("[", inside) + `{"a":1}` + strings.Repeat("]", inside)))
-		require.NoError(t, err)
 		b := array.NewBuilder(memory.NewGoAllocator(), dt)
 		lb := b
 		for range around {
@@ -267,10 +264,7 @@ func TestNestedBodiesVariantDepth(t *testing.T) {
 			l.Append(true)
 			lb = l.ValueBuilder()
 		}
-		vb := lb.(*array.StructBuilder)
-		vb.Append(true)
-		vb.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
-		vb.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+		require.NoError(t, appendVariantRow(lb.(*array.StructBuilder), strings.Repeat("[", inside)+`{"a":1}`+strings.Repeat("]", inside)))
 		col := b.NewArray()
 		rec := array.NewRecordBatch(schema, []arrow.Array{col}, 1)
 		_, failed := diffBodies(t, rec)
@@ -398,14 +392,10 @@ func TestEmitTSMetadataOfNestedTypes(t *testing.T) {
 		assert.Equal(t, `{"same":`+got+`}`, string(body), "%s", tc.dt)
 		rec.Release()
 	}
-	meta, val, err := arrowconv.EncodeVariantJSON([]byte(`{"k":[1,"v"]}`))
-	require.NoError(t, err)
 	vt := arrow.StructOf(arrow.Field{Name: typemap.VariantMetadataField, Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: typemap.VariantValueField, Type: arrow.BinaryTypes.Binary})
 	b := array.NewStructBuilder(memory.NewGoAllocator(), vt)
 	defer b.Release()
-	b.Append(true)
-	b.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
-	b.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+	require.NoError(t, appendVariantRow(b, `{"k":[1,"v"]}`))
 	col := b.NewStructArray()
 	defer col.Release()
 	schema := arrow.NewSchema([]arrow.Field{{Name: ColEmitTS, Type: vt, Nullable: true}}, nil)

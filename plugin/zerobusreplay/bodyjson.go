@@ -40,9 +40,9 @@ type jsonNode struct {
 	key     *jsonNode   // MAP key
 }
 
-// jsonField is one STRUCT field in output order.
+// jsonField is one STRUCT field, or one body column, in output order.
 type jsonField struct {
-	index int       // field index in the struct
+	index int       // field index in the struct, column index in the record
 	name  string    // for error messages
 	key   []byte    // `"name":`, with a leading comma but for the first
 	node  *jsonNode // the field's type
@@ -59,29 +59,36 @@ func newJSONNode(dt arrow.DataType) *jsonNode {
 		for f := range idx {
 			idx[f] = f
 		}
-		// Stable, so among fields of one name the last stays last: the old
-		// map[string]any kept the last field's value.
-		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(t.Field(a).Name, t.Field(b).Name) })
-		n := &jsonNode{}
-		for p, f := range idx {
-			name := t.Field(f).Name
-			if p+1 < len(idx) && t.Field(idx[p+1]).Name == name {
-				continue
-			}
-			var key []byte
-			if len(n.fields) > 0 {
-				key = append(key, ',')
-			}
-			key = arrowconv.AppendJSONString(key, name)
-			n.fields = append(n.fields, jsonField{index: f, name: name, key: append(key, ':'), node: newJSONNode(t.Field(f).Type)})
-		}
-		return n
+		// The old map[string]any kept the last of fields sharing a name.
+		return &jsonNode{fields: planFields(t.Fields(), idx, true)}
 	case *arrow.MapType:
 		return &jsonNode{key: newJSONNode(t.KeyType()), elem: newJSONNode(t.ItemType())}
 	case arrow.ListLikeType:
 		return &jsonNode{elem: newJSONNode(t.Elem())}
 	}
 	return nil
+}
+
+// planFields plans the members of an object written from fields[idx]:
+// sorted by name (stably, so among fields of one name the last stays last)
+// with their pre-encoded keys. With lastWins, of fields sharing a name only
+// the last is written.
+func planFields(fields []arrow.Field, idx []int, lastWins bool) []jsonField {
+	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(fields[a].Name, fields[b].Name) })
+	var out []jsonField
+	for p, f := range idx {
+		name := fields[f].Name
+		if lastWins && p+1 < len(idx) && fields[idx[p+1]].Name == name {
+			continue
+		}
+		var key []byte
+		if len(out) > 0 {
+			key = append(key, ',')
+		}
+		key = arrowconv.AppendJSONString(key, name)
+		out = append(out, jsonField{index: f, name: name, key: append(key, ':'), node: newJSONNode(fields[f].Type)})
+	}
+	return out
 }
 
 // encodeError is an error of the serialiser (NaN, a year outside
@@ -205,10 +212,8 @@ func (c *rowConverter) appendValue(dst []byte, a arrow.Array, i int, n *jsonNode
 				dst = append(dst, ',')
 			}
 			// The old {"key": k, "value": v} object, depth+1 deep, its
-			// members depth+2.
-			if depth+1 > maxJSONDepth {
-				return dst, errTooDeep
-			}
+			// members depth+2: too deep an object fails at its key (the
+			// error carries no path).
 			var err error
 			dst = append(dst, `{"key":`...)
 			if dst, err = c.appendValue(dst, keys, j, n.key, depth+2); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -28,10 +27,10 @@ func oracleBodies(rec arrow.RecordBatch) ([][]byte, []error) {
 	for i := range n {
 		buf := []byte{'{'}
 		var err error
-		for k, col := range c.body {
-			buf = append(buf, c.bodyKeys[k]...)
-			if buf, err = oracleAppendValue(buf, rec.Column(col), i); err != nil {
-				errs[i] = fmt.Errorf("column %s: %w", c.bodyNames[k], err)
+		for _, f := range c.body {
+			buf = append(buf, f.key...)
+			if buf, err = oracleAppendValue(buf, rec.Column(f.index), i); err != nil {
+				errs[i] = fmt.Errorf("column %s: %w", f.name, err)
 				break
 			}
 		}
@@ -218,6 +217,35 @@ func TestNestedBodiesDepthLimit(t *testing.T) {
 	}
 }
 
+// A MAP with keys other than STRING deep inside lists fails where the old
+// conversion failed: its entries were {"key":…,"value":…} objects one level
+// below the map, their members two; an empty map has no members.
+func TestNestedBodiesKeyValueMapDepth(t *testing.T) {
+	for _, c := range []struct {
+		around  int
+		entries string
+		fails   bool
+	}{
+		{maxJSONDepth - 2, `[{"key":1,"value":2}]`, false},
+		{maxJSONDepth - 1, `[{"key":1,"value":2}]`, true},
+		{maxJSONDepth - 1, `[]`, false},
+		{maxJSONDepth, `[]`, false},
+		{maxJSONDepth + 1, `[]`, true},
+	} {
+		var dt arrow.DataType = arrow.MapOf(arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Int64)
+		for range c.around {
+			dt = arrow.ListOf(dt)
+		}
+		schema := arrow.NewSchema([]arrow.Field{{Name: "m", Type: dt, Nullable: true}}, nil)
+		doc := `[{"m":` + strings.Repeat("[", c.around) + c.entries + strings.Repeat("]", c.around) + "}]"
+		rec, _, err := array.RecordFromJSON(memory.NewGoAllocator(), schema, strings.NewReader(doc))
+		require.NoError(t, err)
+		_, failed := diffBodies(t, rec)
+		assert.Equal(t, c.fails, failed == 1, "%d lists around %s", c.around, c.entries)
+		rec.Release()
+	}
+}
+
 // A VARIANT deep inside lists fails where the old conversion failed: the
 // depth limit counts the levels around it and inside it.
 func TestNestedBodiesVariantDepth(t *testing.T) {
@@ -229,8 +257,6 @@ func TestNestedBodiesVariantDepth(t *testing.T) {
 			dt = arrow.ListOf(dt)
 		}
 		schema := arrow.NewSchema([]arrow.Field{{Name: "v", Type: dt, Nullable: true}}, nil)
-		meta, val, err := arrowconv.EncodeVariantJSON([]byte(strings.Repeat("[", inside) + `{"a":1}` + strings.Repeat("]", inside)))
-		require.NoError(t, err)
 		b := array.NewBuilder(memory.NewGoAllocator(), dt)
 		lb := b
 		for range around {
@@ -238,10 +264,7 @@ func TestNestedBodiesVariantDepth(t *testing.T) {
 			l.Append(true)
 			lb = l.ValueBuilder()
 		}
-		vb := lb.(*array.StructBuilder)
-		vb.Append(true)
-		vb.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
-		vb.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+		require.NoError(t, appendVariantRow(lb.(*array.StructBuilder), strings.Repeat("[", inside)+`{"a":1}`+strings.Repeat("]", inside)))
 		col := b.NewArray()
 		rec := array.NewRecordBatch(schema, []arrow.Array{col}, 1)
 		_, failed := diffBodies(t, rec)
@@ -294,6 +317,8 @@ func TestEmitTSMetadataOfOtherTypes(t *testing.T) {
 		{arrow.PrimitiveTypes.Float64, `1e21`},
 		{arrow.FixedWidthTypes.Date32, `"2026-01-02"`},
 		{&arrow.Decimal128Type{Precision: 10, Scale: 3}, `"-1.500"`},
+		{&arrow.Decimal128Type{Precision: 38, Scale: 0}, `"-99999999999999999999999999999999999999"`},
+		{&arrow.Decimal256Type{Precision: 40, Scale: 2}, `"-12345678901234567890123456789012345678.90"`},
 		{arrow.BinaryTypes.Binary, `"AQI="`},
 		{arrow.FixedWidthTypes.Boolean, `true`},
 	} {
@@ -367,14 +392,10 @@ func TestEmitTSMetadataOfNestedTypes(t *testing.T) {
 		assert.Equal(t, `{"same":`+got+`}`, string(body), "%s", tc.dt)
 		rec.Release()
 	}
-	meta, val, err := arrowconv.EncodeVariantJSON([]byte(`{"k":[1,"v"]}`))
-	require.NoError(t, err)
 	vt := arrow.StructOf(arrow.Field{Name: typemap.VariantMetadataField, Type: arrow.BinaryTypes.Binary}, arrow.Field{Name: typemap.VariantValueField, Type: arrow.BinaryTypes.Binary})
 	b := array.NewStructBuilder(memory.NewGoAllocator(), vt)
 	defer b.Release()
-	b.Append(true)
-	b.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
-	b.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+	require.NoError(t, appendVariantRow(b, `{"k":[1,"v"]}`))
 	col := b.NewStructArray()
 	defer col.Release()
 	schema := arrow.NewSchema([]arrow.Field{{Name: ColEmitTS, Type: vt, Nullable: true}}, nil)

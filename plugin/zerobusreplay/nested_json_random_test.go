@@ -13,7 +13,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -273,13 +272,9 @@ func fill(r *rand.Rand, b array.Builder, dt arrow.DataType, opt fillOptions, nul
 	case *array.StructBuilder:
 		st := dt.(*arrow.StructType)
 		if isVariant(st) {
-			meta, val, err := arrowconv.EncodeVariantJSON([]byte(randVariantJSON(r, 3)))
-			if err != nil {
+			if err := appendVariantRow(bb, randVariantJSON(r, 3)); err != nil {
 				panic(err)
 			}
-			bb.Append(true)
-			bb.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
-			bb.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
 			return
 		}
 		bb.Append(true)

@@ -2,7 +2,6 @@ package zerobusreplay
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/variant"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -30,10 +28,7 @@ const ntzLayout = "2006-01-02T15:04:05.999999999"
 type rowConverter struct {
 	schema                 *arrow.Schema
 	source, offset, emitTS int         // column indices; -1 when absent
-	body                   []int       // body column indices, by name in byte order
-	bodyNames              []string    // their names
-	bodyKeys               [][]byte    // `"name":`, with a leading comma but for the first
-	bodyNodes              []*jsonNode // how to write each body column's values
+	body                   []jsonField // body columns, by name in byte order
 	emitTSNode             *jsonNode   // how to write a nested _zb_emit_ts column's values
 	mapOrder               []int       // scratch: entry order of string-keyed maps being written
 	avgBody                int         // average body bytes of the last batch, to size the next buffer
@@ -43,6 +38,7 @@ type rowConverter struct {
 
 func newRowConverter(schema *arrow.Schema) *rowConverter {
 	c := &rowConverter{schema: schema, source: -1, offset: -1, emitTS: -1}
+	var body []int
 	for i, f := range schema.Fields() {
 		switch f.Name {
 		case ColSource:
@@ -53,21 +49,11 @@ func newRowConverter(schema *arrow.Schema) *rowConverter {
 			c.emitTS = i
 			c.emitTSNode = newJSONNode(f.Type)
 		default:
-			c.body = append(c.body, i)
+			body = append(body, i)
 		}
 	}
-	slices.SortFunc(c.body, func(a, b int) int { return strings.Compare(schema.Field(a).Name, schema.Field(b).Name) })
-	for k, col := range c.body {
-		name := schema.Field(col).Name
-		c.bodyNames = append(c.bodyNames, name)
-		var key []byte
-		if k > 0 {
-			key = append(key, ',')
-		}
-		key = arrowconv.AppendJSONString(key, name)
-		c.bodyKeys = append(c.bodyKeys, append(key, ':'))
-		c.bodyNodes = append(c.bodyNodes, newJSONNode(schema.Field(col).Type))
-	}
+	// A repeated column name keeps all its columns, as the body always did.
+	c.body = planFields(schema.Fields(), body, false)
 	return c
 }
 
@@ -80,10 +66,10 @@ func (c *rowConverter) messages(rec arrow.RecordBatch) (service.MessageBatch, er
 	var err error
 	for i := range n {
 		buf = append(buf, '{')
-		for k, col := range c.body {
-			buf = append(buf, c.bodyKeys[k]...)
-			if buf, err = c.appendValue(buf, cols[col], i, c.bodyNodes[k], 0); err != nil {
-				return nil, fmt.Errorf("row %d: column %s: %w", i, c.bodyNames[k], err)
+		for _, f := range c.body {
+			buf = append(buf, f.key...)
+			if buf, err = c.appendValue(buf, cols[f.index], i, f.node, 0); err != nil {
+				return nil, fmt.Errorf("row %d: column %s: %w", i, f.name, err)
 			}
 		}
 		buf = append(buf, '}')
@@ -225,7 +211,7 @@ func (c *rowConverter) appendMetaText(dst []byte, col arrow.Array, i int) ([]byt
 	case *array.Date64:
 		return a.Value(i).ToTime().AppendFormat(dst, time.DateOnly), nil
 	case *array.Decimal128:
-		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal128Type).Scale)...), nil
+		return appendDecimal128(dst, a.Value(i), a.DataType().(*arrow.Decimal128Type).Scale), nil // ToString's text
 	case *array.Decimal256:
 		return append(dst, a.Value(i).ToString(a.DataType().(*arrow.Decimal256Type).Scale)...), nil
 	case interface{ Value(int) string }: // STRING, LARGE_STRING, STRING_VIEW

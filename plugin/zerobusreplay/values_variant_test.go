@@ -14,13 +14,9 @@ import (
 
 // A replayed VARIANT comes back as the JSON it holds, not as its binaries.
 func TestVariantReplaysAsJSON(t *testing.T) {
-	meta, val, err := arrowconv.EncodeVariantJSON([]byte(`{"kind":"order","items":[1,2]}`))
-	require.NoError(t, err)
 	b := array.NewStructBuilder(memory.NewGoAllocator(), typemap.VariantArrowType())
 	defer b.Release()
-	b.Append(true)
-	b.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
-	b.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+	require.NoError(t, appendVariantRow(b, `{"kind":"order","items":[1,2]}`))
 	arr := b.NewStructArray()
 	defer arr.Release()
 	v, err := oracleValue(arr, 0)
@@ -28,4 +24,17 @@ func TestVariantReplaysAsJSON(t *testing.T) {
 	out, err := arrowconv.ToJSON(map[string]any{"doc": v})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"doc":{"kind":"order","items":[1,2]}}`, string(out))
+}
+
+// appendVariantRow appends the JSON text doc, encoded as a VARIANT, to b,
+// the builder of a VARIANT column (metadata and value binaries).
+func appendVariantRow(b *array.StructBuilder, doc string) error {
+	meta, val, err := arrowconv.EncodeVariantJSON([]byte(doc))
+	if err != nil {
+		return err
+	}
+	b.Append(true)
+	b.FieldBuilder(0).(*array.BinaryBuilder).Append(meta)
+	b.FieldBuilder(1).(*array.BinaryBuilder).Append(val)
+	return nil
 }

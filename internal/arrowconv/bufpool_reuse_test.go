@@ -48,14 +48,7 @@ func TestReleasedStorageIsReused(t *testing.T) {
 // number or map key made about five per row).
 func TestStructuredRowsAllocateNothingPerRow(t *testing.T) {
 	c := mustConverter(t, benchDefs, Options{})
-	rows := structuredRows(t, benchRows(2048))
-	median := medianBatch(11, mallocs, func() {
-		res, err := c.ConvertStructured(rows)
-		require.NoError(t, err)
-		require.Empty(t, res.RowErrors)
-		res.Record.Release()
-	})
-	require.Less(t, median, len(rows)/8, "%d allocations in the median batch of %d rows", median, len(rows))
+	requireFewMallocsPerRow(t, c, structuredRows(t, benchRows(2048)))
 }
 
 // TestStructuredMapsAllocateNothingPerRow checks that putting a Go map of
@@ -68,6 +61,14 @@ func TestStructuredMapsAllocateNothingPerRow(t *testing.T) {
 		m := map[string]any{"e": "5", "d": "4", "c": "3", "b": "2", "a": "1", "f": fmt.Sprint(i)}
 		rows[i] = msg{structured: map[string]any{"m": m}, hasStruct: true}
 	}
+	requireFewMallocsPerRow(t, c, rows)
+}
+
+// requireFewMallocsPerRow converts rows with c in 11 batches, each without
+// row errors, and requires the median batch to make fewer allocations than
+// an eighth of its rows.
+func requireFewMallocsPerRow(t *testing.T, c *Converter, rows []StructuredRow) {
+	t.Helper()
 	median := medianBatch(11, mallocs, func() {
 		res, err := c.ConvertStructured(rows)
 		require.NoError(t, err)

@@ -452,12 +452,13 @@ type binColumn struct {
 	dataHint int
 }
 
+// add appends value b.
 func (c *binColumn) add(b []byte) {
 	c.data = append(c.data, b...)
-	c.offsets = append(c.offsets, int64(len(c.data)))
+	c.seal()
 }
 
-// seal ends the value appended directly onto data.
+// seal ends the value appended directly onto data (or by add).
 func (c *binColumn) seal() { c.offsets = append(c.offsets, int64(len(c.data))) }
 
 func (c *binColumn) truncate(k int) {

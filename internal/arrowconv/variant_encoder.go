@@ -244,8 +244,10 @@ func (e *variantEncoder) add(k string) uint32 {
 // e.fields[mark:]: it sorts them by key, rejects a duplicate key, and
 // inserts the object header before the field values.
 func (e *variantEncoder) finishObject(start, mark int) error {
+	// Pop the entries; fields still views them, and nothing is pushed
+	// before they are written.
 	fields := e.fields[mark:]
-	defer func() { e.fields = e.fields[:mark] }()
+	e.fields = e.fields[:mark]
 	slices.SortFunc(fields, func(a, b variantField) int { return cmp.Compare(a.key, b.key) })
 	sz := len(fields)
 	var maxID uint32
@@ -279,6 +281,7 @@ func (e *variantEncoder) finishObject(start, mark int) error {
 // e.elems[mark:], inserting the array header before the elements.
 func (e *variantEncoder) finishArray(start, mark int) {
 	elems := e.elems[mark:]
+	e.elems = e.elems[:mark] // popped, as in finishObject
 	sz, dataSize := len(elems), len(e.buf)-start
 	largeBit, sizeBytes := countSize(sz)
 	offSize := intSize(dataSize)
@@ -291,7 +294,6 @@ func (e *variantEncoder) finishArray(start, mark int) {
 		putLE(bs[offs+i*offSize:], off, offSize)
 	}
 	putLE(bs[offs+sz*offSize:], dataSize, offSize)
-	e.elems = e.elems[:mark]
 }
 
 // countSize returns the is_large bit of an object or array of sz elements

@@ -206,10 +206,7 @@ func TestVariantEncoderMatchesOracle(t *testing.T) {
 			got++
 
 			// The structured path.
-			dec := json.NewDecoder(bytes.NewReader(d))
-			dec.UseNumber()
-			var generic any
-			require.NoError(t, dec.Decode(&generic))
+			generic := decodeUseNumber(t, d)
 			gMeta, gVal, gErr := oracleEncodeGo(generic)
 			meta, val, err = EncodeVariant(generic)
 			require.Equal(t, gErr != nil, err != nil, "seed %d doc %d structured: %v / %v", seed, i, gErr, err)
@@ -228,11 +225,31 @@ func TestVariantEncoderMatchesOracle(t *testing.T) {
 		for i, row := range structs {
 			wantMeta, wantVal, err := oracleEncodeGo(row.(msg).structured.(map[string]any)["v"])
 			require.NoError(t, err)
-			assert.Equal(t, wantMeta, s.Field(0).(*array.LargeBinary).Value(i), "seed %d structured row %d metadata", seed, i)
-			assert.Equal(t, wantVal, s.Field(1).(*array.LargeBinary).Value(i), "seed %d structured row %d value", seed, i)
+			meta, val := variantChildren(s, i)
+			assert.Equal(t, wantMeta, meta, "seed %d structured row %d metadata", seed, i)
+			assert.Equal(t, wantVal, val, "seed %d structured row %d value", seed, i)
 		}
 		sres.Record.Release()
 	}
+}
+
+// decodeUseNumber decodes doc as a structured row holds it: numbers as
+// json.Number.
+func decodeUseNumber(t *testing.T, doc []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	require.NoError(t, dec.Decode(&v))
+	return v
+}
+
+// variantChildren returns the metadata and value bytes of row i of a
+// VARIANT column's struct: its children's bytes, not variant.New, whose
+// metadata reader in arrow-go v18.8.0 overflows a uint8 offset on large
+// dictionaries.
+func variantChildren(s *array.Struct, i int) (meta, value []byte) {
+	return s.Field(0).(*array.LargeBinary).Value(i), s.Field(1).(*array.LargeBinary).Value(i)
 }
 
 // errText is an error's message without the converter's kind prefix, which
@@ -406,16 +423,12 @@ func TestVariantEncoderAcrossRows(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, wantMeta, meta, "round %d doc %d encoder metadata", round, i)
 			require.Equal(t, wantVal, e.buf, "round %d doc %d encoder value", round, i)
-			// The children's bytes, not variant.New: arrow-go v18.8.0's
-			// metadata reader overflows a uint8 offset on large dictionaries.
-			require.Equal(t, wantMeta, s.Field(0).(*array.LargeBinary).Value(got), "round %d doc %d column metadata", round, i)
-			require.Equal(t, wantVal, s.Field(1).(*array.LargeBinary).Value(got), "round %d doc %d column value", round, i)
+			colMeta, colVal := variantChildren(s, got)
+			require.Equal(t, wantMeta, colMeta, "round %d doc %d column metadata", round, i)
+			require.Equal(t, wantVal, colVal, "round %d doc %d column value", round, i)
 			got++
 
-			dec := json.NewDecoder(strings.NewReader(d))
-			dec.UseNumber()
-			var generic any
-			require.NoError(t, dec.Decode(&generic))
+			generic := decodeUseNumber(t, []byte(d))
 			wantMeta, wantVal, err = oracleEncodeGo(generic)
 			require.NoError(t, err, "doc %d", i)
 			e.begin(nil)
@@ -434,8 +447,9 @@ func TestVariantEncoderAcrossRows(t *testing.T) {
 		require.Empty(t, sres.RowErrors)
 		s = sres.Record.Column(1).(*array.Struct)
 		for i, w := range want {
-			assert.Equal(t, w[0], s.Field(0).(*array.LargeBinary).Value(i), "round %d structured row %d metadata", round, i)
-			assert.Equal(t, w[1], s.Field(1).(*array.LargeBinary).Value(i), "round %d structured row %d value", round, i)
+			meta, val := variantChildren(s, i)
+			assert.Equal(t, w[0], meta, "round %d structured row %d metadata", round, i)
+			assert.Equal(t, w[1], val, "round %d structured row %d value", round, i)
 		}
 		sres.Record.Release()
 	}

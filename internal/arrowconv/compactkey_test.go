@@ -76,7 +76,7 @@ func TestCompactKeyWord(t *testing.T) {
 		{`"abcdefg":12`, "abcdefg", false}, // longer than one word
 	} {
 		st.scanner.reset([]byte(tc.in))
-		got := st.compactKey(newKeyWord(tc.name), tc.name)
+		got := st.compactKey(newKeyWord(tc.name))
 		require.Equal(t, tc.want, got, "%s as %q", tc.in, tc.name)
 		if got {
 			require.Equal(t, len(tc.name)+3, st.pos, tc.in)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"reflect"
 	"slices"
 	"strconv"
@@ -350,13 +351,14 @@ func newKeyWord(name string) keyWord {
 // the colon after it when they read exactly `"name":`, the spelling kw was
 // made for, with at least 8 bytes of input after the quote; anything else
 // (other keys, whitespace before the colon, the end of input near) is left
-// to the general path.
-func (st *state) compactKey(kw keyWord, name string) bool {
+// to the general path. The bytes consumed after the quote, `name":`, are
+// those kw's mask covers.
+func (st *state) compactKey(kw keyWord) bool {
 	start := st.pos + 1
 	if kw.mask == 0 || start+8 > len(st.data) || binary.LittleEndian.Uint64(st.data[start:])&kw.mask != kw.w {
 		return false
 	}
-	st.pos = start + len(name) + 2
+	st.pos = start + bits.Len64(kw.mask)/8
 	return true
 }
 
@@ -464,7 +466,7 @@ func (n *structNode) decodeObject(st *state) error {
 		// recognised in place: no string scan, UTF-8 check or lookup.
 		i := n.follow[prev+1]
 		var k []byte // the key, when it was read as a string
-		colon := i >= 0 && st.compactKey(n.keyw[i], n.names[i])
+		colon := i >= 0 && st.compactKey(n.keyw[i])
 		if !colon && (i < 0 || !n.plain[i] || !st.plainKey(n.names[i])) {
 			var err error
 			if k, err = st.readString(); err != nil {

@@ -130,28 +130,13 @@ func signed(u uint64, neg bool) (int64, error) {
 }
 
 // parseIntFast parses a plain JSON integer of at most 18 digits, the common
-// case, without copying. ok is false when the slow exact path is needed.
+// case, without copying. ok is false when the slow exact path is needed (also
+// for a leading zero, which JSON number text never has). It is readIntFast
+// (the one reader of such integers) over b, taking all of it.
 func parseIntFast(b []byte) (v int64, ok bool) {
-	i := 0
-	neg := false
-	if len(b) > 0 && b[0] == '-' {
-		neg = true
-		i = 1
-	}
-	if len(b)-i > 18 || len(b) == i {
-		return 0, false
-	}
-	for ; i < len(b); i++ {
-		c := b[i] - '0'
-		if c > 9 {
-			return 0, false
-		}
-		v = v*10 + int64(c)
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
+	s := scanner{data: b}
+	v, _, ok = s.readIntFast()
+	return v, ok && s.pos == len(b)
 }
 
 // appendDecimal appends the canonical text of n as DECIMAL(p, s): exactly s

@@ -2,16 +2,19 @@ package arrowconv
 
 import (
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
 // TestReadIntFastMatchesReadNumber checks the one-pass integer reader against
-// readNumber and parseIntFast: on every number it takes, the same value,
+// readNumber and strconv.ParseInt: on every number it takes, the same value,
 // text and end position; on the others (fractions, exponents, leading
 // zeros, 19 digits and more, a lone minus) nothing consumed. Cases come from
-// a table and from random digit strings with random bytes after them.
+// a table and from random digit strings with random bytes after them. It
+// checks parseIntFast on the text readNumber read as well.
 func TestReadIntFastMatchesReadNumber(t *testing.T) {
 	cases := []string{
 		"0", "-0", "7", "-7", "01", "-01", "00", "-", "--1", "1.5", "1e3", "1E3", "-0.0", "0e1",
@@ -40,14 +43,26 @@ func TestReadIntFastMatchesReadNumber(t *testing.T) {
 
 		s.reset([]byte(c))
 		wtext, integer, err := s.readNumber()
+		if err == nil {
+			// parseIntFast, the same reader over a whole number's text,
+			// takes exactly the integers of up to 18 digits.
+			pv, pok := parseIntFast(wtext)
+			digits := len(strings.TrimPrefix(string(wtext), "-"))
+			require.Equal(t, integer && digits <= 18, pok, "parseIntFast(%q)", wtext)
+			if pok {
+				want, perr := strconv.ParseInt(string(wtext), 10, 64)
+				require.NoError(t, perr, c)
+				require.Equal(t, want, pv, "parseIntFast(%q)", wtext)
+			}
+		}
 		if !ok {
 			require.Equal(t, 0, fastPos, "%q: consumed though not taken", c)
 			continue
 		}
 		require.NoError(t, err, c)
 		require.True(t, integer, c)
-		wv, wok := parseIntFast(wtext)
-		require.True(t, wok, c)
+		wv, werr := strconv.ParseInt(string(wtext), 10, 64)
+		require.NoError(t, werr, c)
 		require.Equal(t, wv, v, c)
 		require.Equal(t, string(wtext), string(text), c)
 		require.Equal(t, s.pos, fastPos, c)

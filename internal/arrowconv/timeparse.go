@@ -65,6 +65,13 @@ func parseDate(b []byte) (int64, bool) {
 	if !ok1 || !ok2 || !ok3 || b[4] != '-' || b[7] != '-' {
 		return 0, false
 	}
+	return civilDays(y, m, d)
+}
+
+// civilDays returns the days since the epoch of year y, month m, day d when
+// they name a real date of years 1..9999 (as parsed, y has at most four
+// digits), and false otherwise.
+func civilDays(y, m, d int) (int64, bool) {
 	if y < 1 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) {
 		return 0, false
 	}
@@ -116,10 +123,9 @@ func timestampHead(b []byte, dc *dateCache) (days, clock int64, ok bool) {
 	y := dig(xa, 0)*1000 + dig(xa, 1)*100 + dig(xa, 2)*10 + dig(xa, 3)
 	m := dig(xa, 5)*10 + dig(xa, 6)
 	d := dig(xc, 0)*10 + dig(xc, 1)
-	if y < 1 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) {
+	if days, ok = civilDays(y, m, d); !ok {
 		return 0, 0, false
 	}
-	days = daysFromCivil(y, m, d)
 	if dc != nil {
 		*dc = dateCache{set: true, ym: a, d: uint16(c), days: days}
 	}

@@ -64,9 +64,8 @@ next:
 			i += 8
 		}
 		if r := n - i; r > 0 && n >= 8 {
-			// The last 1..7 bytes in the word ending with p, shifted
-			// right past the bytes before i.
-			m := binary.LittleEndian.Uint64(p[n-8:]) >> (8 * (8 - r)) & swarMSB
+			// The last 1..7 bytes in one word.
+			m := tailWord(p, r) & swarMSB
 			if m == 0 {
 				return true
 			}

@@ -167,15 +167,31 @@ type tableInfo struct {
 	} `json:"columns"`
 }
 
+// readTableInfo reads table's description from the emulator process at
+// httpURL, failing the test when it cannot.
 func readTableInfo(tb testing.TB, httpURL, table string) tableInfo {
 	tb.Helper()
-	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
+	ti, err := fetchTableInfo(httpURL, table)
 	require.NoError(tb, err)
-	defer resp.Body.Close()
-	require.Equal(tb, http.StatusOK, resp.StatusCode)
-	var ti tableInfo
-	require.NoError(tb, json.NewDecoder(resp.Body).Decode(&ti))
 	return ti
+}
+
+// fetchTableInfo is readTableInfo without the test: for polls, and for
+// goroutines other than the test's.
+func fetchTableInfo(httpURL, table string) (tableInfo, error) {
+	var ti tableInfo
+	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
+	if err != nil {
+		return ti, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ti, fmt.Errorf("GET /emulator/v1/tables/%s: HTTP %d, want 200", table, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ti); err != nil {
+		return ti, fmt.Errorf("GET /emulator/v1/tables/%s: %w", table, err)
+	}
+	return ti, nil
 }
 
 // putFaults replaces the fault set of the emulator process at httpURL with

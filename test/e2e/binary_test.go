@@ -44,13 +44,7 @@ func binaries(tb testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/benthos-zerobus", "./cmd/zerobus-emulator")
-		cmd.Dir = root
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/...: %v\n%s", err, out.String())
-		}
+		buildErr = goBuild(root, "-o", buildDir+string(filepath.Separator), "./cmd/benthos-zerobus", "./cmd/zerobus-emulator")
 	})
 	require.NoError(tb, buildErr)
 	return buildDir
@@ -68,15 +62,23 @@ func benchBinary(tb testing.TB) string {
 	tb.Helper()
 	dir := binaries(tb)
 	path := filepath.Join(dir, "benthos-zerobus-bench")
+	root := repoRoot(tb)
 	benchBuildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-tags", "zerobus_bench", "-o", path, "./cmd/benthos-zerobus")
-		cmd.Dir = repoRoot(tb)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			benchBuildErr = fmt.Errorf("go build -tags zerobus_bench ./cmd/benthos-zerobus: %v\n%s", err, out)
-		}
+		benchBuildErr = goBuild(root, "-tags", "zerobus_bench", "-o", path, "./cmd/benthos-zerobus")
 	})
 	require.NoError(tb, benchBuildErr)
 	return path
+}
+
+// goBuild runs go build with args in the repository at root; its error
+// carries the compiler's output.
+func goBuild(root string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 // binary is the product binary, bin/benthos-zerobus as built by make build.

@@ -151,12 +151,10 @@ func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL stri
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
 	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", freeAddr(tb), "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
 	p = startBinary(tb, emulatorBinary(tb), nil, args...)
-	if !assert.Eventually(tb, func() bool {
-		return strings.Contains(p.out.String(), "Zerobus emulator running")
-	}, 30*time.Second, 20*time.Millisecond) {
-		// The output as it is now, not as it was before the wait.
-		tb.Fatalf("emulator did not start: %s", p.out.String())
-	}
+	eventually(tb, 30*time.Second, 20*time.Millisecond, "emulator did not start", func() (bool, string) {
+		out := p.out.String()
+		return strings.Contains(out, "Zerobus emulator running"), out
+	})
 	return "http://" + httpAddr, "http://" + grpcAddr, p
 }
 

@@ -44,13 +44,7 @@ func binaries(tb testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/benthos-zerobus", "./cmd/zerobus-emulator")
-		cmd.Dir = root
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/...: %v\n%s", err, out.String())
-		}
+		buildErr = goBuild(root, "-o", buildDir+string(filepath.Separator), "./cmd/benthos-zerobus", "./cmd/zerobus-emulator")
 	})
 	require.NoError(tb, buildErr)
 	return buildDir
@@ -68,15 +62,23 @@ func benchBinary(tb testing.TB) string {
 	tb.Helper()
 	dir := binaries(tb)
 	path := filepath.Join(dir, "benthos-zerobus-bench")
+	root := repoRoot(tb)
 	benchBuildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-tags", "zerobus_bench", "-o", path, "./cmd/benthos-zerobus")
-		cmd.Dir = repoRoot(tb)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			benchBuildErr = fmt.Errorf("go build -tags zerobus_bench ./cmd/benthos-zerobus: %v\n%s", err, out)
-		}
+		benchBuildErr = goBuild(root, "-tags", "zerobus_bench", "-o", path, "./cmd/benthos-zerobus")
 	})
 	require.NoError(tb, benchBuildErr)
 	return path
+}
+
+// goBuild runs go build with args in the repository at root; its error
+// carries the compiler's output.
+func goBuild(root string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 // binary is the product binary, bin/benthos-zerobus as built by make build.
@@ -149,12 +151,10 @@ func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL stri
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
 	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", freeAddr(tb), "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
 	p = startBinary(tb, emulatorBinary(tb), nil, args...)
-	if !assert.Eventually(tb, func() bool {
-		return strings.Contains(p.out.String(), "Zerobus emulator running")
-	}, 30*time.Second, 20*time.Millisecond) {
-		// The output as it is now, not as it was before the wait.
-		tb.Fatalf("emulator did not start: %s", p.out.String())
-	}
+	eventually(tb, 30*time.Second, 20*time.Millisecond, "emulator did not start", func() (bool, string) {
+		out := p.out.String()
+		return strings.Contains(out, "Zerobus emulator running"), out
+	})
 	return "http://" + httpAddr, "http://" + grpcAddr, p
 }
 
@@ -167,15 +167,31 @@ type tableInfo struct {
 	} `json:"columns"`
 }
 
+// readTableInfo reads table's description from the emulator process at
+// httpURL, failing the test when it cannot.
 func readTableInfo(tb testing.TB, httpURL, table string) tableInfo {
 	tb.Helper()
-	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
+	ti, err := fetchTableInfo(httpURL, table)
 	require.NoError(tb, err)
-	defer resp.Body.Close()
-	require.Equal(tb, http.StatusOK, resp.StatusCode)
-	var ti tableInfo
-	require.NoError(tb, json.NewDecoder(resp.Body).Decode(&ti))
 	return ti
+}
+
+// fetchTableInfo is readTableInfo without the test: for polls, and for
+// goroutines other than the test's.
+func fetchTableInfo(httpURL, table string) (tableInfo, error) {
+	var ti tableInfo
+	resp, err := http.Get(httpURL + "/emulator/v1/tables/" + table)
+	if err != nil {
+		return ti, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ti, fmt.Errorf("GET /emulator/v1/tables/%s: HTTP %d, want 200", table, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ti); err != nil {
+		return ti, fmt.Errorf("GET /emulator/v1/tables/%s: %w", table, err)
+	}
+	return ti, nil
 }
 
 // putFaults replaces the fault set of the emulator process at httpURL with

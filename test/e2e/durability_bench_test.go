@@ -226,8 +226,7 @@ func runBareClient(b *testing.B, httpURL, grpcURL string, rate float64) []float6
 // benchRowJSON is row id of the events table as the steady runs send it:
 // JSON bytes, the same row benchInput and benchInputRaw generate.
 func benchRowJSON(id int64) []byte {
-	return fmt.Appendf(nil,
-		`{"id":%d,"msg":"benchmark row number %d with some payload text","level":"info","ts":"2026-01-02T03:04:05.123456Z"}`, id, id)
+	return fmt.Appendf(nil, benchRowFormat, id, id)
 }
 
 // steadyRun is what one steady run measured, latencies in ms.

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -411,17 +410,9 @@ func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
 	stored := func(tbl string) int64 {
-		resp, err := http.Get(httpURL + "/emulator/v1/tables/" + tbl)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			if resp != nil {
-				resp.Body.Close()
-			}
-			return 0
-		}
-		defer resp.Body.Close()
-		var ti tableInfo
-		if json.NewDecoder(resp.Body).Decode(&ti) != nil {
-			return 0
+		ti, err := fetchTableInfo(httpURL, tbl)
+		if err != nil {
+			return 0 // not readable yet: counts as nothing stored
 		}
 		return ti.RowCount
 	}

@@ -128,11 +128,10 @@ func TestRotatedSecretFromEnvironmentHeals(t *testing.T) {
 	go func() {
 		done <- produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"after rotation"}`))})
 	}()
-	if !assert.Eventually(t, func() bool {
-		return strings.Contains(logs.String(), "DATABRICKS_CLIENT_SECRET")
-	}, 10*time.Second, 50*time.Millisecond) {
-		t.Fatalf("the refusal never named where the secret came from; logs now: %s", logs.String())
-	}
+	eventually(t, 10*time.Second, 50*time.Millisecond, "the refusal never named where the secret came from", func() (bool, string) {
+		l := logs.String()
+		return strings.Contains(l, "DATABRICKS_CLIENT_SECRET"), l
+	})
 	assert.NotContains(t, logs.String(), "an-expired-s3cret", "the secret is never logged")
 	select {
 	case err := <-done:
@@ -183,12 +182,10 @@ func TestWritesRefusedForTenSecondsLandAfterTheGrant(t *testing.T) {
 		}
 		done <- produce(ctx, batch)
 	}()
-	if !assert.Eventually(t, func() bool {
+	eventually(t, 10*time.Second, 50*time.Millisecond, "the refusal never said which grant to run", func() (bool, string) {
 		l := logs.String()
-		return strings.Contains(l, "MODIFY") && strings.Contains(l, "GRANT SELECT, MODIFY ON TABLE")
-	}, 10*time.Second, 50*time.Millisecond) {
-		t.Fatalf("the refusal never said which grant to run; logs now: %s", logs.String())
-	}
+		return strings.Contains(l, "MODIFY") && strings.Contains(l, "GRANT SELECT, MODIFY ON TABLE"), l
+	})
 	time.Sleep(time.Until(began.Add(10 * time.Second)))
 	select {
 	case err := <-done:

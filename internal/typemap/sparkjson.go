@@ -89,7 +89,7 @@ func ParseColumnTypeJSON(s string) (Column, error) {
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		return Column{}, fmt.Errorf("parse type_json: %w", err)
 	}
-	f, err := raw.field()
+	f, err := raw.field(0)
 	if err != nil {
 		return Column{}, fmt.Errorf("parse type_json of %q: %w", raw.Name, err)
 	}
@@ -105,8 +105,8 @@ type sparkStructField struct {
 	Metadata map[string]any  `json:"metadata"`
 }
 
-func (f sparkStructField) field() (Field, error) {
-	t, err := parseSparkType(f.Type)
+func (f sparkStructField) field(depth int) (Field, error) {
+	t, err := parseSparkType(f.Type, depth)
 	if err != nil {
 		return Field{}, err
 	}
@@ -116,7 +116,12 @@ func (f sparkStructField) field() (Field, error) {
 
 var sparkDecimalRE = regexp.MustCompile(`^decimal\((\d+),\s*(\d+)\)$`)
 
-func parseSparkType(raw json.RawMessage) (Type, error) {
+// parseSparkType parses a Spark type at nesting depth (see MaxTypeDepth).
+func parseSparkType(raw json.RawMessage, depth int) (Type, error) {
+	if depth > MaxTypeDepth {
+		return Type{}, depthError()
+	}
+	depth++
 	var name string
 	if err := json.Unmarshal(raw, &name); err == nil {
 		if k, ok := sparkKinds[name]; ok {
@@ -144,17 +149,17 @@ func parseSparkType(raw json.RawMessage) (Type, error) {
 	}
 	switch obj.Type {
 	case "array":
-		elem, err := parseSparkType(obj.ElementType)
+		elem, err := parseSparkType(obj.ElementType, depth)
 		if err != nil {
 			return Type{}, err
 		}
 		return ArrayOf(elem), nil
 	case "map":
-		k, err := parseSparkType(obj.KeyType)
+		k, err := parseSparkType(obj.KeyType, depth)
 		if err != nil {
 			return Type{}, err
 		}
-		v, err := parseSparkType(obj.ValueType)
+		v, err := parseSparkType(obj.ValueType, depth)
 		if err != nil {
 			return Type{}, err
 		}
@@ -163,7 +168,7 @@ func parseSparkType(raw json.RawMessage) (Type, error) {
 		fields := make([]Field, len(obj.Fields))
 		for i, f := range obj.Fields {
 			var err error
-			if fields[i], err = f.field(); err != nil {
+			if fields[i], err = f.field(depth); err != nil {
 				return Type{}, fmt.Errorf("field %q: %w", f.Name, err)
 			}
 		}

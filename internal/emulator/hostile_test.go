@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -137,4 +139,38 @@ func TestRecoverStreamEndsOnlyTheStream(t *testing.T) {
 	assert.Contains(t, logs.String(), "flight stream panicked")
 	assert.Contains(t, logs.String(), "main.default.t")
 	assert.Contains(t, logs.String(), "hostile_test.go", "the stack")
+}
+
+// TestAdminAPIIsLoopbackOnlyWithoutToken: without an admin token the admin
+// API answers a loopback client and refuses any other; with one it needs
+// the bearer token from everyone. The workspace API is not affected.
+func TestAdminAPIIsLoopbackOnlyWithoutToken(t *testing.T) {
+	srv := startEmu(t, nil)
+	h := srv.httpHandler()
+	call := func(remote, auth, path string) int {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.RemoteAddr = remote
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	assert.Equal(t, http.StatusOK, call("127.0.0.1:40000", "", "/emulator/v1/tables"))
+	assert.Equal(t, http.StatusOK, call("[::1]:40000", "", "/emulator/v1/stats"))
+	assert.Equal(t, http.StatusForbidden, call("192.0.2.7:40000", "", "/emulator/v1/tables"))
+	assert.Equal(t, http.StatusForbidden, call("172.17.0.1:40000", "", "/emulator/v1/tables/"+testTable+"/rows"))
+	assert.Equal(t, http.StatusOK, call("192.0.2.7:40000", "", "/.well-known/databricks-config"), "the workspace API is not the admin API")
+
+	// Over a real connection from loopback (what tests and demo.sh do).
+	assert.Equal(t, http.StatusOK, getJSON(t, srv.HTTPURL()+"/emulator/v1/tables", nil))
+
+	tok := startEmu(t, func(c *Config) { c.AdminToken = "s3cret-admin" })
+	h = tok.httpHandler()
+	assert.Equal(t, http.StatusUnauthorized, call("127.0.0.1:40000", "", "/emulator/v1/tables"), "a token, once set, is needed from loopback too")
+	assert.Equal(t, http.StatusUnauthorized, call("192.0.2.7:40000", "Bearer wrong", "/emulator/v1/tables"))
+	assert.Equal(t, http.StatusUnauthorized, call("192.0.2.7:40000", "Basic czNjcmV0LWFkbWlu", "/emulator/v1/tables"))
+	assert.Equal(t, http.StatusOK, call("192.0.2.7:40000", "Bearer s3cret-admin", "/emulator/v1/tables"))
+	assert.Equal(t, http.StatusOK, call("192.0.2.7:40000", "Bearer s3cret-admin", "/emulator/v1/faults"))
 }

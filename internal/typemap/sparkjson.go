@@ -85,6 +85,13 @@ func SchemaString(cols []Column) string {
 // ParseColumnTypeJSON parses UC's type_json back into a Column. Unlike
 // type_text it keeps the nullability of nested struct fields.
 func ParseColumnTypeJSON(s string) (Column, error) {
+	// A struct level of a type takes three JSON levels (the type object,
+	// its fields array, a field object); refusing deeper JSON first, in one
+	// pass, keeps the per-level decoding below from rescanning a huge input
+	// MaxTypeDepth times.
+	if jsonDepth(s) > 3*MaxTypeDepth+4 {
+		return Column{}, fmt.Errorf("parse type_json: %w", depthError())
+	}
 	var raw sparkStructField
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		return Column{}, fmt.Errorf("parse type_json: %w", err)
@@ -175,4 +182,31 @@ func parseSparkType(raw json.RawMessage, depth int) (Type, error) {
 		return StructOf(fields...), nil
 	}
 	return Type{}, fmt.Errorf("unknown spark type object %q", obj.Type)
+}
+
+// jsonDepth is the deepest nesting of objects and arrays in the JSON text
+// s (strings skipped; s need not be valid).
+func jsonDepth(s string) int {
+	depth, max, inString := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				max = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return max
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/variant"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
@@ -77,7 +78,7 @@ func admitFrames(cols []typemap.Column, schemaFrame []byte, frames ...*flight.Fl
 		if err != nil {
 			continue
 		}
-		_, err = encodeParquet(stored.Schema(), []arrow.RecordBatch{stored})
+		_, err = encodeParquetWith(stored.Schema(), []arrow.RecordBatch{stored}, compress.Codecs.Uncompressed)
 		stored.Release()
 		if err != nil {
 			return err
@@ -201,7 +202,7 @@ func FuzzJSONRecords(f *testing.F) {
 			return
 		}
 		defer stored.Release()
-		if _, err := encodeParquet(stored.Schema(), []arrow.RecordBatch{stored}); err != nil {
+		if _, err := encodeParquetWith(stored.Schema(), []arrow.RecordBatch{stored}, compress.Codecs.Uncompressed); err != nil {
 			t.Fatalf("a stored batch of %q does not encode: %v", record, err)
 		}
 	})

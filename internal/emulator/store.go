@@ -622,9 +622,15 @@ func writeParquet(path string, schema *arrow.Schema, recs []arrow.RecordBatch) (
 
 // encodeParquet is the Parquet file of recs (zstd), in memory.
 func encodeParquet(schema *arrow.Schema, recs []arrow.RecordBatch) (*bytes.Buffer, error) {
+	return encodeParquetWith(schema, recs, compress.Codecs.Zstd)
+}
+
+// encodeParquetWith is encodeParquet with codec (the fuzz targets skip
+// the cost of zstd).
+func encodeParquetWith(schema *arrow.Schema, recs []arrow.RecordBatch, codec compress.Compression) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
 	props := parquet.NewWriterProperties(
-		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompression(codec),
 		parquet.WithAllocator(memory.DefaultAllocator),
 	)
 	w, err := pqarrow.NewFileWriter(schema, &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))

@@ -32,7 +32,12 @@ RUN make build VERSION=${VERSION} BIN=/out/benthos-zerobus EMU=/out/zerobus-emul
 # so run the pipeline in the emulator's network namespace
 # (docker run --network container:<emulator>) or with --network host, and point
 # it at http://127.0.0.1:50051 and http://127.0.0.1:8080. Credentials:
-# client id `emulator`, secret `emulator-secret`.
+# client id `emulator`, secret `emulator-secret`. The emulator's admin API
+# (/emulator/v1/…: the rows of every table, faults, grants) answers loopback
+# clients only, i.e. the pipeline in the emulator's network namespace; to use
+# it through a published port, give it a bearer token:
+# docker run -e ZEROBUS_EMULATOR_ADMIN_TOKEN=<token> … and send
+# `Authorization: Bearer <token>`. The start-up banner says which applies.
 FROM ${RUNTIME_IMAGE} AS emulator
 COPY --from=build /out/zerobus-emulator /usr/local/bin/zerobus-emulator
 COPY --from=build --chown=65532:65532 /out/data /data

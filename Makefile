@@ -12,7 +12,7 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test chaos docs conformance-deps lint-examples vet fmt-check bench bench-transport demo emulator docker clean
+.PHONY: all build test chaos docs conformance-deps lint-examples vet fmt-check bench bench-transport fuzz demo emulator docker clean
 
 all: build
 
@@ -63,6 +63,28 @@ bench: build conformance-deps
 ## bench-transport: our Zerobus client vs the official SDK against the emulator in ack-only mode.
 bench-transport: conformance-deps
 	go test -run '^$$' -bench 'Transport|FrameSize' -benchtime 7x -count 1 -timeout 20m ./conformance/
+
+# Every fuzz target, as package:Target; `make fuzz` refuses to run when a
+# func Fuzz… of the repository is missing here.
+FUZZ_TARGETS := \
+	./internal/arrowipc:FuzzRecordBatchRows ./internal/arrowipc:FuzzSchemaMessage ./internal/arrowipc:FuzzReadSchema \
+	./internal/arrowconv:FuzzConvert ./internal/arrowconv:FuzzValidUTF8 ./internal/arrowconv:FuzzVariantEncoder \
+	./internal/typemap:FuzzParseType ./internal/typemap:FuzzParseColumns ./internal/typemap:FuzzCheckTableName \
+	./internal/lintrule:FuzzURLRuleMatchesRun \
+	./internal/emulator:FuzzDoPutFrame ./internal/emulator:FuzzJSONRecords ./internal/emulator:FuzzVariantJSON \
+	./internal/emulator/workspace:FuzzParseStatement
+FUZZTIME    ?= 30s
+FUZZMINTIME ?= 5s
+
+## fuzz: run every fuzz target (FUZZ_TARGETS) for FUZZTIME each (default 30s), minimising a crash for
+## at most FUZZMINTIME (5s) so the time goes to new inputs. A crash is written to the package's
+## testdata/fuzz/<Target>/: commit it with the fix, and `go test` replays it from then on.
+fuzz:
+	@missing=$$(grep -rhoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' internal plugin cmd test conformance 2>/dev/null | sed 's/^func //' | sort -u | \
+	  while read -r fn; do case " $(FUZZ_TARGETS) " in *":$$fn "*) ;; *) echo "$$fn";; esac; done); \
+	  if [ -n "$$missing" ]; then echo "fuzz targets missing from FUZZ_TARGETS in the Makefile: $$missing"; exit 1; fi
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$pkg; done
 
 ## demo: start the emulator, run the quickstart pipeline into it, print what landed.
 demo: build

@@ -56,6 +56,7 @@ func App(version string) *cli.App {
 			&cli.GenericFlag{Name: "grant", Value: &repeatedString{}, Usage: "grant privileges at start: 'PRINCIPAL:TYPE:FULL_NAME:PRIV[,PRIV]', e.g. 'emulator:TABLE:main.default.t:SELECT,MODIFY' (repeatable)"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain): serve HTTPS and gRPC over TLS (needs --tls-key)"},
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
+			&cli.StringFlag{Name: "admin-token", Usage: "bearer token the admin API (/emulator/v1/…: rows of every table, faults, grants) requires; without it the admin API answers loopback clients only", EnvVars: []string{AdminTokenEnv}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		Action: func(c *cli.Context) error {
@@ -97,6 +98,7 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		IcebergLag:    c.Duration("iceberg-lag"),
 		TLSCertFile:   c.String("tls-cert"),
 		TLSKeyFile:    c.String("tls-key"),
+		AdminToken:    c.String("admin-token"),
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Faults: Faults{
 			AckLatency:         c.Duration("ack-latency"),
@@ -184,13 +186,14 @@ func printBanner(w io.Writer, srv *Server, cfg Config) {
   data directory:                  %s
   read back:  GET %s/emulator/v1/tables/{catalog.schema.table}[/rows?limit=N]
   admin:      GET|PUT %s/emulator/v1/faults, GET %s/emulator/v1/stats
+  admin API:  %s
   grants:     %s (GET|PATCH %s/emulator/v1/grants)
   iceberg:    %s/api/2.1/unity-catalog/iceberg-rest (warehouse=<catalog>; GET v1/config,
               v1/catalogs/{catalog}/namespaces[/{ns}[/tables[/{table}]]]; load table with
               X-Iceberg-Access-Delegation: vended-credentials returns S3 credentials valid %s)
 Press Ctrl-C to stop.
 `, srv.HTTPURL(), srv.GRPCURL(), srv.S3URL(), srv.WorkspaceID(), cfg.ClientID, secret, srv.DataDir(),
-		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), grantsMode(cfg.Grants), srv.HTTPURL(), srv.HTTPURL(), srv.cfg.CredentialTTL)
+		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), adminMode(cfg), grantsMode(cfg.Grants), srv.HTTPURL(), srv.HTTPURL(), srv.cfg.CredentialTTL)
 	for _, t := range srv.Registry().List() {
 		fmt.Fprintf(w, "  table %s (%d columns)\n", t.FullName, len(t.Columns))
 	}

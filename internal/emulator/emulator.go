@@ -126,6 +126,10 @@ type Config struct {
 	// over TLS) as the real workspace and Zerobus endpoints do, and the URLs
 	// are https://. Empty means plaintext on loopback.
 	TLSCertFile, TLSKeyFile string
+	// AdminToken, when set, is the bearer token the admin API
+	// (/emulator/v1/…) requires, from any client; empty means the admin API
+	// answers loopback clients only (admin.go).
+	AdminToken string
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -388,7 +392,7 @@ func (s *Server) listen() error {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
-	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "data", s.cfg.DataDir)
+	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "data", s.cfg.DataDir, "admin_api", adminMode(s.cfg))
 	return nil
 }
 

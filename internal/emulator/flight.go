@@ -115,8 +115,9 @@ func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
 	return ss.end(ss.run(recvDone, f))
 }
 
-func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flight.Reader, conv *storageConverter, ts *tableStore) error {
+func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flight.Reader, conv *storageConverter, ts *tableStore) (err error) {
 	s := fs.srv
+	defer recoverStream(s.log, ss.table, &err)
 	expected := int64(0)
 	for {
 		f := s.currentFaults()
@@ -160,6 +161,10 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 		// Refused: an empty batch (emptyBatchError has the sources).
 		if rec.NumRows() == 0 {
 			return emptyBatchError("record batch", off)
+		}
+		// Nothing reads a value before the batch is valid (validateBatch).
+		if err := validateBatch(rec); err != nil {
+			return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
 		}
 		if err := conv.checkNulls(rec); err != nil {
 			return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)

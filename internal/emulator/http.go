@@ -36,7 +36,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		wsHandler.ServeHTTP(w, r)
 	})
-	return mux
+	return s.guardAdmin(mux)
 }
 
 // baseURL is the workspace URL as the client reached it, for the URLs the

@@ -610,14 +610,32 @@ func syncDir(dir string) error {
 
 // writeParquet writes the batches as one zstd Parquet file and fsyncs it.
 func writeParquet(path string, schema *arrow.Schema, recs []arrow.RecordBatch) (int64, error) {
+	buf, err := encodeParquet(schema, recs)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeFileSync(path, buf.Bytes()); err != nil {
+		return 0, err
+	}
+	return int64(buf.Len()), nil
+}
+
+// encodeParquet is the Parquet file of recs (zstd), in memory.
+func encodeParquet(schema *arrow.Schema, recs []arrow.RecordBatch) (*bytes.Buffer, error) {
+	return encodeParquetWith(schema, recs, compress.Codecs.Zstd)
+}
+
+// encodeParquetWith is encodeParquet with codec (the fuzz targets skip
+// the cost of zstd).
+func encodeParquetWith(schema *arrow.Schema, recs []arrow.RecordBatch, codec compress.Compression) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
 	props := parquet.NewWriterProperties(
-		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompression(codec),
 		parquet.WithAllocator(memory.DefaultAllocator),
 	)
 	w, err := pqarrow.NewFileWriter(schema, &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
-		return 0, fmt.Errorf("parquet writer: %w", err)
+		return nil, fmt.Errorf("parquet writer: %w", err)
 	}
 	for _, rec := range recs {
 		if rec.NumRows() == 0 {
@@ -629,16 +647,13 @@ func writeParquet(path string, schema *arrow.Schema, recs []arrow.RecordBatch) (
 		r.Release()
 		if err != nil {
 			w.Close()
-			return 0, fmt.Errorf("parquet write: %w", err)
+			return nil, fmt.Errorf("parquet write: %w", err)
 		}
 	}
 	if err := w.Close(); err != nil {
-		return 0, fmt.Errorf("parquet close: %w", err)
+		return nil, fmt.Errorf("parquet close: %w", err)
 	}
-	if err := writeFileSync(path, buf.Bytes()); err != nil {
-		return 0, err
-	}
-	return int64(buf.Len()), nil
+	return &buf, nil
 }
 
 // protocolFor picks the lowest Delta protocol that can describe the table:

@@ -81,10 +81,11 @@ type Config struct {
 	// token requests alike (custom roots, client certificates); nil means
 	// the system roots. http:// endpoints (loopback only) stay plaintext.
 	TLS *tls.Config
-	// ProxyURL, when set, is the HTTP CONNECT proxy of every connection,
-	// loopback included, overriding the environment. When nil, both paths
-	// honour HTTPS_PROXY / HTTP_PROXY / NO_PROXY the way net/http does (gRPC
-	// through grpc-go's own proxy support), never for a loopback host.
+	// ProxyURL, when set, is the HTTP CONNECT proxy of every TLS
+	// connection, loopback included, overriding the environment. When nil,
+	// both paths honour HTTPS_PROXY / NO_PROXY the way net/http does (gRPC
+	// through grpc-go's own proxy support), never for a loopback host. A
+	// plaintext connection (http://, loopback only) is never proxied.
 	ProxyURL *url.URL
 	// HTTPClient is used for token requests; nil means a client over
 	// NewHTTPTransport(TLS, ProxyURL).
@@ -209,15 +210,11 @@ func NewClient(cfg Config) (*Client, error) {
 			grpc.MaxCallSendMsgSize(math.MaxInt32),
 		),
 	}
-	if cfg.ProxyURL != nil {
-		if err := CheckProxyURL(cfg.ProxyURL); err != nil {
-			return nil, fmt.Errorf("zerobus client: %w", err)
-		}
-		// A custom dialer turns grpc-go's environment proxy off; passthrough
-		// hands the dialer the host name for the proxy to resolve.
-		opts = append(opts, grpc.WithContextDialer(dialViaProxy(cfg.ProxyURL, cfg.UserAgent)))
-		target = "passthrough:///" + target
+	proxyOpts, target, err := proxyDialOptions(target, creds.Info().SecurityProtocol == "insecure", cfg.ProxyURL, cfg.UserAgent)
+	if err != nil {
+		return nil, fmt.Errorf("zerobus client: %w", err)
 	}
+	opts = append(opts, proxyOpts...)
 	opts = append(opts, cfg.DialOptions...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {

@@ -3,9 +3,14 @@ package ingest_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +33,13 @@ func TestCheckURL(t *testing.T) {
 		{"http://127.0.0.1:50051", false, ""},
 		{"http://localhost:8080", false, ""},
 		{"http://[::1]:8080", false, ""},
-		{"http://zerobus.example.com", false, "field endpoint: plaintext http:// is only allowed for a loopback host"},
+		{"http://zerobus.example.com", false, "field endpoint: plaintext http:// is only allowed for a loopback host (localhost, 127.x.y.z or ::1: the emulator)"},
+		{"http://127.1:50051", false, "plaintext http://"},
+		{"http://127.000.0.1:50051", false, "plaintext http://"},
+		{"http://127.0.0.256:50051", false, "plaintext http://"},
+		{"http://[0:0:0:0:0:0:0:1]:50051", false, "plaintext http://"},
+		{"http://LOCALHOST:8080", false, ""},
+		{"http://127.255.0.9:8080", false, ""},
 		{"http://127.0.0.1.example.com", false, "plaintext http://"},
 		{"grpc://127.0.0.1:1", false, "field endpoint: scheme must be https"},
 		{"127.0.0.1", false, "has no host"},
@@ -51,8 +62,9 @@ func TestCheckProxyURL(t *testing.T) {
 	for raw, wantErr := range map[string]string{
 		"http://proxy.corp:3128":        "",
 		"http://user:pw@127.0.0.1:3128": "",
-		"https://proxy.corp:3128":       "scheme must be http",
-		"socks5://proxy.corp:1080":      "scheme must be http",
+		"https://proxy.corp:3128":       "https:// proxies are not supported; use an HTTP CONNECT proxy",
+		"socks5://proxy.corp:1080":      "socks5:// proxies are not supported",
+		"ftp://proxy.corp:21":           "scheme must be http",
 		"http://:3128":                  "has no host",
 	} {
 		u, err := url.Parse(raw)
@@ -172,6 +184,107 @@ func TestClientThroughExplicitProxy(t *testing.T) {
 		assert.Equal(t, "Basic emI6cHJveHktcGFzcw==", a, "Basic zb:proxy-pass on every tunnel")
 	}
 	assert.Len(t, proxy.Auth(), got[grpcHost]+got[httpHost])
+	assertNoCredentialSeen(t, proxy)
+}
+
+// assertNoCredentialSeen checks that nothing the proxy read holds a
+// credential of the client: the OAuth client secret (form or Basic), or a
+// bearer token.
+func assertNoCredentialSeen(t *testing.T, proxy *testnet.Proxy) {
+	t.Helper()
+	basic := base64.StdEncoding.EncodeToString([]byte(emulator.DefaultClientID + ":" + emulator.DefaultClientSecret))
+	for _, needle := range []string{emulator.DefaultClientSecret, basic, "Bearer", "bearer", "\nAuthorization:", "\nauthorization:", "access_token"} {
+		assert.False(t, proxy.Seen(needle), "the proxy read %q in clear", needle)
+	}
+}
+
+// TestPlaintextLoopbackIsNeverProxied: with a plaintext (loopback) emulator
+// and an explicit proxy, neither the OAuth request nor the gRPC stream goes
+// through the proxy: a plaintext request through a proxy would hand it the
+// client secret and the tokens in clear (issue 19's recording proxy saw
+// both).
+func TestPlaintextLoopbackIsNeverProxied(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{})
+	require.True(t, strings.HasPrefix(srv.GRPCURL(), "http://127.0.0.1:"), srv.GRPCURL())
+	proxy := testnet.StartProxy(t)
+	c := e2eClient(t, srv, func(cfg *ingest.Config) { cfg.ProxyURL = proxy.URL })
+	require.NoError(t, writeRows(t, c))
+	n, err := srv.TableRowCount(e2eTable)
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), n)
+	assert.Empty(t, proxy.Connects(), "no tunnel for a plaintext target")
+	assert.Zero(t, proxy.Others(), "no plaintext request through the proxy")
+	assertNoCredentialSeen(t, proxy)
+}
+
+// TestHTTPTransportKeepsPlaintextOnLoopback: the workspace transport
+// refuses a plaintext request to any other host (a redirect from the
+// workspace included: net/http forwards Authorization on a same-host
+// redirect from https to http), sends one to a loopback host directly
+// whatever proxy is set, and proxies https.
+func TestHTTPTransportKeepsPlaintextOnLoopback(t *testing.T) {
+	proxy := testnet.StartProxy(t)
+	var hits atomic.Int64
+	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "http://workspace.invalid/api/2.1/unity-catalog/tables", http.StatusFound)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(ws.Close)
+	client := &http.Client{Transport: ingest.NewHTTPTransport(nil, proxy.URL)}
+
+	req, err := http.NewRequest(http.MethodGet, ws.URL+"/direct", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer dapi-secret-token")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, int64(1), hits.Load(), "straight to the loopback host")
+
+	req, err = http.NewRequest(http.MethodGet, ws.URL+"/redirect", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer dapi-secret-token")
+	_, err = client.Do(req)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "refusing plaintext http:// request to workspace.invalid")
+
+	_, err = client.Get("http://10.1.2.3:8080/api")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "refusing plaintext http:// request to 10.1.2.3:8080")
+
+	assert.Empty(t, proxy.Connects())
+	assert.Zero(t, proxy.Others())
+	assert.False(t, proxy.Seen("dapi-secret-token"))
+
+	// https goes through the proxy, by CONNECT (the proxy tunnels to
+	// 127.0.0.1 at the port named).
+	tlsWS := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	t.Cleanup(tlsWS.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(tlsWS.Certificate())
+	client = &http.Client{Transport: ingest.NewHTTPTransport(&tls.Config{RootCAs: pool}, proxy.URL)}
+	req, err = http.NewRequest(http.MethodGet, tlsWS.URL+"/api", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer dapi-secret-token")
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 1, proxy.Connects()[strings.TrimPrefix(tlsWS.URL, "https://")])
+	assert.False(t, proxy.Seen("dapi-secret-token"), "the tunnel carries TLS only")
+}
+
+// TestClientRefusesRemotePlaintextEndpoint: the client itself refuses a
+// plaintext endpoint that is not loopback, whatever called it.
+func TestClientRefusesRemotePlaintextEndpoint(t *testing.T) {
+	for _, ep := range []string{"http://zerobus.example.com:80", "http://127.1:50051", "http://10.1.2.3:50051"} {
+		_, err := ingest.NewClient(ingest.Config{Endpoint: ep, Token: ingest.StaticToken("t")})
+		require.Error(t, err, ep)
+		assert.Contains(t, err.Error(), "only a loopback host is reached without TLS", ep)
+	}
 }
 
 func TestClientProxyRefusal(t *testing.T) {

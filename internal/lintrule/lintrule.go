@@ -20,6 +20,21 @@ func Table(field string, interpolated bool) string {
 	return `root = if this.type() == "string"` + skip + ` && !this.re_match("` + TableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`
 }
 
+// The one loopback predicate: which hosts plaintext http:// may reach. The
+// lint rules match it in Bloblang and ingest.IsLoopback in Go, so `lint`
+// and `run` never disagree (both use Go's RE2). Loopback is the name
+// localhost, an IPv4 address 127.a.b.c in canonical dotted-quad form (no
+// shorthand such as 127.1, no leading zeros), or ::1.
+const (
+	loopbackOctet = `(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])`
+	loopbackIPv4  = `127\.` + loopbackOctet + `\.` + loopbackOctet + `\.` + loopbackOctet
+	// LoopbackHostname matches a URL's hostname (no port, IPv6 unbracketed).
+	LoopbackHostname = `^(?i:localhost|` + loopbackIPv4 + `|::1)$`
+	// LoopbackHostPort matches a URL's host with an optional port, as
+	// Bloblang's parse_url returns it (IPv6 bracketed).
+	LoopbackHostPort = `^(?i:localhost|` + loopbackIPv4 + `|\[::1\])(?::[0-9]+)?$`
+)
+
 // URL is the lint rule of a URL field: https, or http for a loopback
 // host only, so a credential never crosses a network in the clear.
 func URL(field string) string {
@@ -27,8 +42,8 @@ func URL(field string) string {
   this == null => [ "field ` + field + `: not a URL" ],
   this.host.or("") == "" => [ "field ` + field + `: has no host; want https://host[:port]" ],
   this.scheme == "https" => [],
-  this.scheme == "http" && this.host.re_match("^(?i)(localhost|127\\.[0-9.]+|\\[::1\\])(:[0-9]+)?$") => [],
-  this.scheme == "http" => [ "field ` + field + `: plaintext http:// is only allowed for a loopback host (the emulator), got " + this.host + "; use https://" ],
+  this.scheme == "http" && this.host.re_match("""` + LoopbackHostPort + `""") => [],
+  this.scheme == "http" => [ "field ` + field + `: plaintext http:// is only allowed for a loopback host (localhost, 127.x.y.z or ::1: the emulator), got " + this.host + "; use https://" ],
   _ => [ "field ` + field + `: scheme must be https (or http for a loopback host), got " + this.scheme.or("").quote() ],
 }`
 }

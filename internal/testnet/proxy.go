@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -13,7 +14,9 @@ import (
 // Proxy is an HTTP CONNECT proxy on loopback. Whatever host a CONNECT names,
 // it tunnels to that port on 127.0.0.1, so a test can name a host that is
 // not loopback-looking (and that no DNS knows) and still stay on the
-// machine. Any other method is answered 405 and counted.
+// machine. Any other method is answered 405 and counted. It records what
+// it could read (every byte a client sent it, tunnels included, up to
+// recordCap) so that a test can prove a secret never reached it in clear.
 type Proxy struct {
 	// URL is the proxy's address, http://127.0.0.1:port.
 	URL *url.URL
@@ -25,6 +28,32 @@ type Proxy struct {
 	auth     []string       // Proxy-Authorization headers seen
 	others   int
 	tunnels  map[net.Conn]struct{}
+	seen     bytes.Buffer // what clients sent, as the proxy saw it
+}
+
+// recordCap bounds what a Proxy records.
+const recordCap = 16 << 20
+
+// record keeps b as seen by the proxy (up to recordCap).
+func (p *Proxy) record(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if room := recordCap - p.seen.Len(); room > 0 {
+		p.seen.Write(b[:min(len(b), room)])
+	}
+}
+
+// recorder is a client's side of a tunnel: what the proxy reads from it is
+// recorded.
+type recorder struct {
+	net.Conn
+	p *Proxy
+}
+
+func (r recorder) Read(b []byte) (int, error) {
+	n, err := r.Conn.Read(b)
+	r.p.record(b[:n])
+	return n, err
 }
 
 // StartProxy starts a proxy, closed at the end of the test.
@@ -42,7 +71,12 @@ func StartProxy(tb testing.TB) *Proxy {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
+	var head bytes.Buffer
+	_ = r.Header.Write(&head)
+	p.record([]byte(r.Method + " " + r.RequestURI + "\r\n" + head.String()))
 	if r.Method != http.MethodConnect {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, recordCap))
+		p.record(body)
 		p.mu.Lock()
 		p.others++
 		p.mu.Unlock()
@@ -84,13 +118,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		dst.Close()
 		src.Close()
 	}
-	go pipe(upstream, client)
+	go pipe(upstream, recorder{Conn: client, p: p})
 	go pipe(client, upstream)
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.tunnels, client)
 	delete(p.tunnels, upstream)
 	p.mu.Unlock()
+}
+
+// Seen reports whether needle occurs in what clients sent the proxy:
+// request lines, headers and bodies, and the bytes of every tunnel.
+func (p *Proxy) Seen(needle string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Contains(p.seen.Bytes(), []byte(needle))
 }
 
 // Connects returns how many tunnels were opened to each CONNECT target.

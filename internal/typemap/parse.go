@@ -15,12 +15,25 @@ func Parse(text string) (Type, error) {
 	p := &typeParser{lex: lexer{src: text}}
 	t, err := p.parseType()
 	if err != nil {
-		return Type{}, fmt.Errorf("parse type %q: %w", text, err)
+		return Type{}, fmt.Errorf("parse type %q: %w", Elide(text, maxQuoted), err)
 	}
 	if tok := p.lex.peek(); tok.kind != tokEOF {
-		return Type{}, fmt.Errorf("parse type %q: unexpected %q after type", text, tok.text)
+		return Type{}, fmt.Errorf("parse type %q: unexpected %q after type", Elide(text, maxQuoted), Elide(tok.text, maxQuoted))
 	}
 	return t, nil
+}
+
+// maxQuoted bounds the input an error message quotes.
+const maxQuoted = 200
+
+// Elide returns s, or, when it is longer than n bytes, its first and last
+// n/2 bytes around a note of how much was left out: an error quoting its
+// input stays readable (and small) whatever the input's size.
+func Elide(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n/2], "") + fmt.Sprintf("…(%d bytes)…", len(s)-n/2*2) + strings.ToValidUTF8(s[len(s)-n/2:], "")
 }
 
 // MustParse is Parse for literals known to be valid; it panics otherwise.
@@ -44,7 +57,7 @@ func ParseColumns(defs string) ([]Column, error) {
 		}
 		f, err := p.parseFieldDef(false)
 		if err != nil {
-			return nil, fmt.Errorf("parse columns %q: column %d: %w", defs, len(cols)+1, err)
+			return nil, fmt.Errorf("parse columns %q: column %d: %w", Elide(defs, maxQuoted), len(cols)+1, err)
 		}
 		cols = append(cols, Column(f))
 		tok := p.lex.next()
@@ -53,12 +66,29 @@ func ParseColumns(defs string) ([]Column, error) {
 			return cols, nil
 		case tok.is(","):
 		default:
-			return nil, fmt.Errorf("parse columns %q: expected ',' after column %q, got %q", defs, f.Name, tok.text)
+			return nil, fmt.Errorf("parse columns %q: expected ',' after column %q, got %q", Elide(defs, maxQuoted), f.Name, Elide(tok.text, maxQuoted))
 		}
 	}
 }
 
-type typeParser struct{ lex lexer }
+// MaxTypeDepth bounds the nesting of a type (ARRAY, MAP and STRUCT levels)
+// that Parse, ParseColumns and ParseColumnTypeJSON accept: the parsers
+// recurse once per level, so an unbounded type string (one SQL statement
+// or one UC answer) could overflow the stack and kill the process.
+// Databricks does not document a nesting limit for complex types
+// (assumption); 100 levels is far beyond any table Zerobus writes and the
+// limit other engines document (Impala and Vertica: 100).
+const MaxTypeDepth = 100
+
+// depthError is the refusal of a type nested deeper than MaxTypeDepth.
+func depthError() error {
+	return fmt.Errorf("type nested more than %d levels deep (ARRAY, MAP and STRUCT levels): not supported", MaxTypeDepth)
+}
+
+type typeParser struct {
+	lex   lexer
+	depth int // ARRAY, MAP and STRUCT levels open
+}
 
 // parseFieldDef parses "name[:] TYPE [NOT NULL] [COMMENT 'x']". In a struct
 // body the colon is customary; in a column list it is absent.
@@ -108,6 +138,11 @@ func (p *typeParser) parseFieldDef(inStruct bool) (Field, error) {
 }
 
 func (p *typeParser) parseType() (Type, error) {
+	if p.depth > MaxTypeDepth {
+		return Type{}, depthError()
+	}
+	p.depth++
+	defer func() { p.depth-- }()
 	tok := p.lex.next()
 	if tok.kind != tokIdent {
 		return Type{}, fmt.Errorf("expected a type name, got %q", tok.text)

@@ -85,11 +85,18 @@ func SchemaString(cols []Column) string {
 // ParseColumnTypeJSON parses UC's type_json back into a Column. Unlike
 // type_text it keeps the nullability of nested struct fields.
 func ParseColumnTypeJSON(s string) (Column, error) {
+	// A struct level of a type takes three JSON levels (the type object,
+	// its fields array, a field object); refusing deeper JSON first, in one
+	// pass, keeps the per-level decoding below from rescanning a huge input
+	// MaxTypeDepth times.
+	if jsonDepth(s) > 3*MaxTypeDepth+4 {
+		return Column{}, fmt.Errorf("parse type_json: %w", depthError())
+	}
 	var raw sparkStructField
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
 		return Column{}, fmt.Errorf("parse type_json: %w", err)
 	}
-	f, err := raw.field()
+	f, err := raw.field(0)
 	if err != nil {
 		return Column{}, fmt.Errorf("parse type_json of %q: %w", raw.Name, err)
 	}
@@ -105,8 +112,8 @@ type sparkStructField struct {
 	Metadata map[string]any  `json:"metadata"`
 }
 
-func (f sparkStructField) field() (Field, error) {
-	t, err := parseSparkType(f.Type)
+func (f sparkStructField) field(depth int) (Field, error) {
+	t, err := parseSparkType(f.Type, depth)
 	if err != nil {
 		return Field{}, err
 	}
@@ -116,7 +123,12 @@ func (f sparkStructField) field() (Field, error) {
 
 var sparkDecimalRE = regexp.MustCompile(`^decimal\((\d+),\s*(\d+)\)$`)
 
-func parseSparkType(raw json.RawMessage) (Type, error) {
+// parseSparkType parses a Spark type at nesting depth (see MaxTypeDepth).
+func parseSparkType(raw json.RawMessage, depth int) (Type, error) {
+	if depth > MaxTypeDepth {
+		return Type{}, depthError()
+	}
+	depth++
 	var name string
 	if err := json.Unmarshal(raw, &name); err == nil {
 		if k, ok := sparkKinds[name]; ok {
@@ -144,17 +156,17 @@ func parseSparkType(raw json.RawMessage) (Type, error) {
 	}
 	switch obj.Type {
 	case "array":
-		elem, err := parseSparkType(obj.ElementType)
+		elem, err := parseSparkType(obj.ElementType, depth)
 		if err != nil {
 			return Type{}, err
 		}
 		return ArrayOf(elem), nil
 	case "map":
-		k, err := parseSparkType(obj.KeyType)
+		k, err := parseSparkType(obj.KeyType, depth)
 		if err != nil {
 			return Type{}, err
 		}
-		v, err := parseSparkType(obj.ValueType)
+		v, err := parseSparkType(obj.ValueType, depth)
 		if err != nil {
 			return Type{}, err
 		}
@@ -163,11 +175,38 @@ func parseSparkType(raw json.RawMessage) (Type, error) {
 		fields := make([]Field, len(obj.Fields))
 		for i, f := range obj.Fields {
 			var err error
-			if fields[i], err = f.field(); err != nil {
+			if fields[i], err = f.field(depth); err != nil {
 				return Type{}, fmt.Errorf("field %q: %w", f.Name, err)
 			}
 		}
 		return StructOf(fields...), nil
 	}
 	return Type{}, fmt.Errorf("unknown spark type object %q", obj.Type)
+}
+
+// jsonDepth is the deepest nesting of objects and arrays in the JSON text
+// s (strings skipped; s need not be valid).
+func jsonDepth(s string) int {
+	depth, max, inString := 0, 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			if depth > max {
+				max = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return max
 }

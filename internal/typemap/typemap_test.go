@@ -1,6 +1,7 @@
 package typemap
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -238,4 +239,42 @@ func TestSameColumnsComparesNameNullabilityAndType(t *testing.T) {
 		assert.False(t, SameColumns(base, cols), other)
 		assert.False(t, SameColumns(cols, base), other)
 	}
+}
+
+// nestedArray is ARRAY<…INT…> with n ARRAY levels.
+func nestedArray(n int) string {
+	return strings.Repeat("ARRAY<", n) + "INT" + strings.Repeat(">", n)
+}
+
+// TestTypeDepthIsBounded: a type nested deeper than MaxTypeDepth is refused
+// with a clear error, however deep (issue 19: one CREATE TABLE nested
+// 1,000,000 deep overflowed the stack), by the DDL parser and the
+// type_json parser alike; MaxTypeDepth levels parse.
+func TestTypeDepthIsBounded(t *testing.T) {
+	typ, err := Parse(nestedArray(MaxTypeDepth))
+	require.NoError(t, err)
+	js := ColumnTypeJSON(Column{Name: "x", Type: typ, Nullable: true})
+	_, err = ParseColumnTypeJSON(js)
+	require.NoError(t, err)
+
+	for _, n := range []int{MaxTypeDepth + 1, 1_000_000} {
+		_, err := Parse(nestedArray(n))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "type nested more than 100 levels deep")
+		_, err = ParseColumns("x " + nestedArray(n))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "type nested more than 100 levels deep")
+		st := strings.Repeat("STRUCT<a:", n) + "INT" + strings.Repeat(">", n)
+		_, err = Parse(st)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "type nested more than 100 levels deep")
+		mp := strings.Repeat("MAP<STRING,", n) + "INT" + strings.Repeat(">", n)
+		_, err = Parse(mp)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "type nested more than 100 levels deep")
+	}
+	deepJSON := `{"name":"x","type":` + strings.Repeat(`{"type":"array","elementType":`, MaxTypeDepth+1) + `"integer"` + strings.Repeat(`,"containsNull":true}`, MaxTypeDepth+1) + `,"nullable":true,"metadata":{}}`
+	_, err = ParseColumnTypeJSON(deepJSON)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "type nested more than 100 levels deep")
 }

@@ -43,7 +43,7 @@ func TestLintCorpus(t *testing.T) {
 		want     string
 	}{
 		{"ftp endpoint", map[string]string{"    endpoint:": "    endpoint: ftp://127.0.0.1:21"}, 5, `field endpoint: scheme must be https (or http for a loopback host), got "ftp"`},
-		{"plain http to a remote host", map[string]string{"    endpoint:": "    endpoint: http://zerobus.example.com"}, 5, "field endpoint: plaintext http:// is only allowed for a loopback host (the emulator), got zerobus.example.com; use https://"},
+		{"plain http to a remote host", map[string]string{"    endpoint:": "    endpoint: http://zerobus.example.com"}, 5, "field endpoint: plaintext http:// is only allowed for a loopback host (localhost, 127.x.y.z or ::1: the emulator), got zerobus.example.com; use https://"},
 		{"workspace without host", map[string]string{"    workspace_url:": "    workspace_url: https://"}, 6, "field workspace_url: has no host"},
 		{"table with a space", map[string]string{"    table:": "    table: a.b.c d"}, 7, `field table: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got "a.b.c d"`},
 		{"table with two parts", map[string]string{"    table:": "    table: main.events"}, 7, "field table: must be catalog.schema.table"},
@@ -57,6 +57,15 @@ func TestLintCorpus(t *testing.T) {
 		{"ack timeout in words", map[string]string{"      timeout:": "      timeout: 5 minutes"}, 15, `field ack.timeout: must be a positive duration such as 30s or 5m, got "5 minutes"`},
 		{"close timeout in words", map[string]string{"    close_timeout:": "    close_timeout: 30 seconds"}, 16, `field close_timeout: must be a positive duration such as 30s or 5m, got "30 seconds"`},
 		{"negative recheck", map[string]string{"      recheck_interval:": "      recheck_interval: -1m"}, 19, "field catalog.recheck_interval: must be a positive duration"},
+		{"plain http to 127.1 (shorthand, refused by run)", map[string]string{"    endpoint:": "    endpoint: http://127.1:50051"}, 5, "field endpoint: plaintext http:// is only allowed for a loopback host (localhost, 127.x.y.z or ::1: the emulator), got 127.1:50051"},
+		{"plain http to a loopback-looking name", map[string]string{"    workspace_url:": "    workspace_url: http://127.0.0.1.example.com:8080"}, 6, "field workspace_url: plaintext http:// is only allowed for a loopback host"},
+		{"plain http to a zero-padded loopback", map[string]string{"    endpoint:": "    endpoint: http://127.000.0.1:50051"}, 5, "field endpoint: plaintext http:// is only allowed for a loopback host"},
+		{"socks5 proxy", map[string]string{"    endpoint:": "    endpoint: https://zerobus.example.com", "    workspace_url:": "    workspace_url: https://ws.example.com", "    table:": "    table: main.default.events\n    proxy_url: socks5://127.0.0.1:1080"}, 8, "field proxy_url: socks5:// proxies are not supported; use an HTTP CONNECT proxy"},
+		{"https proxy", map[string]string{"    endpoint:": "    endpoint: https://zerobus.example.com", "    workspace_url:": "    workspace_url: https://ws.example.com", "    table:": "    table: main.default.events\n    proxy_url: https://proxy.example.com:3128"}, 8, "field proxy_url: https:// proxies are not supported"},
+		{"proxy with plaintext endpoints", map[string]string{"    table:": "    table: main.default.events\n    proxy_url: http://10.1.2.3:3128"}, 5, "field proxy_url: endpoint and workspace_url are plaintext http:// (loopback only), which is never sent through a proxy; use https:// or remove proxy_url"},
+		{"proxy with a plaintext workspace", map[string]string{"    endpoint:": "    endpoint: https://127.0.0.1:50051", "    table:": "    table: main.default.events\n    proxy_url: http://127.0.0.1:3128"}, 5, "field proxy_url: workspace_url is plaintext http://"},
+		{"tls settings with plaintext endpoints", map[string]string{"    table:": "    table: main.default.events\n    tls:\n      enabled: true"}, 5, "field tls.enabled: endpoint and workspace_url are plaintext http://, which TLS settings do not apply to; use https://"},
+		{"tls settings with a plaintext endpoint", map[string]string{"    workspace_url:": "    workspace_url: https://127.0.0.1:8443", "    table:": "    table: main.default.events\n    tls:\n      enabled: true\n      skip_cert_verify: true"}, 5, "field tls.enabled: endpoint is plaintext http://"},
 		{"provisioning without a warehouse", map[string]string{"      provision:": "      provision: true"}, 18, "field catalog.warehouse_id: required when catalog.provision is true (or set DATABRICKS_WAREHOUSE_ID)"},
 	}
 	lints, err := linter.LintYAML([]byte(lintBase))

@@ -105,6 +105,30 @@ func warehouseLint() string {
 	return `root = if this.provision.or(false) && this.warehouse_id.or("") == "" { [ "field ` + fCatalog + "." + fWarehouseID + `: required when ` + fCatalog + "." + fProvision + ` is true (or set ` + EnvWarehouseID + `)" ] } else { [] }`
 }
 
+// proxyLint is the lint rule of proxy_url: an HTTP CONNECT proxy
+// (ingest.CheckProxyURL says the same at run time).
+const proxyLint = `root = match this.parse_url().catch(null) {
+  this == null => [ "field ` + fProxyURL + `: not a URL" ],
+  this.scheme == "https" || this.scheme == "socks5" || this.scheme == "socks5h" => [ "field ` + fProxyURL + `: " + this.scheme + ":// proxies are not supported; use an HTTP CONNECT proxy, http://[user:password@]host:port (the tunnel carries TLS from end to end)" ],
+  this.scheme != "http" => [ "field ` + fProxyURL + `: scheme must be http (an HTTP CONNECT proxy), got " + this.scheme.or("").quote() ],
+  this.host.or("") == "" => [ "field ` + fProxyURL + `: has no host" ],
+  _ => [],
+}`
+
+// plaintextLint is the component's lint rule across fields (validate says
+// the same at run time): a plaintext http:// endpoint or workspace_url
+// (loopback only) takes neither TLS settings, which would be silently
+// ignored, nor a proxy, which never carries a plaintext request. A lint of
+// the whole block carries the block's line.
+const plaintextLint = `let plain = [
+  if this.endpoint.or("").parse_url().catch({}).scheme.or("") == "http" { "` + fEndpoint + `" },
+  if this.workspace_url.or("").parse_url().catch({}).scheme.or("") == "http" { "` + fWorkspaceURL + `" },
+].filter(v -> v != null)
+root = if $plain.length() == 0 { [] } else { [
+  if this.tls.enabled.or(false) { "field ` + fTLS + `.enabled: " + $plain.join(" and ") + " " + if $plain.length() == 1 { "is" } else { "are" } + " plaintext http://, which TLS settings do not apply to; use https:// (the emulator serves TLS with --tls-cert/--tls-key) or remove the ` + fTLS + ` block" },
+  if this.exists("` + fProxyURL + `") { "field ` + fProxyURL + `: " + $plain.join(" and ") + " " + if $plain.length() == 1 { "is" } else { "are" } + " plaintext http:// (loopback only), which is never sent through a proxy; use https:// or remove ` + fProxyURL + `" },
+].filter(v -> v != null) }`
+
 // description is the component's documentation text (AsciiDoc headings, as
 // Benthos renders them), kept beside the code as a document.
 //
@@ -136,8 +160,9 @@ func Spec() *service.ConfigSpec {
 				Description("Custom TLS settings of the `https://` endpoint and workspace URL. Disabled means TLS with the system roots; it never turns TLS off.").
 				Advanced(),
 			service.NewURLField(fProxyURL).
-				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every connection, gRPC and HTTP, loopback included. Absent means the `HTTPS_PROXY` / `NO_PROXY` environment.").
-				Example("http://proxy.corp.example.com:3128").Optional().Advanced(),
+				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every `https://` connection, gRPC and HTTP, loopback included: the proxy sees the target's host and port and a TLS tunnel, never a request or a token. Absent means the `HTTPS_PROXY` / `NO_PROXY` environment. A plaintext `http://` endpoint (loopback only) is never proxied, so `proxy_url` is refused with one. `https://` and `socks5://` proxies are not supported.").
+				Example("http://proxy.corp.example.com:3128").Optional().Advanced().
+				LintRule(proxyLint),
 			service.NewInterpolatedStringField(fTable).
 				LintRule(lintrule.Table(fTable, true)).
 				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts of ASCII letters, digits and underscores). It may be interpolated per message: each distinct table then gets its own lazily opened writer (at most `max_open_tables`), a batch spanning tables is split into one write per table, and a message whose table cannot be computed, or is not a valid name, fails alone.").
@@ -253,6 +278,7 @@ func Spec() *service.ConfigSpec {
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
 				LintRule(warehouseLint()),
 		).
+		LintRule(plaintextLint).
 		Example("Quickstart against the local emulator",
 			"Generates rows into a table of the emulator started with `zerobus-emulator`.",
 			`
@@ -520,6 +546,20 @@ func (c *outputConfig) validate() error {
 	add(err, "")
 	if c.ProxyURL != nil {
 		add(ingest.CheckProxyURL(c.ProxyURL), "field %s: ", fProxyURL)
+	}
+	// Plaintext (loopback) URLs take neither TLS settings nor a proxy
+	// (plaintextLint says the same in lint).
+	var plain []string
+	if urlErr == nil && !tlsOn {
+		plain = append(plain, fEndpoint)
+	}
+	if wsTLS, err := ingest.CheckURL(fWorkspaceURL, c.WorkspaceURL); err == nil && !wsTLS {
+		plain = append(plain, fWorkspaceURL)
+	}
+	if len(plain) > 0 {
+		verb := map[bool]string{true: "is", false: "are"}[len(plain) == 1]
+		check(c.TLS != nil, "%s.enabled: %s %s plaintext http://, which TLS settings do not apply to; use https:// (the emulator serves TLS with --tls-cert/--tls-key) or remove the %s block", fTLS, strings.Join(plain, " and "), verb, fTLS)
+		check(c.ProxyURL != nil, "%s: %s %s plaintext http:// (loopback only), which is never sent through a proxy; use https:// or remove %s", fProxyURL, strings.Join(plain, " and "), verb, fProxyURL)
 	}
 	if c.TableInterp == nil {
 		add(typemap.CheckTableName(c.Table), "field %s: ", fTable)

@@ -193,7 +193,10 @@ func TestConfigTLSAndProxy(t *testing.T) {
 	assert.Contains(t, line, "tls.enabled=false tls.skip_cert_verify=false proxy_url=(environment)")
 
 	ca := testnet.NewCA(t)
-	y := minimalYAML + "tls:\n  enabled: true\n  root_cas: |\n" + indent(string(ca.CAPEM), "    ") +
+	// TLS settings and a proxy go with https:// URLs (plaintext ones take
+	// neither).
+	tlsYAML := strings.NewReplacer("http://127.0.0.1:50051", "https://127.0.0.1:50051", "http://127.0.0.1:8080", "https://127.0.0.1:8443").Replace(minimalYAML)
+	y := tlsYAML + "tls:\n  enabled: true\n  root_cas: |\n" + indent(string(ca.CAPEM), "    ") +
 		"proxy_url: http://zb:proxy-pass@127.0.0.1:3128\n"
 	c, err = parseYAML(t, y)
 	require.NoError(t, err)
@@ -207,7 +210,7 @@ func TestConfigTLSAndProxy(t *testing.T) {
 	assert.NotContains(t, line, "proxy-pass", "the proxy password is never logged")
 	assert.NotContains(t, line, "BEGIN CERTIFICATE")
 
-	c, err = parseYAML(t, minimalYAML+"tls:\n  enabled: true\n  skip_cert_verify: true\n")
+	c, err = parseYAML(t, tlsYAML+"tls:\n  enabled: true\n  skip_cert_verify: true\n")
 	require.NoError(t, err)
 	assert.True(t, c.TLS.InsecureSkipVerify)
 	assert.Contains(t, knobsLine(c.knobs(1)), "tls.skip_cert_verify=true")
@@ -218,13 +221,24 @@ func TestConfigTLSAndProxy(t *testing.T) {
 	assert.Nil(t, c.TLS)
 
 	for y, want := range map[string]string{
-		"proxy_url: socks5://127.0.0.1:1080\n":                          "field proxy_url: proxy socks5://127.0.0.1:1080: scheme must be http",
+		"proxy_url: socks5://127.0.0.1:1080\n":                          "field proxy_url: proxy socks5://127.0.0.1:1080: socks5:// proxies are not supported",
+		"proxy_url: https://127.0.0.1:3128\n":                           "field proxy_url: proxy https://127.0.0.1:3128: https:// proxies are not supported",
 		"tls:\n  enabled: true\n  root_cas_file: /does/not/exist.pem\n": "field tls: ",
 	} {
-		_, err := parseYAML(t, minimalYAML+y)
+		_, err := parseYAML(t, tlsYAML+y)
 		require.Error(t, err, y)
 		assert.Contains(t, err.Error(), want)
 	}
+
+	// run refuses what lint refuses (plaintextLint): TLS settings or a
+	// proxy with plaintext URLs, every bad field named at once.
+	_, err = parseYAML(t, minimalYAML+"tls:\n  enabled: true\nproxy_url: http://10.1.2.3:3128\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "field tls.enabled: endpoint and workspace_url are plaintext http://, which TLS settings do not apply to")
+	assert.Contains(t, err.Error(), "field proxy_url: endpoint and workspace_url are plaintext http:// (loopback only), which is never sent through a proxy")
+	_, err = parseYAML(t, strings.Replace(minimalYAML, "http://127.0.0.1:50051", "http://127.1:50051", 1))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "field endpoint: plaintext http:// is only allowed for a loopback host")
 }
 
 // indent prefixes every line of s.

@@ -23,6 +23,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
 
 // icebergRESTPath is where Unity Catalog serves its Iceberg REST catalog
@@ -135,6 +136,9 @@ func (in *input) connect(ctx context.Context) error {
 			Host: c.WorkspaceURL, ClientID: c.ClientID, ClientSecret: c.ClientSecret, AuthType: "oauth-m2m",
 			WarehouseID: c.WarehouseID, CallTimeout: c.WorkspaceTimeout, CredentialSource: c.credSource,
 			Logger: slog.New(slog.DiscardHandler),
+			// The output's rules: plaintext only to loopback (redirects
+			// included), never through a proxy.
+			HTTPTransport: ingest.NewHTTPTransport(nil, nil),
 		})
 		if err != nil {
 			return fmt.Errorf("unity catalog client: %w", err)

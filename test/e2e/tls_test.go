@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"net"
@@ -166,6 +167,19 @@ func TestProxyURLCarriesBothPaths(t *testing.T) {
 	require.NoError(t, err, logs)
 	assert.Len(t, rowsByID(t, srv, eventsTable), 200)
 	assertTunnelled(t, srv, proxy)
+	assertNoCredentialSeen(t, proxy)
+}
+
+// assertNoCredentialSeen checks that nothing the proxy read (CONNECT
+// requests and every tunnel's bytes) holds a credential of the output: the
+// OAuth client secret (form or Basic) or a bearer token, on the OAuth,
+// Unity Catalog and gRPC paths alike.
+func assertNoCredentialSeen(t *testing.T, proxy *testnet.Proxy) {
+	t.Helper()
+	basic := base64.StdEncoding.EncodeToString([]byte(emulator.DefaultClientID + ":" + emulator.DefaultClientSecret))
+	for _, needle := range []string{emulator.DefaultClientSecret, basic, "Bearer", "bearer", "\nAuthorization:", "\nauthorization:", "access_token"} {
+		assert.False(t, proxy.Seen(needle), "the proxy read %q in clear", needle)
+	}
 }
 
 // TestBinaryHonoursHTTPSProxy runs the binary (a fresh process, since
@@ -206,4 +220,14 @@ func TestBinaryHonoursHTTPSProxy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(600), n)
 	assert.Equal(t, before, proxy.Connects(), "no tunnel for 127.0.0.1")
+
+	// A plaintext (loopback) emulator with every proxy variable set: no
+	// plaintext request and no tunnel reaches the proxy (a proxy carrying
+	// plaintext would read the client secret and the tokens).
+	plain := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
+	out = run(t, outputYAML(plain, eventsTable, ""), "HTTPS_PROXY="+proxy.URL.String(), "HTTP_PROXY="+proxy.URL.String(), "ALL_PROXY="+proxy.URL.String())
+	assert.Len(t, rowsByID(t, plain, eventsTable), 300, out)
+	assert.Equal(t, before, proxy.Connects(), "no tunnel for a plaintext target")
+	assert.Zero(t, proxy.Others(), "no plaintext request through the proxy")
+	assertNoCredentialSeen(t, proxy)
 }

@@ -332,7 +332,7 @@ func (p *sqlParser) typeText() (typemap.Type, *sqlError) {
 			t := p.next()
 			switch {
 			case t.kind == sqlEOF:
-				return typemap.Type{}, parseErr("unbalanced %q in type %s", open.text, p.src[first.start:t.start])
+				return typemap.Type{}, parseErr("unbalanced %q in type %s", open.text, typemap.Elide(p.src[first.start:t.start], 200))
 			case t.is(open.text):
 				depth++
 			case t.is(closeCh):
@@ -348,7 +348,7 @@ func (p *sqlParser) typeText() (typemap.Type, *sqlError) {
 	typ, err := typemap.Parse(text)
 	if err != nil {
 		return typemap.Type{}, &sqlError{Class: "UNSUPPORTED_DATATYPE", SQLState: "0A000", Code: "BAD_REQUEST",
-			Msg: fmt.Sprintf("unsupported data type %s: %v", text, err)}
+			Msg: fmt.Sprintf("unsupported data type %s: %v", typemap.Elide(text, 200), err)}
 	}
 	return typ, nil
 }

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -188,4 +189,17 @@ func TestTokenizeEscapes(t *testing.T) {
 		got = append(got, tk.text)
 	}
 	assert.Equal(t, []string{"a'b", `c"d`, "e'f", `g\h`, "tab\t", "i`j"}, got)
+}
+
+// TestDeepTypeIsRefused is issue 19's statement: a column type nested
+// 1,000,000 deep overflowed the stack of the type parser and killed the
+// emulator. It is refused as an unsupported data type, naming the bound.
+func TestDeepTypeIsRefused(t *testing.T) {
+	const n = 1_000_000
+	sql := "CREATE TABLE main.default.deep (x " + strings.Repeat("ARRAY<", n) + "INT" + strings.Repeat(">", n) + ")"
+	_, err := parseStatement(sql)
+	require.NotNil(t, err)
+	assert.Equal(t, "UNSUPPORTED_DATATYPE", err.Class)
+	assert.Contains(t, err.Error(), "type nested more than 100 levels deep")
+	assert.Less(t, len(err.Error()), 2000, "the message does not echo the statement")
 }

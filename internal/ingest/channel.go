@@ -232,4 +232,6 @@ func transportSuspect(e *Error) bool {
 }
 
 // redialReason is what a replacement reports: the failure that caused it.
-func redialReason(e *Error) error { return fmt.Errorf("a call on it failed as on a dead connection: %w", e) }
+func redialReason(e *Error) error {
+	return fmt.Errorf("a call on it failed as on a dead connection: %w", e)
+}

@@ -86,8 +86,9 @@ type channel struct {
 }
 
 // channels holds the channel new calls go on and replaces it when a call on
-// it failed the way a dead transport makes calls fail (see transportSuspect).
-// A dead transport fails every call on it at about the same time: the
+// it failed the way a silently dead transport makes calls fail (see
+// transportSuspect). Such a transport fails every call on it at about the
+// same time: the
 // generation makes the first failure replace the channel and the others,
 // which name the same generation, find it replaced already. Calls on a
 // retired channel run on until they end; the retired channel is closed
@@ -216,22 +217,23 @@ func (cs *channels) close() error {
 	return nil
 }
 
-// transportSuspect reports whether a call failing with e points at the
-// connection under it rather than at the service's answer: UNAVAILABLE with
-// no service error code (what grpc-go reports when the transport closed:
-// keepalive unanswered, connection reset, GOAWAY) or DEADLINE_EXCEEDED (no
-// ready signal in time, no ack with rows outstanding, a call that could not
-// start). A rotation (UNAVAILABLE with error code 6002) is the service's
-// own, planned, and never suspect. Replacing a channel that was healthy
-// after all costs one new connection: the calls still on the old one run on.
+// transportSuspect reports whether a call failing with e points at a
+// transport that gRPC still takes for healthy: DEADLINE_EXCEEDED from the
+// client's own clocks (no ready signal in time, no ack with rows
+// outstanding) or from a call that could not start. Over such a transport
+// (a NAT that dropped its state before keepalive noticed) every new call
+// waits for a ready signal that never comes, so the channel is replaced.
+// A transport gRPC knows is gone needs no replacement: keepalive, a reset
+// or an EOF close it, calls fail UNAVAILABLE, and the next call dials a new
+// connection, with gRPC's own back-off while the endpoint refuses. A
+// service-coded error is the service's answer, never suspect. Replacing a
+// channel that was healthy after all costs one new connection: the calls
+// still on the old one run on.
 func transportSuspect(e *Error) bool {
-	if e == nil || e.Class != Transient || e.ServiceCode != "" {
-		return false
-	}
-	return e.Code == codes.Unavailable || e.Code == codes.DeadlineExceeded
+	return e != nil && e.Class == Transient && e.ServiceCode == "" && e.Code == codes.DeadlineExceeded
 }
 
 // redialReason is what a replacement reports: the failure that caused it.
 func redialReason(e *Error) error {
-	return fmt.Errorf("a call on it failed as on a dead connection: %w", e)
+	return fmt.Errorf("it looks dead (no answer while the transport seems up): %w", e)
 }

@@ -100,8 +100,10 @@ func TestTransportSuspect(t *testing.T) {
 		err  *Error
 		want bool
 	}{
-		{"keepalive or reset", &Error{Class: Transient, Code: codes.Unavailable}, true},
 		{"no ready signal, no ack", &Error{Class: Transient, Code: codes.DeadlineExceeded}, true},
+		// gRPC closed the transport itself (keepalive, reset, EOF) and
+		// dials a new one for the next call.
+		{"keepalive or reset", &Error{Class: Transient, Code: codes.Unavailable}, false},
 		{"rotation", rotationReason, false},
 		{"service-coded unavailable", &Error{Class: Transient, Code: codes.Unavailable, ServiceCode: "6006"}, false},
 		{"internal", &Error{Class: Transient, Code: codes.Internal}, false},

@@ -147,6 +147,7 @@ func TestDeadConnectionFoundByKeepalive(t *testing.T) {
 	assert.LessOrEqual(t, detected, ka.DetectionBound()+2*time.Second, "found within Time + Timeout (and scheduling slack)")
 	assert.Greater(t, detected, ka.Time/2, "found by the keepalive, not by something faster")
 	assert.Equal(t, codes.Unavailable, ingest.Classify(reconnects[0].reason).Code, "reason: %v", reconnects[0].reason)
+	assert.Contains(t, reconnects[0].reason.Error(), "keepalive", "found by the keepalive")
 	// Keepalive made gRPC close the transport: the same channel dials a
 	// new TCP connection for the rebuilt streams by itself.
 	assert.Empty(t, redials, "a transport gRPC closed needs no channel replacement")

@@ -73,6 +73,7 @@ func TestFaultSilentDeadConnection(t *testing.T) {
 	// Watch the recovery until the pipeline exits (the input ends after
 	// rows rows) or the deadline passes.
 	var detected, redialled, healed time.Duration
+	var cause string // the reconnect line that detected it
 	var exitErr error
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -89,8 +90,10 @@ watch:
 		case <-tick.C:
 		}
 		since := time.Since(struck)
-		if detected == 0 && strings.Contains(p.out.String()[logAtStrike:], "reconnected:") {
-			detected = since
+		if detected == 0 {
+			if line := firstLineWith(p.out.String()[logAtStrike:], "reconnected:"); line != "" {
+				detected, cause = since, line
+			}
 		}
 		if redialled == 0 && bh.Accepted() > acceptedAtStrike {
 			redialled = since
@@ -123,10 +126,22 @@ watch:
 		rows, len(got), len(perID), len(missing), dups, struck.Sub(began).Round(time.Millisecond), landedAtStrike,
 		detected.Round(time.Millisecond), redialled.Round(time.Millisecond), healed.Round(time.Millisecond), bh.Accepted(), time.Since(began).Round(time.Millisecond))
 	t.Log(line)
+	t.Log("detected by: ", cause)
 	assert.Empty(t, missing, "rows lost (first 20): %v", head(missing, 20))
 	assert.Zero(t, dups, "rows stored twice")
 	assert.Positive(t, detected, "the dead connection was never detected (no reconnect logged)")
 	assert.Less(t, detected, 20*time.Second, "detected within 20 s at the default keepalive")
+	assert.Contains(t, cause, "keepalive", "found by the keepalive")
 	assert.Positive(t, redialled, "no new connection was dialled after the black hole")
 	assert.Positive(t, healed, "no row landed after the black hole")
+}
+
+// firstLineWith returns the first line of s containing sub, or "".
+func firstLineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
 }

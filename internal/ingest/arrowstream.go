@@ -730,9 +730,10 @@ func (s *ArrowStream) recover(gen uint64, reason *Error) {
 	s.mu.Unlock()
 	s.obs.OnReconnect(s.table, reason)
 	old.close()
-	// A dead transport fails every call on it: the first stream to see it
+	// A transport dead while gRPC takes it for healthy (see
+	// transportSuspect) fails every call on it: the first stream to see it
 	// replaces the shared channel, so that this reconnect, and the other
-	// streams', dial a new connection instead of reusing the dead one.
+	// streams', dial a new connection instead of waiting on the dead one.
 	s.params.suspect(old.chGen, reason)
 
 	if err := s.retryReconnect(reason); err != nil {

@@ -163,8 +163,8 @@ func (c Config) withDefaults() Config {
 
 // RedialObserver is an optional hook of the Config's Observer: OnRedial is
 // called when the client replaced its gRPC connection because a call on it
-// failed the way a dead transport makes calls fail; gen is the new
-// connection's generation (the first is 1).
+// failed the way a silently dead transport makes calls fail (see
+// transportSuspect); gen is the new connection's generation (the first is 1).
 type RedialObserver interface {
 	OnRedial(gen uint64, reason error)
 }

@@ -122,9 +122,9 @@ type connParams struct {
 // serviceRejectedToken) it drops the token and tries once more. Errors are
 // classified *Error.
 //
-// An open that failed the way a dead transport makes calls fail (see
-// transportSuspect) replaces the channel it tried, so that the next attempt
-// dials a new connection instead of waiting on the dead one again.
+// An open that failed the way a silently dead transport makes calls fail
+// (see transportSuspect) replaces the channel it tried, so that the next
+// attempt dials a new connection instead of waiting on the dead one again.
 func openFlightConn(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
 	c, chGen, err := openFlightConnOnce(ctx, p, gen)
 	if err != nil && serviceRejectedToken(err) {

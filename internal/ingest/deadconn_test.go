@@ -125,6 +125,7 @@ func assertStoredOnce(t *testing.T, srv *emulator.Server) {
 // Timeout of the last frame read, and both streams must come back on one
 // new TCP connection.
 func TestDeadConnectionFoundByKeepalive(t *testing.T) {
+	t.Parallel() // about 11 s of waiting, overlapped with the other waits
 	// The defaults find a dead connection well within the 20 s the fault
 	// matrix asks for.
 	assert.LessOrEqual(t, ingest.Keepalive{}.DetectionBound(), 15*time.Second, "default keepalive detection bound")
@@ -161,6 +162,7 @@ func TestDeadConnectionFoundByKeepalive(t *testing.T) {
 // transport (where no ready signal ever comes and the recovery budget runs
 // out): the channel is replaced and the streams heal at once.
 func TestDeadConnectionFoundByAckWatchdogRedials(t *testing.T) {
+	t.Parallel()
 	srv, bh, c, ev := blackHoled(t, func(cfg *ingest.Config) {
 		cfg.AckTimeout = 500 * time.Millisecond
 		cfg.ReadyTimeout = time.Second
@@ -181,4 +183,34 @@ func TestDeadConnectionFoundByAckWatchdogRedials(t *testing.T) {
 	assert.Equal(t, uint64(2), c.ConnectionGen())
 	assert.Equal(t, 2, bh.Accepted(), "one new TCP connection")
 	assertStoredOnce(t, srv)
+}
+
+// TestIdleConnectionPingsWithinServicePolicy: a stream left quiet for 35 s
+// at the default keepalive is pinged at 10, 20 and 30 s, which the
+// emulator permits (as the service is assumed to): the connection is never
+// sent away. Under a gRPC server's default policy (no ping within 5
+// minutes) the third ping would get GOAWAY too_many_pings and the stream
+// would reconnect at about 30 s.
+func TestIdleConnectionPingsWithinServicePolicy(t *testing.T) {
+	t.Parallel() // 35 s of idling, overlapped with the other waits
+	srv, bh, c, ev := blackHoled(t, func(*ingest.Config) {})
+	s, err := c.Open(ctxTimeout(t, 10*time.Second), e2eTable, e2eSchema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	write := func(from int64) {
+		b := e2eBatch(from, 10)
+		defer b.Release()
+		span, err := s.Submit(context.Background(), b)
+		require.NoError(t, err)
+		require.NoError(t, s.WaitDurable(ctxTimeout(t, 10*time.Second), span.To))
+	}
+	write(0)
+	idle := time.NewTimer(35 * time.Second) // the test is the wait: pings happen in it
+	<-idle.C
+	write(10)
+	reconnects, _ := ev.snapshot()
+	assert.Empty(t, reconnects, "the quiet connection was sent away")
+	assert.Equal(t, 1, bh.Accepted(), "one TCP connection throughout")
+	ids := storedIDs(t, srv)
+	assert.Len(t, ids, 20)
 }

@@ -352,10 +352,15 @@ func (s *Server) listen() error {
 	grpcOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(64 << 20),
-		// Be as lenient with client keepalive pings as a cloud front end:
-		// grpc-go's default policy would GOAWAY a client pinging more often
-		// than every 5 minutes.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		// Client keepalive pings: permitted every 10 s while calls are
+		// open, answered faster or without a call by GOAWAY too_many_pings
+		// (after grpc-go's two strikes). The service publishes no policy and
+		// the official SDK sets no keepalive of its own (databricks/zerobus-sdk
+		// rust/sdk/src/arrow_stream.rs); so this is an assumption: the
+		// allowance of common cloud front ends, and grpc-go's floor for a
+		// client (keepalive.ClientParameters), where the client's keepalive
+		// knob starts. A gRPC server's default (5 minutes) would refuse it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: false}),
 	}
 	if tlsConf != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConf.Clone())))

@@ -529,6 +529,9 @@ func (s *ArrowStream) failFrom(c *flightConn, err *Error) {
 // readAcks reads PutResults of one connection until it ends.
 func (s *ArrowStream) readAcks(c *flightConn) {
 	defer close(c.done)
+	// The call is over once Recv failed: end its context, which gives its
+	// channel reference back (a retired channel closes after its last call).
+	defer c.close()
 	for {
 		res, err := c.call.Recv()
 		if err != nil {
@@ -727,6 +730,11 @@ func (s *ArrowStream) recover(gen uint64, reason *Error) {
 	s.mu.Unlock()
 	s.obs.OnReconnect(s.table, reason)
 	old.close()
+	// A transport dead while gRPC takes it for healthy (see
+	// transportSuspect) fails every call on it: the first stream to see it
+	// replaces the shared channel, so that this reconnect, and the other
+	// streams', dial a new connection instead of waiting on the dead one.
+	s.params.suspect(old.chGen, reason)
 
 	if err := s.retryReconnect(reason); err != nil {
 		s.fail(err)

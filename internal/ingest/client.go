@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -122,6 +121,9 @@ type Config struct {
 	FrameTargetBytes int
 	// Observer receives reconnect, retry and failure events; may be nil.
 	Observer Observer
+	// Keepalive sets the HTTP/2 pings that find a dead connection; zero
+	// fields mean the defaults (10 s, 5 s).
+	Keepalive Keepalive
 	// DialOptions are appended to the gRPC dial options (tests, proxies).
 	DialOptions []grpc.DialOption
 }
@@ -156,15 +158,24 @@ func (c Config) withDefaults() Config {
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
 	}
+	c.Keepalive = c.Keepalive.withDefaults()
 	return c
 }
 
-// Client opens Zerobus streams over one gRPC connection. It implements
+// RedialObserver is an optional hook of the Config's Observer: OnRedial is
+// called when the client replaced its gRPC connection because a call on it
+// failed the way a silently dead transport makes calls fail (see
+// transportSuspect); gen is the new connection's generation (the first is 1).
+type RedialObserver interface {
+	OnRedial(gen uint64, reason error)
+}
+
+// Client opens Zerobus streams over one gRPC connection at a time, which it
+// replaces when the connection looks dead (see channels). It implements
 // Opener. It is safe for concurrent use.
 type Client struct {
 	cfg     Config
-	conn    *grpc.ClientConn
-	flight  flight.FlightServiceClient
+	chans   *channels
 	encoder *frameEncoder
 	codec   flightCodec
 
@@ -205,6 +216,7 @@ func NewClient(cfg Config) (*Client, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithUserAgent(cfg.UserAgent),
+		cfg.Keepalive.dialOption(),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(math.MaxInt32),
 			grpc.MaxCallSendMsgSize(math.MaxInt32),
@@ -216,14 +228,24 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	opts = append(opts, proxyOpts...)
 	opts = append(opts, cfg.DialOptions...)
-	conn, err := grpc.NewClient(target, opts...)
+	dial := func() (*grpc.ClientConn, error) {
+		conn, err := grpc.NewClient(target, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("zerobus client: dial %s: %w", target, err)
+		}
+		return conn, nil
+	}
+	var onRedial func(uint64, error)
+	if ro, ok := cfg.Observer.(RedialObserver); ok {
+		onRedial = ro.OnRedial
+	}
+	chans, err := newChannels(dial, onRedial)
 	if err != nil {
-		return nil, fmt.Errorf("zerobus client: dial %s: %w", target, err)
+		return nil, err
 	}
 	return &Client{
 		cfg:     cfg,
-		conn:    conn,
-		flight:  flight.NewFlightServiceClient(conn),
+		chans:   chans,
 		encoder: enc,
 		codec:   codec,
 		tokens:  make(map[string]TokenSource),
@@ -307,7 +329,7 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 		return nil, &Error{Class: FatalConfig, Code: codes.InvalidArgument, Err: fmt.Errorf("stream to %s: %w", table, err)}
 	}
 	s := newArrowStream(c, streamObserver(ctx, c.cfg.Observer), table, schema, connParams{
-		client:      c.flight,
+		channels:    c.chans,
 		codec:       c.codec,
 		token:       ts,
 		table:       table,
@@ -320,10 +342,10 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 	return s, nil
 }
 
-// Close closes the gRPC connection; streams still open on it fail.
-func (c *Client) Close() error {
-	if err := c.conn.Close(); err != nil {
-		return fmt.Errorf("close zerobus client: %w", err)
-	}
-	return nil
-}
+// Close closes the gRPC connections; streams still open on them fail.
+func (c *Client) Close() error { return c.chans.close() }
+
+// ConnectionGen returns the generation of the gRPC connection new streams
+// open on: 1 at first, one more each time a dead-looking connection was
+// replaced.
+func (c *Client) ConnectionGen() uint64 { return c.chans.gen() }

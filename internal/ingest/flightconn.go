@@ -34,6 +34,7 @@ type ackMessage struct {
 // ArrowStream's sendMu; the reader goroutine delivers acks to it.
 type flightConn struct {
 	gen    uint64 // the owning stream's connection generation
+	chGen  uint64 // the generation of the gRPC channel the call runs on
 	call   flight.FlightService_DoPutClient
 	cancel context.CancelFunc
 	// base is the logical row position of the first row sent on this
@@ -108,7 +109,7 @@ func (c *flightConn) sendFrame(f frame, pool *bufPool) error {
 
 // connParams are what opening one connection needs.
 type connParams struct {
-	client      flight.FlightServiceClient
+	channels    *channels
 	codec       flightCodec
 	token       TokenSource
 	table       string
@@ -120,33 +121,53 @@ type connParams struct {
 // ready signal. When the service refused the token (see
 // serviceRejectedToken) it drops the token and tries once more. Errors are
 // classified *Error.
+//
+// An open that failed the way a silently dead transport makes calls fail
+// (see transportSuspect) replaces the channel it tried, so that the next
+// attempt dials a new connection instead of waiting on the dead one again.
 func openFlightConn(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
-	c, err := openFlightConnOnce(ctx, p, gen)
+	c, chGen, err := openFlightConnOnce(ctx, p, gen)
 	if err != nil && serviceRejectedToken(err) {
 		p.token.Invalidate()
-		c, err = openFlightConnOnce(ctx, p, gen)
+		c, chGen, err = openFlightConnOnce(ctx, p, gen)
 	}
 	if err != nil {
-		return nil, Classify(err)
+		e := Classify(err)
+		if ctx.Err() == nil {
+			p.suspect(chGen, e)
+		}
+		return nil, e
 	}
 	return c, nil
 }
 
-func openFlightConnOnce(ctx context.Context, p connParams, gen uint64) (*flightConn, error) {
+// suspect replaces channel generation chGen when e points at the transport
+// under it (see transportSuspect); a generation already replaced is left.
+func (p connParams) suspect(chGen uint64, e *Error) {
+	if chGen != 0 && transportSuspect(e) {
+		_, _ = p.channels.replace(chGen, redialReason(e)) // a failed dial keeps the old channel
+	}
+}
+
+// openFlightConnOnce opens one call on the current channel; chGen is that
+// channel's generation (0 if no call was started).
+func openFlightConnOnce(ctx context.Context, p connParams, gen uint64) (_ *flightConn, chGen uint64, _ error) {
 	callCtx, cancel, stop, err := callContext(ctx, p.token, p.table)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	call, err := p.client.DoPut(callCtx, p.codec.callOption())
+	ch := p.channels.acquire()
+	p.channels.hold(callCtx, ch) // released when the call's context ends
+	call, err := ch.flight.DoPut(callCtx, p.codec.callOption())
 	if err != nil {
 		cancel()
 		stop()
-		return nil, fmt.Errorf("start DoPut for %s: %w", p.table, err)
+		return nil, ch.gen, fmt.Errorf("start DoPut for %s: %w", p.table, err)
 	}
 	if err := awaitReady(ctx, call, p, cancel, stop); err != nil {
-		return nil, err
+		return nil, ch.gen, err
 	}
-	return &flightConn{gen: gen, call: call, cancel: cancel, done: make(chan struct{})}, nil
+	return &flightConn{gen: gen, chGen: ch.gen, call: call, cancel: cancel, done: make(chan struct{})}, ch.gen, nil
 }
 
 func parseAck(b []byte) (*ackMessage, error) {

@@ -5,6 +5,7 @@ package zerobus
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -96,7 +97,8 @@ func (o *output) ensureClients() error {
 				ProxyURL:         o.cfg.ProxyURL,
 				Compression:      o.cfg.Compression,
 				UserAgent:        userAgent(o.version),
-				Observer:         tablewriter.LogEvents(newSlogLogger(o.log)),
+				Keepalive:        ingest.Keepalive{Time: o.cfg.KeepaliveTime, Timeout: o.cfg.KeepaliveTimeout},
+				Observer:         redialLog{tablewriter.LogEvents(newSlogLogger(o.log)), newSlogLogger(o.log), o.cfg.Endpoint},
 			})
 			if err != nil {
 				return fmt.Errorf("zerobus client: %w", err)
@@ -137,4 +139,16 @@ func userAgent(version string) string {
 		version = "dev"
 	}
 	return "benthos-zerobus/" + version
+}
+
+// redialLog adds to the stream events' log a line for each replacement of
+// the Zerobus connection (see ingest.RedialObserver).
+type redialLog struct {
+	ingest.Observer
+	log      *slog.Logger
+	endpoint string
+}
+
+func (r redialLog) OnRedial(gen uint64, reason error) {
+	r.log.Warn(fmt.Sprintf("zerobus connection to %s replaced by a new one (connection #%d): %v; its streams are rebuilt on the new one and their unacknowledged rows resent", r.endpoint, gen, reason))
 }

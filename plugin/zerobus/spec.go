@@ -62,6 +62,9 @@ const (
 	fRecheck       = "recheck_interval"
 	fTLS           = "tls"
 	fProxyURL      = "proxy_url"
+	fKeepalive     = "keepalive"
+	fKATime        = "time"
+	fKATimeout     = "timeout"
 )
 
 // Environment variables the credentials fall back to (catalog's, shared
@@ -163,6 +166,14 @@ func Spec() *service.ConfigSpec {
 				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every `https://` connection, gRPC and HTTP, loopback included: the proxy sees the target's host and port and a TLS tunnel, never a request or a token. Absent means the `HTTPS_PROXY` / `NO_PROXY` environment. A plaintext `http://` endpoint (loopback only) is never proxied, so `proxy_url` is refused with one. `https://` and `socks5://` proxies are not supported.").
 				Example("http://proxy.corp.example.com:3128").Optional().Advanced().
 				LintRule(proxyLint),
+			service.NewObjectField(fKeepalive,
+				service.NewDurationField(fKATime).
+					Description("How long the Zerobus connection may stay quiet (nothing received) before it is pinged. At least 10s: gRPC pings no more often, and that is the rate the service is assumed to permit.").
+					Default(ingest.DefaultKeepaliveTime.String()).LintRule(lintrule.DurationAtLeast(fKeepalive+"."+fKATime, ingest.MinKeepaliveTime, "gRPC's floor")),
+				service.NewDurationField(fKATimeout).
+					Description("How long a ping may go unanswered before the connection is declared dead.").
+					Default(ingest.DefaultKeepaliveTimeout.String()).LintRule(lintrule.Duration(fKeepalive+"."+fKATimeout)),
+			).Description("HTTP/2 keepalive of the Zerobus connection, pinged only while streams are open. A connection that died silently (a NAT or load balancer dropped its state, the host crashed: no FIN, no RST) is found within `time` + `timeout` of the last frame received (15s at the defaults), then closed; a new connection is dialled, the streams are rebuilt on it and rows not yet acknowledged are resent.").Advanced(),
 			service.NewInterpolatedStringField(fTable).
 				LintRule(lintrule.Table(fTable, true)).
 				Description("The target table, `catalog.schema.table` (three non-empty dot-separated parts of ASCII letters, digits and underscores). It may be interpolated per message: each distinct table then gets its own lazily opened writer (at most `max_open_tables`), a batch spanning tables is split into one write per table, and a message whose table cannot be computed, or is not a valid name, fails alone.").
@@ -347,6 +358,9 @@ type outputConfig struct {
 
 	Compression string
 
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
+
 	NestedToString bool
 	EpochUnit      string
 	NTZFromZoned   bool
@@ -415,6 +429,8 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	integer(&c.AckCapacity, fAck, fAckCapacity)
 	duration(&c.AckTimeout, fAck, fAckTimeout)
 	str(&c.Compression, fCompression)
+	duration(&c.KeepaliveTime, fKeepalive, fKATime)
+	duration(&c.KeepaliveTimeout, fKeepalive, fKATimeout)
 	boolean(&c.NestedToString, fReconcile, fNestedToStr)
 	str(&c.EpochUnit, fReconcile, fEpochUnit)
 	boolean(&c.NTZFromZoned, fReconcile, fNTZFromZoned)
@@ -584,6 +600,8 @@ func (c *outputConfig) validate() error {
 	check(c.PeakMBps < 0, "%s.%s: must not be negative, got %v", fStreams, fPeakMBps, c.PeakMBps)
 	check(c.AckCapacity < 1, "%s.%s: must be at least 1, got %d", fAck, fAckCapacity, c.AckCapacity)
 	check(c.AckTimeout <= 0, "%s.%s: must be positive, got %v", fAck, fAckTimeout, c.AckTimeout)
+	check(c.KeepaliveTime < ingest.MinKeepaliveTime, "%s.%s: must be at least %v (gRPC's floor), got %v", fKeepalive, fKATime, ingest.MinKeepaliveTime, c.KeepaliveTime)
+	check(c.KeepaliveTimeout <= 0, "%s.%s: must be positive, got %v", fKeepalive, fKATimeout, c.KeepaliveTimeout)
 	check(c.CloseTimeout <= 0, "%s: must be positive, got %v", fCloseTimeout, c.CloseTimeout)
 	check(c.WSTimeout <= 0, "%s: must be positive, got %v", fWSTimeout, c.WSTimeout)
 	check(c.RecheckInterval <= 0, "%s.%s: must be positive, got %v", fCatalog, fRecheck, c.RecheckInterval)
@@ -620,6 +638,8 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"tls.enabled", c.TLS != nil,
 		"tls.skip_cert_verify", c.TLS != nil && c.TLS.InsecureSkipVerify,
 		"proxy_url", proxy,
+		"keepalive.time", c.KeepaliveTime.String(),
+		"keepalive.timeout", c.KeepaliveTimeout.String(),
 		"workspace_url", c.WorkspaceURL,
 		"workspace_id", c.WorkspaceID,
 		"client_id", c.ClientID,

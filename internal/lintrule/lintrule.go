@@ -20,6 +20,13 @@ func Table(field string, interpolated bool) string {
 	return `root = if this.type() == "string"` + skip + ` && !this.re_match("` + TableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, got " + this.quote() ] } else { [] }`
 }
 
+// TableOrEmpty is the lint rule of an optional table-name field: empty
+// (its default) means the feature is off or derived, anything else must be
+// a catalog.schema.table name.
+func TableOrEmpty(field string) string {
+	return `root = if this.type() == "string" && this != "" && !this.re_match("` + TableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, or empty, got " + this.quote() ] } else { [] }`
+}
+
 // URL is the lint rule of a URL field: https, or http for a loopback
 // host only, so a credential never crosses a network in the clear.
 func URL(field string) string {

@@ -83,7 +83,7 @@ const (
 	DefaultCredentialTTL = time.Hour
 
 	// MaxRequestBytes is the service's cap on one ingest request
-	// (shared/spec/zerobus-wire.md, "Endpoints": 10 MiB).
+	// (docs/protocol.md#endpoints: 10 MiB).
 	MaxRequestBytes = 10 << 20
 )
 

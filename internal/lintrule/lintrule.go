@@ -7,7 +7,7 @@ import "fmt"
 
 // TableNamePattern is the table-name rule (a Bloblang/RE2 pattern): Zerobus
 // takes catalog, schema and table names of ASCII letters, digits and
-// underscores (shared/spec/zerobus-wire.md, "Published limits").
+// underscores (docs/protocol.md#table-names).
 const TableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
 
 // Table is the lint rule of a table-name field; an interpolated one

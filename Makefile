@@ -11,18 +11,25 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 # Packages whose correctness is about concurrency: always run under the race detector.
 RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 12m
+# staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
+STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build test chaos docs conformance-deps lint-examples vet fmt-check bench bench-transport fuzz demo emulator docker clean
+.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo emulator docker clean
 
 all: build
+
+## help: list the targets and what each does (this list).
+help:
+	@awk '/^## [A-Za-z0-9_-]+:/ { t = $$2; sub(/:$$/, "", t); d = $$0; sub(/^## [^:]+: */, "", d); printf "  %-17s %s\n", t, d; next } \
+	     /^## / { d = $$0; sub(/^## /, "", d); printf "  %-17s %s\n", "", d }' $(firstword $(MAKEFILE_LIST))
 
 ## build: the product binary and, beside it, the emulator's own binary.
 build:
 	$(GOFLAGS_BUILD) -o $(BIN) ./cmd/benthos-zerobus
 	$(GOFLAGS_BUILD) -o $(EMU) ./cmd/zerobus-emulator
 
-## test: everything CI runs — format, vet, the binary, example lint, all tests (race on concurrency packages), SDK conformance.
-test: fmt-check vet build conformance-deps lint-examples
+## test: everything CI runs — format, vet, staticcheck, the binary, example lint, all tests (race on concurrency packages), SDK conformance.
+test: fmt-check vet staticcheck build conformance-deps lint-examples
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
@@ -37,16 +44,23 @@ chaos: build
 docs:
 	go run ./cmd/docs-gen
 
+## conformance-deps: the official SDK and apache-arrow from npm into conformance/node_modules (npm ci, lock file).
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
 
+## lint-examples: benthos-zerobus lint of every config/examples/*.yaml.
 lint-examples: build
 	$(BIN) lint config/examples/*.yaml
 
+## vet: go vet of every package.
 vet:
 	go vet ./...
-	go vet -tags zerobus_bench ./cmd/benthos-zerobus/  # the benchmark build's noop_batch output
 
+## staticcheck: staticcheck (honnef.co/go/tools, STATICCHECK_VERSION) of every package; make test runs it.
+staticcheck:
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## fmt-check: fail when a tracked Go file is not gofmt'd.
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -99,5 +113,6 @@ docker:
 	docker build --build-arg VERSION=$(VERSION) --target benthos-zerobus -t benthos-zerobus:$(VERSION) .
 	docker build --build-arg VERSION=$(VERSION) --target emulator -t zerobus-emulator:$(VERSION) .
 
+## clean: remove bin/ (binaries and bench.log).
 clean:
 	rm -rf bin

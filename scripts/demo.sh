@@ -1,31 +1,77 @@
 #!/usr/bin/env bash
-# demo.sh: the README's "run the main job" command.
+# demo.sh: the README's "run the main job" command (make demo).
 # Starts the local Zerobus + workspace emulator (bin/zerobus-emulator), runs the quickstart pipeline
 # (generate -> zerobus) against it, and prints what landed in the table.
+#
+# Ports: every listener of the emulator (workspace HTTP, Zerobus gRPC, S3 storage) is on a free
+# loopback port unless DEMO_HTTP_ADDR / DEMO_GRPC_ADDR / DEMO_S3_ADDR name one; the pipeline's own
+# HTTP server (metrics) uses DEMO_METRICS_ADDR, by default 127.0.0.1:4195 when free, else a free port.
+# A named port that is taken stops the demo with the emulator's own error, which names the port.
 set -euo pipefail
 BIN=${1:-bin/benthos-zerobus}
 EMU=${2:-bin/zerobus-emulator}
-HTTP_ADDR=${DEMO_HTTP_ADDR:-127.0.0.1:18080}
-GRPC_ADDR=${DEMO_GRPC_ADDR:-127.0.0.1:15051}
+HTTP_ADDR=${DEMO_HTTP_ADDR:-127.0.0.1:0}
+GRPC_ADDR=${DEMO_GRPC_ADDR:-127.0.0.1:0}
+S3_ADDR=${DEMO_S3_ADDR:-127.0.0.1:0}
 TABLE=main.default.quickstart
 DATA=$(mktemp -d)
-trap 'kill "$EMU_PID" 2>/dev/null || true; wait "$EMU_PID" 2>/dev/null || true; rm -rf "$DATA"' EXIT
+EMU_PID=
+cleanup() {
+  if [ -n "$EMU_PID" ] && kill -0 "$EMU_PID" 2>/dev/null; then
+    kill "$EMU_PID" 2>/dev/null || true
+    wait "$EMU_PID" 2>/dev/null || true
+  fi
+  rm -rf "$DATA"
+}
+trap cleanup EXIT
 
-"$EMU" --http "$HTTP_ADDR" --grpc "$GRPC_ADDR" --data "$DATA" \
+# port_in_use HOST:PORT: something accepts connections there.
+port_in_use() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+
+"$EMU" --http "$HTTP_ADDR" --grpc "$GRPC_ADDR" --s3 "$S3_ADDR" --data "$DATA/tables" \
+  --addr-file "$DATA/addr.env" \
   --table "$TABLE:id BIGINT NOT NULL, device STRING, temperature DOUBLE, reading_ts TIMESTAMP, tags ARRAY<STRING>, _zb_emit_ts TIMESTAMP" \
   >"$DATA/emulator.log" 2>&1 &
 EMU_PID=$!
 
-for _ in $(seq 1 100); do
-  curl -fsS "http://$HTTP_ADDR/.well-known/databricks-config" >/dev/null 2>&1 && break
+# The emulator writes --addr-file once every listener is bound; a bind failure ends the process
+# with an error naming the port. Wait for one or the other (30 s at most).
+for _ in $(seq 1 300); do
+  [ -f "$DATA/addr.env" ] && break
+  if ! kill -0 "$EMU_PID" 2>/dev/null; then
+    wait "$EMU_PID" 2>/dev/null && rc=0 || rc=$?
+    EMU_PID=
+    echo "== the emulator failed to start (exit $rc):" >&2
+    cat "$DATA/emulator.log" >&2
+    exit 1
+  fi
   sleep 0.1
 done
+if [ ! -f "$DATA/addr.env" ]; then
+  echo "== the emulator did not report its addresses within 30 s; its log:" >&2
+  cat "$DATA/emulator.log" >&2
+  exit 1
+fi
+# shellcheck disable=SC1091
+. "$DATA/addr.env"   # DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3
 
-echo "== emulator up: http://$HTTP_ADDR (workspace), http://$GRPC_ADDR (zerobus)"
-ZEROBUS_ENDPOINT="http://$GRPC_ADDR" DATABRICKS_HOST="http://$HTTP_ADDR" \
+if ! curl -fsS "$DATABRICKS_HOST/emulator/v1/health" >/dev/null || ! kill -0 "$EMU_PID" 2>/dev/null; then
+  echo "== the emulator is not healthy at $DATABRICKS_HOST/emulator/v1/health; its log:" >&2
+  cat "$DATA/emulator.log" >&2
+  exit 1
+fi
+
+METRICS_ADDR=${DEMO_METRICS_ADDR:-127.0.0.1:4195}
+if [ -z "${DEMO_METRICS_ADDR:-}" ] && port_in_use "$METRICS_ADDR"; then
+  echo "== 127.0.0.1:4195 is taken: the pipeline's metrics server uses a free port instead (set DEMO_METRICS_ADDR to choose)"
+  METRICS_ADDR=127.0.0.1:0
+fi
+
+echo "== emulator up (pid $EMU_PID): workspace $DATABRICKS_HOST, Zerobus $ZEROBUS_ENDPOINT, S3 $ZEROBUS_EMULATOR_S3"
+ZEROBUS_ENDPOINT="$ZEROBUS_ENDPOINT" DATABRICKS_HOST="$DATABRICKS_HOST" HTTP_ADDRESS="$METRICS_ADDR" \
   "$BIN" run config/examples/quickstart.yaml
 
 echo "== table $TABLE after the run:"
-curl -fsS "http://$HTTP_ADDR/emulator/v1/tables/$TABLE"; echo
+curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE"; echo
 echo "== first rows:"
-curl -fsS "http://$HTTP_ADDR/emulator/v1/tables/$TABLE/rows?limit=3"; echo
+curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE/rows?limit=3"; echo

@@ -402,9 +402,10 @@ func firstControl(d []byte, i int) (int, bool) {
 		w2 := binary.LittleEndian.Uint64(b[8:])
 		w3 := binary.LittleEndian.Uint64(b[16:])
 		w4 := binary.LittleEndian.Uint64(b[24:])
-		// Printable ASCII throughout (as in printableASCII) settles a
-		// block with one test; otherwise it holds a control character
-		// or a byte >= 0x80.
+		// Printable ASCII throughout (every byte in 0x20..0x7f: no byte
+		// borrows in w - 0x20…, so neither it nor w has a high bit set)
+		// settles a block with one test; otherwise it holds a control
+		// character or a byte >= 0x80.
 		if ((w1-k)|w1|(w2-k)|w2|(w3-k)|w3|(w4-k)|w4)&swarMSB != 0 {
 			if ((w1-k)&^w1|(w2-k)&^w2|(w3-k)&^w3|(w4-k)&^w4)&swarMSB != 0 {
 				break // the loop below finds it
@@ -440,12 +441,6 @@ func firstControl(d []byte, i int) (int, bool) {
 		acc |= uint64(d[i])
 	}
 	return i, acc&swarMSB != 0
-}
-
-// printableASCII reports whether every byte of w lies in 0x20..0x7f: no byte
-// borrows in w - 0x20…, so neither it nor w has a high bit set.
-func printableASCII(w uint64) bool {
-	return ((w-swarLSB*0x20)|w)&swarMSB == 0
 }
 
 // stopBytes flags (in its high bit) each byte of w that is a quote, a

@@ -168,10 +168,11 @@ func (s *Server) authorizeWorkspace(r *http.Request) error {
 // an existing table (NOT_FOUND). It returns the table as of now: the stream's
 // schema snapshot. With strict grants, the token's principal must hold the
 // writer's grants on the table (PERMISSION_DENIED naming the missing one).
-// Source: shared/spec/zerobus-wire.md ("Auth": the token is table-scoped;
-// every call carries authorization and x-databricks-zerobus-table-name;
-// table names are exactly three non-empty dot-separated parts; the status
-// codes are the ones the SDKs handle, "Stream rotation, errors, recovery").
+// Source: docs/protocol.md#authentication (the token is table-scoped),
+// #request-metadata (every call carries authorization and
+// x-databricks-zerobus-table-name), #table-names (exactly three non-empty
+// dot-separated parts) and #errors-and-recovery (the status codes the SDKs
+// handle).
 // The order of the checks, and grants before existence, is the emulator's:
 // no source says which the service reports first.
 func (s *Server) authorizeStream(ctx context.Context, tableOverride string) (workspace.Table, error) {

@@ -34,7 +34,8 @@ func App(version string) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "http", Value: DefaultHTTPAddr, Usage: "workspace HTTP listen address"},
 			&cli.StringFlag{Name: "grpc", Value: DefaultGRPCAddr, Usage: "Zerobus gRPC listen address"},
-			&cli.StringFlag{Name: "s3", Value: DefaultS3Addr, Usage: "S3-compatible storage listen address: table files for Iceberg readers, read-only, signed with the credentials the Iceberg REST catalog vends"},
+			&cli.StringFlag{Name: "s3", Value: DefaultS3Addr, Usage: "S3-compatible storage listen address (default: a free port, vended as s3.endpoint): table files for Iceberg readers, read-only, signed with the credentials the Iceberg REST catalog vends"},
+			&cli.StringFlag{Name: "addr-file", Usage: "once every listener is up, write the chosen addresses here as DATABRICKS_HOST=…, ZEROBUS_ENDPOINT=…, ZEROBUS_EMULATOR_S3=… lines (with 127.0.0.1:0 addresses: the free ports picked)"},
 			&cli.DurationFlag{Name: "credential-ttl", Value: DefaultCredentialTTL, Usage: "lifetime of the storage credentials vended by the Iceberg REST catalog"},
 			&cli.StringFlag{Name: "data", Value: DefaultDataDir(), Usage: "data directory (tables persist across restarts)"},
 			// Not a StringSliceFlag: that splits values on commas, and a
@@ -67,6 +68,12 @@ func App(version string) *cli.App {
 			srv, err := Start(cfg)
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
+			}
+			if path := c.String("addr-file"); path != "" {
+				if err := srv.WriteAddrFile(path); err != nil {
+					_ = srv.Close()
+					return cli.Exit(err.Error(), 1)
+				}
 			}
 			printBanner(c.App.Writer, srv, cfg)
 			sig := make(chan os.Signal, 1)
@@ -185,7 +192,7 @@ func printBanner(w io.Writer, srv *Server, cfg Config) {
   client id / secret:              %s / %s
   data directory:                  %s
   read back:  GET %s/emulator/v1/tables/{catalog.schema.table}[/rows?limit=N]
-  admin:      GET|PUT %s/emulator/v1/faults, GET %s/emulator/v1/stats
+  admin:      GET|PUT %s/emulator/v1/faults, GET %s/emulator/v1/stats, GET %s/emulator/v1/health
   admin API:  %s
   grants:     %s (GET|PATCH %s/emulator/v1/grants)
   iceberg:    %s/api/2.1/unity-catalog/iceberg-rest (warehouse=<catalog>; GET v1/config,
@@ -193,7 +200,7 @@ func printBanner(w io.Writer, srv *Server, cfg Config) {
               X-Iceberg-Access-Delegation: vended-credentials returns S3 credentials valid %s)
 Press Ctrl-C to stop.
 `, srv.HTTPURL(), srv.GRPCURL(), srv.S3URL(), srv.WorkspaceID(), cfg.ClientID, secret, srv.DataDir(),
-		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), adminMode(cfg), grantsMode(cfg.Grants), srv.HTTPURL(), srv.HTTPURL(), srv.cfg.CredentialTTL)
+		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), adminMode(cfg), grantsMode(cfg.Grants), srv.HTTPURL(), srv.HTTPURL(), srv.cfg.CredentialTTL)
 	for _, t := range srv.Registry().List() {
 		fmt.Fprintf(w, "  table %s (%d columns)\n", t.FullName, len(t.Columns))
 	}

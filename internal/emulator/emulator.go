@@ -31,6 +31,7 @@
 //	GET  /emulator/v1/tables[/{full_name}[/rows?limit=N]]  read-back
 //	GET|PUT /emulator/v1/faults, GET /emulator/v1/stats    admin
 //	GET|PATCH /emulator/v1/grants                        writer grants
+//	GET  /emulator/v1/health                             readiness, with the addresses
 //	GET  /api/2.1/unity-catalog/iceberg-rest/v1/…        Iceberg REST catalog (icebergrest.go)
 //
 // A third listener (Config.S3Addr) serves table storage over an
@@ -72,14 +73,17 @@ const (
 	DefaultClientSecret = "emulator-secret"
 	DefaultWorkspaceID  = "123"
 	DefaultTokenTTL     = time.Hour
-	// DefaultS3Addr is the --s3 default of the command; Config.S3Addr
-	// empty means a free loopback port instead.
-	DefaultS3Addr = "127.0.0.1:9000"
+	// DefaultS3Addr is the --s3 default of the command, as Config.S3Addr
+	// empty: a free loopback port. Readers learn the endpoint from the
+	// Iceberg REST catalog (s3.endpoint), so no fixed port is needed, and a
+	// fixed one (MinIO's 9000) collides with other services and with a
+	// second emulator.
+	DefaultS3Addr = "127.0.0.1:0"
 	// DefaultCredentialTTL is the lifetime of vended storage credentials.
 	DefaultCredentialTTL = time.Hour
 
 	// MaxRequestBytes is the service's cap on one ingest request
-	// (shared/spec/zerobus-wire.md, "Endpoints": 10 MiB).
+	// (docs/protocol.md#endpoints: 10 MiB).
 	MaxRequestBytes = 10 << 20
 )
 
@@ -328,20 +332,20 @@ func (s *Server) listen() error {
 		s.scheme = "https"
 	}
 	var err error
-	s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr)
+	s.httpLn, err = listenOn("workspace HTTP", "http", s.cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("emulator: listen http %s: %w", s.cfg.HTTPAddr, err)
+		return err
 	}
-	s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr)
+	s.grpcLn, err = listenOn("Zerobus gRPC", "grpc", s.cfg.GRPCAddr)
 	if err != nil {
 		s.httpLn.Close()
-		return fmt.Errorf("emulator: listen grpc %s: %w", s.cfg.GRPCAddr, err)
+		return err
 	}
-	s.s3Ln, err = net.Listen("tcp", s.cfg.S3Addr)
+	s.s3Ln, err = listenOn("S3 storage", "s3", s.cfg.S3Addr)
 	if err != nil {
 		s.httpLn.Close()
 		s.grpcLn.Close()
-		return fmt.Errorf("emulator: listen s3 %s: %w", s.cfg.S3Addr, err)
+		return err
 	}
 	// Each server gets its own copy: ServeTLS configures HTTP/2 on it.
 	s.s3Srv = &http.Server{Handler: s.s3Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf.Clone(), ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}

@@ -54,8 +54,8 @@ func (zs *zerobusService) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSer
 	}
 	create := first.GetCreateStream()
 	if create == nil {
-		// shared/spec/zerobus-wire.md, "Record path", Lifecycle: the client
-		// sends create_stream first.
+		// docs/protocol.md#record-path-ephemeralstream: the client sends
+		// create_stream first.
 		return status.Error(codes.InvalidArgument, "the first request of a stream must be create_stream")
 	}
 	t, err := s.authorizeStream(ctx, create.GetTableName())

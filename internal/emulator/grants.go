@@ -31,10 +31,9 @@ import (
 // 'cat.sch'", naming the missing privilege and securable. Privileges
 // inherited from the catalog or schema have been reported insufficient for
 // Zerobus (SELECT and MODIFY granted on the catalog do not let the writer
-// in; shared/spec/zerobus-wire.md, "Published limits and numbers": "Needs
-// explicit USE CATALOG, USE SCHEMA, and SELECT+MODIFY on the table
-// (inherited grants have been reported insufficient)" — a report, not a
-// documented rule, so this is the stricter reading), so only privileges
+// in; docs/protocol.md#authentication: explicit USE CATALOG, USE SCHEMA, and
+// SELECT + MODIFY on the table, inherited grants reported insufficient — a
+// report, not a documented rule, so this is the stricter reading), so only privileges
 // granted on the table itself count for SELECT and MODIFY; ALL PRIVILEGES
 // on the exact securable counts, as Unity Catalog expands it at check time.
 //

@@ -29,6 +29,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET /emulator/v1/stats", s.handleStats)
 	mux.HandleFunc("GET /emulator/v1/grants", s.handleGetGrants)
 	mux.HandleFunc("PATCH /emulator/v1/grants", s.handlePatchGrants)
+	mux.HandleFunc("GET /emulator/v1/health", s.handleHealth)
 	s.registerIcebergREST(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.TrimSuffix(r.URL.Path, "/") == "/api/2.0/sql/statements" {

@@ -226,7 +226,7 @@ func TestStartFailsCleanlyOnBusyPort(t *testing.T) {
 	srv := startEmu(t, nil)
 	_, err := Start(Config{HTTPAddr: strings.TrimPrefix(srv.HTTPURL(), "http://"), GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir()})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "listen http")
+	assert.Contains(t, err.Error(), "workspace HTTP port "+strings.TrimPrefix(srv.HTTPURL(), "http://")+" (--http) is already in use")
 }
 
 func TestUnwritableTableIsRefusedAtOpen(t *testing.T) {

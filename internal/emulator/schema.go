@@ -14,10 +14,10 @@ import (
 )
 
 // Schema validation causes, as the service names them in ErrorInfo metadata,
-// and the service's error codes and texts. Source: shared/spec/zerobus-wire.md
-// ("Schema mismatch": reason SCHEMA_VALIDATION_FAILED, domain
-// zerobus.databricks.com, the five causes, error_code 8001; "Stream rotation":
-// 6002 "Stream timeout reached"). The non-incremental offset text is the
+// and the service's error codes and texts. Source: docs/protocol.md#table-schema
+// (reason SCHEMA_VALIDATION_FAILED, domain zerobus.databricks.com, the five
+// causes, error_code 8001) and docs/protocol.md#errors-and-recovery (6002
+// "Stream timeout reached"). The non-incremental offset text is the
 // official mock server's; the real service's text is not known.
 const (
 	CauseFieldNotInTable        = "FIELD_NOT_IN_TABLE"
@@ -177,9 +177,9 @@ func serviceType(t typemap.Type, path string, level int) (arrow.DataType, error)
 // children named in a form the service accepts (names are the ones written
 // in the schema message); NOT NULL columns may not be omitted, nullable ones
 // may.
-// Source: shared/spec/zerobus-wire.md ("Columns are ordered by UC position;
-// nullable columns may be omitted from a batch"; all columns nullable unless
-// NOT NULL in the table; the types of "Delta/UC type → Arrow type"); which
+// Source: docs/protocol.md#table-schema (columns in UC position order;
+// nullable columns may be omitted from a batch; all columns nullable unless
+// NOT NULL in the table; the UC type → Arrow type list); which
 // cause each check reports follows the cause names there. It
 // returns the problems found, in field order, or an error naming the column
 // when the table itself cannot be written through Zerobus.
@@ -327,8 +327,7 @@ func sameType(want, got arrow.DataType) bool {
 
 // schemaError is the status the service returns for a schema mismatch:
 // INVALID_ARGUMENT with a google.rpc.ErrorInfo naming the causes
-// (shared/spec/zerobus-wire.md, "Schema mismatch"; the status code there is
-// "likely INVALID_ARGUMENT (uncertain)").
+// (docs/protocol.md#table-schema; the status code is an assumption there).
 func schemaError(t workspace.Table, probs []schemaProblem) error {
 	var causes, msgs []string
 	seen := map[string]bool{}
@@ -353,7 +352,7 @@ func schemaError(t workspace.Table, probs []schemaProblem) error {
 }
 
 // rotationError ends a rotated stream: UNAVAILABLE with "Error Code: 6002"
-// (shared/spec/zerobus-wire.md, "Stream rotation, errors, recovery").
+// (docs/protocol.md#errors-and-recovery).
 func rotationError() error {
 	return status.Errorf(codes.Unavailable, "Stream closed by the server for rotation. Error Code: %s %s", streamTimeoutErrorCode, streamTimeoutMessage)
 }

@@ -2,12 +2,9 @@ package emulator
 
 import (
 	"bytes"
-	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,7 +21,6 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/net/http2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -382,9 +378,10 @@ func TestEmptyBatchIsRefused(t *testing.T) {
 // grpc-status and grpc-message the server answers with.
 func rawGRPCStatus(t *testing.T, srv *Server, token, tableHeader string) (string, string) {
 	t.Helper()
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
+	// HTTP/2 with prior knowledge over plaintext (h2c), as gRPC speaks it.
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protocols}
 	defer tr.CloseIdleConnections()
 	req, err := http.NewRequest(http.MethodPost, srv.GRPCURL()+"/arrow.flight.protocol.FlightService/DoPut", bytes.NewReader(nil))
 	require.NoError(t, err)

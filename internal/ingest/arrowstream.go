@@ -559,8 +559,8 @@ func (s *ArrowStream) readAcks(c *flightConn) {
 
 // advance maps a connection's cumulative ack to the logical watermark and
 // releases fully durable batches. An ack above what was sent on the
-// connection is a protocol error (shared/spec/zerobus-wire.md: acks count
-// the rows durable on this connection).
+// connection is a protocol error (docs/protocol.md#arrow-flight-doput: acks
+// count the rows durable on this connection).
 func (s *ArrowStream) advance(c *flightConn, records uint64) *Error {
 	if sent := c.rowsSent.Load(); records > sent {
 		return poisonf("ack of %d records on %s exceeds the %d rows sent on this connection", records, s.table, sent)
@@ -606,7 +606,7 @@ func (s *ArrowStream) endConn(c *flightConn, reason *Error) {
 
 // watchAcks replaces a connection that has rows outstanding but sent no ack
 // for AckTimeout, like the SDKs' server_lack_of_ack_timeout (60 s by
-// default, retryable: shared/spec/zerobus-wire.md). Rotating
+// default, retryable: docs/protocol.md#errors-and-recovery). Rotating
 // connections have their own deadline and are left alone.
 func (s *ArrowStream) watchAcks() {
 	tick := max(s.cfg.AckTimeout/4, 5*time.Millisecond)

@@ -20,8 +20,8 @@ const (
 )
 
 // ackMessage is the PutResult app_metadata the service sends
-// (shared/spec/zerobus-wire.md: ready signal first, then cumulative acks,
-// close_stream_duration_ms announcing rotation).
+// (docs/protocol.md#arrow-flight-doput: ready signal first, then cumulative
+// acks, close_stream_duration_ms announcing rotation).
 type ackMessage struct {
 	AckUpToOffset         int64   `json:"ack_up_to_offset"`
 	AckUpToRecords        uint64  `json:"ack_up_to_records"`
@@ -30,7 +30,7 @@ type ackMessage struct {
 
 // flightConn is one DoPut call: one physical connection-level stream. Its
 // wire offsets and row counts start at 0 (offset_id starts at 0 on every
-// connection and rises by 1 per frame, shared/spec/zerobus-wire.md). Sends are serialized by the owning
+// connection and rises by 1 per frame, docs/protocol.md#arrow-flight-doput). Sends are serialized by the owning
 // ArrowStream's sendMu; the reader goroutine delivers acks to it.
 type flightConn struct {
 	gen    uint64 // the owning stream's connection generation
@@ -200,7 +200,7 @@ func callContext(ctx context.Context, ts TokenSource, table string) (callCtx con
 // awaitReady sends the schema frame on a new call and waits up to p.ready
 // for the service's first PutResult, which must be the ready signal
 // ({"ack_up_to_offset":-1,"ack_up_to_records":0}, sent once auth, table and
-// schema checks pass: shared/spec/zerobus-wire.md). cancel and stop are the
+// schema checks pass: docs/protocol.md#arrow-flight-doput). cancel and stop are the
 // call's, from callContext: on success the call is detached from ctx, on
 // failure it is cancelled.
 func awaitReady(ctx context.Context, call flight.FlightService_DoPutClient, p connParams,

@@ -13,7 +13,7 @@ import (
 )
 
 // MaxRequestBytes is the service's cap on one ingest request (one FlightData
-// message): 10 MiB (../shared/spec/zerobus-wire.md; the official SDKs set no
+// message): 10 MiB (docs/protocol.md#endpoints; the official SDKs set no
 // gRPC message limit of their own and the service refuses larger requests).
 const MaxRequestBytes = 10 << 20
 
@@ -31,7 +31,8 @@ const DefaultMaxFrameBytes = MaxRequestBytes - frameEnvelope
 // frames: about 2 MiB, as the official SDK does, which also matches the
 // flow-control window the service advertises per HTTP/2 stream (2 MiB, and
 // 32 MiB per connection) so one frame never waits for the window to reopen
-// mid-message. ../shared/spec/zerobus-wire.md records both facts. A frame
+// mid-message (docs/protocol.md#endpoints; the window sizes are an assumption
+// from the service's HTTP/2 SETTINGS as seen by a client). A frame
 // holding a single row may exceed it, up to DefaultMaxFrameBytes.
 const FrameTargetBytes = 2 << 20
 

@@ -8,10 +8,15 @@
 // rotation, resends what was not yet durable, and reports only what it cannot
 // recover from.
 //
-// Files: client.go opens streams (Client, Config); arrowstream.go is the
-// logical stream (ArrowStream); flightconn.go is one DoPut call under it;
-// frames.go encodes record batches into IPC frames under the request cap;
-// auth.go fetches tokens; errors.go classifies failures.
+// Files: stream.go holds these interfaces; client.go opens streams (Client,
+// Config); arrowstream.go is the logical stream (ArrowStream); flightconn.go
+// is one DoPut call under it; frames.go encodes record batches into IPC
+// frames under the request cap, and rowsize.go finds rows too large for one
+// request; wirecodec.go sends those frames without copying them; auth.go
+// fetches tokens; transport.go checks URLs and builds the TLS, proxy and
+// dial settings; ackclock.go remembers when each ack arrived; observer.go
+// carries an Observer of open events; errors.go classifies failures. The
+// protocol they speak is described in docs/protocol.md.
 package ingest
 
 import (

@@ -168,7 +168,7 @@ func endpointTLS(custom *tls.Config, serverName string) *tls.Config {
 
 // dialViaProxy returns a gRPC dialer that reaches addr through an HTTP
 // CONNECT tunnel opened on proxy: what grpc-go does by itself for a proxy
-// from the environment (internal/transport/proxy.go), done here for an
+// from the environment (the proxy dialer of grpc-go's transport package), done here for an
 // explicit one, which grpc-go has no option for. addr is passed to the proxy
 // unresolved (the target's scheme is passthrough), as grpc-go does by default.
 func dialViaProxy(proxy *url.URL, userAgent string) func(context.Context, string) (net.Conn, error) {

@@ -7,7 +7,7 @@ import "fmt"
 
 // TableNamePattern is the table-name rule (a Bloblang/RE2 pattern): Zerobus
 // takes catalog, schema and table names of ASCII letters, digits and
-// underscores (shared/spec/zerobus-wire.md, "Published limits").
+// underscores (docs/protocol.md#table-names).
 const TableNamePattern = `^[A-Za-z0-9_]+\\.[A-Za-z0-9_]+\\.[A-Za-z0-9_]+$`
 
 // Table is the lint rule of a table-name field; an interpolated one
@@ -34,6 +34,13 @@ const (
 	// Bloblang's parse_url returns it (IPv6 bracketed).
 	LoopbackHostPort = `^(?i:localhost|` + loopbackIPv4 + `|\[::1\])(?::[0-9]+)?$`
 )
+
+// TableOrEmpty is the lint rule of an optional table-name field: empty
+// (its default) means the feature is off or derived, anything else must be
+// a catalog.schema.table name.
+func TableOrEmpty(field string) string {
+	return `root = if this.type() == "string" && this != "" && !this.re_match("` + TableNamePattern + `") { [ "field ` + field + `: must be catalog.schema.table, three non-empty dot-separated parts of ASCII letters, digits and underscores, or empty, got " + this.quote() ] } else { [] }`
+}
 
 // URL is the lint rule of a URL field: https, or http for a loopback
 // host only, so a credential never crosses a network in the clear.

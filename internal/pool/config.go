@@ -43,14 +43,14 @@ type Config struct {
 	PickTimeout time.Duration
 }
 
-// DefaultConfig returns conservative defaults: two to eight streams sized at
+// DefaultConfig returns conservative defaults: two to sixteen streams sized at
 // 100 MB/s each, a 2048-item ack lane, 30 s per ack wait, open back-off from
 // 1 s to 60 s (a pipeline-blocked reject asks for a minute), five attempts per
 // rebuild and a 30 s wait for a healthy stream.
 func DefaultConfig() Config {
 	return Config{
 		MinStreams:         2,
-		MaxStreams:         8,
+		MaxStreams:         16,
 		PerStreamMBps:      100,
 		AckChannelCapacity: acklane.DefaultCapacity,
 		AckTimeout:         30 * time.Second,

@@ -190,7 +190,7 @@ func TestSize(t *testing.T) {
 		{name: "float noise does not round up", cfg: pool.Config{MinStreams: 1, PerStreamMBps: 0.1, PeakMBps: 0.3}, want: 3},
 		{name: "headroom per stream", cfg: pool.Config{MinStreams: 1, PerStreamMBps: 50, PeakMBps: 150}, want: 3},
 		{name: "capped at max", cfg: pool.Config{MinStreams: 2, MaxStreams: 4, PeakMBps: 10_000}, want: 4},
-		{name: "default max caps", cfg: pool.Config{PeakMBps: 10_000}, want: 8},
+		{name: "default max caps", cfg: pool.Config{PeakMBps: 10_000}, want: pool.DefaultConfig().MaxStreams},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

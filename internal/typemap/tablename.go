@@ -22,7 +22,7 @@ func (e *TableNameError) Permanent() bool { return true }
 var tablePartNames = [3]string{"catalog", "schema", "table"}
 
 // CheckTableName checks a full table name against the rule Zerobus enforces
-// (see /work/shared/spec/zerobus-wire.md): exactly three non-empty
+// (docs/protocol.md#table-names): exactly three non-empty
 // dot-separated parts, catalog.schema.table, each made only of ASCII letters,
 // digits and underscore ("table and column names ASCII letters, digits,
 // underscore", docs.databricks.com Zerobus Ingest limitations). The name
@@ -56,7 +56,7 @@ func CheckTableName(name string) error {
 // GrantHint returns the statements that give principal what a Zerobus writer
 // of table needs: USE CATALOG, USE SCHEMA, and SELECT + MODIFY granted
 // explicitly on the table, since inherited grants have been reported
-// insufficient (see /work/shared/spec/zerobus-wire.md; the per-table token
+// insufficient (docs/protocol.md#authentication; the per-table token
 // request asks for exactly these privileges). principal is the service
 // principal's application id (the OAuth client_id); empty means unknown and a
 // placeholder is printed. Both the Unity Catalog and the Zerobus

@@ -1,5 +1,5 @@
-// Zerobus record-path protocol, written from the wire facts in
-// shared/spec/zerobus-wire.md (field numbers as observed on the wire).
+// Zerobus record-path protocol, written from the message and field numbers
+// of the official SDK's service definition (docs/protocol.md#record-path-ephemeralstream).
 // Regenerate with `go generate ./internal/zbpb` (needs protoc,
 // protoc-gen-go and protoc-gen-go-grpc); the generated code is committed so
 // the build needs no protoc.

@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/lintrule"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -77,8 +81,8 @@ const (
 
 // Role values.
 const (
-	RoleDerived    = "derived"
-	RolePrimaryRaw = "primary_raw"
+	RoleDerived    = string(catalog.RoleDerived)
+	RolePrimaryRaw = string(catalog.RolePrimaryRaw)
 )
 
 // DefaultMaxInFlight is the output's max_in_flight default (Benthos's is
@@ -98,6 +102,26 @@ const (
 	DefaultBatchPeriod = "1s"
 )
 
+// DefaultCloseTimeout is the close_timeout default: inside the engine's
+// default shutdown_timeout (20s), so that the output's own drain ends first.
+const DefaultCloseTimeout = 10 * time.Second
+
+// durationDefault writes a duration default the way a user would, "5m" or
+// "30s" rather than time.Duration's "5m0s", so that the printed config and
+// the docs read naturally; the spec's defaults come from the engine's
+// constants through it (one source per default).
+func durationDefault(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d >= time.Second && d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
 // warehouseLint is the lint rule of the catalog block: provisioning runs DDL
 // on a SQL warehouse, so it needs warehouse_id, unless the environment the
 // spec is built in (the lint run's) has DATABRICKS_WAREHOUSE_ID.
@@ -110,13 +134,13 @@ func warehouseLint() string {
 
 // proxyLint is the lint rule of proxy_url: an HTTP CONNECT proxy
 // (ingest.CheckProxyURL says the same at run time).
-const proxyLint = `root = match this.parse_url().catch(null) {
+const proxyLint = `root = if this == "" { [] } else { match this.parse_url().catch(null) {
   this == null => [ "field ` + fProxyURL + `: not a URL" ],
   this.scheme == "https" || this.scheme == "socks5" || this.scheme == "socks5h" => [ "field ` + fProxyURL + `: " + this.scheme + ":// proxies are not supported; use an HTTP CONNECT proxy, http://[user:password@]host:port (the tunnel carries TLS from end to end)" ],
   this.scheme != "http" => [ "field ` + fProxyURL + `: scheme must be http (an HTTP CONNECT proxy), got " + this.scheme.or("").quote() ],
   this.host.or("") == "" => [ "field ` + fProxyURL + `: has no host" ],
   _ => [],
-}`
+} }`
 
 // plaintextLint is the component's lint rule across fields (validate says
 // the same at run time): a plaintext http:// endpoint or workspace_url
@@ -129,7 +153,7 @@ const plaintextLint = `let plain = [
 ].filter(v -> v != null)
 root = if $plain.length() == 0 { [] } else { [
   if this.tls.enabled.or(false) { "field ` + fTLS + `.enabled: " + $plain.join(" and ") + " " + if $plain.length() == 1 { "is" } else { "are" } + " plaintext http://, which TLS settings do not apply to; use https:// (the emulator serves TLS with --tls-cert/--tls-key) or remove the ` + fTLS + ` block" },
-  if this.exists("` + fProxyURL + `") { "field ` + fProxyURL + `: " + $plain.join(" and ") + " " + if $plain.length() == 1 { "is" } else { "are" } + " plaintext http:// (loopback only), which is never sent through a proxy; use https:// or remove ` + fProxyURL + `" },
+  if this.` + fProxyURL + `.or("") != "" { "field ` + fProxyURL + `: " + $plain.join(" and ") + " " + if $plain.length() == 1 { "is" } else { "are" } + " plaintext http:// (loopback only), which is never sent through a proxy; use https:// or remove ` + fProxyURL + `" },
 ].filter(v -> v != null) }`
 
 // description is the component's documentation text (AsciiDoc headings, as
@@ -163,8 +187,8 @@ func Spec() *service.ConfigSpec {
 				Description("Custom TLS settings of the `https://` endpoint and workspace URL. Disabled means TLS with the system roots; it never turns TLS off.").
 				Advanced(),
 			service.NewURLField(fProxyURL).
-				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every `https://` connection, gRPC and HTTP, loopback included: the proxy sees the target's host and port and a TLS tunnel, never a request or a token. Absent means the `HTTPS_PROXY` / `NO_PROXY` environment. A plaintext `http://` endpoint (loopback only) is never proxied, so `proxy_url` is refused with one. `https://` and `socks5://` proxies are not supported.").
-				Example("http://proxy.corp.example.com:3128").Optional().Advanced().
+				Description("An HTTP CONNECT proxy (`http://[user:password@]host:port`) for every `https://` connection, gRPC and HTTP, loopback included: the proxy sees the target's host and port and a TLS tunnel, never a request or a token. Empty (the default) means the `HTTPS_PROXY` / `NO_PROXY` environment. A plaintext `http://` endpoint (loopback only) is never proxied, so `proxy_url` is refused with one. `https://` and `socks5://` proxies are not supported.").
+				Default("").Example("http://proxy.corp.example.com:3128").Advanced().
 				LintRule(proxyLint),
 			service.NewObjectField(fKeepalive,
 				service.NewDurationField(fKATime).
@@ -184,8 +208,8 @@ func Spec() *service.ConfigSpec {
 				Default(tablewriter.DefaultMaxOpenTables).LintRule(lintrule.AtLeast(fMaxOpenTables, 1)).Advanced(),
 			service.NewObjectField(fDeadLetter,
 				service.NewStringField(fDLTable).
-					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, `_zb_emit_ts`); otherwise it must exist with them.").
-					LintRule(lintrule.Table(fDeadLetter+"."+fDLTable, false)),
+					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, `_zb_emit_ts`); otherwise it must exist with them. Empty (the default) means no dead-letter table.").
+					Default("").LintRule(lintrule.TableOrEmpty(fDeadLetter+"."+fDLTable)),
 				service.NewBoolField(fDLPayload).
 					Description("Store each failed message's bytes in `payload`.").
 					Default(true),
@@ -194,7 +218,7 @@ func Spec() *service.ConfigSpec {
 			service.NewObjectField(fCoverage,
 				service.NewInterpolatedStringField("source").Description("Each message's source, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`; stamped into `_zb_source`.").Default(""),
 				service.NewInterpolatedStringField("offset").Description("Each message's integer offset in its source, e.g. `${! meta(\"kafka_offset\") }`; stamped into `_zb_offset`.").Default(""),
-				service.NewStringField(fDLTable).Description("The coverage table; empty means `<table>_zb_coverage`.").Default("").LintRule(lintrule.Table(fCoverage+"."+fDLTable, false)),
+				service.NewStringField(fDLTable).Description("The coverage table; empty (the default) means `<table>_zb_coverage`.").Default("").LintRule(lintrule.TableOrEmpty(fCoverage+"."+fDLTable)),
 			).Description("Record which source offsets are durable: each row's source and offset go into the reserved columns `_zb_source STRING` and `_zb_offset BIGINT` (created or, with `catalog.provision`, added), and the offsets whose rows the service acknowledged durable are written in the background, as ranges `[start, end)` per (writer = the output's label, source), to a companion table (`writer_id`, `source`, `start`, `end`, `_zb_emit_ts`) on its own stream. Readers union-merge all rows of a source; coverage may lag the raw table, never lead it. A message whose source or offset fails, or whose offset is not an integer, fails alone.").
 				LintRule(`root = if (this.source.or("") == "") != (this.offset.or("") == "") { [ "field `+fCoverage+`: source and offset must be set together" ] } else { [] }`).Optional().Advanced(),
 			service.NewStringField(fClientID).
@@ -211,7 +235,7 @@ func Spec() *service.ConfigSpec {
 				Advanced().Default(tablewriter.DefaultMaxInFlightBytes).
 				LintRule(`root = if this <= 0 { [ "field `+fMaxInFlightB+`: must be positive, got %v".format(this) ] } else { [] }`),
 			service.NewBatchPolicyField(fBatching).
-				Description("Batching policy. When the field is absent the output batches `count: 4000` or `byte_size: 1048576`, whichever comes first, with `period: 1s` (the byte bound keeps the memory of large rows in check: the engine holds up to `max_in_flight` batches; the count keeps 64,000 small rows in flight at the default `max_in_flight`, enough to hide tens of milliseconds of ack latency); a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown.").
+				Description("Batching policy. When the field is absent the output batches `count: 4000` or `byte_size: 1048576`, whichever comes first, with `period: 1s` (the byte bound keeps the memory of large rows in check: the engine holds up to `max_in_flight` batches; the count keeps 64,000 small rows in flight at the default `max_in_flight`, enough to hide tens of milliseconds of ack latency); a policy with a `count` or `byte_size` but no `period` gets `period: 1s` so that a partial batch never waits until shutdown. When the input already delivers batches (a Kafka input's `batching`, `generate`'s `batch_size`, the messages of one HTTP request), batch there and set `batching: {count: 0}` here: each input batch is then written as it comes, without a second batcher, which is the fastest configuration (see docs/performance.md). `byte_size` costs most on structured messages (made by a mapping or by parsing JSON): the batcher serialises each one to JSON to count its bytes, while for messages that are still raw bytes it only reads their length; with small structured rows, `count` and `period` alone avoid that cost but no longer bound the bytes of a batch of large rows.").
 				Default(map[string]any{"count": DefaultBatchCount, "byte_size": DefaultBatchBytes, "period": DefaultBatchPeriod, "check": "", "processors": []any{}}),
 			service.NewObjectField(fStreams,
 				service.NewIntField(fStreamsMin).
@@ -219,27 +243,27 @@ func Spec() *service.ConfigSpec {
 					Default(0).LintRule(lintrule.AtLeast(fStreams+"."+fStreamsMin, 0)),
 				service.NewIntField(fStreamsMax).
 					Description("The maximum number of streams; caps the size derived from bandwidth.").
-					Default(16).LintRule(lintrule.AtLeast(fStreams+"."+fStreamsMax, 1)),
+					Default(pool.DefaultConfig().MaxStreams).LintRule(lintrule.AtLeast(fStreams+"."+fStreamsMax, 1)),
 				service.NewFloatField(fPerStreamMBps).
 					Description("The bandwidth one stream carries, in MB/s (Zerobus documents 100). Lower it to leave headroom.").
-					Default(100.0).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamMBps+`: must be positive, got %v".format(this) ] } else { [] }`),
+					Default(pool.DefaultConfig().PerStreamMBps).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamMBps+`: must be positive, got %v".format(this) ] } else { [] }`),
 				service.NewFloatField(fPeakMBps).
 					Description("The expected peak bandwidth into the table, in MB/s. The pool size is `max(min, ceil(peak / per_stream))`, capped at `max`. 0 means unknown: `min` streams.").
 					Default(0.0).LintRule(lintrule.AtLeast(fStreams+"."+fPeakMBps, 0)),
 			).Description("The stream pool: a few long-lived streams sized to bandwidth, never a stream per batch.").Advanced().
-				LintRule(`root = if this.min.or(2) > this.max.or(16) { [ "field `+fStreams+`: max (%v) must be at least min (%v)".format(this.max.or(16), this.min.or(2)) ] } else { [] }`),
+				LintRule(fmt.Sprintf(`root = if this.min.or(%[1]d) > this.max.or(%[2]d) { [ "field `+fStreams+`: max (%%v) must be at least min (%%v)".format(this.max.or(%[2]d), this.min.or(%[1]d)) ] } else { [] }`, pool.DefaultConfig().MinStreams, pool.DefaultConfig().MaxStreams)),
 			service.NewInterpolatedStringField(fOrderingKey).
-				Description("When set, rows whose key is equal always go to the same stream, so Zerobus keeps their relative order. When empty, batches are spread round-robin.").
+				Description("When set, rows whose key is equal always go to the same stream, so Zerobus keeps their relative order. Empty (the default) means batches are spread round-robin.").
+				Default("").
 				Example("${! this.device_id }").
-				Example(`${! meta("kafka_key") }`).
-				Optional(),
+				Example(`${! meta("kafka_key") }`),
 			service.NewObjectField(fAck,
 				service.NewIntField(fAckCapacity).
 					Description("Pending batches each stream's acknowledgement lane holds; a full lane is backpressure on writes.").
-					Default(4096).LintRule(lintrule.AtLeast(fAck+"."+fAckCapacity, 1)),
+					Default(acklane.DefaultCapacity).LintRule(lintrule.AtLeast(fAck+"."+fAckCapacity, 1)),
 				service.NewDurationField(fAckTimeout).
 					Description("How long a batch may wait for its durability confirmation before it is nacked (and redelivered).").
-					Default("5m").LintRule(lintrule.Duration(fAck+"."+fAckTimeout)),
+					Default(durationDefault(tablewriter.DefaultAckTimeout)).LintRule(lintrule.Duration(fAck+"."+fAckTimeout)),
 			).Description("The per-stream acknowledgement lanes.").Advanced(),
 			service.NewStringEnumField(fCompression, "none", "lz4_frame", "zstd").
 				Description("Arrow IPC body compression of the record batches sent.").
@@ -250,17 +274,17 @@ func Spec() *service.ConfigSpec {
 					Default(false),
 				service.NewStringEnumField(fEpochUnit, "s", "ms", "us", "ns").
 					Description("The unit of numeric values written to TIMESTAMP / TIMESTAMP_NTZ columns.").
-					Default("us"),
+					Default(arrowconv.DefaultEpochUnit),
 				service.NewBoolField(fNTZFromZoned).
 					Description("Store a timestamp value (a Bloblang `timestamp`, which names an instant in a zone) into a TIMESTAMP_NTZ column as its UTC wall time. When false such a row fails, naming the column: a zoned value in a zone-less column is a mismatch to fix upstream, not to guess. Zoned strings and epochs always fail.").
 					Default(false),
 			).Description("Emit-time type reconciliation.").Advanced(),
 			service.NewDurationField(fCloseTimeout).
 				Description("Bound on shutdown: draining streams and closing clients. The default stays inside the engine's `shutdown_timeout` (20s by default): keep it below yours. Rows not durable by then are nacked (redelivered), never acked, and the log says how many.").
-				Default("10s").LintRule(lintrule.Duration(fCloseTimeout)),
+				Default(durationDefault(DefaultCloseTimeout)).LintRule(lintrule.Duration(fCloseTimeout)),
 			service.NewDurationField(fWSTimeout).
 				Description("Bound on every single workspace call (OAuth, Unity Catalog, SQL statements): an unreachable or silent workspace fails the attempt after this long, naming the URL and the cause, and the output retries with back-off.").
-				Default("30s").LintRule(lintrule.Duration(fWSTimeout)).Advanced(),
+				Default(durationDefault(catalog.DefaultCallTimeout)).LintRule(lintrule.Duration(fWSTimeout)).Advanced(),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
 					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").
@@ -273,19 +297,19 @@ func Spec() *service.ConfigSpec {
 					Default(false),
 				service.NewStringEnumField(fCommentsPol, "respect", "restore").
 					Description("What to do with a managed column comment a human has edited: keep the edit (`respect`) or write the contract's text back (`restore`).").
-					Default("respect"),
+					Default(string(catalog.PolicyRespect)),
 				service.NewStringField(fContract).
-					Description("Path to an ODCS data-contract YAML file whose column descriptions become column comments.").
-					Optional(),
+					Description("Path to an ODCS data-contract YAML file whose column descriptions become column comments. Empty (the default) means none.").
+					Default(""),
 				service.NewStringMapField(fColumnDescs).
 					Description("Column comments, by column name; merged over the contract's.").
-					Optional(),
+					Default(map[string]any{}),
 				service.NewStringEnumField(fRole, RoleDerived, RolePrimaryRaw).
 					Description("`primary_raw` makes this table the recovery anchor: Iceberg reads and column mapping on, protocol reader >= 2 / writer >= 7, deletion vectors off. These are checked at connect and on `recheck_interval`; while any is unmet the output refuses to write, naming it.").
 					Default(RoleDerived),
 				service.NewDurationField(fRecheck).
 					Description("How often the primary-raw preconditions are re-checked (a table property can change under a running pipeline).").
-					Default("5m").LintRule(lintrule.Duration(fCatalog+"."+fRecheck)),
+					Default(durationDefault(tablewriter.DefaultRecheckInterval)).LintRule(lintrule.Duration(fCatalog+"."+fRecheck)),
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
 				LintRule(warehouseLint()),
 		).
@@ -448,7 +472,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	if c.TLS, _, err = conf.FieldTLSToggled(fTLS); err != nil {
 		return nil, fmt.Errorf("field %s: %w", fTLS, err)
 	}
-	if conf.Contains(fProxyURL) {
+	if raw, _ := conf.FieldString(fProxyURL); strings.TrimSpace(raw) != "" {
 		if c.ProxyURL, err = conf.FieldURL(fProxyURL); err != nil {
 			return nil, err
 		}
@@ -511,7 +535,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	c.cfgClientID, c.cfgClientSecret = c.ClientID, c.ClientSecret
 	c.loadCredentials()
 	if c.StreamsMin == 0 { // automatic
-		c.StreamsMin = 2
+		c.StreamsMin = pool.DefaultConfig().MinStreams
 		if c.TableInterp != nil {
 			c.StreamsMin = 1 // many tables: one stream each
 		}
@@ -627,11 +651,10 @@ func (c *outputConfig) knobs(poolSize int) []any {
 	if c.ProxyURL != nil {
 		proxy = c.ProxyURL.Redacted()
 	}
-	return []any{
+	kv := []any{
 		"table", c.Table,
 		"max_open_tables", c.MaxOpenTables,
 		"dead_letter.table", c.DLTable,
-		"dead_letter.include_payload", c.DLPayload,
 		"coverage", c.CovSource != nil,
 		"endpoint", c.Endpoint,
 		"tls", c.EndpointTLS,
@@ -671,6 +694,13 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"catalog.role", c.Role,
 		"catalog.recheck_interval", c.RecheckInterval.String(),
 	}
+	if c.DLTable != "" {
+		// include_payload means nothing without a dead-letter table: logged
+		// beside the table, only with one.
+		i := slices.Index(kv, any("dead_letter.table")) + 2
+		kv = slices.Insert(kv, i, any("dead_letter.include_payload"), any(c.DLPayload))
+	}
+	return kv
 }
 
 // knobsLine renders knobs as "k=v k=v ...", for loggers without structured

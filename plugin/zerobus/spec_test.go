@@ -44,7 +44,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 100.0, c.PerStreamMBps)
 	assert.Equal(t, 0.0, c.PeakMBps)
 	assert.Nil(t, c.OrderingKey)
-	assert.Equal(t, 4096, c.AckCapacity)
+	assert.Equal(t, 2048, c.AckCapacity)
 	assert.Equal(t, 5*time.Minute, c.AckTimeout)
 	assert.Equal(t, "none", c.Compression)
 	assert.False(t, c.NestedToString)

@@ -50,26 +50,6 @@ func binaries(tb testing.TB) string {
 	return buildDir
 }
 
-var (
-	benchBuildOnce sync.Once
-	benchBuildErr  error
-)
-
-// benchBinary is the product binary built with -tags zerobus_bench, which
-// adds only the noop_batch output (cmd/benthos-zerobus/noop_batch_bench.go),
-// built once per test process beside binaries().
-func benchBinary(tb testing.TB) string {
-	tb.Helper()
-	dir := binaries(tb)
-	path := filepath.Join(dir, "benthos-zerobus-bench")
-	root := repoRoot(tb)
-	benchBuildOnce.Do(func() {
-		benchBuildErr = goBuild(root, "-tags", "zerobus_bench", "-o", path, "./cmd/benthos-zerobus")
-	})
-	require.NoError(tb, benchBuildErr)
-	return path
-}
-
 // goBuild runs go build with args in the repository at root; its error
 // carries the compiler's output.
 func goBuild(root string, args ...string) error {
@@ -390,7 +370,10 @@ func TestBinaryExampleOrderingByKey(t *testing.T) {
 func TestBinaryExampleProvisioning(t *testing.T) {
 	const table = "main.bronze.orders"
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
-	runExample(t, httpURL, grpcURL, "provisioning.yaml", "PROVISION_COUNT=1000")
+	logs := runExample(t, httpURL, grpcURL, "provisioning.yaml", "PROVISION_COUNT=1000")
+	// Created from a batch without region, then evolved: the ALTER path ran.
+	assert.Contains(t, logs, "table "+table+" provisioned")
+	assert.Contains(t, logs, "table "+table+": messages carry new fields [region]: adding columns")
 
 	info := readTableInfo(t, httpURL, table)
 	assert.Equal(t, int64(1000), info.RowCount)

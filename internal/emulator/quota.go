@@ -31,7 +31,9 @@ import (
 //   - QuotaBackpressure (the default, the least surprising): a stream over
 //     its quota is read and acknowledged no faster than the quota; each
 //     request waits, before it is acked and the next one read, until the
-//     stream's budget allows it (a token bucket per stream, no burst).
+//     stream's budget allows it (a token bucket per stream that holds a
+//     tenth of a second's worth, quotaSlack, so that the client's jitter
+//     between two requests does not cost the stream its quota).
 //   - QuotaReject: a request that would exceed the quota by more than one
 //     second's worth fails the stream RESOURCE_EXHAUSTED with a
 //     google.rpc.RetryInfo saying when the budget allows it again; the
@@ -47,6 +49,10 @@ const (
 // quotaBurst is how far ahead of its quota a stream may run in QuotaReject
 // mode before it is refused: one second's worth, so a short burst passes.
 const quotaBurst = time.Second
+
+// quotaSlack is the budget an idle stream keeps in backpressure mode: the
+// requests it takes after a pause may run this far ahead of the quota.
+const quotaSlack = 100 * time.Millisecond
 
 // checkQuotaMode validates Faults.StreamQuotaMode ("" is backpressure).
 func checkQuotaMode(mode string) error {
@@ -88,12 +94,16 @@ func (q *quota) take(ctx context.Context, f *Faults, rows, bytes int64) (time.Du
 		return 0, nil
 	}
 	now := time.Now()
-	start := q.due
-	if start.Before(now) {
-		start = now
+	reject := strings.EqualFold(f.StreamQuotaMode, QuotaReject)
+	start, floor := q.due, now
+	if !reject {
+		floor = now.Add(-quotaSlack)
+	}
+	if start.Before(floor) {
+		start = floor
 	}
 	due := start.Add(cost)
-	if strings.EqualFold(f.StreamQuotaMode, QuotaReject) {
+	if reject {
 		if ahead := due.Sub(now); ahead > quotaBurst {
 			return 0, quotaExceeded(f, ahead-quotaBurst)
 		}
@@ -102,8 +112,11 @@ func (q *quota) take(ctx context.Context, f *Faults, rows, bytes int64) (time.Du
 	}
 	q.due = due
 	// Acked, and the next request read, once the budget has paid for this
-	// one: never faster than the quota, on average or in a burst.
+	// one: never faster than the quota, give or take quotaSlack.
 	wait := due.Sub(now)
+	if wait <= 0 {
+		return 0, nil
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -28,8 +28,9 @@ func sendBatches(t *testing.T, p *putStream, batches, per int) {
 }
 
 func TestStreamRowQuotaBackpressure(t *testing.T) {
-	// 2,000 rows/s per stream; 1,000 rows take at least 0.5 s to be acked
-	// whatever the client does, and the stream's achieved rate says so.
+	// 2,000 rows/s per stream; 2,000 rows take at least 1 s, less the
+	// slack an idle stream starts with, to be acked whatever the client
+	// does, and the stream's achieved rate says so.
 	srv := startEmu(t, func(c *Config) { c.Faults.StreamMaxRowsPerSec = 2000 })
 	conn := dial(t, srv)
 	tok := zerobusToken(t, srv, testTable)
@@ -37,18 +38,18 @@ func TestStreamRowQuotaBackpressure(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Now()
-	sendBatches(t, p, 10, 100)
-	p.waitRecords(1000)
+	sendBatches(t, p, 10, 200)
+	p.waitRecords(2000)
 	took := time.Since(start)
 	require.NoError(t, p.finish())
 
-	assert.GreaterOrEqual(t, took, 450*time.Millisecond, "1,000 rows at 2,000 rows/s are acked no faster than the quota")
+	assert.GreaterOrEqual(t, took, time.Second-quotaSlack-50*time.Millisecond, "2,000 rows at 2,000 rows/s are acked no faster than the quota")
 	st := srv.Stats().Tables[testTable]
-	assert.EqualValues(t, 1000, st.RowCount, "throttled, not dropped")
+	assert.EqualValues(t, 2000, st.RowCount, "throttled, not dropped")
 	require.Len(t, st.Streams, 1)
 	s := st.Streams[0]
 	assert.False(t, s.Active)
-	assert.EqualValues(t, 1000, s.Rows)
+	assert.EqualValues(t, 2000, s.Rows)
 	assert.Positive(t, s.Bytes)
 	// First to last request spans 9 of the 10 batches' budgets.
 	assert.InDelta(t, 2000, s.RowsPerSec, 400, "achieved rate at the quota: %+v", s)
@@ -92,7 +93,7 @@ func TestStreamMBQuotaBackpressure(t *testing.T) {
 	require.NoError(t, p.finish())
 	s := srv.Stats().Tables[testTable].Streams[0]
 	want := time.Duration(float64(s.Bytes) / 50_000 * float64(time.Second))
-	assert.GreaterOrEqual(t, took, want*9/10, "%d bytes at 50,000 bytes/s", s.Bytes)
+	assert.GreaterOrEqual(t, took, want-quotaSlack-50*time.Millisecond, "%d bytes at 50,000 bytes/s", s.Bytes)
 	assert.InDelta(t, 0.05, s.MBPerSec, 0.02, "%+v", s)
 }
 

@@ -33,9 +33,9 @@ type MemberWindow struct {
 	Young bool
 	// Up is a member that had the same healthy stream for the whole window.
 	Up bool
-	// Busy is a member that had rows waiting for their ack at every sample
-	// of the window: never idle.
-	Busy bool
+	// Busy is the share of the window's samples at which the member had
+	// rows waiting for their ack (1: never idle).
+	Busy float64
 	// Rows and Bytes were confirmed durable during the window (Bytes is an
 	// estimate: Rows at the member's bytes per submitted row).
 	Rows  uint64
@@ -88,17 +88,16 @@ type Policy struct {
 	// ShrinkAfter is how long no window may have been saturated before an
 	// extra is retired.
 	ShrinkAfter time.Duration
-	// LagHigh is the ack lag (age of the oldest rows not yet durable) above
-	// which rows queue in front of a stream rather than just wait for the
-	// service's durability latency (documented at about 150 ms, P95 within
-	// 500 ms: https://docs.databricks.com/aws/en/ingestion/zerobus-limits).
-	LagHigh time.Duration
-	// LagRising is the ack lag above which a lag that grows across a
-	// window means the stream falls behind even below the assumed quota.
+	// LagRising is the ack lag (age of the oldest rows not yet durable)
+	// above which a lag that grows across a window means the stream falls
+	// behind even below the assumed quota: well above the service's
+	// durability latency (documented at about 150 ms, P95 within 500 ms:
+	// https://docs.databricks.com/aws/en/ingestion/zerobus-limits).
 	LagRising time.Duration
-	// WaitShare is the share of the window the writers must have waited in
-	// Submit and Enqueue, summed, for that alone to count as queueing.
-	WaitShare float64
+	// BusyShare is the share of samples at which a saturated stream had
+	// rows waiting for their ack; WaitShare the share of the window the
+	// writers waited in Submit and Enqueue, summed, that counts as busy too.
+	BusyShare, WaitShare float64
 	// AtQuota is the share of the quota a stream must carry to be at it.
 	AtQuota float64
 	// ShrinkHeadroom is the share of the quota the remaining streams may
@@ -111,10 +110,10 @@ func DefaultPolicy(cfg Config) Policy {
 	cfg = cfg.withDefaults()
 	return Policy{
 		GrowInterval:   cfg.GrowInterval,
-		Sustain:        time.Second,
+		Sustain:        500 * time.Millisecond,
 		ShrinkAfter:    cfg.ShrinkAfter,
-		LagHigh:        500 * time.Millisecond,
 		LagRising:      2 * time.Second,
+		BusyShare:      0.75,
 		WaitShare:      0.5,
 		AtQuota:        0.9,
 		ShrinkHeadroom: 0.5,
@@ -132,24 +131,31 @@ type Decision struct {
 }
 
 // saturated reports whether m could not keep up during a window of span:
-// it was up, busy and confirmed rows, rows queued in front of it (its ack
-// lag above LagHigh, or writers waiting on it), and it carried its quota or
-// its ack lag kept rising above LagRising. It says why.
+// it was up and confirmed rows, it was busy (rows waiting for their ack at
+// BusyShare of the samples, or writers waiting on it WaitShare of the
+// window), and it carried AtQuota of its quota (rows or bytes) or its ack
+// lag kept rising above LagRising. It says why, or why not.
 func (pol Policy) saturated(w Window, m MemberWindow) (bool, string) {
 	secs := w.Span.Seconds()
-	if !m.Up || !m.Busy || m.Rows == 0 || secs <= 0 {
-		return false, ""
+	if secs <= 0 {
+		return false, "no window"
 	}
 	rows, mbps := float64(m.Rows)/secs, m.Bytes/1e6/secs
 	waited := m.Waited.Seconds() / secs
-	queued := m.LagEnd >= pol.LagHigh || waited >= pol.WaitShare
+	busy := m.Busy >= pol.BusyShare || waited >= pol.WaitShare
 	atQuota := (w.QuotaRows > 0 && rows >= pol.AtQuota*w.QuotaRows) || (w.QuotaMBps > 0 && mbps >= pol.AtQuota*w.QuotaMBps)
 	rising := m.LagEnd >= pol.LagRising && m.LagEnd > m.LagStart
-	if !queued || !(atQuota || rising) {
-		return false, ""
+	state := fmt.Sprintf("stream %d: %.0f rows/s, %.2f MB/s, busy %.0f%%, ack lag %s→%s, writers waited %.0f%%",
+		m.Index, rows, mbps, 100*m.Busy, m.LagStart.Round(time.Millisecond), m.LagEnd.Round(time.Millisecond), 100*waited)
+	switch {
+	case !m.Up || m.Rows == 0:
+		return false, state + " (nothing confirmed)"
+	case !busy:
+		return false, state + " (idle)"
+	case !atQuota && !rising:
+		return false, state + " (below the quota, lag not rising)"
 	}
-	return true, fmt.Sprintf("stream %d: %.0f rows/s, %.2f MB/s, ack lag %s→%s, writers waited %.0f%%",
-		m.Index, rows, mbps, m.LagStart.Round(time.Millisecond), m.LagEnd.Round(time.Millisecond), 100*waited)
+	return true, state
 }
 
 // Decide is the sizer's rule. Grow by one when every judged member was
@@ -173,6 +179,7 @@ func Decide(w Window, pol Policy) Decision {
 		rows, mbps   float64
 		why          []string
 		notUp, young int
+		idle         string // why the first unsaturated member is not
 	)
 	for _, m := range w.Members {
 		rows += float64(m.Rows) / secs
@@ -186,9 +193,12 @@ func Decide(w Window, pol Policy) Decision {
 			continue
 		}
 		judged++
-		if ok, r := pol.saturated(w, m); ok {
+		ok, r := pol.saturated(w, m)
+		if ok {
 			sat++
 			why = append(why, r)
+		} else if idle == "" {
+			idle = r
 		}
 	}
 	if notUp > 0 {
@@ -217,7 +227,7 @@ func Decide(w Window, pol Policy) Decision {
 		return d
 	}
 	if w.Size <= w.Min || w.Leaving > 0 || young > 0 || w.SinceSaturated < pol.ShrinkAfter || w.SinceChange < pol.GrowInterval {
-		d.Reason = "not saturated"
+		d.Reason = "not saturated: " + idle
 		return d
 	}
 	left := float64(w.Size - 1)

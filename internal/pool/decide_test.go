@@ -16,7 +16,7 @@ func saturatedWindow(n int) pool.Window {
 	w := pool.Window{Span: time.Second, Size: n, Min: 2, Max: 8, QuotaRows: 15_000, QuotaMBps: 100,
 		SaturatedFor: 2 * time.Second, SinceChange: time.Minute}
 	for i := range n {
-		w.Members = append(w.Members, pool.MemberWindow{Index: i, Up: true, Busy: true, Rows: 20_000, Bytes: 400_000,
+		w.Members = append(w.Members, pool.MemberWindow{Index: i, Up: true, Busy: 1, Rows: 20_000, Bytes: 400_000,
 			LagStart: 700 * time.Millisecond, LagEnd: 800 * time.Millisecond})
 	}
 	return w
@@ -52,12 +52,7 @@ func TestDecideGrowsOnlyWhenSaturatedWithoutErrors(t *testing.T) {
 		{"at streams.max", func(w *pool.Window) { w.Max = 2 }, true},
 		{"ordering keys", func(w *pool.Window) { w.Keyed = true }, true},
 		{"a stream not up", func(w *pool.Window) { w.Members[1].Up = false }, false},
-		{"a stream idle at a sample", func(w *pool.Window) { w.Members[1].Busy = false }, false},
-		{"no rows queued: acks keep up", func(w *pool.Window) {
-			for i := range w.Members {
-				w.Members[i].LagStart, w.Members[i].LagEnd = 100*time.Millisecond, 150*time.Millisecond
-			}
-		}, false},
+		{"a stream idle most of the window", func(w *pool.Window) { w.Members[1].Busy = 0.5 }, false},
 		{"below the quota and the lag steady", func(w *pool.Window) {
 			for i := range w.Members {
 				w.Members[i].Rows = 5_000
@@ -98,15 +93,19 @@ func TestDecideGrowsBelowTheQuotaWhenTheLagKeepsRising(t *testing.T) {
 }
 
 func TestDecideGrowsOnWritersWaitingAtTheQuota(t *testing.T) {
-	// Acks keep up, but writers wait in Submit (the stream reads slowly)
-	// most of the window while it carries its quota.
+	// Rows are rarely pending at a sample, but writers wait in Submit (the
+	// stream reads slowly) most of the window while it carries its quota.
 	pol := pool.DefaultPolicy(pool.DefaultConfig())
 	w := saturatedWindow(2)
 	for i := range w.Members {
-		w.Members[i].LagStart, w.Members[i].LagEnd = 0, 100*time.Millisecond
+		w.Members[i].Busy = 0.2
 		w.Members[i].Waited = 3 * time.Second // three writers blocked throughout
 	}
 	assert.Equal(t, pool.Grow, pool.Decide(w, pol).Action)
+	for i := range w.Members {
+		w.Members[i].Waited = 100 * time.Millisecond
+	}
+	assert.Equal(t, pool.Hold, pool.Decide(w, pol).Action, "neither busy nor waiting")
 }
 
 func TestDecideGrowsOnBytesAtTheQuota(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,16 +88,18 @@ func (p *Pool) window(hist []poolSample) Window {
 			w.Members = append(w.Members, mw)
 			continue
 		}
-		mw.Up, mw.Busy = true, true
+		mw.Up = true
+		busy := 0
 		for _, h := range hist {
 			s := h.members[m]
 			if s.conn == nil || s.conn != end.conn {
 				mw.Up = false
 			}
-			if s.pending == 0 {
-				mw.Busy = false
+			if s.pending > 0 {
+				busy++
 			}
 		}
+		mw.Busy = float64(busy) / float64(len(hist))
 		if mw.Up {
 			mw.Rows = end.delivered - start.delivered
 			if end.rowsIn > 0 {
@@ -132,6 +135,7 @@ func (p *Pool) runSizer() {
 		lastChange     = time.Now()
 		lastOpen       = -1
 		resizeObserver ResizeObserver
+		lastHold       string
 	)
 	resizeObserver, _ = p.obs.(ResizeObserver)
 	for {
@@ -167,8 +171,14 @@ func (p *Pool) runSizer() {
 				satFor = 0
 			}
 			if d.Action == Hold {
+				// One debug line per kind of hold, not one per tick.
+				if kind := holdKind(d.Reason); kind != lastHold {
+					lastHold = kind
+					p.logger().Debug(fmt.Sprintf("zerobus: %s streams held at %d: %s", p.table, w.Size, d.Reason), "table", p.table)
+				}
 				continue
 			}
+			lastHold = ""
 			if p.resize(d) {
 				lastChange = time.Now()
 				if resizeObserver != nil {
@@ -177,6 +187,19 @@ func (p *Pool) runSizer() {
 			}
 		}
 	}
+}
+
+// holdKind is the reason of a hold without its figures: up to the first
+// digit, and the parenthesised verdict at the end if any.
+func holdKind(reason string) string {
+	kind := reason
+	if i := strings.IndexAny(reason, "0123456789"); i >= 0 {
+		kind = reason[:i]
+	}
+	if i := strings.LastIndex(reason, "("); i >= 0 && strings.HasSuffix(reason, ")") {
+		kind += reason[i:]
+	}
+	return kind
 }
 
 // resize carries out a Grow or Shrink decision, unless a Reopen is under

@@ -41,17 +41,16 @@ const (
 // every 250 ms) as a table, and:
 //
 //   - self_sizing/run_seconds: the self-sizing run's wall time. Target <= 10.
-//
 //   - self_sizing/max_streams: the most streams it had open. Target >= 3
 //     (past the default of two).
-//
 //   - self_sizing/x_vs_fixed: the fixed run's time over the self-sizing
 //     run's: the same-run baseline.
-//
 //   - self_sizing/no_quota_run_seconds: the run without a quota, for
 //     reading the first figure on a busy machine.
 //
-//     go test ./test/e2e/ -run '^$' -bench SelfSizing -benchtime 1x -timeout 10m
+// Run it alone:
+//
+//	go test ./test/e2e/ -run '^$' -bench SelfSizing -benchtime 1x -timeout 10m
 func BenchmarkSelfSizing(b *testing.B) {
 	var secs, streams, ratios, fixedSecs, ceilSecs []float64
 	for range b.N {

@@ -689,10 +689,9 @@ func (p *Pool) start() {
 			p.wg.Add(1)
 			go p.supervise(m)
 		}
-		if p.cfg.SelfSizing && p.cfg.MaxStreams > p.base {
-			p.wg.Add(1)
-			go p.runSizer()
-		}
+		// The sizer reports the streams open even when it may not resize.
+		p.wg.Add(1)
+		go p.runSizer()
 	})
 }
 

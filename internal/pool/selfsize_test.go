@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -78,14 +77,17 @@ func (o *sizeObserver) counts() (maxOpen int, resizes map[string]int) {
 	return maxOpen, out
 }
 
-func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
-	const quota = 2000 // rows/s per stream
+// quotaPool starts an emulator with faults and a self-sizing pool on it
+// (base 2, max 5, the quota as its assumed per-stream rows/s, one change a
+// second at most, extras retired after a second without saturation).
+func quotaPool(t *testing.T, faults emulator.Faults, obs pool.Observer) (*emulator.Server, *pool.Pool, context.Context) {
+	t.Helper()
 	srv, err := emulator.Start(emulator.Config{
 		HTTPAddr: "127.0.0.1:0",
 		GRPCAddr: "127.0.0.1:0",
 		DataDir:  t.TempDir(),
 		Tables:   []string{quotaTable + ":id BIGINT NOT NULL, name STRING"},
-		Faults:   emulator.Faults{StreamMaxRowsPerSec: quota},
+		Faults:   faults,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
@@ -98,29 +100,28 @@ func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 
-	obs := &sizeObserver{}
 	cfg := pool.DefaultConfig()
 	cfg.MinStreams, cfg.MaxStreams = 2, 5
-	cfg.PerStreamRowsPerSec = quota // the workspace's quota, as configured
+	cfg.PerStreamRowsPerSec = float64(faults.StreamMaxRowsPerSec) // the workspace's quota, as configured
 	cfg.GrowInterval, cfg.ShrinkAfter = time.Second, time.Second
 	p := pool.New(client, quotaTable, quotaSchema, cfg, obs)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	require.NoError(t, p.Connect(ctx))
 	require.Equal(t, 2, p.Size())
+	return srv, p, ctx
+}
 
-	// 24 writers of 200-row batches, each waiting for its rows to be
-	// durable before the next: 4,800 rows in flight, twice what two streams
-	// carry in a second, so rows queue in front of them.
-	const writers, per = 24, 200
+// load runs writers that each write 200-row batches (ids from next) and
+// wait for them to be durable, until stop is closed; it returns the rows
+// confirmed and the first error, when a write failed.
+func load(ctx context.Context, p *pool.Pool, writers int, next *atomic.Int64, stop <-chan struct{}) (confirmed int64, firstErr error) {
+	const per = 200
 	var (
-		next      atomic.Int64
-		failed    atomic.Int64
-		firstErr  atomic.Value
-		stop      = make(chan struct{})
-		wg        sync.WaitGroup
-		maxSize   atomic.Int64
-		confirmed atomic.Int64
+		wg   sync.WaitGroup
+		n    atomic.Int64
+		errs = make(chan error, writers)
 	)
 	for range writers {
 		wg.Go(func() {
@@ -138,14 +139,38 @@ func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
 					err = tk.Wait(ctx)
 				}
 				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprint(err))
+					errs <- err
 					return
 				}
-				confirmed.Add(per)
+				n.Add(per)
 			}
 		})
 	}
+	wg.Wait()
+	close(errs)
+	return n.Load(), <-errs
+}
+
+func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
+	const quota = 2000 // rows/s per stream
+	obs := &sizeObserver{}
+	srv, p, ctx := quotaPool(t, emulator.Faults{StreamMaxRowsPerSec: quota}, obs)
+
+	// 24 writers of 200-row batches, each waiting for its rows to be
+	// durable before the next: 4,800 rows in flight, more than two
+	// streams carry in a second, so rows queue in front of them.
+	var (
+		next      atomic.Int64
+		maxSize   atomic.Int64
+		stop      = make(chan struct{})
+		done      = make(chan struct{})
+		confirmed int64
+		loadErr   error
+	)
+	go func() {
+		defer close(done)
+		confirmed, loadErr = load(ctx, p, 24, &next, stop)
+	}()
 	grew := assert.Eventually(t, func() bool {
 		n := p.Size()
 		if int64(n) > maxSize.Load() {
@@ -156,10 +181,10 @@ func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
 	// Keep the load on a little longer, then stop it.
 	time.Sleep(2 * time.Second)
 	close(stop)
-	wg.Wait()
+	<-done
 	maxSize.Store(max(maxSize.Load(), int64(p.Size())))
 	require.True(t, grew)
-	require.Zero(t, failed.Load(), "no write failed: %v", firstErr.Load())
+	require.NoError(t, loadErr, "no write failed")
 
 	assert.Eventually(t, func() bool { return p.Size() == 2 }, 15*time.Second, 50*time.Millisecond,
 		"the extras are retired once the load is gone")
@@ -179,7 +204,7 @@ func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
 		require.Equal(t, 1, n, "row %d stored %d times", id, n)
 		require.Less(t, id, sent)
 	}
-	assert.EqualValues(t, confirmed.Load(), len(seen), "every confirmed row landed, once")
+	assert.EqualValues(t, confirmed, len(seen), "every confirmed row landed, once")
 
 	var grows, shrinks int
 	for _, c := range p.SizeChanges() {
@@ -199,8 +224,47 @@ func TestPoolGrowsUnderAQuotaAndShrinksAfterTheLoad(t *testing.T) {
 	assert.GreaterOrEqual(t, maxOpen, 3, "zerobus_streams_open saw the extras")
 	st := srv.Stats().Tables[quotaTable]
 	assert.Zero(t, st.StreamsRejected)
-	t.Logf("max size %d, %d rows confirmed, %d streams opened", maxSize.Load(), confirmed.Load(), st.StreamsOpened)
+	t.Logf("max size %d, %d rows confirmed, %d streams opened", maxSize.Load(), confirmed, st.StreamsOpened)
 	for _, s := range st.Streams {
 		t.Logf("stream %d: %d rows, %.0f rows/s, throttled %d ms", s.ID, s.Rows, s.RowsPerSec, s.ThrottledMS)
 	}
+}
+
+func TestPoolDoesNotGrowOnConcurrencyRejects(t *testing.T) {
+	// The table admits two streams: the pool's base. Saturated, the pool
+	// tries one extra, which is refused; the refusal holds growth, so over
+	// several grow intervals the table sees that one refused open only,
+	// and the writes never notice.
+	const quota = 2000
+	srv, p, ctx := quotaPool(t, emulator.Faults{StreamMaxRowsPerSec: quota, MaxStreamsPerTable: 2}, nil)
+	var next atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var loadErr error
+	go func() {
+		defer close(done)
+		_, loadErr = load(ctx, p, 24, &next, stop)
+	}()
+	assert.Eventually(t, func() bool { return srv.Stats().Tables[quotaTable].StreamsRejected > 0 }, 15*time.Second, 50*time.Millisecond,
+		"the saturated pool asks for an extra stream")
+	// Four more grow intervals under the same saturation.
+	time.Sleep(4 * time.Second)
+	close(stop)
+	<-done
+	require.NoError(t, loadErr, "the refused extra cost no write")
+	st := srv.Stats().Tables[quotaTable]
+	assert.EqualValues(t, 1, st.StreamsRejected, "one refused open holds growth: no storm")
+	assert.Equal(t, 2, p.Size())
+	var grew, failed int
+	for _, c := range p.SizeChanges() {
+		t.Logf("%d → %d: %s", c.From, c.To, c.Reason)
+		if c.To > c.From {
+			grew++
+		} else {
+			failed++
+		}
+	}
+	assert.Equal(t, 1, grew)
+	assert.Equal(t, 1, failed, "the refused extra left")
+	assert.EqualValues(t, 1, p.Stats().ConcurrencyRejects)
 }

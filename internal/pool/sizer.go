@@ -120,8 +120,9 @@ func lag(at, oldest time.Time) time.Duration {
 	return at.Sub(oldest)
 }
 
-// runSizer samples the pool every sizeTick and grows or shrinks it by one
-// member when Decide says so, until the pool closes.
+// runSizer samples the pool every sizeTick, reports the streams open to a
+// ResizeObserver and, with SelfSizing (and room above the base), grows or
+// shrinks the pool by one member when Decide says so, until the pool closes.
 func (p *Pool) runSizer() {
 	defer p.wg.Done()
 	pol := DefaultPolicy(p.cfg)
@@ -138,6 +139,7 @@ func (p *Pool) runSizer() {
 		lastHold       string
 	)
 	resizeObserver, _ = p.obs.(ResizeObserver)
+	resizing := p.cfg.SelfSizing && p.cfg.MaxStreams > p.base
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -147,6 +149,9 @@ func (p *Pool) runSizer() {
 			if resizeObserver != nil && s.open != lastOpen {
 				resizeObserver.StreamsOpen(p.table, s.open)
 				lastOpen = s.open
+			}
+			if !resizing {
+				continue
 			}
 			hist = append(hist, s)
 			if len(hist) > keep {
@@ -321,7 +326,9 @@ func (p *Pool) leave(m *member) {
 		// Failed: the others keep their index (a later extra takes the
 		// smallest free one, see freeIndexLocked).
 		p.members = append(p.members[:i], p.members[i+1:]...)
-		p.sizes.add(SizeChange{At: time.Now(), From: len(p.members) + 1, To: len(p.members), Reason: "an extra stream failed"})
+		if p.ctx.Err() == nil {
+			p.sizes.add(SizeChange{At: time.Now(), From: len(p.members) + 1, To: len(p.members), Reason: "an extra stream failed"})
+		}
 	} else if m.isRetired() {
 		p.leaving--
 	}

@@ -202,7 +202,6 @@ type member struct {
 	retired    chan struct{}
 	retireOnce sync.Once
 	exited     chan struct{}
-	joined     time.Time
 
 	// What the sizer samples: writers' time in Submit and Enqueue, rows and
 	// (Arrow) bytes submitted.
@@ -273,7 +272,7 @@ func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, o
 // observers.
 func (p *Pool) newMember(index int, extra bool) *member {
 	now := time.Now()
-	m := &member{index: index, reopen: make(chan reopenReq), since: now, joined: now,
+	m := &member{index: index, reopen: make(chan reopenReq), since: now,
 		extra: extra, retired: make(chan struct{}), exited: make(chan struct{})}
 	if p.obs != nil {
 		m.obs = p.obs.StreamObserver(p.table, index)

@@ -91,7 +91,8 @@ func (zs *zerobusService) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSer
 			CloseStreamSignal: &zbpb.CloseStreamSignal{Duration: durationpb.New(grace)}}})
 	}
 	streamID := workspace.NewUUID()
-	s.stats.streamReady(name)
+	ss.stat = s.stats.streamReady(name)
+	defer s.stats.streamEnded(name, ss.stat)
 	if err := stream.Send(&zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_CreateStreamResponse{
 		CreateStreamResponse: &zbpb.CreateIngestStreamResponse{StreamId: proto.String(streamID)}}}); err != nil {
 		return err
@@ -149,6 +150,9 @@ func (zs *zerobusService) recvLoop(stream zbpb.Zerobus_EphemeralStreamServer, ss
 		}
 		if len(records) == 0 {
 			return emptyBatchError("ingest_record_batch", *off)
+		}
+		if err := ss.admitQuota(f, int64(len(records)), int64(proto.Size(req))); err != nil {
+			return err
 		}
 		s.stats.batch(ss.table, int64(len(records)))
 		p := &pending{offset: *off, rows: int64(len(records)), recvAt: time.Now()}

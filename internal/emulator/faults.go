@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -46,6 +47,15 @@ type Faults struct {
 	// one table — say a coverage table — while the others are acked as
 	// usual. Test-only fault injection, like every field here.
 	Tables map[string]TableFaults
+	// StreamMaxRowsPerSec and StreamMaxMBPerSec are per-stream throughput
+	// quotas (MB = 10^6 bytes of requests as received); 0 means none. They
+	// apply to every request received after they are set, on open streams
+	// too. StreamQuotaMode says how a stream over its quota is treated:
+	// QuotaBackpressure ("" too) or QuotaReject (see quota.go: both are
+	// assumptions, the service does not document its mechanism).
+	StreamMaxRowsPerSec int64
+	StreamMaxMBPerSec   float64
+	StreamQuotaMode     string
 }
 
 // TableFaults are the ack faults of one table (Faults.Tables).
@@ -98,6 +108,13 @@ func (f Faults) Validate() error {
 	}
 	if f.AckLatency < 0 || f.StreamLifetime < 0 || f.RotationGrace < 0 || f.MaxStreamsPerTable < 0 {
 		return fmt.Errorf("faults: durations and caps must not be negative")
+	}
+	if f.StreamMaxRowsPerSec < 0 || f.StreamMaxMBPerSec < 0 || math.IsNaN(f.StreamMaxMBPerSec) || math.IsInf(f.StreamMaxMBPerSec, 0) {
+		return fmt.Errorf("faults: stream_max_rows_per_sec (%d) and stream_max_mb_per_sec (%v) must be finite and not negative",
+			f.StreamMaxRowsPerSec, f.StreamMaxMBPerSec)
+	}
+	if err := checkQuotaMode(f.StreamQuotaMode); err != nil {
+		return err
 	}
 	for name, t := range f.Tables {
 		if strings.Count(name, ".") != 2 {
@@ -156,6 +173,9 @@ type faultsJSON struct {
 	AckStall           bool                       `json:"ack_stall"`
 	AckOnly            bool                       `json:"ack_only"`
 	Tables             map[string]tableFaultsJSON `json:"tables,omitempty"`
+	StreamMaxRows      int64                      `json:"stream_max_rows_per_sec,omitempty"`
+	StreamMaxMB        float64                    `json:"stream_max_mb_per_sec,omitempty"`
+	StreamQuotaMode    string                     `json:"stream_quota_mode,omitempty"`
 }
 
 // tableFaultsJSON is the admin API form of TableFaults.
@@ -189,6 +209,9 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		MaxStreamsPerTable: f.MaxStreamsPerTable,
 		AckStall:           f.AckStall,
 		AckOnly:            f.AckOnly,
+		StreamMaxRows:      f.StreamMaxRowsPerSec,
+		StreamMaxMB:        f.StreamMaxMBPerSec,
+		StreamQuotaMode:    f.StreamQuotaMode,
 	})
 }
 
@@ -219,6 +242,9 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	out.MaxStreamsPerTable = j.MaxStreamsPerTable
 	out.AckStall = j.AckStall
 	out.AckOnly = j.AckOnly
+	out.StreamMaxRowsPerSec = j.StreamMaxRows
+	out.StreamMaxMBPerSec = j.StreamMaxMB
+	out.StreamQuotaMode = strings.ToLower(j.StreamQuotaMode)
 	for name, t := range j.Tables {
 		tf := TableFaults{AckStall: t.AckStall}
 		if t.AckLatency != "" {
@@ -269,18 +295,23 @@ type TableStats struct {
 	RowCount     int64 `json:"row_count"`
 	Commits      int64 `json:"commits"`
 	DeltaVersion int64 `json:"delta_version"`
+	// Streams are the table's open streams and the last ended ones, oldest
+	// first, each with its achieved rate.
+	Streams []StreamStats `json:"streams,omitempty"`
 }
 
 type statsCollector struct {
 	mu         sync.Mutex
 	tables     map[string]*TableStats
+	streams    map[string][]*streamStat // per table: open and recently ended
+	streamSeq  map[string]int64
 	tokens     int64
 	tokenFails int64
 	statements int64
 }
 
 func newStatsCollector() *statsCollector {
-	return &statsCollector{tables: map[string]*TableStats{}}
+	return &statsCollector{tables: map[string]*TableStats{}, streams: map[string][]*streamStat{}, streamSeq: map[string]int64{}}
 }
 
 func (c *statsCollector) table(name string) *TableStats {
@@ -308,10 +339,41 @@ func (c *statsCollector) openStream(name string, limit int) bool {
 	return true
 }
 
-func (c *statsCollector) streamReady(name string) {
+// streamReady counts a stream that got its ready signal and returns the
+// record of its requests.
+func (c *statsCollector) streamReady(name string) *streamStat {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.table(name).StreamsOpened++
-	c.mu.Unlock()
+	c.streamSeq[name]++
+	st := &streamStat{id: c.streamSeq[name], active: true}
+	c.streams[name] = append(c.streams[name], st)
+	return st
+}
+
+// streamEnded marks st ended and forgets the oldest ended streams of the
+// table beyond maxEndedStreams.
+func (c *statsCollector) streamEnded(name string, st *streamStat) {
+	st.mu.Lock()
+	st.active = false
+	st.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list, ended := c.streams[name], 0
+	for _, s := range list {
+		if !s.snapshotActive() {
+			ended++
+		}
+	}
+	kept := list[:0]
+	for _, s := range list {
+		if ended > maxEndedStreams && !s.snapshotActive() {
+			ended--
+			continue
+		}
+		kept = append(kept, s)
+	}
+	c.streams[name] = kept
 }
 
 func (c *statsCollector) closeStream(name string) {
@@ -345,7 +407,11 @@ func (c *statsCollector) snapshot() Stats {
 	defer c.mu.Unlock()
 	out := Stats{Tables: make(map[string]TableStats, len(c.tables)), TokensIssued: c.tokens, TokenFailures: c.tokenFails, Statements: c.statements}
 	for k, v := range c.tables {
-		out.Tables[k] = *v
+		t := *v
+		for _, st := range c.streams[k] {
+			t.Streams = append(t.Streams, st.snapshot())
+		}
+		out.Tables[k] = t
 	}
 	return out
 }

@@ -97,7 +97,8 @@ func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
 	}
 	// Counted before the send so a client that saw the ready signal always
 	// finds its stream in Stats.
-	s.stats.streamReady(name)
+	ss.stat = s.stats.streamReady(name)
+	defer s.stats.streamEnded(name, ss.stat)
 	if err := stream.Send(&flight.PutResult{AppMetadata: []byte(`{"ack_up_to_offset":-1,"ack_up_to_records":0}`)}); err != nil {
 		rdr.Release()
 		return err
@@ -142,6 +143,9 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 				if rows == 0 {
 					return emptyBatchError("record batch", off)
 				}
+				if err := ss.admitQuota(f, rows, capture.frameBytes); err != nil {
+					return err
+				}
 				s.stats.batch(ss.table, rows)
 				if err := ss.enqueue(&pending{offset: off, rows: rows, recvAt: time.Now(), done: ackedNow()}); err != nil {
 					return err
@@ -170,6 +174,9 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 			return status.Errorf(codes.InvalidArgument, "offset %d: %v", off, err)
 		}
 		rows := rec.NumRows()
+		if err := ss.admitQuota(f, rows, capture.frameBytes); err != nil {
+			return err
+		}
 		s.stats.batch(ss.table, rows)
 		p := &pending{offset: off, rows: rows, recvAt: time.Now()}
 		if f.AckOnly {

@@ -42,6 +42,9 @@ type schemaCapture struct {
 	// held is a frame received by the ack-only path and handed back for
 	// the record reader to decode (see recvLoop); Recv returns it first.
 	held *flight.FlightData
+	// frameBytes is the size of the last frame Recv returned (header, body
+	// and app_metadata): what a per-stream MB/s quota charges.
+	frameBytes int64
 }
 
 func (c *schemaCapture) Recv() (*flight.FlightData, error) {
@@ -53,6 +56,9 @@ func (c *schemaCapture) Recv() (*flight.FlightData, error) {
 	if err == nil && !c.seen {
 		c.seen = true
 		c.header = append([]byte(nil), fd.GetDataHeader()...)
+	}
+	if err == nil {
+		c.frameBytes = int64(len(fd.GetDataHeader()) + len(fd.GetDataBody()) + len(fd.GetAppMetadata()))
 	}
 	return fd, err
 }

@@ -89,7 +89,8 @@ func TestCommandFlags(t *testing.T) {
 	}
 	require.NoError(t, app.Run([]string{"zerobus-emulator",
 		"--http", "127.0.0.1:0", "--table", "a.b.c:id BIGINT NOT NULL, v STRING", "--table", "a.b.d:x STRING",
-		"--ack-latency", "20ms", "--error-rate", "unavailable=0.1", "--max-streams-per-table", "4", "--ack-only", "--iceberg-lag", "-1s"}))
+		"--ack-latency", "20ms", "--error-rate", "unavailable=0.1", "--max-streams-per-table", "4", "--ack-only", "--iceberg-lag", "-1s",
+		"--stream-max-rows-per-sec", "15000", "--stream-max-mb-per-sec", "2.5", "--stream-quota-mode", "RESOURCE_EXHAUSTED"}))
 	assert.Equal(t, "127.0.0.1:0", got.HTTPAddr)
 	assert.Equal(t, DefaultGRPCAddr, got.GRPCAddr)
 	assert.Equal(t, DefaultDataDir(), got.DataDir)
@@ -100,10 +101,15 @@ func TestCommandFlags(t *testing.T) {
 	assert.Equal(t, map[string]float64{"UNAVAILABLE": 0.1}, got.Faults.ErrorRate)
 	assert.Equal(t, 4, got.Faults.MaxStreamsPerTable)
 	assert.True(t, got.Faults.AckOnly)
+	assert.EqualValues(t, 15000, got.Faults.StreamMaxRowsPerSec)
+	assert.InDelta(t, 2.5, got.Faults.StreamMaxMBPerSec, 0)
+	assert.Equal(t, QuotaReject, got.Faults.StreamQuotaMode)
 	assert.Equal(t, -time.Second, got.IcebergLag)
 
 	err := app.Run([]string{"zerobus-emulator", "--error-rate", "BOGUS=1"})
 	assert.Error(t, err)
+	assert.Error(t, app.Run([]string{"zerobus-emulator", "--stream-quota-mode", "drop"}))
+	assert.Error(t, app.Run([]string{"zerobus-emulator", "--stream-max-rows-per-sec", "-5"}))
 }
 
 func TestStartRejectsBadTables(t *testing.T) {

@@ -52,6 +52,11 @@ type session struct {
 	queue   chan *pending
 	failed  chan error
 	drained chan struct{}
+
+	// quota is the stream's throughput budget and stat its record in
+	// Stats; both are used by the receive loop only (stat is locked).
+	quota quota
+	stat  *streamStat
 }
 
 func newSession(ctx context.Context, srv *Server, table string) *session {

@@ -3,13 +3,15 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 )
 
-// Config tunes a pool. Zero fields take the value of DefaultConfig.
+// Config tunes a pool. Zero fields take the value of DefaultConfig, except
+// SelfSizing (false keeps the size fixed) and Logger (nil discards).
 type Config struct {
 	// MinStreams is the floor of the pool size.
 	MinStreams int
@@ -21,6 +23,23 @@ type Config struct {
 	// PeakMBps is the table's expected peak bandwidth; zero sizes the pool
 	// at MinStreams.
 	PeakMBps float64
+	// PerStreamRowsPerSec is the rows per second one stream can carry (the
+	// Zerobus limitations page documents 15,000, the quotas page 100,000);
+	// PeakRowsPerSec the table's expected peak in rows per second (zero:
+	// unknown). The static size is the larger of the byte and the row need.
+	PerStreamRowsPerSec, PeakRowsPerSec float64
+	// SelfSizing lets the pool add one stream at a time, up to MaxStreams,
+	// while its streams are saturated, and retire those extras once traffic
+	// has fallen for ShrinkAfter (see Decide). DefaultConfig turns it on.
+	SelfSizing bool
+	// GrowInterval is the least time between two changes of size.
+	GrowInterval time.Duration
+	// ShrinkAfter is how long no stream may have been saturated before an
+	// extra stream is retired.
+	ShrinkAfter time.Duration
+	// Logger receives one line per change of size, with its reason; nil
+	// discards them.
+	Logger *slog.Logger
 	// AckChannelCapacity bounds each stream's ack lane; a full lane blocks
 	// writers (backpressure). It counts claims (one per Write), not rows or
 	// bytes: the bytes behind the claims pending on all lanes are bounded
@@ -44,22 +63,47 @@ type Config struct {
 }
 
 // DefaultConfig returns conservative defaults: two to sixteen streams sized at
-// 100 MB/s each, a 2048-item ack lane, 30 s per ack wait, open back-off from
+// 100 MB/s and 15,000 rows/s each (the lower of the documented per-stream
+// row quotas), self-sizing with one change per 2 s at most and extras
+// retired after a minute without saturation, a 2048-item ack lane, 30 s per ack wait, open back-off from
 // 1 s to 60 s (a pipeline-blocked reject asks for a minute), five attempts per
 // rebuild and a 30 s wait for a healthy stream.
 func DefaultConfig() Config {
 	return Config{
-		MinStreams:         2,
-		MaxStreams:         16,
-		PerStreamMBps:      100,
-		AckChannelCapacity: acklane.DefaultCapacity,
-		AckTimeout:         30 * time.Second,
-		OpenBackoffInitial: time.Second,
-		OpenBackoffMax:     time.Minute,
-		RebuildBudget:      5,
-		PickTimeout:        30 * time.Second,
+		MinStreams:          2,
+		MaxStreams:          16,
+		PerStreamMBps:       100,
+		PerStreamRowsPerSec: DefaultPerStreamRowsPerSec,
+		SelfSizing:          true,
+		GrowInterval:        DefaultGrowInterval,
+		ShrinkAfter:         DefaultShrinkAfter,
+		AckChannelCapacity:  acklane.DefaultCapacity,
+		AckTimeout:          30 * time.Second,
+		OpenBackoffInitial:  time.Second,
+		OpenBackoffMax:      time.Minute,
+		RebuildBudget:       5,
+		PickTimeout:         30 * time.Second,
 	}
 }
+
+// Sizing defaults.
+const (
+	// DefaultPerStreamRowsPerSec is the per-stream row quota of the Zerobus
+	// Ingest connector limitations page
+	// (https://docs.databricks.com/aws/en/ingestion/zerobus-limits): the
+	// lower of the two documented figures (the quotas page,
+	// https://docs.databricks.com/aws/en/ingestion/zerobus-quotas, says
+	// 100,000), so a pool sized by it never plans on more than a stream may
+	// be allowed.
+	DefaultPerStreamRowsPerSec = 15_000
+	// DefaultGrowInterval is the least time between two changes of size:
+	// one stream at a time, each given time to show its effect.
+	DefaultGrowInterval = 2 * time.Second
+	// DefaultShrinkAfter is how long traffic must stay below saturation
+	// before an extra stream is retired: long enough that a pause between
+	// bursts does not close and reopen streams.
+	DefaultShrinkAfter = time.Minute
+)
 
 // Validate reports settings that are wrong rather than merely unset.
 func (c Config) Validate() error {
@@ -72,6 +116,12 @@ func (c Config) Validate() error {
 	}
 	if c.PerStreamMBps < 0 || c.PeakMBps < 0 {
 		errs = append(errs, fmt.Errorf("bandwidths must not be negative (per stream %g, peak %g)", c.PerStreamMBps, c.PeakMBps))
+	}
+	if c.PerStreamRowsPerSec < 0 || c.PeakRowsPerSec < 0 {
+		errs = append(errs, fmt.Errorf("row rates must not be negative (per stream %g, peak %g)", c.PerStreamRowsPerSec, c.PeakRowsPerSec))
+	}
+	if c.GrowInterval < 0 || c.ShrinkAfter < 0 {
+		errs = append(errs, fmt.Errorf("grow interval %s and shrink-after %s must not be negative", c.GrowInterval, c.ShrinkAfter))
 	}
 	if c.AckChannelCapacity < 0 || c.RebuildBudget < 0 {
 		errs = append(errs, fmt.Errorf("ack channel capacity %d and rebuild budget %d must not be negative", c.AckChannelCapacity, c.RebuildBudget))
@@ -100,6 +150,15 @@ func (c Config) withDefaults() Config {
 	if c.PerStreamMBps <= 0 {
 		c.PerStreamMBps = d.PerStreamMBps
 	}
+	if c.PerStreamRowsPerSec <= 0 {
+		c.PerStreamRowsPerSec = d.PerStreamRowsPerSec
+	}
+	if c.GrowInterval <= 0 {
+		c.GrowInterval = d.GrowInterval
+	}
+	if c.ShrinkAfter <= 0 {
+		c.ShrinkAfter = d.ShrinkAfter
+	}
 	if c.AckChannelCapacity <= 0 {
 		c.AckChannelCapacity = d.AckChannelCapacity
 	}
@@ -121,16 +180,22 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Size returns the number of streams a pool keeps for cfg: enough streams to
-// carry PeakMBps at PerStreamMBps each, at least MinStreams, at most
-// MaxStreams. Sizing is by bytes, not rows: 15 KB rows at 10,000 rows/s is
-// 150 MB/s and needs two 100 MB/s streams. Unset fields take their defaults.
+// Size returns the number of streams a pool starts with for cfg (its base,
+// which self-sizing never goes below): enough streams to carry PeakMBps at
+// PerStreamMBps each and PeakRowsPerSec at PerStreamRowsPerSec each, the
+// larger of the two, at least MinStreams, at most MaxStreams. Both matter:
+// 15 KB rows at 10,000 rows/s is 150 MB/s and needs two 100 MB/s streams;
+// 20-byte rows at 60,000 rows/s is 1.2 MB/s and needs four 15,000 rows/s
+// streams. Unset fields take their defaults.
 func Size(cfg Config) int {
 	cfg = cfg.withDefaults()
 	n := cfg.MinStreams
+	// The epsilon keeps 300/100 from rounding up to 4 on float noise.
 	if cfg.PeakMBps > 0 {
-		// The epsilon keeps 300/100 from rounding up to 4 on float noise.
 		n = max(n, int(math.Ceil(cfg.PeakMBps/cfg.PerStreamMBps-1e-9)))
+	}
+	if cfg.PeakRowsPerSec > 0 {
+		n = max(n, int(math.Ceil(cfg.PeakRowsPerSec/cfg.PerStreamRowsPerSec-1e-9)))
 	}
 	return max(1, min(n, max(cfg.MaxStreams, 1)))
 }

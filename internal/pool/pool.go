@@ -12,6 +12,15 @@
 // RebuildBudget, while the other members keep serving. A concurrency reject
 // backs off for at least the service's RetryAfter and never triggers another
 // open; a FatalConfig error stops the pool's writes until Reopen.
+//
+// The pool starts with Size(cfg) members, its base. With SelfSizing a sizer
+// (sizer.go) adds one extra member at a time while the streams are
+// saturated, up to MaxStreams, and retires extras gracefully once traffic
+// has fallen for long. Extras take only round-robin writes (keys map onto the
+// base members, so a key's stream never changes), are never rebuilt (an extra
+// whose stream fails or whose open is refused leaves the pool and holds
+// growth), and are retired by draining: no write is in flight on them and
+// every row they took is durable, or failed to its writer, before they close.
 package pool
 
 import (
@@ -19,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +36,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 )
@@ -145,12 +156,30 @@ type Pool struct {
 
 	rr, nackedAtClose                         atomic.Uint64
 	openAttempts, opens, rebuilds, rejections atomic.Int64
+	// openFailures counts failed opens and extraFailures extras that left
+	// after a failure: with rebuilds, what the sizer calls errors.
+	openFailures, extraFailures atomic.Int64
+	// keyedWrites counts Writes with an ordering key (the sizer does not
+	// grow for them: their rows stay on their base member).
+	keyedWrites atomic.Int64
+	// growHeldUntil (unix nanoseconds) is when growth may resume after an
+	// extra's open was refused or its stream failed.
+	growHeldUntil atomic.Int64
 	// pickWaiters counts Writes waiting for a healthy member (Health).
 	pickWaiters atomic.Int64
 
-	// members is fixed by New (its length is the pool's size); the fields
-	// of each member are guarded by mu.
-	members []*member
+	// base is the static size, Size(cfg): the members New makes, which are
+	// never retired, and the members ordering keys map onto.
+	base int
+
+	// members are the base members then the extras (guarded by mu, as are
+	// the fields of each member). An extra being retired is no longer in
+	// members; leaving counts those until their supervisor exits, and
+	// draining holds their connections so that Close drains them too.
+	members  []*member
+	leaving  int
+	draining map[*conn]struct{}
+	sizes    sizeLog
 
 	mu      sync.RWMutex
 	schema  *arrow.Schema
@@ -167,6 +196,17 @@ type member struct {
 	events ingest.Observer // nil: the client's observer only
 	reopen chan reopenReq
 
+	// extra is a member the sizer added; retired is closed to retire it and
+	// exited when its supervisor has returned.
+	extra      bool
+	retired    chan struct{}
+	retireOnce sync.Once
+	exited     chan struct{}
+
+	// What the sizer samples: writers' time in Submit and Enqueue, rows and
+	// (Arrow) bytes submitted.
+	waitNanos, rowsIn, bytesIn atomic.Int64
+
 	// Guarded by Pool.mu.
 	conn      *conn
 	gen       uint64
@@ -179,7 +219,11 @@ type member struct {
 
 // conn is one stream of a member with its lane.
 type conn struct {
-	stream    ingest.Stream
+	stream ingest.Stream
+	// users counts Writes that picked this connection and have not yet
+	// enqueued (or given up): a retiring member waits for none before it
+	// drains, so that no row is submitted to a stream being closed.
+	users     atomic.Int64
 	lane      *acklane.Lane[acklane.RawAnchor]
 	schema    *arrow.Schema
 	epoch     uint64 // the pool's epoch when it was opened
@@ -207,27 +251,36 @@ func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, o
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
-		opener:  opener,
-		table:   table,
-		cfg:     cfg,
-		obs:     obs,
-		ctx:     ctx,
-		cancel:  cancel,
-		schema:  schema,
-		changed: make(chan struct{}),
+		opener:   opener,
+		table:    table,
+		cfg:      cfg,
+		obs:      obs,
+		ctx:      ctx,
+		cancel:   cancel,
+		schema:   schema,
+		changed:  make(chan struct{}),
+		base:     Size(cfg),
+		draining: map[*conn]struct{}{},
 	}
-	now := time.Now()
-	for i := range Size(cfg) {
-		m := &member{index: i, reopen: make(chan reopenReq), since: now}
-		if obs != nil {
-			m.obs = obs.StreamObserver(table, i)
-		}
-		if se, ok := obs.(StreamEventer); ok {
-			m.events = se.StreamEvents(table, i)
-		}
-		p.members = append(p.members, m)
+	for i := range p.base {
+		p.members = append(p.members, p.newMember(i, false))
 	}
 	return p
+}
+
+// newMember makes member index (an extra when extra is set), with its
+// observers.
+func (p *Pool) newMember(index int, extra bool) *member {
+	now := time.Now()
+	m := &member{index: index, reopen: make(chan reopenReq), since: now,
+		extra: extra, retired: make(chan struct{}), exited: make(chan struct{})}
+	if p.obs != nil {
+		m.obs = p.obs.StreamObserver(p.table, index)
+	}
+	if se, ok := p.obs.(StreamEventer); ok {
+		m.events = se.StreamEvents(p.table, index)
+	}
+	return m
 }
 
 // Stopped reports why the pool no longer writes on its own: the FatalConfig
@@ -254,8 +307,18 @@ func (p *Pool) Stopped() error {
 	return fmt.Errorf("pool: every %s stream gave up: %w", p.table, last)
 }
 
-// Size returns the number of members.
-func (p *Pool) Size() int { return len(p.members) }
+// Size returns the number of members now: the base, plus the extras a
+// self-sizing pool added. Keys map onto the base only (Pick), so a key's
+// member is always below Size.
+func (p *Pool) Size() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.members)
+}
+
+// BaseSize returns the static size, Size(cfg): the members that are never
+// retired.
+func (p *Pool) BaseSize() int { return p.base }
 
 // Config returns the effective configuration, defaults applied.
 func (p *Pool) Config() Config { return p.cfg }
@@ -317,6 +380,9 @@ func (p *Pool) Connect(ctx context.Context) error {
 // the pick is retried. rec's schema must be the pool's schema.
 func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*Ticket, error) {
 	p.start()
+	if key != "" {
+		p.keyedWrites.Add(1)
+	}
 	var (
 		m           *member
 		c           *conn
@@ -332,6 +398,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 		if span, err = c.stream.Submit(ctx, rec); err == nil {
 			break
 		}
+		c.users.Add(-1)
 		class, _ := ingest.ClassOf(err)
 		if class != ingest.Poison && class != ingest.FatalConfig {
 			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
@@ -347,7 +414,12 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 	}
 	confirm, receipt := acklane.NewRawAnchor()
 	pending := acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: confirm, SubmittedAt: submittedAt}
-	if err := c.lane.Enqueue(ctx, pending); err != nil {
+	err := c.lane.Enqueue(ctx, pending)
+	c.users.Add(-1)
+	m.waitNanos.Add(int64(time.Since(submittedAt)))
+	m.rowsIn.Add(int64(span.To - span.From))
+	m.bytesIn.Add(arrowipc.RecordBytes(rec))
+	if err != nil {
 		return nil, fmt.Errorf("pool: %s stream %d: rows [%d,%d) submitted but not tracked: %w",
 			p.table, m.index, span.From, span.To, err)
 	}
@@ -360,7 +432,7 @@ func (p *Pool) Pick(key string) int {
 	if key == "" {
 		return -1
 	}
-	return keyIndex(key, len(p.members))
+	return keyIndex(key, p.base)
 }
 
 func keyIndex(key string, n int) int {
@@ -376,6 +448,9 @@ func (p *Pool) acquire(ctx context.Context, key string, schema *arrow.Schema) (*
 	for {
 		p.mu.RLock()
 		m, c, err := p.pickLocked(key, schema)
+		if c != nil {
+			c.users.Add(1) // before the lock goes: a retire waits for it
+		}
 		changed := p.changed
 		p.mu.RUnlock()
 		if err != nil || c != nil {
@@ -414,7 +489,7 @@ func (p *Pool) pickLocked(key string, schema *arrow.Schema) (*member, *conn, err
 		return nil, nil, fmt.Errorf("%w: got %s, want %s", ErrSchemaMismatch, schema, p.schema)
 	}
 	if key != "" {
-		m := p.members[keyIndex(key, len(p.members))]
+		m := p.members[keyIndex(key, p.base)]
 		if m.usable(schema) {
 			return m, m.conn, nil
 		}
@@ -473,14 +548,19 @@ func (p *Pool) Reopen(ctx context.Context, schema *arrow.Schema) error {
 	p.fatal = nil
 	started := p.started
 	p.notifyLocked()
+	members := slices.Clone(p.members)
 	p.mu.Unlock()
 	if !started {
 		return nil // the members will open with schema
 	}
-	for _, m := range p.members {
+	// The sizer neither adds nor retires members while reopenMu is held,
+	// but an extra may leave on a failure: it is then skipped.
+	for _, m := range members {
 		req := reopenReq{ctx: ctx, done: make(chan error, 1)}
 		select {
 		case m.reopen <- req:
+		case <-m.exited:
+			continue
 		case <-ctx.Done():
 			return fmt.Errorf("pool: reopen %s stream %d: %w", p.table, m.index, ctx.Err())
 		case <-p.ctx.Done():
@@ -516,6 +596,9 @@ func (p *Pool) Close(ctx context.Context) error {
 		if m.conn != nil {
 			conns = append(conns, m.conn)
 		}
+	}
+	for c := range p.draining { // extras being retired
+		conns = append(conns, c)
 	}
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -605,6 +688,9 @@ func (p *Pool) start() {
 			p.wg.Add(1)
 			go p.supervise(m)
 		}
+		// The sizer reports the streams open even when it may not resize.
+		p.wg.Add(1)
+		go p.runSizer()
 	})
 }
 
@@ -617,10 +703,20 @@ func (p *Pool) supervise(m *member) {
 	b := backoff.Backoff{Initial: p.cfg.OpenBackoffInitial, Max: p.cfg.OpenBackoffMax, Jitter: 0.5}
 	failures := 0           // consecutive attempts that made no progress
 	var waiting []reopenReq // Reopen calls to answer once a stream is up
-	defer func() { answer(waiting, ErrClosed) }()
+	defer func() {
+		if m.extra {
+			// An extra that leaves has nothing left to reopen.
+			p.leave(m)
+			if p.ctx.Err() == nil {
+				answer(waiting, nil)
+				return
+			}
+		}
+		answer(waiting, ErrClosed)
+	}()
 
 	for {
-		if p.ctx.Err() != nil {
+		if p.ctx.Err() != nil || m.isRetired() {
 			return
 		}
 		p.mu.RLock()
@@ -637,6 +733,12 @@ func (p *Pool) supervise(m *member) {
 				return
 			}
 			delay, down := p.openFailed(m, epoch, err, &failures, &b)
+			if m.extra {
+				// An extra is never retried: the pool did well enough
+				// without it, and the service said no (or failed).
+				p.extraFailed(m, "open failed", err)
+				return
+			}
 			if down {
 				answer(waiting, err)
 				waiting = nil
@@ -653,6 +755,10 @@ func (p *Pool) supervise(m *member) {
 			continue
 		}
 		p.opens.Add(1)
+		if m.isRetired() { // retired while opening: nothing was sent
+			_ = s.Close()
+			return
+		}
 		c := p.install(m, s, schema, epoch)
 		answer(waiting, nil)
 		waiting = nil
@@ -665,6 +771,10 @@ func (p *Pool) supervise(m *member) {
 			failures = 0
 			b.Reset()
 			continue
+		}
+		if m.extra {
+			p.extraFailed(m, "stream failed", cause)
+			return
 		}
 		if c.lane.Delivered() > 0 { // it made progress: a fresh failure
 			failures = 0
@@ -738,6 +848,9 @@ func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, sto
 		c.lane.Fail(c.breakErr)
 		p.teardown(m, c)
 		return c.breakErr, false
+	case <-m.retired:
+		p.retire(m, c)
+		return nil, true
 	case req := <-m.reopen:
 		p.uninstall(m, c)
 		// What is enqueued gets confirmed, unless Reopen's ctx ends or
@@ -770,6 +883,7 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 	m.lastErr = err
 	p.notifyLocked()
 	p.mu.Unlock()
+	p.openFailures.Add(1)
 	switch zerr.Class {
 	case ingest.FatalConfig:
 		if !p.setFatal(epoch, err) { // Reopen came meanwhile: retry on its schema
@@ -860,6 +974,8 @@ func (p *Pool) setDown(m *member, err error) {
 // awaitRevival parks a member that gave up until Reopen asks for it.
 func (p *Pool) awaitRevival(m *member, waiting *[]reopenReq) bool {
 	select {
+	case <-m.retired:
+		return false
 	case req := <-m.reopen:
 		*waiting = append(*waiting, req)
 		p.mu.Lock()
@@ -884,6 +1000,8 @@ func (p *Pool) sleep(m *member, d time.Duration, waiting *[]reopenReq) bool {
 			return true
 		case req := <-m.reopen:
 			*waiting = append(*waiting, req)
+		case <-m.retired:
+			return false
 		case <-p.ctx.Done():
 			return false
 		}

@@ -231,6 +231,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	assert.NoError(t, pool.Config{}.Validate(), "unset fields take defaults")
 
 	p := pool.New(ingestfake.NewOpener(ingestfake.Config{}), table, ingestfake.TestSchema, pool.Config{}, nil)
+	d.SelfSizing = false // the one field whose zero value is a choice: a fixed size
 	assert.Equal(t, d, p.Config())
 }
 

@@ -88,6 +88,7 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	streams map[int]*streamMetrics
+	sizes   sizeMetrics // the pool's size (metrics_pool.go)
 }
 
 // streamMetrics are the {table, stream}-labelled handles of one stream.

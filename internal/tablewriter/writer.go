@@ -264,6 +264,9 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		obs = nopObserver{}
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Pool.Logger == nil {
+		cfg.Pool.Logger = log // the pool logs its changes of size
+	}
 	return &Writer{
 		cfg:     cfg,
 		budget:  newBudget(cfg.MaxInFlightBytes),

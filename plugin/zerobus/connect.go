@@ -71,6 +71,11 @@ func (c *outputConfig) poolConfig() pool.Config {
 	pc.MaxStreams = c.StreamsMax
 	pc.PerStreamMBps = c.PerStreamMBps
 	pc.PeakMBps = c.PeakMBps
+	pc.PerStreamRowsPerSec = c.PerStreamRows
+	pc.PeakRowsPerSec = c.PeakRows
+	pc.SelfSizing = c.SelfSizing
+	pc.GrowInterval = c.GrowInterval
+	pc.ShrinkAfter = c.ShrinkAfter
 	pc.AckChannelCapacity = c.AckCapacity
 	// The lane's AckTimeout is one durability wait before it counts a
 	// retry (the slow-ack symptom) and waits again; ack.timeout is the

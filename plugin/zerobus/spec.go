@@ -44,6 +44,12 @@ const (
 	fStreamsMax    = "max"
 	fPerStreamMBps = "per_stream_mb_per_sec"
 	fPeakMBps      = "peak_mb_per_sec"
+	// Sizing by rows and self-sizing (pool.Config).
+	fPerStreamRows = "per_stream_rows_per_sec"
+	fPeakRows      = "peak_rows_per_sec"
+	fSelfSizing    = "self_sizing"
+	fGrowInterval  = "grow_interval"
+	fShrinkAfter   = "shrink_after"
 	fOrderingKey   = "ordering_key"
 	fAck           = "ack"
 	fAckCapacity   = "channel_capacity"
@@ -248,9 +254,24 @@ func Spec() *service.ConfigSpec {
 					Description("The bandwidth one stream carries, in MB/s (Zerobus documents 100). Lower it to leave headroom.").
 					Default(pool.DefaultConfig().PerStreamMBps).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamMBps+`: must be positive, got %v".format(this) ] } else { [] }`),
 				service.NewFloatField(fPeakMBps).
-					Description("The expected peak bandwidth into the table, in MB/s. The pool size is `max(min, ceil(peak / per_stream))`, capped at `max`. 0 means unknown: `min` streams.").
+					Description("The expected peak bandwidth into the table, in MB/s. The pool size is the larger of `ceil(peak_mb_per_sec / per_stream_mb_per_sec)` and `ceil(peak_rows_per_sec / per_stream_rows_per_sec)`, at least `min`, capped at `max`. 0 means unknown: `min` streams.").
 					Default(0.0).LintRule(lintrule.AtLeast(fStreams+"."+fPeakMBps, 0)),
-			).Description("The stream pool: a few long-lived streams sized to bandwidth, never a stream per batch.").Advanced().
+				service.NewFloatField(fPerStreamRows).
+					Description("The rows per second one stream carries. The default is the lower of the two per-stream figures Databricks documents (15,000 on the Zerobus limitations page, 100,000 on the quotas page); set your workspace's quota. Small rows reach it long before `per_stream_mb_per_sec`.").
+					Default(float64(pool.DefaultPerStreamRowsPerSec)).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamRows+`: must be positive, got %v".format(this) ] } else { [] }`),
+				service.NewFloatField(fPeakRows).
+					Description("The expected peak rows per second into the table; sizes the pool beside `peak_mb_per_sec` (the larger need wins). 0 means unknown.").
+					Default(0.0).LintRule(lintrule.AtLeast(fStreams+"."+fPeakRows, 0)),
+				service.NewBoolField(fSelfSizing).
+					Description("Open one more stream at a time, up to `max`, while every stream is saturated (carrying its quota, by `per_stream_rows_per_sec` or `per_stream_mb_per_sec`, or falling behind, with rows queued for acknowledgement), and retire those extra streams gracefully (drained, nothing lost or duplicated) once no stream has been saturated for `shrink_after`. It never grows on a stream error or a concurrency reject, and a refused extra stream holds growth for a minute; rows with an `ordering_key` stay on the first streams. Each change is logged with its reason.").
+					Default(true),
+				service.NewDurationField(fGrowInterval).
+					Description("The least time between two changes of the pool's size.").
+					Default(pool.DefaultGrowInterval.String()).LintRule(lintrule.Duration(fStreams+"."+fGrowInterval)),
+				service.NewDurationField(fShrinkAfter).
+					Description("How long no stream may have been saturated before an extra stream is retired.").
+					Default(pool.DefaultShrinkAfter.String()).LintRule(lintrule.Duration(fStreams+"."+fShrinkAfter)),
+			).Description("The stream pool: a few long-lived streams sized to bandwidth and rows per second, never a stream per batch, growing while they are saturated.").Advanced().
 				LintRule(fmt.Sprintf(`root = if this.min.or(%[1]d) > this.max.or(%[2]d) { [ "field `+fStreams+`: max (%%v) must be at least min (%%v)".format(this.max.or(%[2]d), this.min.or(%[1]d)) ] } else { [] }`, pool.DefaultConfig().MinStreams, pool.DefaultConfig().MaxStreams)),
 			service.NewInterpolatedStringField(fOrderingKey).
 				Description("When set, rows whose key is equal always go to the same stream, so Zerobus keeps their relative order. Empty (the default) means batches are spread round-robin.").
@@ -373,6 +394,11 @@ type outputConfig struct {
 	StreamsMax    int
 	PerStreamMBps float64
 	PeakMBps      float64
+	PerStreamRows float64
+	PeakRows      float64
+	SelfSizing    bool
+	GrowInterval  time.Duration
+	ShrinkAfter   time.Duration
 
 	OrderingKey *service.InterpolatedString
 	orderingRaw string
@@ -450,6 +476,11 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	integer(&c.StreamsMax, fStreams, fStreamsMax)
 	float(&c.PerStreamMBps, fStreams, fPerStreamMBps)
 	float(&c.PeakMBps, fStreams, fPeakMBps)
+	float(&c.PerStreamRows, fStreams, fPerStreamRows)
+	float(&c.PeakRows, fStreams, fPeakRows)
+	boolean(&c.SelfSizing, fStreams, fSelfSizing)
+	duration(&c.GrowInterval, fStreams, fGrowInterval)
+	duration(&c.ShrinkAfter, fStreams, fShrinkAfter)
 	integer(&c.AckCapacity, fAck, fAckCapacity)
 	duration(&c.AckTimeout, fAck, fAckTimeout)
 	str(&c.Compression, fCompression)
@@ -622,6 +653,10 @@ func (c *outputConfig) validate() error {
 	check(c.StreamsMax < c.StreamsMin, "%s.%s: must be at least %s.%s (%d), got %d", fStreams, fStreamsMax, fStreams, fStreamsMin, c.StreamsMin, c.StreamsMax)
 	check(c.PerStreamMBps <= 0, "%s.%s: must be positive, got %v", fStreams, fPerStreamMBps, c.PerStreamMBps)
 	check(c.PeakMBps < 0, "%s.%s: must not be negative, got %v", fStreams, fPeakMBps, c.PeakMBps)
+	check(c.PerStreamRows <= 0, "%s.%s: must be positive, got %v", fStreams, fPerStreamRows, c.PerStreamRows)
+	check(c.PeakRows < 0, "%s.%s: must not be negative, got %v", fStreams, fPeakRows, c.PeakRows)
+	check(c.GrowInterval <= 0, "%s.%s: must be positive, got %v", fStreams, fGrowInterval, c.GrowInterval)
+	check(c.ShrinkAfter <= 0, "%s.%s: must be positive, got %v", fStreams, fShrinkAfter, c.ShrinkAfter)
 	check(c.AckCapacity < 1, "%s.%s: must be at least 1, got %d", fAck, fAckCapacity, c.AckCapacity)
 	check(c.AckTimeout <= 0, "%s.%s: must be positive, got %v", fAck, fAckTimeout, c.AckTimeout)
 	check(c.KeepaliveTime < ingest.MinKeepaliveTime, "%s.%s: must be at least %v (gRPC's floor), got %v", fKeepalive, fKATime, ingest.MinKeepaliveTime, c.KeepaliveTime)
@@ -674,6 +709,11 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"streams.max", c.StreamsMax,
 		"streams.per_stream_mb_per_sec", c.PerStreamMBps,
 		"streams.peak_mb_per_sec", c.PeakMBps,
+		"streams.per_stream_rows_per_sec", c.PerStreamRows,
+		"streams.peak_rows_per_sec", c.PeakRows,
+		"streams.self_sizing", c.SelfSizing,
+		"streams.grow_interval", c.GrowInterval.String(),
+		"streams.shrink_after", c.ShrinkAfter.String(),
 		"pool_size", poolSize,
 		"ordering_key", ordering,
 		"ack.channel_capacity", c.AckCapacity,

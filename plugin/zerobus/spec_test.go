@@ -11,6 +11,7 @@ import (
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/testnet"
 )
 
@@ -128,6 +129,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"missing secret", "endpoint: http://127.0.0.1:1\ntable: a.b.c\nworkspace_url: http://127.0.0.1:8080\nclient_id: x\n", "field client_secret: empty and DATABRICKS_CLIENT_SECRET is not set"},
 		{"streams max below min", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  min: 4\n  max: 2\n", "field streams.max: must be at least streams.min (4), got 2"},
 		{"zero per-stream bandwidth", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  per_stream_mb_per_sec: 0\n", "field streams.per_stream_mb_per_sec: must be positive"},
+		{"zero per-stream rows", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  per_stream_rows_per_sec: 0\n", "field streams.per_stream_rows_per_sec: must be positive"},
+		{"negative peak rows", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  peak_rows_per_sec: -1\n", "field streams.peak_rows_per_sec: must not be negative"},
+		{"zero shrink_after", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  shrink_after: 0s\n", "field streams.shrink_after: must be positive"},
 		{"zero ack capacity", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "ack:\n  channel_capacity: 0\n", "field ack.channel_capacity"},
 		{"provision without warehouse", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  provision: true\n", "field catalog.warehouse_id: required"},
 		{"missing contract file", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  contract: /does/not/exist.yaml\n", "field catalog.contract"},
@@ -180,6 +184,24 @@ func TestKnobsNeverContainSecret(t *testing.T) {
 	assert.Contains(t, line, "max_in_flight=16")
 	assert.Contains(t, line, "max_in_flight_bytes=67108864")
 	assert.Contains(t, line, "ack.timeout=5m0s")
+	assert.Contains(t, line, "streams.per_stream_rows_per_sec=15000 streams.peak_rows_per_sec=0 streams.self_sizing=true streams.grow_interval=2s streams.shrink_after=1m0s")
+}
+
+// The row-rate and self-sizing knobs reach the pool, and size it.
+func TestStreamsSizingKnobs(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML+"streams:\n  min: 1\n  per_stream_rows_per_sec: 20000\n  peak_rows_per_sec: 70000\n  self_sizing: false\n  grow_interval: 5s\n  shrink_after: 10m\n")
+	require.NoError(t, err)
+	pc := c.poolConfig()
+	assert.InDelta(t, 20000, pc.PerStreamRowsPerSec, 0)
+	assert.InDelta(t, 70000, pc.PeakRowsPerSec, 0)
+	assert.False(t, pc.SelfSizing)
+	assert.Equal(t, 5*time.Second, pc.GrowInterval)
+	assert.Equal(t, 10*time.Minute, pc.ShrinkAfter)
+	assert.Equal(t, 4, pool.Size(pc), "70,000 rows/s at 20,000 per stream")
+
+	c, err = parseYAML(t, minimalYAML)
+	require.NoError(t, err)
+	assert.True(t, c.poolConfig().SelfSizing, "self-sizing is on by default")
 }
 
 func TestConfigTLSAndProxy(t *testing.T) {

@@ -53,8 +53,15 @@ func TestConfigChecks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `_zb_emit_ts >= 2026-01-02T03:04:05Z AND _zb_source = "t/1" AND _zb_offset >= 5 AND _zb_offset < 9`, c.Where.String())
 
+	// 0 is no bound: what `create` prints for both selects every row and
+	// needs no _zb_offset column.
+	c, err = parse(t, base+"where:\n  offset_from: 0\n  offset_to: 0\n")
+	require.NoError(t, err)
+	assert.True(t, c.Where.Empty(), c.Where.String())
+
 	for _, tc := range []struct{ extra, want string }{
 		{"where:\n  offset_from: 9\n  offset_to: 9\n", "offset_from (9) must be below offset_to (9)"},
+		{"where:\n  offset_from: -1\n", "where.offset_from: must not be negative"},
 		{"where:\n  emit_ts_from: 2026-01-02T00:00:00Z\n  emit_ts_to: 2026-01-01T00:00:00Z\n", "emit_ts_from"},
 		{"where:\n  emit_ts_to: yesterday\n", "emit_ts_to"},
 		{"consistency: force\n", "warehouse_id"},
@@ -86,6 +93,7 @@ func TestLintRules(t *testing.T) {
 		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  batch_size: 0\n", "batch_size"},
 		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    offset_from: 3\n    offset_to: 1\n", "offset_from"},
 		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    emit_ts_from: nope\n", "RFC 3339"},
+		{"zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    offset_to: -2\n", "where.offset_to: must not be negative"},
 	} {
 		sb := env.NewStreamBuilder()
 		err := sb.AddInputYAML(tc.y)
@@ -94,6 +102,8 @@ func TestLintRules(t *testing.T) {
 	}
 	sb := env.NewStreamBuilder()
 	require.NoError(t, sb.AddInputYAML("zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    emit_ts_from: 2026-01-02T03:04:05.5Z\n    offset_to: 4\n"))
+	sb = env.NewStreamBuilder()
+	require.NoError(t, sb.AddInputYAML("zerobus_replay:\n  workspace_url: https://x\n  table: a.b.c\n  where:\n    offset_from: 0\n    offset_to: 0\n"), "the printed defaults lint")
 }
 
 func TestCoverageReport(t *testing.T) {

@@ -127,11 +127,13 @@ A table that cannot be replayed as configured is refused, and the refusal ends t
 				service.NewStringField(fEmitTo).Description("Only rows whose `_zb_emit_ts` is before this RFC 3339 time.").Default("").
 					LintRule(timeLint(fWhere+"."+fEmitTo)),
 				service.NewStringField(fSource).Description("Only rows whose `_zb_source` equals this.").Default(""),
-				service.NewIntField(fOffsetFrom).Description("Only rows whose `_zb_offset` is at least this.").Optional(),
-				service.NewIntField(fOffsetTo).Description("Only rows whose `_zb_offset` is below this (half-open, like the coverage ranges).").Optional(),
+				service.NewIntField(fOffsetFrom).Description("Only rows whose `_zb_offset` is at least this. 0 (the default) means no lower bound: offsets are never negative.").Default(0).
+					LintRule(`root = if this < 0 { [ "field `+fWhere+"."+fOffsetFrom+`: must not be negative, got %v".format(this) ] } else { [] }`),
+				service.NewIntField(fOffsetTo).Description("Only rows whose `_zb_offset` is below this (half-open, like the coverage ranges). 0 (the default) means no upper bound, since a window ending at 0 holds no row.").Default(0).
+					LintRule(`root = if this < 0 { [ "field `+fWhere+"."+fOffsetTo+`: must not be negative, got %v".format(this) ] } else { [] }`),
 			).Description("The selection. Every condition is optional; none selects all rows. Conditions are pushed into the Iceberg scan filter, so files outside the window are skipped.").
 				Optional().
-				LintRule(`root = if this.offset_from != null && this.offset_to != null && this.offset_from >= this.offset_to { [ "field `+fWhere+`: offset_from (%v) must be below offset_to (%v)".format(this.offset_from, this.offset_to) ] } else { [] }`),
+				LintRule(`root = if this.offset_from.or(0) > 0 && this.offset_to.or(0) > 0 && this.offset_from >= this.offset_to { [ "field `+fWhere+`: offset_from (%v) must be below offset_to (%v)".format(this.offset_from, this.offset_to) ] } else { [] }`),
 			service.NewIntField(fBatchSize).
 				Description("Maximum rows per message batch (and per decoded Arrow batch).").
 				Default(1000).LintRule(`root = if this < 1 { [ "field `+fBatchSize+`: must be at least 1, got %v".format(this) ] } else { [] }`),
@@ -313,12 +315,15 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 			name string
 			dst  **int64
 		}{{fOffsetFrom, &c.Where.OffsetFrom}, {fOffsetTo, &c.Where.OffsetTo}} {
-			if !w.Contains(f.name) {
-				continue
-			}
 			v, err := w.FieldInt(f.name)
 			if err != nil {
 				return c, err
+			}
+			if v < 0 {
+				return c, fmt.Errorf("field %s.%s: must not be negative, got %d", fWhere, f.name, v)
+			}
+			if v == 0 {
+				continue // no bound
 			}
 			v64 := int64(v)
 			*f.dst = &v64

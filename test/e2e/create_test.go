@@ -82,3 +82,30 @@ func TestCreatedConfigLintsAndRuns(t *testing.T) {
 	rows := readRows(t, httpURL, table)
 	require.Len(t, rows, 3)
 }
+
+// TestCreatedReplayConfigLints: the config `create zerobus_replay//drop`
+// prints lints clean once its required fields are filled in; its optional
+// bounds print as 0, which means no bound (a window [0, 0) would select no
+// row and need the _zb_offset column).
+func TestCreatedReplayConfigLints(t *testing.T) {
+	printed, err := exec.Command(binary(t), "create", "zerobus_replay//drop").Output()
+	require.NoError(t, err)
+	fill := map[string]string{"workspace_url": "https://dbc-a1b2c3d4-e5f6.cloud.databricks.com", "table": "main.bronze.orders"}
+	var out []string
+	filled := map[string]bool{}
+	for _, line := range strings.Split(string(printed), "\n") {
+		if strings.HasPrefix(line, "    ") && !strings.HasPrefix(line, "     ") {
+			key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if v, ok := fill[key]; ok && !filled[key] {
+				line, filled[key] = "    "+key+": "+v, true
+			}
+		}
+		out = append(out, line)
+	}
+	require.Len(t, filled, len(fill), "every required field found in:\n%s", printed)
+	cfg := filepath.Join(t.TempDir(), "replay.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(strings.Join(out, "\n")), 0o600))
+	lint, err := exec.Command(binary(t), "lint", cfg).CombinedOutput()
+	require.NoError(t, err, "benthos-zerobus lint of the created replay config:\n%s", lint)
+	assert.Empty(t, strings.TrimSpace(string(lint)))
+}

@@ -55,7 +55,9 @@
 // (ErrMissingRequired) otherwise. A field the table does not have is an error
 // (ErrUnknownField), as the service would reject it. Field names match
 // columns exactly or, failing that, ASCII case-insensitively, as Delta column
-// names are case-insensitive.
+// names are case-insensitive, or, failing that, by the column-name rule
+// (typemap.SafeIdentifier: "my-field" matches the column my_field), the
+// rule the output creates columns by.
 //
 // Messages that already hold a structured value (see StructuredRow) are
 // converted from it directly by the same rules, with the Go types Bloblang
@@ -92,7 +94,8 @@ const DefaultEpochUnit = "us"
 const ReconcileNestedToString = "nested_to_string"
 
 // ReconcileFieldNameCase is the Result.Reconciled kind counted each time a
-// field name matched a column only case-insensitively.
+// field name matched a column only case-insensitively or by the column-name
+// rule (typemap.SafeIdentifier).
 const ReconcileFieldNameCase = "field_name_case"
 
 // ReconcileNTZFromZoned is the Result.Reconciled kind counted each time a

@@ -424,6 +424,13 @@ func (n *structNode) lookup(st *state, k []byte, prev int) (idx int, folded bool
 	if i, ok := n.fold[string(st.fold)]; ok {
 		return i, true
 	}
+	// The column-name rule (typemap.SafeIdentifier): "my-field" is the
+	// column my_field the output creates for it.
+	if !typemap.ValidIdentifier(string(k)) {
+		if i, ok := n.fold[typemap.ColumnKey(string(k))]; ok {
+			return i, true
+		}
+	}
 	return -1, false
 }
 

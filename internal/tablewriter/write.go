@@ -179,6 +179,7 @@ func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []in
 		pending := w.pendingWidenings(widen)
 		if round == maxEvolveRounds || !w.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {
 			w.annotateRefusedWidenings(res.RowErrors, widen)
+			w.annotateRefusedFields(res.RowErrors)
 			return res, st, nil
 		}
 		next, err := w.evolve(ctx, st, batch, res.RowErrors, pending)
@@ -190,6 +191,7 @@ func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []in
 			// Nothing could be added or widened: the row errors stand,
 			// with the catalog's refusal where it refused.
 			w.annotateRefusedWidenings(res.RowErrors, widen)
+			w.annotateRefusedFields(res.RowErrors)
 			return res, st, nil
 		}
 		res.Record.Release()

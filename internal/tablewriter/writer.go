@@ -206,9 +206,9 @@ type Writer struct {
 	// lastRefresh is when refresh last described the table; guarded by
 	// schemaMu.
 	lastRefresh time.Time
-	// refused holds (lower-cased) new fields the catalog refused to add or
-	// that cannot be columns; guarded by schemaMu.
-	refused map[string]bool
+	// refused holds the new fields the catalog refused to add or that
+	// cannot be columns, with why (schema.go).
+	refused *refusedFields
 	// widenRefused maps a (lower-cased) column the catalog refused to widen
 	// to the refusal, so its rows fail at once instead of re-planning every
 	// batch; written under schemaMu, read without it.
@@ -271,7 +271,7 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		cat:     cat,
 		log:     log,
 		obs:     obs,
-		refused: map[string]bool{},
+		refused: &refusedFields{},
 	}
 }
 

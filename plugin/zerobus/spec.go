@@ -148,12 +148,12 @@ func Spec() *service.ConfigSpec {
 				Default(tablewriter.DefaultMaxOpenTables).LintRule(lintrule.AtLeast(fMaxOpenTables, 1)).Advanced(),
 			service.NewObjectField(fDeadLetter,
 				service.NewStringField(fDLTable).
-					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, `_zb_emit_ts`); otherwise it must exist with them.").
+					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, all nullable, and `_zb_emit_ts`); otherwise it must exist with them, nullable.").
 					LintRule(lintrule.Table(fDeadLetter+"."+fDLTable, false)),
 				service.NewBoolField(fDLPayload).
 					Description("Store each failed message's bytes in `payload`.").
 					Default(true),
-			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. Without it, such rows fail through a batch error (a `fallback` output can route them).").
+			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. A dead-letter write that fails is retried alone (3 attempts); a dead-letter table that still cannot take them is reported once, and only the rows that do not fit fail, through a batch error: the good rows are durable and this output never sends them again. Without it, such rows fail through a batch error (a `fallback` output can route them).").
 				Optional(),
 			service.NewObjectField(fCoverage,
 				service.NewInterpolatedStringField("source").Description("Each message's source, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`; stamped into `_zb_source`.").Default(""),
@@ -227,7 +227,7 @@ func Spec() *service.ConfigSpec {
 				Default("30s").LintRule(lintrule.Duration(fWSTimeout)).Advanced(),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
-					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").
+					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described. One column-name rule creates a column and matches a field to it: each character outside ASCII letters, digits and `_` becomes `_` (a leading digit gets a `_` prefix), since the Zerobus service writes only such columns, so `my-field` is the column `my_field`. A field whose values disagree in type still gets its column: numbers widen integer → double, any other disagreement takes the type most messages have and the other messages fail on that column alone.").
 					Default(false),
 				service.NewStringField(fWarehouseID).
 					Description("The SQL warehouse DDL statements run on. Empty means the `DATABRICKS_WAREHOUSE_ID` environment variable.").

@@ -260,7 +260,7 @@ func (e RowError) Error() string {
 	if e.Column == "" {
 		return fmt.Sprintf("message %d: %v", e.Index, e.Err)
 	}
-	return fmt.Sprintf("message %d: column %q: %v", e.Index, e.Column, e.Err)
+	return fmt.Sprintf("message %d: column %s: %v", e.Index, Quote(e.Column), e.Err)
 }
 
 func (e RowError) Unwrap() error { return e.Err }

@@ -122,6 +122,9 @@ func (d *DeadLetters) Write(ctx context.Context, sourceOf func(i int) string, ro
 				}
 			}
 		}
+		if len(l.ColumnName) > arrowconv.MaxQuoted {
+			l.ColumnName = strings.ToValidUTF8(l.ColumnName[:arrowconv.MaxQuoted], "") + fmt.Sprintf("… (%d bytes)", len(l.ColumnName))
+		}
 		if len(l.Error) > maxDeadLetterError {
 			l.Error = strings.ToValidUTF8(l.Error[:maxDeadLetterError], "") + fmt.Sprintf("… (%d bytes)", len(l.Error))
 		}

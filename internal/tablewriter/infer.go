@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -96,8 +97,8 @@ func inferFields(known func(name string) bool, msgs []map[string]any) (fields []
 					n += c.count
 				}
 			}
-			conflicts = append(conflicts, fmt.Sprintf("field %q: %d messages have %s, %s: column %q is created as %s, and those %d messages fail on it alone",
-				f.name, win.count, win.dt, strings.Join(others, ", "), f.name, win.dt, n))
+			conflicts = append(conflicts, fmt.Sprintf("field %s: %d messages have %s, %s: column %s is created as %s, and those %d messages fail on it alone",
+				arrowconv.Quote(f.name), win.count, win.dt, strings.Join(others, ", "), arrowconv.Quote(f.name), win.dt, n))
 		}
 	}
 	return fields, conflicts
@@ -251,12 +252,24 @@ func unwritable(dt arrow.DataType, depth int) string {
 func (w *Writer) creatable(fields []arrow.Field) []arrow.Field {
 	out := fields[:0]
 	for _, f := range fields {
-		if why := unwritable(f.Type, 0); why != "" {
-			w.warnf("table %s: no column for field %q: it holds %s; its rows fail", w.cfg.Table, f.Name, why)
-			w.refused.m.Store(typemap.ColumnKey(f.Name), "it holds "+why)
+		why := unwritable(f.Type, 0)
+		if why != "" {
+			why = "it holds " + why
+		} else if len(f.Name) > maxColumnName {
+			why = fmt.Sprintf("its name is %d bytes long, above the %d Unity Catalog accepts", len(f.Name), maxColumnName)
+		}
+		if why != "" {
+			w.warnf("table %s: no column for field %s: %s; its rows fail", w.cfg.Table, arrowconv.Quote(f.Name), why)
+			w.refused.m.Store(typemap.ColumnKey(f.Name), why)
 			continue
 		}
 		out = append(out, f)
 	}
 	return out
 }
+
+// maxColumnName is the longest column name the output creates: Unity
+// Catalog limits the names of its objects to 255 characters (Databricks
+// docs, "Names", https://docs.databricks.com/en/sql/language-manual/sql-ref-names.html);
+// that the limit holds for column names too is an assumption.
+const maxColumnName = 255

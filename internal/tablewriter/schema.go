@@ -260,7 +260,7 @@ func (w *Writer) columnsToAdd(seen *state, batch []Row, errs []arrowconv.RowErro
 	for _, f := range fields {
 		t, err := typemap.FromArrow(f.Type)
 		if err != nil {
-			w.warnf("table %s: not adding a column for field %q (%v); its rows fail", w.cfg.Table, f.Name, err)
+			w.warnf("table %s: not adding a column for field %s (%v); its rows fail", w.cfg.Table, arrowconv.Quote(f.Name), err)
 			w.refused.m.Store(typemap.ColumnKey(f.Name), err.Error())
 			continue
 		}

@@ -53,7 +53,8 @@
 // and timestamps must lie in 0001-01-01..9999-12-31. A missing field or JSON
 // null is NULL for a nullable column or struct field and an error
 // (ErrMissingRequired) otherwise. A field the table does not have is an error
-// (ErrUnknownField), as the service would reject it. Field names match
+// (ErrUnknownField), as the service would reject it, unless its value is
+// null: that is the field absent, and skipped. Field names match
 // columns exactly or, failing that, ASCII case-insensitively, as Delta column
 // names are case-insensitive, or, failing that, by the column-name rule
 // (typemap.SafeIdentifier: "my-field" matches the column my_field), the

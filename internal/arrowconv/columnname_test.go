@@ -57,3 +57,29 @@ func TestFieldsMatchByTheColumnNameRule(t *testing.T) {
 	assert.Equal(t, "[2]", sres.Record.Column(1).String())
 	assert.Equal(t, `["h"]`, sres.Record.Column(2).String())
 }
+
+// A null for a field the table lacks is the field absent, in JSON and
+// structured messages and in structs; a value is still an unknown field.
+func TestNullForAnUnknownFieldIsAbsent(t *testing.T) {
+	cols := []typemap.Column{
+		{Name: "id", Type: typemap.Primitive(typemap.Long)},
+		{Name: "s", Type: typemap.Type{Kind: typemap.Struct, Fields: []typemap.Field{{Name: "a", Type: typemap.Primitive(typemap.Long), Nullable: true}}}, Nullable: true},
+	}
+	c, err := New(cols, Options{})
+	require.NoError(t, err)
+	res, err := c.ConvertJSON([][]byte{
+		[]byte(`{"nope":null,"id":1,"s":{"x":null,"a":2}}`),
+		[]byte(`{"id":2,"nope":null}`),
+		[]byte(`{"id":3,"nope":0}`),
+	})
+	require.NoError(t, err)
+	defer res.Record.Release()
+	assert.Equal(t, []int{0, 1}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 1)
+	assert.ErrorIs(t, res.RowErrors[0].Err, ErrUnknownField)
+
+	sres, err := c.ConvertStructured([]StructuredRow{structuredRow{map[string]any{"id": int64(1), "nope": nil, "s": map[string]any{"x": nil}}}})
+	require.NoError(t, err)
+	defer sres.Record.Release()
+	assert.Empty(t, sres.RowErrors)
+}

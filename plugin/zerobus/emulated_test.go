@@ -27,6 +27,13 @@ func startEmulated(t *testing.T, table, extraYAML string, tables ...string) *emu
 	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(), Tables: tables})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
+	return &emulated{srv: srv, out: connectOutput(t, srv, table, extraYAML)}
+}
+
+// connectOutput is a connected output writing table on srv with extraYAML
+// knobs, closed when the test ends.
+func connectOutput(t *testing.T, srv *emulator.Server, table, extraYAML string) *output {
+	t.Helper()
 	y := fmt.Sprintf("endpoint: %s\nworkspace_url: %s\ntable: %s\nclient_id: %s\nclient_secret: %s\n%s",
 		srv.GRPCURL(), srv.HTTPURL(), table, emulator.DefaultClientID, emulator.DefaultClientSecret, extraYAML)
 	cfg, err := parseYAML(t, y)
@@ -41,7 +48,7 @@ func startEmulated(t *testing.T, table, extraYAML string, tables ...string) *emu
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	require.NoError(t, o.Connect(ctx))
-	return &emulated{srv: srv, out: o}
+	return o
 }
 
 // rows reads back table's stored rows (none while it does not exist).

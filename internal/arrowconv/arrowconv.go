@@ -254,7 +254,11 @@ type RowError struct {
 	// "tags[2]", `attrs["k"]`), or the unknown field's name; empty when the
 	// message as a whole is at fault (not JSON, not an object).
 	Column string
-	Err    error
+	// Field is the top-level message field at fault: as the message spells
+	// it for an unknown or duplicate field, else the column's name; empty
+	// when the message as a whole is at fault.
+	Field string
+	Err   error
 }
 
 func (e RowError) Error() string {
@@ -457,7 +461,7 @@ func at(seg string, err error) error {
 
 func rowError(i int, err error) RowError {
 	if pe, ok := err.(*pathError); ok {
-		return RowError{Index: i, Column: pe.path(), Err: pe.err}
+		return RowError{Index: i, Column: pe.path(), Field: pe.segs[len(pe.segs)-1], Err: pe.err}
 	}
 	return RowError{Index: i, Err: err}
 }

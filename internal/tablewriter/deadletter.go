@@ -88,6 +88,7 @@ const (
 // NewDeadLetters writes dead letters through w (a writer of a table with
 // DeadLetterColumns); includePayload stores each message's bytes.
 func NewDeadLetters(w *Writer, includePayload bool) *DeadLetters {
+	w.cfg.Rescue = "" // a dead letter always fits: no rescue column
 	return &DeadLetters{w: w, includePayload: includePayload, attempts: DeadLetterAttempts, backoff: DeadLetterBackoff}
 }
 

@@ -97,7 +97,7 @@ func inferFields(known func(name string) bool, msgs []map[string]any) (fields []
 					n += c.count
 				}
 			}
-			conflicts = append(conflicts, fmt.Sprintf("field %s: %d messages have %s, %s: column %s is created as %s, and those %d messages fail on it alone",
+			conflicts = append(conflicts, fmt.Sprintf("field %s: %d messages have %s, %s: column %s is created as %s; those %d messages do not fit it (each fails alone, or goes to the rescue column)",
 				arrowconv.Quote(f.name), win.count, win.dt, strings.Join(others, ", "), arrowconv.Quote(f.name), win.dt, n))
 		}
 	}

@@ -24,7 +24,11 @@ import (
 // reserved columns in add (coverage turned on for an existing table).
 func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState, add []typemap.Column) (*catalog.TableState, error) {
 	if len(add) > 0 {
-		w.infof("table %s: adding the coverage columns it lacks", w.cfg.Table)
+		names := make([]string, len(add))
+		for i, c := range add {
+			names[i] = c.Name
+		}
+		w.infof("table %s: adding the reserved columns it lacks: %s", w.cfg.Table, strings.Join(names, ", "))
 	}
 	out, err := w.cat.Reconcile(ctx, w.desiredFromColumns(append(slices.Clone(ts.Columns), add...)))
 	if err != nil {

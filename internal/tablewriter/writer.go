@@ -118,6 +118,10 @@ type Config struct {
 	// HealthInterval is how often an Observer that is a HealthObserver is
 	// given the writer's Health (zero: DefaultHealthInterval).
 	HealthInterval time.Duration
+	// Rescue names a nullable VARIANT rescue column (created or, with
+	// Provision, added): the fields that do not fit go there instead of
+	// failing the row (rescue.go). Empty: none.
+	Rescue string
 }
 
 // Defaults of the Config durations.

@@ -16,8 +16,9 @@ import (
 // emulated is the output over the in-process emulator, with the production
 // clients (the real ingest client and Unity Catalog backend) on loopback.
 type emulated struct {
-	srv *emulator.Server
-	out *output
+	srv  *emulator.Server
+	out  *output
+	yaml string // the output's config
 }
 
 // startEmulated starts an emulator holding tables ("cat.sch.tbl:col TYPE,
@@ -27,16 +28,14 @@ func startEmulated(t *testing.T, table, extraYAML string, tables ...string) *emu
 	srv, err := emulator.Start(emulator.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(), Tables: tables})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	return &emulated{srv: srv, out: connectOutput(t, srv, table, extraYAML)}
+	return &emulated{srv: srv, out: connectOutput(t, srv, table, extraYAML), yaml: outputYAMLOn(srv, table, extraYAML)}
 }
 
 // connectOutput is a connected output writing table on srv with extraYAML
 // knobs, closed when the test ends.
 func connectOutput(t *testing.T, srv *emulator.Server, table, extraYAML string) *output {
 	t.Helper()
-	y := fmt.Sprintf("endpoint: %s\nworkspace_url: %s\ntable: %s\nclient_id: %s\nclient_secret: %s\n%s",
-		srv.GRPCURL(), srv.HTTPURL(), table, emulator.DefaultClientID, emulator.DefaultClientSecret, extraYAML)
-	cfg, err := parseYAML(t, y)
+	cfg, err := parseYAML(t, outputYAMLOn(srv, table, extraYAML))
 	require.NoError(t, err)
 	o, err := newOutput(cfg, service.MockResources(), deps{})
 	require.NoError(t, err)
@@ -84,4 +83,10 @@ func (e *emulated) write(t *testing.T, batch service.MessageBatch) map[int]error
 		return true
 	})
 	return failed
+}
+
+// outputYAMLOn is the config of an output writing table on srv.
+func outputYAMLOn(srv *emulator.Server, table, extraYAML string) string {
+	return fmt.Sprintf("endpoint: %s\nworkspace_url: %s\ntable: %s\nclient_id: %s\nclient_secret: %s\n%s",
+		srv.GRPCURL(), srv.HTTPURL(), table, emulator.DefaultClientID, emulator.DefaultClientSecret, extraYAML)
 }

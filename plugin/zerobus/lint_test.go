@@ -58,6 +58,7 @@ func TestLintCorpus(t *testing.T) {
 		{"close timeout in words", map[string]string{"    close_timeout:": "    close_timeout: 30 seconds"}, 16, `field close_timeout: must be a positive duration such as 30s or 5m, got "30 seconds"`},
 		{"negative recheck", map[string]string{"      recheck_interval:": "      recheck_interval: -1m"}, 19, "field catalog.recheck_interval: must be a positive duration"},
 		{"provisioning without a warehouse", map[string]string{"      provision:": "      provision: true"}, 18, "field catalog.warehouse_id: required when catalog.provision is true (or set DATABRICKS_WAREHOUSE_ID)"},
+		{"rescue column needing quotes", map[string]string{"    close_timeout:": "    close_timeout: 10s\n    rescue_column: my-rescue"}, 17, `field rescue_column: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got "my-rescue"`},
 	}
 	lints, err := linter.LintYAML([]byte(lintBase))
 	require.NoError(t, err)

@@ -64,6 +64,13 @@ const (
 	fProxyURL      = "proxy_url"
 )
 
+// The rescue column knob.
+const fRescue = "rescue_column"
+
+// rescueLint is the lint rule of rescue_column: a column name Zerobus
+// writes (typemap.ValidIdentifier).
+const rescueLint = `root = if this.type() == "string" && this != "" && !this.re_match("^[A-Za-z_][A-Za-z0-9_]*$") { [ "field ` + fRescue + `: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got " + this.quote() ] } else { [] }`
+
 // Environment variables the credentials fall back to (catalog's, shared
 // with the replay input).
 const (
@@ -155,6 +162,9 @@ func Spec() *service.ConfigSpec {
 					Default(true),
 			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. A dead-letter write that fails is retried alone (3 attempts); a dead-letter table that still cannot take them is reported once, and only the rows that do not fit fail, through a batch error: the good rows are durable and this output never sends them again. Without it, such rows fail through a batch error (a `fallback` output can route them).").
 				Optional(),
+			service.NewStringField(fRescue).
+				Description("A rescue column for the Arrow path, as the Zerobus service offers one for JSON records (Beta: a nullable VARIANT column tagged `zerobus-rescue`): a nullable VARIANT column of this name, created with the table or, with `catalog.provision`, added to it. A field the table has no column for (and provisioning cannot add), or whose value does not fit its column, goes into it, all of a row's in one object `{field: value}`, instead of failing the row; the row's other fields land as usual. Counted by `zerobus_rescued_fields_total{column}`. Not with `catalog.role: primary_raw` (Iceberg reads allow no VARIANT). Empty: none.").
+				Default("").LintRule(rescueLint).Advanced(),
 			service.NewObjectField(fCoverage,
 				service.NewInterpolatedStringField("source").Description("Each message's source, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`; stamped into `_zb_source`.").Default(""),
 				service.NewInterpolatedStringField("offset").Description("Each message's integer offset in its source, e.g. `${! meta(\"kafka_offset\") }`; stamped into `_zb_offset`.").Default(""),
@@ -293,6 +303,8 @@ type outputConfig struct {
 	MaxOpenTables int
 	DLTable       string
 	DLPayload     bool
+	// Rescue is the rescue column; empty: none.
+	Rescue string
 	// CovSource and CovOffset are nil without coverage.
 	CovSource, CovOffset *service.InterpolatedString
 	CovTable             string
@@ -437,6 +449,9 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 			return nil, err
 		}
 	}
+	if c.Rescue, err = conf.FieldString(fRescue); err != nil {
+		return nil, err
+	}
 	if conf.Contains(fDeadLetter) {
 		if c.DLTable, err = conf.FieldString(fDeadLetter, fDLTable); err != nil {
 			return nil, err
@@ -548,6 +563,9 @@ func (c *outputConfig) validate() error {
 	check(c.WSTimeout <= 0, "%s: must be positive, got %v", fWSTimeout, c.WSTimeout)
 	check(c.RecheckInterval <= 0, "%s.%s: must be positive, got %v", fCatalog, fRecheck, c.RecheckInterval)
 	check(c.Provision && c.WarehouseID == "", "%s.%s: required when %s.%s is true (or set %s)", fCatalog, fWarehouseID, fCatalog, fProvision, EnvWarehouseID)
+	check(c.Rescue != "" && !typemap.ValidIdentifier(c.Rescue), "%s: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got %q", fRescue, c.Rescue)
+	check(c.Rescue != "" && strings.HasPrefix(strings.ToLower(c.Rescue), "_zb_"), "%s: %q is in the output's reserved _zb_ namespace", fRescue, c.Rescue)
+	check(c.Rescue != "" && c.Role == RolePrimaryRaw, "%s: needs a VARIANT column, which a table with Iceberg reads (%s.%s: %s) cannot have", fRescue, fCatalog, fRole, RolePrimaryRaw)
 	if c.ContractPath != "" {
 		_, err := os.Stat(c.ContractPath)
 		add(err, "field %s.%s: ", fCatalog, fContract)
@@ -574,6 +592,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"max_open_tables", c.MaxOpenTables,
 		"dead_letter.table", c.DLTable,
 		"dead_letter.include_payload", c.DLPayload,
+		"rescue_column", c.Rescue,
 		"coverage", c.CovSource != nil,
 		"endpoint", c.Endpoint,
 		"tls", c.EndpointTLS,

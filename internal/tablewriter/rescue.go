@@ -16,8 +16,12 @@ import (
 )
 
 // The Zerobus service offers a rescue column for JSON records only (Beta: a
-// nullable VARIANT column tagged `zerobus-rescue` collects the fields that
-// do not match the table; Databricks docs, "Zerobus Ingest connector"). The
+// nullable VARIANT column with the Unity Catalog tag `zerobus-rescue`
+// collects, as one object, the fields the table lacks and the values whose
+// type does not match a nullable column; with Protocol Buffers or Arrow
+// "non-conforming fields are rejected rather than rescued"; Databricks docs,
+// "Zerobus rescue column",
+// https://docs.databricks.com/aws/en/ingestion/zerobus-rescue-column). The
 // table writer offers the same on its Arrow path, client-side: with
 // Config.Rescue set, a field the table has no column for (and cannot add),
 // or whose value does not fit its column, is moved into the row's rescue

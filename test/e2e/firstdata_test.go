@@ -139,3 +139,26 @@ func TestFirstDataFieldNamesNeedingQuotes(t *testing.T) {
 		assert.Equal(t, "h", r["a_b___DROP_TABLE_main_default_quoted____"], "the hostile name lands in its column: %v", r)
 	}
 }
+
+// The rescue_column example: every row lands, the ones whose qty is not a
+// number with qty NULL and {"qty": "n/a"} in the rescue column.
+func TestBinaryExampleRescueColumn(t *testing.T) {
+	const table = "main.bronze.orders_rescued"
+	httpURL, grpcURL, _ := startEmulatorProcess(t)
+	runExample(t, httpURL, grpcURL, "rescue_column.yaml", "RESCUE_COUNT=1000")
+
+	rows := readRows(t, httpURL, table)
+	require.Len(t, rows, 1000)
+	rescued := 0
+	for _, r := range rows {
+		id := int64(r["order_id"].(float64))
+		if id%25 != 0 {
+			assert.Nil(t, r["rescued"], "order %d", id)
+			continue
+		}
+		rescued++
+		assert.Nil(t, r["qty"], "order %d", id)
+		assert.Equal(t, map[string]any{"qty": "n/a"}, r["rescued"], "order %d", id)
+	}
+	assert.Equal(t, 40, rescued)
+}

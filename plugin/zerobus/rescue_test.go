@@ -141,3 +141,21 @@ func TestRescueColumnValidation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, knobsLine(cfg.knobs(2)), "rescue_column=rescued", "logged at start-up")
 }
+
+// A field no column can be made for (an array of arrays: no stream could
+// carry it) fails only its rows, saying why; the others land.
+func TestUncreatableFieldFailsOnlyItsRows(t *testing.T) {
+	const table = "main.default.nested"
+	e := startEmulated(t, table, "catalog:\n  provision: true\n  warehouse_id: wh\n")
+	failed := e.write(t, service.MessageBatch{
+		service.NewMessage([]byte(`{"id":1,"grid":[[1,2],[3]]}`)),
+		service.NewMessage([]byte(`{"id":2,"my-field":"x"}`)),
+	})
+	require.Len(t, failed, 1)
+	require.Contains(t, failed, 0)
+	assert.Contains(t, failed[0].Error(), `column "grid": unknown field`)
+	assert.Contains(t, failed[0].Error(), "array of arrays")
+	rows := e.rows(t, table)
+	require.Len(t, rows, 1)
+	assert.Equal(t, "x", rows[0]["my_field"])
+}

@@ -53,9 +53,12 @@
 // and timestamps must lie in 0001-01-01..9999-12-31. A missing field or JSON
 // null is NULL for a nullable column or struct field and an error
 // (ErrMissingRequired) otherwise. A field the table does not have is an error
-// (ErrUnknownField), as the service would reject it. Field names match
+// (ErrUnknownField), as the service would reject it, unless its value is
+// null: that is the field absent, and skipped. Field names match
 // columns exactly or, failing that, ASCII case-insensitively, as Delta column
-// names are case-insensitive.
+// names are case-insensitive, or, failing that, by the column-name rule
+// (typemap.SafeIdentifier: "my-field" matches the column my_field), the
+// rule the output creates columns by.
 //
 // Messages that already hold a structured value (see StructuredRow) are
 // converted from it directly by the same rules, with the Go types Bloblang
@@ -92,7 +95,8 @@ const DefaultEpochUnit = "us"
 const ReconcileNestedToString = "nested_to_string"
 
 // ReconcileFieldNameCase is the Result.Reconciled kind counted each time a
-// field name matched a column only case-insensitively.
+// field name matched a column only case-insensitively or by the column-name
+// rule (typemap.SafeIdentifier).
 const ReconcileFieldNameCase = "field_name_case"
 
 // ReconcileNTZFromZoned is the Result.Reconciled kind counted each time a
@@ -250,14 +254,18 @@ type RowError struct {
 	// "tags[2]", `attrs["k"]`), or the unknown field's name; empty when the
 	// message as a whole is at fault (not JSON, not an object).
 	Column string
-	Err    error
+	// Field is the top-level message field at fault: as the message spells
+	// it for an unknown or duplicate field, else the column's name; empty
+	// when the message as a whole is at fault.
+	Field string
+	Err   error
 }
 
 func (e RowError) Error() string {
 	if e.Column == "" {
 		return fmt.Sprintf("message %d: %v", e.Index, e.Err)
 	}
-	return fmt.Sprintf("message %d: column %q: %v", e.Index, e.Column, e.Err)
+	return fmt.Sprintf("message %d: column %s: %v", e.Index, Quote(e.Column), e.Err)
 }
 
 func (e RowError) Unwrap() error { return e.Err }
@@ -453,7 +461,7 @@ func at(seg string, err error) error {
 
 func rowError(i int, err error) RowError {
 	if pe, ok := err.(*pathError); ok {
-		return RowError{Index: i, Column: pe.path(), Err: pe.err}
+		return RowError{Index: i, Column: pe.path(), Field: pe.segs[len(pe.segs)-1], Err: pe.err}
 	}
 	return RowError{Index: i, Err: err}
 }

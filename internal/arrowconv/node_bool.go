@@ -55,7 +55,7 @@ func (n *boolNode) addKey(st *state, k []byte) error {
 	case "false":
 		return n.add(false)
 	}
-	return kerr(ErrInvalidValue, "map key %q is not true or false", k)
+	return kerr(ErrInvalidValue, "map key %s is not true or false", Quote(k))
 }
 
 func (n *boolNode) keyEqual(i, j int) bool {

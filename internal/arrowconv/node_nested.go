@@ -424,6 +424,13 @@ func (n *structNode) lookup(st *state, k []byte, prev int) (idx int, folded bool
 	if i, ok := n.fold[string(st.fold)]; ok {
 		return i, true
 	}
+	// The column-name rule (typemap.SafeIdentifier): "my-field" is the
+	// column my_field the output creates for it.
+	if !typemap.ValidIdentifier(string(k)) {
+		if i, ok := n.fold[typemap.ColumnKey(string(k))]; ok {
+			return i, true
+		}
+	}
 	return -1, false
 }
 
@@ -475,7 +482,28 @@ func (n *structNode) decodeObject(st *state) error {
 			var folded bool
 			i, folded = n.lookup(st, k, prev)
 			if i < 0 {
-				return n.unknown(string(k))
+				// A null for a field the table lacks is the field absent:
+				// skipped, so a field null in every message of a first
+				// batch (no type to create its column with) fails nothing.
+				if err := st.expect(':'); err != nil {
+					return err
+				}
+				if st.peek() != 'n' {
+					return n.unknown(string(k))
+				}
+				if err := st.literal("null"); err != nil {
+					return err
+				}
+				switch st.peek() {
+				case ',':
+					st.pos++
+					continue
+				case '}':
+					st.pos++
+					return n.finish()
+				default:
+					return st.errorf("expected ',' or '}' in object")
+				}
 			}
 			if folded {
 				st.rowFolded++
@@ -578,6 +606,9 @@ func (n *structNode) putObject(st *state, m map[string]any) error {
 		for _, k := range extra {
 			i, _ := n.lookup(st, []byte(k), len(n.names)-1)
 			if i < 0 {
+				if m[k] == nil {
+					continue // a null for a field the table lacks is the field absent
+				}
 				return n.unknown(k)
 			}
 			if n.seen[i] == n.gen {

@@ -39,7 +39,7 @@ func (n *intNode[T]) addLit(st *state, text []byte) error {
 	lit, buf, ok := parseNumLit(text, st.num, false)
 	st.num = buf
 	if !ok {
-		return kerr(ErrInvalidValue, "%q is not a number", text)
+		return kerr(ErrInvalidValue, "%s is not a number", Quote(text))
 	}
 	v, err := lit.int64()
 	switch err {
@@ -120,11 +120,11 @@ func (n *intNode[T]) addKey(st *state, k []byte) error {
 	lit, buf, ok := parseNumLit(k, st.num, true)
 	st.num = buf
 	if !ok {
-		return kerr(ErrInvalidValue, "map key %q is not an integer for %s", k, n.name)
+		return kerr(ErrInvalidValue, "map key %s is not an integer for %s", Quote(k), n.name)
 	}
 	v, err := lit.int64()
 	if err != nil {
-		return kerr(ErrOutOfRange, "map key %q out of range for %s", k, n.name)
+		return kerr(ErrOutOfRange, "map key %s out of range for %s", Quote(k), n.name)
 	}
 	return n.add(v, k)
 }
@@ -173,7 +173,7 @@ func (n *floatNode[T]) addSpecial(s string) error {
 	case "-Infinity", "-Inf":
 		return n.add(math.Inf(-1))
 	}
-	return kerr(ErrTypeMismatch, "expected a JSON number for %s, got string %q", n.name, s)
+	return kerr(ErrTypeMismatch, "expected a JSON number for %s, got string %s", n.name, Quote(s))
 }
 
 func (n *floatNode[T]) add(f float64) error {

@@ -109,7 +109,7 @@ func (n *strNode) addDecimal(st *state, text []byte, lenient bool) error {
 	lit, buf, ok := parseNumLit(text, st.num, lenient)
 	st.num = buf
 	if !ok {
-		return kerr(ErrInvalidValue, "%q is not a decimal number for %s", text, n.name)
+		return kerr(ErrInvalidValue, "%s is not a decimal number for %s", Quote(text), n.name)
 	}
 	out, err := appendDecimal(n.data, lit, n.precision, n.scale)
 	if err != nil {

@@ -31,11 +31,11 @@ func (n *dateNode) decode(st *state) error {
 
 func (n *dateNode) addText(s []byte) error {
 	if len(s) != 10 {
-		return kerr(ErrInvalidValue, "%q is not a 2006-01-02 date", s)
+		return kerr(ErrInvalidValue, "%s is not a 2006-01-02 date", Quote(s))
 	}
 	d, ok := parseDate(s)
 	if !ok {
-		return kerr(ErrInvalidValue, "%q is not a 2006-01-02 date", s)
+		return kerr(ErrInvalidValue, "%s is not a 2006-01-02 date", Quote(s))
 	}
 	return n.add(d)
 }
@@ -44,7 +44,7 @@ func (n *dateNode) addDays(st *state, text []byte) error {
 	lit, buf, ok := parseNumLit(text, st.num, false)
 	st.num = buf
 	if !ok {
-		return kerr(ErrInvalidValue, "%q is not a number of days", text)
+		return kerr(ErrInvalidValue, "%s is not a number of days", Quote(text))
 	}
 	d, err := lit.int64()
 	if err == errNotInteger {
@@ -136,9 +136,9 @@ func (n *tsNode) addText(s []byte) error {
 	case err != nil:
 		return kerr(ErrInvalidValue, "%v", err)
 	case n.ntz && zoned:
-		return kerr(ErrTZIntoNTZ, "%v: %q has a zone or offset; send a zone-less wall clock (2006-01-02T15:04:05) or use a TIMESTAMP column", ErrTZIntoNTZ, s)
+		return kerr(ErrTZIntoNTZ, "%v: %s has a zone or offset; send a zone-less wall clock (2006-01-02T15:04:05) or use a TIMESTAMP column", ErrTZIntoNTZ, Quote(s))
 	case !n.ntz && !zoned:
-		return kerr(ErrInvalidValue, "%q has no zone or offset, so names no instant for TIMESTAMP; add Z or ±hh:mm, or use a TIMESTAMP_NTZ column", s)
+		return kerr(ErrInvalidValue, "%s has no zone or offset, so names no instant for TIMESTAMP; add Z or ±hh:mm, or use a TIMESTAMP_NTZ column", Quote(s))
 	}
 	return n.add(us)
 }
@@ -150,7 +150,7 @@ func (n *tsNode) addEpoch(st *state, text []byte) error {
 	lit, buf, ok := parseNumLit(text, st.num, false)
 	st.num = buf
 	if !ok {
-		return kerr(ErrInvalidValue, "%q is not a number", text)
+		return kerr(ErrInvalidValue, "%s is not a number", Quote(text))
 	}
 	us, err := lit.scaleFloor(st.epochExp)
 	if err != nil || us < minMicros || us > maxMicros {

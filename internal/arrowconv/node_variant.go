@@ -325,7 +325,7 @@ func (e *variantEncoder) encodeGo(v any, depth int) error {
 		text := textOf(string(v))
 		var ok bool
 		if _, e.digits, ok = parseNumLit(text, e.digits, false); !ok {
-			return kerr(ErrInvalidValue, "json.Number %q is not a valid JSON number", string(v))
+			return kerr(ErrInvalidValue, "json.Number %s is not a valid JSON number", Quote(string(v)))
 		}
 		return e.appendNumber(text, isIntegerLiteral(text))
 	case time.Time, []byte:

@@ -91,6 +91,12 @@ func (st *state) decodeRow(b []byte) error {
 			return kerr(ErrNotObject, "%v: empty message", ErrNotObject)
 		}
 		if isValueStart(c) {
+			// Only a message that is JSON is "a JSON <kind>": "nonsense"
+			// starts like null, "[oops" like an array.
+			var v any
+			if err := json.Unmarshal(st.data, &v); err != nil {
+				return kerr(ErrInvalidJSON, "invalid JSON: the message is not JSON (%v): %s", err, Quote(st.data))
+			}
 			return kerr(ErrNotObject, "%v: got a JSON %s", ErrNotObject, jsonKind(c))
 		}
 		return st.notValue(c)

@@ -153,7 +153,7 @@ func parseTimestamp(b []byte) (us int64, zoned bool, err error) {
 // parseTimestampCached is parseTimestamp remembering the last date in dc.
 func parseTimestampCached(b []byte, dc *dateCache) (us int64, zoned bool, err error) {
 	bad := func() (int64, bool, error) {
-		return 0, false, fmt.Errorf("%q is not an RFC 3339 timestamp (2006-01-02T15:04:05[.999999][Z|±07:00])", b)
+		return 0, false, fmt.Errorf("%s is not an RFC 3339 timestamp (2006-01-02T15:04:05[.999999][Z|±07:00])", Quote(b))
 	}
 	if len(b) < 19 {
 		return bad()
@@ -213,7 +213,7 @@ func parseTimestampCached(b []byte, dc *dateCache) (us int64, zoned bool, err er
 	secs := days*86400 + clock - offset
 	us = secs*1_000_000 + frac
 	if us < minMicros || us > maxMicros {
-		return 0, zoned, fmt.Errorf("%q is outside the supported range 0001-01-01..9999-12-31", b)
+		return 0, zoned, fmt.Errorf("%s is outside the supported range 0001-01-01..9999-12-31", Quote(b))
 	}
 	return us, zoned, nil
 }

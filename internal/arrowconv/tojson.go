@@ -63,7 +63,7 @@ func appendJSON(dst []byte, v any, depth int) ([]byte, error) {
 		return appendQuoted(dst, v), nil
 	case json.Number:
 		if _, _, ok := parseNumLit(textOf(string(v)), nil, false); !ok {
-			return dst, fmt.Errorf("json.Number %q is not a valid JSON number", string(v))
+			return dst, fmt.Errorf("json.Number %s is not a valid JSON number", Quote(string(v)))
 		}
 		return append(dst, v...), nil
 	case int:

@@ -36,7 +36,7 @@ const (
 	PropMinWriterVersion     = "delta.minWriterVersion"
 	PropTimestampNTZFeature  = "delta.feature.timestampNtz"
 	PropEnableTypeWidening   = "delta.enableTypeWidening"
-	tableCommentKey          = ""
+	tableCommentKey          = "(table)"
 	featureSupported         = "supported"
 	minReaderForIcebergReads = 2
 	minWriterForIcebergReads = 7
@@ -386,6 +386,14 @@ func planEvolve(live *TableState, d DesiredTable) ReconcilePlan {
 
 	props := map[string]string{}
 	for k, v := range d.Properties {
+		if isProtocolVersion(k) {
+			// A protocol version is a floor: Delta never lowers one (an
+			// ALTER that would is refused), so a live table at or above
+			// the desired version is current.
+			if cur, ok := live.Properties[k]; ok && atoi(cur) >= atoi(v) {
+				continue
+			}
+		}
 		if cur, ok := live.Properties[k]; !ok || cur != v {
 			props[k] = v
 		}
@@ -449,7 +457,8 @@ func typeChange(live, want typemap.Column, iceberg, allowWidening bool) (Step, b
 	return refuse("type conflict: the table has %s, the incoming schema has %s", from.Text(), to.Text())
 }
 
-// syncComment decides one managed comment (key "" is the table comment). It
+// syncComment decides one managed comment (key tableCommentKey is the table
+// comment). It
 // returns a SetComment step when one must be written and updates hashes with
 // what will be recorded.
 func syncComment(p *ReconcilePlan, key, want, cur string, stored, hashes map[string]string, policy Policy) (Step, bool) {
@@ -473,7 +482,11 @@ func syncComment(p *ReconcilePlan, key, want, cur string, stored, hashes map[str
 		p.Notes = append(p.Notes, fmt.Sprintf("comment of %s was edited outside the catalog; restoring it (comments policy restore)", what))
 	}
 	hashes[key] = wantHash
-	return Step{Kind: StepSetComment, Column: key, Comment: want}, true
+	column := key
+	if key == tableCommentKey {
+		column = "" // a SetComment step without a column is the table's
+	}
+	return Step{Kind: StepSetComment, Column: column, Comment: want}, true
 }
 
 // needsColumnMapping reports whether Delta accepts a column name only with
@@ -486,6 +499,13 @@ func needsColumnMapping(name string) bool {
 func columnMappingOn(props map[string]string) bool {
 	m := strings.ToLower(props[PropColumnMappingMode])
 	return m == "name" || m == "id"
+}
+
+// isProtocolVersion reports whether a table property is one of the Delta
+// protocol versions, which only ever go up ("Protocol version upgrades are
+// irreversible", https://docs.delta.io/latest/versioning.html).
+func isProtocolVersion(k string) bool {
+	return strings.EqualFold(k, PropMinReaderVersion) || strings.EqualFold(k, PropMinWriterVersion)
 }
 
 func atoi(s string) int {
@@ -511,6 +531,13 @@ func decodeHashes(s string) map[string]string {
 	if s != "" {
 		if err := json.Unmarshal([]byte(s), &h); err != nil {
 			return map[string]string{}
+		}
+	}
+	// Earlier versions recorded the table comment under the empty key.
+	if v, ok := h[""]; ok {
+		delete(h, "")
+		if _, set := h[tableCommentKey]; !set {
+			h[tableCommentKey] = v
 		}
 	}
 	return h

@@ -103,7 +103,8 @@ func TestPlanCreate(t *testing.T) {
 	assert.NotContains(t, create.Properties, PropDeletionVectors, "derived role gets no primary-raw properties")
 	hashes := decodeHashes(create.Properties[PropCommentHashes])
 	assert.Equal(t, commentHash("Event id"), hashes["id"])
-	assert.Equal(t, commentHash("Raw events"), hashes[""])
+	assert.Equal(t, commentHash("Raw events"), hashes[tableCommentKey])
+	assert.NotContains(t, hashes, "", "never an empty key")
 	assert.NotContains(t, hashes, "ts", "no description → no managed comment")
 
 	stmts, err := p.SQL()

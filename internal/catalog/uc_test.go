@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -567,4 +568,40 @@ func TestUCOAuthM2M(t *testing.T) {
 	assert.Equal(t, KindCredentials, we.Kind)
 	assert.True(t, we.Permanent())
 	assert.Contains(t, err.Error(), `refused the OAuth client credentials of client_id "client-id" (from config fields client_id/client_secret): invalid_client`)
+}
+
+// TestUCProtocolVersionsNeverLowered: a table desired with the primary-raw
+// properties (delta.minReaderVersion 2) that the workspace raised to reader
+// version 3 for its table features converges in one pass: no ALTER tries to
+// lower the version (the emulator refuses a downgrade, as Delta does), no
+// "did not converge" warning, and no empty key in the comment hashes.
+func TestUCProtocolVersionsNeverLowered(t *testing.T) {
+	e := newEmulated(t, workspace.Options{IcebergLag: -1})
+	ctx := context.Background()
+	d, err := DesiredFromArrow(tbl, eventsSchema(), reservedEmitTS)
+	require.NoError(t, err)
+	d.Properties = PrimaryRawProperties()
+	d.Comment = "Coverage of something"
+	out, err := e.uc.Reconcile(ctx, d)
+	require.NoError(t, err)
+	require.Len(t, out.Applied, 1, "created in one pass: %v", out.Applied)
+	assert.Equal(t, "3", out.State.Properties[PropMinReaderVersion], "the workspace raised the reader version for the table features")
+	hashes := map[string]string{}
+	require.NoError(t, json.Unmarshal([]byte(out.State.Properties[PropCommentHashes]), &hashes))
+	assert.NotContains(t, hashes, "", "no empty key in %s", PropCommentHashes)
+	assert.Contains(t, hashes, tableCommentKey)
+
+	p := Plan(out.State, d)
+	assert.True(t, p.Empty(), "a table above the desired protocol version is current: %s", p)
+	for _, c := range []*UC{e.uc, e.client(t)} {
+		out, err = c.Reconcile(ctx, d)
+		require.NoError(t, err)
+		assert.Zero(t, out.Statements)
+	}
+	assert.Zero(t, e.ws.Stats().Failed)
+
+	// The emulator refuses a downgrade as Delta does.
+	err = e.uc.Execute(ctx, "ALTER TABLE "+tbl+" SET TBLPROPERTIES ('delta.minReaderVersion'='2')")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "DELTA_INVALID_PROTOCOL_DOWNGRADE")
 }

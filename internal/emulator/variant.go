@@ -128,6 +128,36 @@ func variantJSON(st *array.Struct, i int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return variantValueJSON(v)
+}
+
+// variantValueJSON renders a variant value as JSON. Arrays and objects are
+// walked here: arrow-go's ArrayValue.MarshalJSON collects the elements with
+// slices.Collect, which gives nil for an empty array, so it renders [] as
+// null (arrow-go v18 parquet/variant); the stored bytes are right.
+func variantValueJSON(v variant.Value) ([]byte, error) {
+	switch x := v.Value().(type) {
+	case variant.ArrayValue:
+		parts := make([]json.RawMessage, 0, x.Len())
+		for e := range x.Values() {
+			b, err := variantValueJSON(e)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, b)
+		}
+		return json.Marshal(parts)
+	case variant.ObjectValue:
+		fields := make(map[string]json.RawMessage, x.NumElements())
+		for k, e := range x.Values() {
+			b, err := variantValueJSON(e)
+			if err != nil {
+				return nil, err
+			}
+			fields[k] = b
+		}
+		return json.Marshal(fields)
+	}
 	return v.MarshalJSON()
 }
 

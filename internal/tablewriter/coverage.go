@@ -188,14 +188,24 @@ func (w *Writer) tableReserved() []typemap.Column {
 			cols = append(cols, r.Column())
 		}
 	}
+	if w.cfg.Rescue != "" {
+		cols = append(cols, rescueColumn(w.cfg.Rescue))
+	}
 	return cols
 }
 
 // missingCoverageColumns returns the coverage columns cols lacks (none
 // without coverage); a coverage column of the wrong type is an error.
+//
+// It also returns the rescue column when the table lacks it
+// (missingRescueColumn).
 func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column, error) {
+	rescue, err := w.missingRescueColumn(cols)
+	if err != nil {
+		return nil, err
+	}
 	if w.cfg.Coverage == nil {
-		return nil, nil
+		return rescue, nil
 	}
 	var missing []typemap.Column
 	for _, r := range arrowconv.CoverageColumns() {
@@ -216,7 +226,7 @@ func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column
 		return nil, fmt.Errorf("table %s lacks the coverage columns %s: add them (ALTER TABLE %s ADD COLUMNS (%s)) or enable catalog.provision",
 			w.cfg.Table, strings.Join(names, ", "), w.cfg.Table, strings.Join(names, ", "))
 	}
-	return missing, nil
+	return append(missing, rescue...), nil
 }
 
 // ensureCoverage describes (with provisioning, creates) the coverage table

@@ -55,6 +55,7 @@ const (
 	mBytesSent         = "zerobus_bytes_sent_total"
 	mRowErrors         = "zerobus_row_errors_total"
 	mPrimaryRawUnmet   = "zerobus_primary_raw_unmet"
+	mRescuedFields     = "zerobus_rescued_fields_total"
 	// From the writer's Health, every HealthInterval.
 	mAckAge       = "zerobus_ack_age_ms"
 	mStreamState  = "zerobus_stream_state"
@@ -82,6 +83,7 @@ type Metrics struct {
 	m     Sink
 
 	rowErrors Counter
+	rescued   Counter
 	unmet     Gauge
 	reconcile Counter
 	waiters   Gauge
@@ -131,6 +133,7 @@ func NewMetrics(m Sink, table string) *Metrics {
 		table:     table,
 		m:         m,
 		rowErrors: m.Counter(mRowErrors, "table"),
+		rescued:   m.Counter(mRescuedFields, "table", "column"),
 		unmet:     m.Gauge(mPrimaryRawUnmet, "table", "precondition"),
 		reconcile: m.Counter(mTypeReconcile, "table", "kind"),
 		waiters:   m.Gauge(mBackpressure, "table", "on"),
@@ -370,4 +373,10 @@ func (x *Metrics) PrimaryRaw(unmet []catalog.Unmet) {
 		}
 		x.unmet.Set(v, x.table, p)
 	}
+}
+
+// Rescued counts n fields moved into the rescue column, by the column they
+// did not fit (RescueUnknownField for fields the table has no column for).
+func (x *Metrics) Rescued(column string, n int) {
+	x.rescued.Incr(int64(n), x.table, column)
 }

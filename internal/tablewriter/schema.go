@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -23,7 +24,11 @@ import (
 // reserved columns in add (coverage turned on for an existing table).
 func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState, add []typemap.Column) (*catalog.TableState, error) {
 	if len(add) > 0 {
-		w.infof("table %s: adding the coverage columns it lacks", w.cfg.Table)
+		names := make([]string, len(add))
+		for i, c := range add {
+			names[i] = c.Name
+		}
+		w.infof("table %s: adding the reserved columns it lacks: %s", w.cfg.Table, strings.Join(names, ", "))
 	}
 	out, err := w.cat.Reconcile(ctx, w.desiredFromColumns(append(slices.Clone(ts.Columns), add...)))
 	if err != nil {
@@ -116,12 +121,13 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 	} else {
 		reserved := map[string]bool{}
 		for _, c := range w.tableReserved() {
-			reserved[strings.ToLower(c.Name)] = true
+			reserved[typemap.ColumnKey(c.Name)] = true
 		}
-		fields, conflicts := inferFields(func(n string) bool { return reserved[strings.ToLower(n)] }, structured(batch, nil))
+		fields, conflicts := inferFields(func(n string) bool { return reserved[typemap.ColumnKey(n)] }, structured(batch, nil))
 		for _, c := range conflicts {
-			w.warnf("table %s: cannot infer a column type: %v", w.cfg.Table, c)
+			w.warnf("table %s: the first batch disagrees on a field's type: %s", w.cfg.Table, c)
 		}
+		fields = w.creatable(fields)
 		if len(fields) == 0 {
 			return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", w.cfg.Table, len(batch))
 		}
@@ -244,22 +250,41 @@ func (w *Writer) columnsToAdd(seen *state, batch []Row, errs []arrowconv.RowErro
 	if len(idx) == 0 {
 		return nil
 	}
-	known := func(n string) bool { return seen.names[strings.ToLower(n)] || w.refused[strings.ToLower(n)] }
+	known := func(n string) bool {
+		k := typemap.ColumnKey(n)
+		_, refused := w.refused.m.Load(k)
+		return seen.names[k] || refused
+	}
 	fields, conflicts := inferFields(known, structured(batch, idx))
 	for _, c := range conflicts {
-		w.warnf("table %s: cannot infer a column type for a new field: %v", w.cfg.Table, c)
+		w.warnf("table %s: messages disagree on a new field's type: %s", w.cfg.Table, c)
 	}
+	fields = w.creatable(fields)
 	add := make([]typemap.Column, 0, len(fields))
 	for _, f := range fields {
 		t, err := typemap.FromArrow(f.Type)
-		if !typemap.ValidIdentifier(f.Name) || err != nil {
-			w.warnf("table %s: not adding a column for field %q (not a valid column name or type: %v); its rows fail", w.cfg.Table, f.Name, err)
-			w.refused[strings.ToLower(f.Name)] = true
+		if err != nil {
+			w.warnf("table %s: not adding a column for field %s (%v); its rows fail", w.cfg.Table, arrowconv.Quote(f.Name), err)
+			w.refused.m.Store(typemap.ColumnKey(f.Name), err.Error())
 			continue
 		}
 		add = append(add, typemap.Column{Name: f.Name, Type: t, Nullable: true})
 	}
 	return add
+}
+
+// annotateRefusedFields adds to the unknown-field errors of errs why the
+// field has no column, when the catalog refused to add it or it cannot be
+// one, so its dead letter says why.
+func (w *Writer) annotateRefusedFields(errs []arrowconv.RowError) {
+	for k, e := range errs {
+		if !errors.Is(e.Err, arrowconv.ErrUnknownField) {
+			continue
+		}
+		if why, ok := w.refused.m.Load(typemap.ColumnKey(e.Column)); ok {
+			errs[k].Err = fmt.Errorf("%w (no column was added for it: %s)", e.Err, why)
+		}
+	}
 }
 
 // dropRefused records the catalog's refusals and returns the changes it
@@ -281,7 +306,11 @@ func (w *Writer) dropRefused(refused *catalog.RefusedError, add []typemap.Column
 			keepAdd = append(keepAdd, c)
 			continue
 		}
-		w.refused[strings.ToLower(c.Name)] = true
+		reason, ok := reasons[strings.ToLower(c.Name)]
+		if !ok {
+			reason = refused.Error()
+		}
+		w.refused.m.Store(typemap.ColumnKey(c.Name), "the catalog refused it: "+reason)
 		dropped = append(dropped, c.Name)
 	}
 	for _, wd := range widen {
@@ -398,3 +427,8 @@ func reservedColumns() []typemap.Column {
 	}
 	return out
 }
+
+// refusedFields maps the column key (typemap.ColumnKey) of a new field the
+// catalog refused to add, or that cannot be a column, to why (a string):
+// its rows fail saying so. Written under schemaMu, read without it.
+type refusedFields struct{ m sync.Map }

@@ -123,10 +123,28 @@ func (w *Writer) layout(st *state, batch []Row, keyOf KeyFunc) layout {
 }
 
 // convert converts the messages of batch listed in order (all, in batch
-// order, when nil) against st. Indices in the result refer to batch. With
-// provisioning on, rows failing on a field the table lacks trigger one
-// evolution (add the columns, reopen the pool) and a second conversion.
+// order, when nil) against st, evolving the table as needed
+// (convertEvolving), then, with a rescue column, moves the fields of the
+// rows that still fail into it and converts them again (rescue.go).
+// Indices in the result refer to batch.
 func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []int) (arrowconv.Result, *state, error) {
+	res, st, err := w.convertEvolving(ctx, st, batch, order)
+	if err != nil || w.cfg.Rescue == "" {
+		return res, st, err
+	}
+	res, err = w.rescue(batch, st.columns, res, func(edited []Row) (arrowconv.Result, error) {
+		var r arrowconv.Result
+		var cerr error
+		r, st, cerr = w.convertEvolving(ctx, st, edited, order)
+		return r, cerr
+	})
+	return res, st, err
+}
+
+// convertEvolving converts the messages of batch listed in order against
+// st. With provisioning on, rows failing on a field the table lacks trigger
+// one evolution (add the columns, reopen the pool) and a second conversion.
+func (w *Writer) convertEvolving(ctx context.Context, st *state, batch []Row, order []int) (arrowconv.Result, *state, error) {
 	rows := batch
 	if order != nil {
 		rows = make([]Row, len(order))
@@ -179,6 +197,7 @@ func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []in
 		pending := w.pendingWidenings(widen)
 		if round == maxEvolveRounds || !w.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {
 			w.annotateRefusedWidenings(res.RowErrors, widen)
+			w.annotateRefusedFields(res.RowErrors)
 			return res, st, nil
 		}
 		next, err := w.evolve(ctx, st, batch, res.RowErrors, pending)
@@ -190,6 +209,7 @@ func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []in
 			// Nothing could be added or widened: the row errors stand,
 			// with the catalog's refusal where it refused.
 			w.annotateRefusedWidenings(res.RowErrors, widen)
+			w.annotateRefusedFields(res.RowErrors)
 			return res, st, nil
 		}
 		res.Record.Release()

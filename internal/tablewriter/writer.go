@@ -118,6 +118,10 @@ type Config struct {
 	// HealthInterval is how often an Observer that is a HealthObserver is
 	// given the writer's Health (zero: DefaultHealthInterval).
 	HealthInterval time.Duration
+	// Rescue names a nullable VARIANT rescue column (created or, with
+	// Provision, added): the fields that do not fit go there instead of
+	// failing the row (rescue.go). Empty: none.
+	Rescue string
 }
 
 // Defaults of the Config durations.
@@ -206,9 +210,9 @@ type Writer struct {
 	// lastRefresh is when refresh last described the table; guarded by
 	// schemaMu.
 	lastRefresh time.Time
-	// refused holds (lower-cased) new fields the catalog refused to add or
-	// that cannot be columns; guarded by schemaMu.
-	refused map[string]bool
+	// refused holds the new fields the catalog refused to add or that
+	// cannot be columns, with why (schema.go).
+	refused *refusedFields
 	// widenRefused maps a (lower-cased) column the catalog refused to widen
 	// to the refusal, so its rows fail at once instead of re-planning every
 	// batch; written under schemaMu, read without it.
@@ -274,7 +278,7 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		cat:     cat,
 		log:     log,
 		obs:     obs,
-		refused: map[string]bool{},
+		refused: &refusedFields{},
 	}
 }
 

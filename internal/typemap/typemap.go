@@ -277,6 +277,20 @@ func ValidIdentifier(name string) bool { return identifierRE.MatchString(name) }
 
 // SafeIdentifier turns an arbitrary field name into a valid identifier by
 // replacing every other character with '_' and prefixing '_' to a leading digit.
+//
+// It is the output's one column-name rule, used both ways: a message field
+// is created as the column SafeIdentifier(field), and matched to a column
+// by its name, ASCII case-insensitively (Delta column names are
+// case-insensitive), or failing that by SafeIdentifier(field) (ColumnKey).
+// So {"my-field": 2} creates my_field and lands in it. Delta itself accepts
+// any name once the table has column mapping ('name' mode: "characters that
+// are not allowed by Parquet, such as spaces", Delta Lake docs, "Delta column
+// mapping", https://docs.delta.io/latest/delta-column-mapping.html; without
+// it ' ,;{}()\n\t=' are refused), but the Zerobus service writes only
+// columns named with ASCII letters, digits and underscores (Databricks
+// docs, "Zerobus Ingest connector limitations",
+// https://docs.databricks.com/aws/en/ingestion/zerobus-limits), so a column
+// the output creates must have such a name.
 func SafeIdentifier(name string) string {
 	if ValidIdentifier(name) {
 		return name
@@ -300,6 +314,11 @@ func SafeIdentifier(name string) string {
 	}
 	return b.String()
 }
+
+// ColumnKey is the key a field name matches a column by under the
+// column-name rule: its SafeIdentifier, lower-cased. Two fields with one key
+// in one message fail that message as duplicates.
+func ColumnKey(name string) string { return strings.ToLower(SafeIdentifier(name)) }
 
 // ParseTableName splits "catalog.schema.table" into its three parts. Each part
 // must be non-empty; this is the form Zerobus's table header requires.

@@ -34,6 +34,7 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		RedescribeTimeout:  c.CloseTimeout,
 		MaxInFlightBytes:   int64(c.MaxInFlightBytes),
 	}
+	wc.Rescue = c.Rescue
 	if c.CovSource != nil {
 		wc.Coverage = &tablewriter.CoverageConfig{Table: c.CovTable, Position: c.position}
 	}

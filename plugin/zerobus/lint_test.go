@@ -71,6 +71,7 @@ func TestLintCorpus(t *testing.T) {
 		{"tls settings with plaintext endpoints", map[string]string{"    table:": "    table: main.default.events\n    tls:\n      enabled: true"}, 5, "field tls.enabled: endpoint and workspace_url are plaintext http://, which TLS settings do not apply to; use https://"},
 		{"tls settings with a plaintext endpoint", map[string]string{"    workspace_url:": "    workspace_url: https://127.0.0.1:8443", "    table:": "    table: main.default.events\n    tls:\n      enabled: true\n      skip_cert_verify: true"}, 5, "field tls.enabled: endpoint is plaintext http://"},
 		{"provisioning without a warehouse", map[string]string{"      provision:": "      provision: true"}, 18, "field catalog.warehouse_id: required when catalog.provision is true (or set DATABRICKS_WAREHOUSE_ID)"},
+		{"rescue column needing quotes", map[string]string{"    close_timeout:": "    close_timeout: 10s\n    rescue_column: my-rescue"}, 17, `field rescue_column: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got "my-rescue"`},
 	}
 	lints, err := linter.LintYAML([]byte(lintBase))
 	require.NoError(t, err)

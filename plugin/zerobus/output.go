@@ -252,7 +252,11 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if len(rowErrs) == 0 {
 		return nil
 	}
-	berr := service.NewBatchError(batch, fmt.Errorf("zerobus: %d of %d rows do not fit table %s (first: %v)", len(rowErrs), len(batch), o.cfg.Table, rowErrs[0]))
+	table := sourceOf(rowErrs[0].Index) // the resolved name of an interpolated table
+	if table == "" {
+		table = o.cfg.Table
+	}
+	berr := service.NewBatchError(batch, fmt.Errorf("zerobus: %d of %d rows do not fit table %s (first: %v)", len(rowErrs), len(batch), table, rowErrs[0]))
 	for _, re := range rowErrs {
 		berr = berr.Failed(re.Index, re) // "message i: column c: reason"
 	}

@@ -77,6 +77,13 @@ const (
 	fKATimeout     = "timeout"
 )
 
+// The rescue column knob.
+const fRescue = "rescue_column"
+
+// rescueLint is the lint rule of rescue_column: a column name Zerobus
+// writes (typemap.ValidIdentifier).
+const rescueLint = `root = if this.type() == "string" && this != "" && !this.re_match("^[A-Za-z_][A-Za-z0-9_]*$") { [ "field ` + fRescue + `: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got " + this.quote() ] } else { [] }`
+
 // Environment variables the credentials fall back to (catalog's, shared
 // with the replay input).
 const (
@@ -214,13 +221,16 @@ func Spec() *service.ConfigSpec {
 				Default(tablewriter.DefaultMaxOpenTables).LintRule(lintrule.AtLeast(fMaxOpenTables, 1)).Advanced(),
 			service.NewObjectField(fDeadLetter,
 				service.NewStringField(fDLTable).
-					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, `_zb_emit_ts`); otherwise it must exist with them. Empty (the default) means no dead-letter table.").
+					Description("The dead-letter table, `catalog.schema.table`. With `catalog.provision` it is created when absent (columns `source_table`, `message_index`, `column_name`, `error`, `payload`, all nullable, and `_zb_emit_ts`); otherwise it must exist with them, nullable. Empty (the default) means no dead-letter table.").
 					Default("").LintRule(lintrule.TableOrEmpty(fDeadLetter+"."+fDLTable)),
 				service.NewBoolField(fDLPayload).
 					Description("Store each failed message's bytes in `payload`.").
 					Default(true),
-			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. Without it, such rows fail through a batch error (a `fallback` output can route them).").
+			).Description("Rows that do not fit their table (they fail conversion, or the catalog refused the change they need) are written, durably, to this table, and the batch is acknowledged once the good rows and the dead letters are both durable: an upstream retry then duplicates nothing. A dead-letter write that fails is retried alone (3 attempts); a dead-letter table that still cannot take them is reported once, and only the rows that do not fit fail, through a batch error: the good rows are durable and this output never sends them again. Without it, such rows fail through a batch error (a `fallback` output can route them).").
 				Optional(),
+			service.NewStringField(fRescue).
+				Description("A rescue column for the Arrow path, as the Zerobus service offers one for JSON records (Beta: a nullable VARIANT column tagged `zerobus-rescue`): a nullable VARIANT column of this name, created with the table or, with `catalog.provision`, added to it. A field the table has no column for (and provisioning cannot add), or whose value does not fit its column, goes into it, all of a row's in one object `{field: value}`, instead of failing the row; the row's other fields land as usual. Counted by `zerobus_rescued_fields_total{column}`. Not with `catalog.role: primary_raw` (Iceberg reads allow no VARIANT). Empty: none.").
+				Default("").LintRule(rescueLint).Advanced(),
 			service.NewObjectField(fCoverage,
 				service.NewInterpolatedStringField("source").Description("Each message's source, e.g. `${! meta(\"kafka_topic\") }/${! meta(\"kafka_partition\") }`; stamped into `_zb_source`.").Default(""),
 				service.NewInterpolatedStringField("offset").Description("Each message's integer offset in its source, e.g. `${! meta(\"kafka_offset\") }`; stamped into `_zb_offset`.").Default(""),
@@ -308,7 +318,7 @@ func Spec() *service.ConfigSpec {
 				Default(durationDefault(catalog.DefaultCallTimeout)).LintRule(lintrule.Duration(fWSTimeout)).Advanced(),
 			service.NewObjectField(fCatalog,
 				service.NewBoolField(fProvision).
-					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described.").
+					Description("Create the table when absent and add columns for new message fields (needs `warehouse_id`). When false the table must exist and is only described. One column-name rule creates a column and matches a field to it: each character outside ASCII letters, digits and `_` becomes `_` (a leading digit gets a `_` prefix), since the Zerobus service writes only such columns, so `my-field` is the column `my_field`. A field whose values disagree in type still gets its column: numbers widen integer → double, any other disagreement takes the type most messages have and the other messages fail on that column alone.").
 					Default(false),
 				service.NewStringField(fWarehouseID).
 					Description("The SQL warehouse DDL statements run on. Empty means the `DATABRICKS_WAREHOUSE_ID` environment variable.").
@@ -375,6 +385,8 @@ type outputConfig struct {
 	MaxOpenTables int
 	DLTable       string
 	DLPayload     bool
+	// Rescue is the rescue column; empty: none.
+	Rescue string
 	// CovSource and CovOffset are nil without coverage.
 	CovSource, CovOffset *service.InterpolatedString
 	CovTable             string
@@ -534,6 +546,9 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 			return nil, err
 		}
 	}
+	if c.Rescue, err = conf.FieldString(fRescue); err != nil {
+		return nil, err
+	}
 	if conf.Contains(fDeadLetter) {
 		if c.DLTable, err = conf.FieldString(fDeadLetter, fDLTable); err != nil {
 			return nil, err
@@ -665,6 +680,9 @@ func (c *outputConfig) validate() error {
 	check(c.WSTimeout <= 0, "%s: must be positive, got %v", fWSTimeout, c.WSTimeout)
 	check(c.RecheckInterval <= 0, "%s.%s: must be positive, got %v", fCatalog, fRecheck, c.RecheckInterval)
 	check(c.Provision && c.WarehouseID == "", "%s.%s: required when %s.%s is true (or set %s)", fCatalog, fWarehouseID, fCatalog, fProvision, EnvWarehouseID)
+	check(c.Rescue != "" && !typemap.ValidIdentifier(c.Rescue), "%s: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got %q", fRescue, c.Rescue)
+	check(c.Rescue != "" && strings.HasPrefix(strings.ToLower(c.Rescue), "_zb_"), "%s: %q is in the output's reserved _zb_ namespace", fRescue, c.Rescue)
+	check(c.Rescue != "" && c.Role == RolePrimaryRaw, "%s: needs a VARIANT column, which a table with Iceberg reads (%s.%s: %s) cannot have", fRescue, fCatalog, fRole, RolePrimaryRaw)
 	if c.ContractPath != "" {
 		_, err := os.Stat(c.ContractPath)
 		add(err, "field %s.%s: ", fCatalog, fContract)
@@ -690,6 +708,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"table", c.Table,
 		"max_open_tables", c.MaxOpenTables,
 		"dead_letter.table", c.DLTable,
+		"rescue_column", c.Rescue,
 		"coverage", c.CovSource != nil,
 		"endpoint", c.Endpoint,
 		"tls", c.EndpointTLS,

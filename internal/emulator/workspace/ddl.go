@@ -383,6 +383,9 @@ func alter(t *Table, st *statement) *sqlError {
 		}
 		t.Columns[idx].Nullable = true
 	case KindSetProperties:
+		if serr := checkProtocolDowngrade(t, st.Properties); serr != nil {
+			return serr
+		}
 		for _, p := range st.Properties {
 			setProp(t.Properties, p.Key, p.Value)
 		}
@@ -398,6 +401,30 @@ func alter(t *Table, st *statement) *sqlError {
 		t.Comment = *st.Comment
 	default:
 		return unsupported("%s", st.Kind)
+	}
+	return nil
+}
+
+// checkProtocolDowngrade refuses setting delta.minReaderVersion or
+// delta.minWriterVersion below the table's current value, as Delta does:
+// protocol upgrades are irreversible ("Protocol version upgrades are
+// irreversible", https://docs.delta.io/latest/versioning.html; the error
+// class DELTA_INVALID_PROTOCOL_DOWNGRADE, "Protocol version cannot be
+// downgraded from <old> to <new>", in the Delta error classes,
+// https://docs.databricks.com/en/error-messages/error-classes.html). Setting
+// the current value again is a no-op and allowed.
+func checkProtocolDowngrade(t *Table, props []property) *sqlError {
+	for _, p := range props {
+		if !strings.EqualFold(p.Key, PropMinReaderVersion) && !strings.EqualFold(p.Key, PropMinWriterVersion) {
+			continue
+		}
+		cur, err1 := strconv.Atoi(prop(t.Properties, p.Key))
+		want, err2 := strconv.Atoi(p.Value)
+		if err1 != nil || err2 != nil || want >= cur {
+			continue
+		}
+		return &sqlError{Class: "DELTA_INVALID_PROTOCOL_DOWNGRADE", SQLState: "KD004", Code: "BAD_REQUEST",
+			Msg: fmt.Sprintf("Protocol version cannot be downgraded from %s=%d to %d.", p.Key, cur, want)}
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ bench-transport: conformance-deps
 # func Fuzz… of the repository is missing here.
 FUZZ_TARGETS := \
 	./internal/arrowipc:FuzzRecordBatchRows ./internal/arrowipc:FuzzSchemaMessage ./internal/arrowipc:FuzzReadSchema \
-	./internal/arrowconv:FuzzConvert ./internal/arrowconv:FuzzValidUTF8 ./internal/arrowconv:FuzzVariantEncoder \
+	./internal/arrowconv:FuzzConvert ./internal/arrowconv:FuzzValidUTF8 ./internal/arrowconv:FuzzVariantEncoder ./internal/arrowconv:FuzzVariantJSON \
 	./internal/typemap:FuzzParseType ./internal/typemap:FuzzParseColumns ./internal/typemap:FuzzCheckTableName \
 	./internal/lintrule:FuzzURLRuleMatchesRun \
 	./internal/emulator:FuzzDoPutFrame ./internal/emulator:FuzzJSONRecords ./internal/emulator:FuzzVariantJSON \

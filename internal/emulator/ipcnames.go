@@ -53,6 +53,10 @@ func (c *schemaCapture) Recv() (*flight.FlightData, error) {
 	if err == nil && !c.seen {
 		c.seen = true
 		c.header = append([]byte(nil), fd.GetDataHeader()...)
+	} else if err == nil {
+		if err := checkDecompressedSize(fd); err != nil {
+			return nil, err
+		}
 	}
 	return fd, err
 }

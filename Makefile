@@ -82,16 +82,16 @@ bench-transport: conformance-deps
 # func Fuzz… of the repository is missing here.
 FUZZ_TARGETS := \
 	./internal/arrowipc:FuzzRecordBatchRows ./internal/arrowipc:FuzzSchemaMessage ./internal/arrowipc:FuzzReadSchema \
-	./internal/arrowconv:FuzzConvert ./internal/arrowconv:FuzzValidUTF8 ./internal/arrowconv:FuzzVariantEncoder \
+	./internal/arrowconv:FuzzConvert ./internal/arrowconv:FuzzValidUTF8 ./internal/arrowconv:FuzzVariantEncoder ./internal/arrowconv:FuzzVariantJSON \
 	./internal/typemap:FuzzParseType ./internal/typemap:FuzzParseColumns ./internal/typemap:FuzzCheckTableName \
 	./internal/lintrule:FuzzURLRuleMatchesRun \
 	./internal/emulator:FuzzDoPutFrame ./internal/emulator:FuzzJSONRecords ./internal/emulator:FuzzVariantJSON \
 	./internal/emulator/workspace:FuzzParseStatement
 FUZZTIME    ?= 30s
-FUZZMINTIME ?= 5s
+FUZZMINTIME ?= 100x
 
-## fuzz: run every fuzz target (FUZZ_TARGETS) for FUZZTIME each (default 30s), minimising a crash for
-## at most FUZZMINTIME (5s) so the time goes to new inputs. A crash is written to the package's
+## fuzz: run every fuzz target (FUZZ_TARGETS) for FUZZTIME each (default 30s), minimising each new input for
+## at most FUZZMINTIME (100 runs) so the time goes to new inputs. A crash is written to the package's
 ## testdata/fuzz/<Target>/: commit it with the fix, and `go test` replays it from then on.
 fuzz:
 	@missing=$$(grep -rhoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' internal plugin cmd test conformance 2>/dev/null | sed 's/^func //' | sort -u | \

@@ -121,7 +121,7 @@ func appendJSON(dst []byte, v any, depth int) ([]byte, error) {
 		}
 		return append(dst, '}'), nil
 	case variant.Value:
-		return appendVariant(dst, v, depth)
+		return appendVariantChecked(dst, v, depth)
 	case []any:
 		dst = append(dst, '[')
 		for i, e := range v {

@@ -25,7 +25,10 @@ const fuzzColumns = "id BIGINT NOT NULL, s STRING, b BINARY, d DECIMAL(10,2), bi
 	"f FLOAT, x DOUBLE, ok BOOLEAN, t TINYINT, tags ARRAY<STRING>, m MAP<STRING, BIGINT>, st STRUCT<a: INT NOT NULL, v: VARIANT>, v VARIANT, lv ARRAY<VARIANT>"
 
 // frameStream is a DoPut stream of fixed frames.
-type frameStream struct{ frames []*flight.FlightData }
+type frameStream struct {
+	frames []*flight.FlightData
+	seen   bool // the schema frame was returned
+}
 
 func (s *frameStream) Recv() (*flight.FlightData, error) {
 	if len(s.frames) == 0 {
@@ -33,6 +36,13 @@ func (s *frameStream) Recv() (*flight.FlightData, error) {
 	}
 	f := s.frames[0]
 	s.frames = s.frames[1:]
+	if s.seen {
+		// What schemaCapture.Recv checks of every frame after the schema.
+		if err := checkDecompressedSize(f); err != nil {
+			return nil, err
+		}
+	}
+	s.seen = true
 	return f, nil
 }
 

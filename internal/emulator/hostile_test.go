@@ -174,3 +174,52 @@ func TestAdminAPIIsLoopbackOnlyWithoutToken(t *testing.T) {
 	assert.Equal(t, http.StatusOK, call("192.0.2.7:40000", "Bearer s3cret-admin", "/emulator/v1/tables"))
 	assert.Equal(t, http.StatusOK, call("192.0.2.7:40000", "Bearer s3cret-admin", "/emulator/v1/faults"))
 }
+
+// TestDecompressionBombIsRefused: a compressed frame whose buffer declares
+// an uncompressed length of 1 TiB (found by FuzzDoPutFrame: arrow-go's
+// reader allocates the declared length first, and the emulator died of an
+// out-of-memory fatal error) is refused with INVALID_ARGUMENT before
+// anything is allocated; the same frame, honest, lands.
+func TestDecompressionBombIsRefused(t *testing.T) {
+	srv := startEmu(t, func(c *Config) { c.Tables = append(c.Tables, stringsTable+":s STRING") })
+	conn := dial(t, srv)
+	five := stringsBatch(5)
+	defer five.Release()
+	frame := func(patch func([]byte)) *flight.FlightData {
+		pl, err := ipc.GetRecordBatchPayload(five, ipc.WithZstd())
+		require.NoError(t, err)
+		defer pl.Release()
+		var body bytes.Buffer
+		require.NoError(t, pl.SerializeBody(&body))
+		b := body.Bytes()
+		if patch != nil {
+			patch(b)
+		}
+		return &flight.FlightData{DataHeader: bytes.Clone(pl.Meta().Bytes()), DataBody: b, AppMetadata: []byte(`{"offset_id":0}`)}
+	}
+	bomb := func(b []byte) {
+		// The offsets buffer of 5 rows: 48 bytes uncompressed, declared in
+		// its first 8 bytes.
+		var want [8]byte
+		binary.LittleEndian.PutUint64(want[:], 48)
+		for at := 0; at+8 <= len(b); at += 8 {
+			if bytes.Equal(b[at:at+8], want[:]) {
+				binary.LittleEndian.PutUint64(b[at:], 1<<40)
+				return
+			}
+		}
+		t.Fatal("no buffer declares 48 bytes")
+	}
+
+	p, _, err := openPut(t, conn, zerobusToken(t, srv, stringsTable), stringsTable, stringsSchema)
+	require.NoError(t, err)
+	require.NoError(t, p.stream.Send(frame(bomb)))
+	requireRefused(t, p.finish(), "decompresses to 1099511627", "send smaller batches")
+
+	p, _, err = openPut(t, conn, zerobusToken(t, srv, stringsTable), stringsTable, stringsSchema)
+	require.NoError(t, err)
+	require.NoError(t, p.stream.Send(frame(nil)))
+	p.waitRecords(5)
+	require.NoError(t, p.finish())
+	assert.Equal(t, int64(5), rowCount(t, srv, stringsTable))
+}

@@ -56,6 +56,10 @@ func (c *schemaCapture) Recv() (*flight.FlightData, error) {
 	if err == nil && !c.seen {
 		c.seen = true
 		c.header = append([]byte(nil), fd.GetDataHeader()...)
+	} else if err == nil {
+		if err := checkDecompressedSize(fd); err != nil {
+			return nil, err
+		}
 	}
 	if err == nil {
 		c.frameBytes = int64(len(fd.GetDataHeader()) + len(fd.GetDataBody()) + len(fd.GetAppMetadata()))

@@ -7,9 +7,36 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 )
+
+// MaxDecompressedBytes bounds what one record batch frame may decompress
+// to. A compressed Arrow IPC body declares each buffer's uncompressed
+// length in its first 8 bytes, and arrow-go's reader allocates that much
+// before decompressing: a 10 MiB frame declaring 100 GiB killed the
+// emulator with an out-of-memory fatal error (found by FuzzDoPutFrame). The
+// service's limit on decompressed size is not documented (assumption):
+// 256 MiB is far above what a client cuts (the official SDK and this
+// output aim at frames of about 2 MiB) and small enough for any machine.
+const MaxDecompressedBytes = 256 << 20
+
+// checkDecompressedSize refuses a frame whose compressed body declares more
+// than MaxDecompressedBytes, or whose compressed buffers lie outside its
+// body, before the reader allocates anything.
+func checkDecompressedSize(fd *flight.FlightData) error {
+	n, err := arrowipc.DecompressedBodyBytes(fd.GetDataHeader(), fd.GetDataBody())
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "malformed Flight data: %v", err)
+	}
+	if n > MaxDecompressedBytes {
+		return status.Errorf(codes.InvalidArgument, "record batch decompresses to %d bytes, more than the %d the emulator accepts in one frame; send smaller batches", n, MaxDecompressedBytes)
+	}
+	return nil
+}
 
 // validateBatch fully validates a received record batch before anything
 // reads its values: buffer sizes, offsets (in bounds, non-decreasing),

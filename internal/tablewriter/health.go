@@ -108,7 +108,7 @@ func (w *Writer) Health() TableHealth {
 	var p *pool.Pool
 	st := w.st.Load()
 	switch {
-	case w.closed.Load():
+	case w.life.isClosed():
 		th.State, th.Reason = StateStopped, "closed"
 		return th
 	case st != nil && st.pool != nil:
@@ -117,7 +117,10 @@ func (w *Writer) Health() TableHealth {
 		th.State, th.Reason = StateUp, "the table does not exist yet: it is created from the first batch"
 		return th
 	default:
-		cause := w.notOpen.Load()
+		var cause *error
+		if c := w.life.cause(); c != nil {
+			cause = &c
+		}
 		switch sp := w.spare.Load(); {
 		case sp != nil && sp.pool.Stopped() == nil:
 			// The open failed, and its streams keep retrying.

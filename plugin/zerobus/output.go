@@ -17,11 +17,9 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -71,8 +69,6 @@ type output struct {
 	opener ingest.Opener
 	cat    catalog.TableCatalog
 	eng    atomic.Pointer[tablewriter.Engine]
-	// permanent spaces Connect attempts that failed for good (1s → 60s).
-	permanent *backoff.Backoff
 
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
@@ -91,13 +87,12 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		return nil, err
 	}
 	o := &output{
-		cfg:       cfg,
-		log:       mgr.Logger(),
-		mgr:       mgr,
-		deps:      d,
-		version:   mgr.EngineVersion(),
-		permanent: backoff.New(time.Second, time.Minute),
-		wcfg:      wcfg,
+		cfg:     cfg,
+		log:     mgr.Logger(),
+		mgr:     mgr,
+		deps:    d,
+		version: mgr.EngineVersion(),
+		wcfg:    wcfg,
 	}
 	_, o.unhealth, err = healthhttp.Attach(mgr, mgr.Label(), healthhttp.Output{Health: o.health, MaxAckAge: cfg.AckTimeout})
 	if err != nil {
@@ -135,19 +130,17 @@ func (o *output) Connect(ctx context.Context) error {
 		return err
 	}
 	if err := e.Open(ctx); err != nil {
+		if ingest.IsPermanent(err) {
+			// A rotated secret in the environment is picked up here.
+			o.reloadCredentials(ctx)
+		}
+		// The writer's lifecycle decided when to try again (and said
+		// why, once): the engine waits that long before the next Connect.
 		if wait, ok := tablewriter.RetryAfter(err); ok {
 			return service.NewErrBackOff(err, wait)
 		}
-		if ingest.IsPermanent(err) {
-			// Bad credentials, missing grants, invalid names: retrying
-			// soon cannot help, so back off exponentially (the engine's
-			// own back-off stops at 1s) until someone fixes it.
-			o.reloadCredentials(ctx)
-			return service.NewErrBackOff(err, o.permanent.Next())
-		}
 		return err
 	}
-	o.permanent.Reset()
 	return nil
 }
 

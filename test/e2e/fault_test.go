@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The fault matrix of the table writer's lifecycle, cell by cell, against
+// the built binaries: the zerobus-emulator (its fault API injects the
+// fault) and benthos-zerobus running a generate → zerobus pipeline. Each
+// test logs one "fault:" line with what it measured (rows sent, landed,
+// duplicates, stream opens, time to detect, time to heal) for the
+// reliability table.
+
+// faultLine logs and prints one measurement line.
+func faultLine(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := "fault: " + fmt.Sprintf(format, args...)
+	t.Log(line)
+	fmt.Println(line)
+}
+
+// streamsOpened is the emulator's count of streams opened on table.
+func streamsOpened(t *testing.T, httpURL, table string) int64 {
+	t.Helper()
+	for name, ts := range emulatorStats(t, httpURL).Tables {
+		if strings.EqualFold(name, table) {
+			return ts.StreamsOpened
+		}
+	}
+	return 0
+}
+
+// countLines counts the lines of s that contain every one of want.
+func countLines(s string, want ...string) int {
+	n := 0
+	for _, l := range strings.Split(s, "\n") {
+		ok := true
+		for _, w := range want {
+			if !strings.Contains(l, w) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// rowStats reads back table's rows: how many are stored, how many distinct
+// ids, and the duplicates.
+func rowStats(t *testing.T, httpURL, table string) (stored, distinct, dups int) {
+	t.Helper()
+	rows := readRows(t, httpURL, table)
+	seen := map[int64]int{}
+	for _, r := range rows {
+		id, ok := asInt64(r["id"])
+		require.True(t, ok, "row without an integer id: %v", r)
+		seen[id]++
+	}
+	return len(rows), len(seen), len(rows) - len(seen)
+}
+
+// rowCount is the emulator's row_count of table (0 when unreadable).
+func rowCount(httpURL, table string) int64 {
+	ti, err := fetchTableInfo(httpURL, table)
+	if err != nil {
+		return 0
+	}
+	return ti.RowCount
+}
+
+// A permanent error mid-stream (every batch refused PERMISSION_DENIED while
+// streams still open fine) must not become a reopen storm nor nack the
+// batches into the input: the batches are held, the writer backs off 1 s →
+// 60 s across open→fail cycles (≤ 12 opens in 8 s), says once what to do,
+// and heals within one back-off step once the fault is cleared, every row
+// landing exactly once.
+func TestFaultPermanentMidStream(t *testing.T) {
+	const rows = 2000
+	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
+	cfg := writeConfig(t, "INFO", `generate:
+  count: 2000
+  interval: 2ms
+  mapping: 'root = {"id": counter(), "msg": "m"}'`,
+		zerobusOutput(grpcURL, httpURL, eventsTable, "batching:\n  count: 50\n  period: 20ms\n"))
+	pipe, exited := startPipeline(t, cfg)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "rows never started landing", func() (bool, string) {
+		n := rowCount(httpURL, eventsTable)
+		return n >= 200, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
+	})
+
+	opensBefore := streamsOpened(t, httpURL, eventsTable)
+	logFrom := len(pipe.out.String())
+	faultAt := time.Now()
+	putFaults(t, httpURL, `{"error_rate":{"PERMISSION_DENIED":1}}`)
+	landedAtFault := rowCount(httpURL, eventsTable)
+	time.Sleep(8 * time.Second) // the fault's duration, as in the issue
+	opens := streamsOpened(t, httpURL, eventsTable) - opensBefore
+	landedDuring := rowCount(httpURL, eventsTable) - landedAtFault
+	putFaults(t, httpURL, `{}`)
+	cleared := time.Now()
+	faultLog := pipe.out.String()[logFrom:]
+
+	var healed time.Duration
+	eventually(t, 30*time.Second, 20*time.Millisecond, "the pipeline never healed after the fault was cleared", func() (bool, string) {
+		n := rowCount(httpURL, eventsTable)
+		if healed == 0 && n > landedAtFault+landedDuring {
+			healed = time.Since(cleared)
+		}
+		return n >= rows, fmt.Sprintf("row_count %d of %d\n%s", n, rows, tail(pipe.out.String(), 30))
+	})
+	all := time.Since(cleared)
+	select {
+	case err := <-exited:
+		t.Logf("pipeline exited: %v", err)
+	default:
+	}
+	stored, distinct, dups := rowStats(t, httpURL, eventsTable)
+	explained := countLines(faultLog, "MODIFY")
+	nacked := countLines(faultLog, "Failed to send message")
+	faultLine(t, "permanent mid-stream (PERMISSION_DENIED on every batch for 8s): rows sent=%d landed=%d distinct=%d dups=%d; stream opens in the 8s=%d; explanations naming MODIFY=%d; nacked batches=%d; rows landed during the fault=%d; heal (first row after clear)=%s; all rows landed %s after clear (fault began %s before)",
+		rows, stored, distinct, dups, opens, explained, nacked, landedDuring, healed.Round(10*time.Millisecond), all.Round(10*time.Millisecond), cleared.Sub(faultAt).Round(10*time.Millisecond))
+
+	assert.LessOrEqual(t, opens, int64(12), "stream opens in the 8 s of the fault (a reopen storm otherwise)")
+	assert.Zero(t, nacked, "no batch is nacked into the input while the fault lasts (held):\n%s", tail(faultLog, 8))
+	assert.Equal(t, 1, explained, "one explanation naming what to do (grant MODIFY):\n%s", tail(faultLog, 8))
+	assert.Equal(t, rows, distinct, "every row landed")
+	assert.Zero(t, dups, "every row landed exactly once")
+	assert.Less(t, healed, 10*time.Second, "healed within one back-off step of the clear")
+}
+
+// blackHole listens on loopback and accepts connections that it never
+// answers: a peer that is reachable but silent.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// sigterm sends SIGTERM to the pipeline and returns how long it took to
+// exit (failing the test if it is still running after limit).
+func sigterm(t *testing.T, pipe *proc, exited <-chan error, limit time.Duration) time.Duration {
+	t.Helper()
+	sent := time.Now()
+	require.NoError(t, pipe.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-exited:
+		return time.Since(sent)
+	case <-time.After(limit):
+		t.Fatalf("benthos-zerobus still running %s after SIGTERM:\n%s", limit, tail(pipe.out.String(), 40))
+	}
+	return 0
+}
+
+// SIGTERM in any state exits within close_timeout + 1 s, logging once how
+// many rows were not delivered (and will be redelivered).
+func TestFaultSIGTERM(t *testing.T) {
+	const closeTimeout = 2 * time.Second
+	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
+	input := `generate:
+  count: 10
+  interval: ""
+  batch_size: 10
+  mapping: 'root = {"id": counter(), "msg": "m"}'`
+	extra := "close_timeout: 2s\nbatching:\n  count: 10\n  period: 10ms\n"
+	for _, tc := range []struct {
+		name string
+		// setup returns the output block and waits until the state holds.
+		setup func(t *testing.T) string
+		ready func(pipe *proc) bool
+	}{
+		{"workspace unreachable", func(t *testing.T) string {
+			return zerobusOutput(grpcURL, "http://"+blackHole(t), eventsTable, extra)
+		}, func(*proc) bool { return true }},
+		{"endpoint unreachable while connecting", func(t *testing.T) string {
+			return zerobusOutput("http://"+blackHole(t), httpURL, eventsTable, extra)
+		}, func(*proc) bool { return true }},
+		{"acks stalled", func(t *testing.T) string {
+			putFaults(t, httpURL, `{"ack_stall":true}`)
+			t.Cleanup(func() { putFaults(t, httpURL, `{}`) })
+			return zerobusOutput(grpcURL, httpURL, eventsTable, extra)
+		}, func(*proc) bool {
+			for name, ts := range emulatorStats(t, httpURL).Tables {
+				if strings.EqualFold(name, eventsTable) && ts.BatchesReceived > 0 {
+					return true
+				}
+			}
+			return false
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := tc.setup(t)
+			pipe, exited := startPipeline(t, writeConfig(t, "INFO", input, out))
+			// Let the pipeline reach the state: started, the rows taken
+			// from the input, the writer connecting or waiting for acks.
+			eventually(t, 20*time.Second, 50*time.Millisecond, "the pipeline never reached the state", func() (bool, string) {
+				s := pipe.out.String()
+				return strings.Contains(s, "zerobus output settings") && tc.ready(pipe), tail(s, 20)
+			})
+			time.Sleep(time.Second) // in the state for a while, as a user's SIGTERM would find it
+			took := sigterm(t, pipe, exited, 30*time.Second)
+			logs := pipe.out.String()
+			notDelivered := countLines(logs, "not delivered")
+			faultLine(t, "SIGTERM %s: exit after %s (close_timeout %s); 'not delivered' lines=%d", tc.name, took.Round(10*time.Millisecond), closeTimeout, notDelivered)
+			assert.LessOrEqual(t, took, closeTimeout+time.Second, "exit within close_timeout + 1 s:\n%s", tail(logs, 30))
+			assert.Equal(t, 1, notDelivered, "one line says how many rows were not delivered:\n%s", tail(logs, 30))
+			assert.Equal(t, 1, countLines(logs, "10 rows", "not delivered"), "it counts the 10 pending rows:\n%s", tail(logs, 30))
+		})
+	}
+}

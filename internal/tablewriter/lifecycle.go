@@ -243,8 +243,10 @@ func Classify(table string, err error) Fault {
 		f.Advice = "the service refused more streams for now (too many streams or pipelines): the open streams keep writing and no new one is opened before the service's wait; lower streams.max if it persists"
 		return f
 	}
-	var ze *ingest.Error
-	zerr := errors.As(err, &ze)
+	// The service's code, whether err carries a classified error or a
+	// bare gRPC status (codes.Unknown for neither).
+	ze := ingest.Classify(err)
+	zerr := ze != nil && ze.Code != codes.Unknown
 	if !ingest.IsPermanent(err) {
 		f.Class, f.Cause = FaultTransient, "transient"
 		if zerr {
@@ -259,15 +261,15 @@ func Classify(table string, err error) Fault {
 	switch {
 	case errors.As(err, &tn), strings.Contains(text, "INVALID_SCHEMA_OR_RELATION_NAME"):
 		f.Cause, f.Advice = "invalid name", "fix the table name (catalog.schema.table, each part a valid identifier)"
-	case zerr && ze.IsSchemaMismatch():
+	case ze != nil && ze.IsSchemaMismatch():
 		f.Cause, f.Advice = "schema refused", "the table refuses the stream's schema: fix the table or the data, or enable catalog.provision to evolve it"
-	case (zerr && (ze.Code == codes.PermissionDenied || ze.ServiceCode == ingest.ServiceCodeMissingGrants)) ||
+	case (ze != nil && (ze.Code == codes.PermissionDenied || ze.ServiceCode == ingest.ServiceCodeMissingGrants)) ||
 		strings.Contains(text, "PERMISSION_DENIED") || strings.Contains(text, "PermissionDenied"):
 		f.Cause, f.Advice = "permission denied", typemap.GrantHint(table, "")
-	case (zerr && ze.Code == codes.Unauthenticated) || strings.Contains(text, "UNAUTHENTICATED") ||
+	case (ze != nil && ze.Code == codes.Unauthenticated) || strings.Contains(text, "UNAUTHENTICATED") ||
 		strings.Contains(text, "Unauthenticated") || strings.Contains(text, "invalid_client"):
 		f.Cause, f.Advice = "unauthenticated", "fix the credentials: client_id and client_secret (or DATABRICKS_CLIENT_ID / DATABRICKS_CLIENT_SECRET) of a service principal of this workspace"
-	case (zerr && ze.Code == codes.NotFound) || strings.Contains(text, "NOT_FOUND") || strings.Contains(text, "does not exist"):
+	case (ze != nil && ze.Code == codes.NotFound) || strings.Contains(text, "NOT_FOUND") || strings.Contains(text, "does not exist"):
 		f.Cause, f.Advice = "not found", fmt.Sprintf("create table %s (or its catalog and schema), or set catalog.provision: true", table)
 	default:
 		f.Cause, f.Advice = "permanent", "fix the cause named here; the output retries with back-off and resumes once it is fixed, no restart needed"

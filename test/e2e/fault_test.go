@@ -241,3 +241,40 @@ func TestFaultSIGTERM(t *testing.T) {
 		})
 	}
 }
+
+// A table that does not exist, without provisioning: the output backs off
+// 1 s doubling (not a retry every second), says once what to do, and
+// writes as soon as the table is created, within one back-off step.
+func TestFaultMissingTableBacksOff(t *testing.T) {
+	const table, rows = "main.default.late", 100
+	httpURL, grpcURL, _ := startEmulatorProcess(t)
+	pipe, _ := startPipeline(t, writeConfig(t, "INFO", `generate:
+  count: 100
+  interval: 10ms
+  mapping: 'root = {"id": counter(), "msg": "m"}'`, zerobusOutput(grpcURL, httpURL, table)))
+	eventually(t, 20*time.Second, 20*time.Millisecond, "the output never reported the missing table", func() (bool, string) {
+		s := pipe.out.String()
+		return strings.Contains(s, "Failed to connect"), tail(s, 20)
+	})
+	first := time.Now()
+	time.Sleep(9 * time.Second) // watch the retries for a while
+	logs := pipe.out.String()
+	attempts := countLines(logs, "Failed to connect")
+	explained := countLines(logs, "What to do", "catalog.provision: true")
+
+	created := time.Now()
+	require.NoError(t, ucAt(t, httpURL, "wh-late").Execute(t.Context(), "CREATE TABLE "+table+" ("+eventsCols+")"))
+	eventually(t, 30*time.Second, 20*time.Millisecond, "the rows never landed after the table was created", func() (bool, string) {
+		n := rowCount(httpURL, table)
+		return n >= rows, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
+	})
+	healed := time.Since(created)
+	stored, distinct, dups := rowStats(t, httpURL, table)
+	faultLine(t, "missing table (provision off): connect attempts in the first %s=%d; explanations=%d; rows sent=%d landed=%d distinct=%d dups=%d; all rows landed %s after CREATE TABLE",
+		created.Sub(first).Round(100*time.Millisecond), attempts, explained, rows, stored, distinct, dups, healed.Round(10*time.Millisecond))
+	assert.LessOrEqual(t, attempts, 5, "1 s, 2 s, 4 s, 8 s: not a retry every second:\n%s", tail(logs, 20))
+	assert.Equal(t, 1, explained, "one explanation naming what to do:\n%s", tail(logs, 20))
+	assert.Equal(t, rows, distinct)
+	assert.Zero(t, dups)
+	assert.Less(t, healed, 17*time.Second, "healed within one back-off step (the wait in force is at most 16 s here)")
+}

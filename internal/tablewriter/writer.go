@@ -560,7 +560,8 @@ func (w *Writer) Close(ctx context.Context) error {
 			err = fmt.Errorf("close streams of %s: %w", w.cfg.Table, cerr)
 		}
 		if n := st.pool.Stats().NackedAtClose; n > 0 {
-			w.warnf("close: %d rows of %s were not durable within the close bound; their batches were nacked and will be redelivered", n, w.cfg.Table)
+			// The output says how many rows were not delivered, once.
+			w.log.Debug(fmt.Sprintf("close: %d rows of %s were not durable within the close bound; their batches were nacked and will be redelivered", n, w.cfg.Table))
 		}
 	}
 	if w.watchDone != nil {

@@ -17,6 +17,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -70,6 +71,12 @@ type output struct {
 	cat    catalog.TableCatalog
 	eng    atomic.Pointer[tablewriter.Engine]
 
+	// shutdown is the process's stopping notice (shutdown.go).
+	shutdown *shutdownNotice
+	// notDelivered counts the rows (and batches) refused or failed while
+	// the pipeline stopped: Close says how many, once.
+	notDelivered, notDeliveredBatches atomic.Int64
+
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
 	unhealth func()
@@ -87,12 +94,13 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		return nil, err
 	}
 	o := &output{
-		cfg:     cfg,
-		log:     mgr.Logger(),
-		mgr:     mgr,
-		deps:    d,
-		version: mgr.EngineVersion(),
-		wcfg:    wcfg,
+		cfg:      cfg,
+		log:      mgr.Logger(),
+		mgr:      mgr,
+		deps:     d,
+		version:  mgr.EngineVersion(),
+		shutdown: processShutdown,
+		wcfg:     wcfg,
 	}
 	_, o.unhealth, err = healthhttp.Attach(mgr, mgr.Label(), healthhttp.Output{Health: o.health, MaxAckAge: cfg.AckTimeout})
 	if err != nil {
@@ -125,11 +133,21 @@ func (o *output) Connect(ctx context.Context) error {
 			o.log.Warnf("zerobus: tls.skip_cert_verify is true: the certificates of %s and %s are NOT verified, so anyone on the path can read the credentials and the rows; use it only on a test rig", o.cfg.Endpoint, o.cfg.WorkspaceURL)
 		}
 	})
+	if _, stopping := o.shutdown.since(); stopping {
+		// Nothing more is opened: the engine hands its batches to
+		// WriteBatch, which refuses them (redelivered by the input).
+		return nil
+	}
+	ctx, cancel := o.shutdown.untilShutdown(ctx)
+	defer cancel()
 	e, err := o.engine()
 	if err != nil {
 		return err
 	}
 	if err := e.Open(ctx); err != nil {
+		if _, stopping := o.shutdown.since(); stopping {
+			return nil
+		}
 		if ingest.IsPermanent(err) {
 			// A rotated secret in the environment is picked up here.
 			o.reloadCredentials(ctx)
@@ -199,7 +217,36 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 // durable. Rows that do not fit the table fail through a *service.BatchError
 // naming the message index and the column; the good rows are durable before
 // it is returned. A cancelled ctx returns an error (a nack), never nil.
+//
+// While the table is not connected it returns service.ErrNotConnected: the
+// engine holds the batch, calls Connect (which waits as the writer's
+// lifecycle decided) and writes it again. Once the process is stopping, a
+// held batch is refused at once and a batch in flight waits for its durable
+// ack at most close_timeout from the notice: both are nacked (redelivered).
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	ctx, cancel := o.shutdown.boundedAfter(ctx, o.cfg.CloseTimeout)
+	defer cancel()
+	err := o.writeBatch(ctx, batch)
+	if err == nil {
+		return nil
+	}
+	_, stopping := o.shutdown.since()
+	if errors.Is(err, service.ErrNotConnected) {
+		if !stopping {
+			return err // held: the engine reconnects and writes it again
+		}
+		err = fmt.Errorf("zerobus: stopping while table %s is not connected: %d rows not written (nacked; the input redelivers them)", o.cfg.Table, len(batch))
+	}
+	var berr *service.BatchError
+	if (stopping || ctx.Err() != nil) && !errors.As(err, &berr) {
+		o.notDelivered.Add(int64(len(batch)))
+		o.notDeliveredBatches.Add(1)
+	}
+	return err
+}
+
+// writeBatch is WriteBatch's work.
+func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) error {
 	e := o.eng.Load()
 	if e == nil {
 		return service.ErrNotConnected
@@ -255,8 +302,16 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 // Close drains and closes the streams within close_timeout; rows not durable
 // by then are abandoned and their batches nacked (never acked). Then it
 // closes the clients it built.
+//
+// Once the process is stopping, Close takes only what is left of
+// close_timeout since the notice (at least closeFloor), and it says once how
+// many rows were not delivered.
 func (o *output) Close(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, o.cfg.CloseTimeout)
+	bound := o.cfg.CloseTimeout
+	if at, stopping := o.shutdown.since(); stopping {
+		bound = max(min(bound, time.Until(at.Add(o.cfg.CloseTimeout))), closeFloor)
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	o.unhealth()
 	o.mu.Lock()
@@ -264,8 +319,19 @@ func (o *output) Close(ctx context.Context) error {
 	if o.releaseMem != nil {
 		o.releaseMem()
 	}
-	return o.closeLocked(ctx)
+	err := o.closeLocked(ctx)
+	if n := o.notDelivered.Swap(0); n > 0 {
+		o.log.Warnf("zerobus: closed; %d rows (%d batches) were not delivered to %s: they were nacked and will be redelivered by the input", n, o.notDeliveredBatches.Swap(0), o.cfg.Table)
+	} else if _, stopping := o.shutdown.since(); stopping {
+		o.log.Infof("zerobus: closed; every row written to %s was delivered", o.cfg.Table)
+	}
+	return err
 }
+
+// closeFloor is the least time Close takes to drain once the process is
+// stopping, even when close_timeout since the notice has passed: enough to
+// settle the lanes and end the streams' calls.
+const closeFloor = 250 * time.Millisecond
 
 // closeLocked closes the writers and the clients the output built; o.mu is
 // held.

@@ -207,6 +207,12 @@ func outputReport(label string, o Output) OutputReport {
 			or.Status = worse(or.Status, StatusDegraded)
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rebuilding: %s", t.Table, cmp.Or(t.Reason, "a stream is being rebuilt")))
 		}
+		if down := t.Age(t.Unreachable); !t.Unreachable.IsZero() && down >= tablewriter.OutageGrace {
+			// Every stream lost its connection: the endpoint or the path
+			// to it is down, whatever the pool still calls the streams.
+			or.Status = StatusDown
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: no stream connected for %s: %s", t.Table, down.Round(100*time.Millisecond), t.Reason))
+		}
 		if age := t.OldestPendingAge(); o.MaxAckAge > 0 && age > o.MaxAckAge {
 			or.Status = StatusDown
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rows wait %s for their durable ack, over %s (slow acks: see the runbook)",

@@ -14,7 +14,7 @@ import (
 
 // DefaultHealthInterval is how often a HealthObserver is given the writer's
 // Health: the resolution of the ack-age and stream-state gauges.
-const DefaultHealthInterval = 5 * time.Second
+const DefaultHealthInterval = time.Second
 
 // StreamState is the state of a stream, or of a table (its worst stream's).
 type StreamState = pool.State
@@ -77,6 +77,10 @@ type TableHealth struct {
 	BudgetWaiters                      int
 	// StreamWaiters counts writes waiting for a healthy stream.
 	StreamWaiters int64
+	// Unreachable is since when no stream of the table has been connected
+	// (each one reconnecting, rebuilding or stopped); zero while one is. Past
+	// OutageGrace the table is down and new batches are held.
+	Unreachable time.Time
 }
 
 // Age returns how long before At since was, never below zero; zero for a
@@ -144,6 +148,12 @@ func (w *Writer) Health() TableHealth {
 		worst = StateUp
 	}
 	for _, m := range ph.Members {
+		if m.Reconnecting {
+			// Up for the pool, but its connection is gone: the client
+			// reconnects inside the stream.
+			_, since, cause := w.memberDown(m)
+			m.State, m.Since, m.Err = StateRebuilding, since, cause
+		}
 		sh := StreamHealth{
 			Index: m.Index, State: m.State, Since: m.Since,
 			Generation: m.Generation, Rebuilds: m.Rebuilds,
@@ -161,6 +171,12 @@ func (w *Writer) Health() TableHealth {
 	}
 	th.StreamWaiters = ph.PickWaiters
 	th.State = worst
+	if since, cause := w.unreachable(ph); !since.IsZero() && th.State != StateStopped {
+		th.Unreachable = since
+		if th.Reason == "" && cause != nil {
+			th.Reason = "no stream is connected: " + errorText(cause)
+		}
+	}
 	if th.Reason == "" && ph.Fatal != nil {
 		th.Reason = errorText(ph.Fatal)
 	}

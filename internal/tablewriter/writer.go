@@ -228,6 +228,14 @@ type Writer struct {
 	lastStopped atomic.Pointer[pool.Pool]
 	// health runs the loop that feeds the health gauges (health.go).
 	health healthLoop
+	// links is what the client said of its streams' connections
+	// (liveness.go).
+	links links
+	// outageSig releases the writes waiting to submit once no stream is
+	// connected; the outage watch (started by Open, stopped by Close under
+	// openMu) raises and clears it.
+	outageSig              atomic.Pointer[outageSignal]
+	outageQuit, outageDone chan struct{}
 
 	// rawRefusal holds the unmet primary-raw precondition error, nil while
 	// the role is satisfied (or the role is derived).
@@ -301,13 +309,22 @@ func (w *Writer) Open(ctx context.Context) error {
 		return ErrClosed
 	}
 	if st := w.st.Load(); st != nil && w.life.writable() && (st.pool != nil || w.cfg.Provision) {
-		return nil
+		if err := w.stopIfStopped(st, nil); err == nil {
+			// Open, but while no stream reaches the service the engine
+			// holds its batches and asks again soon (liveness.go).
+			if cause := w.outage(st); cause != nil {
+				return &WaitError{Err: cause, Wait: outagePoll, Held: true}
+			}
+			return nil
+		}
+		// The streams stopped for good: the lifecycle backs off (below).
 	}
 	if err := w.life.beginOpen(); err != nil {
 		return err
 	}
 	w.closeStopped(ctx)
 	w.startHealth()
+	w.startOutageWatch()
 	if err := w.open(ctx); err != nil {
 		v := w.life.failed(Classify(w.cfg.Table, err))
 		if v.Action == GiveUp {
@@ -420,6 +437,10 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		}
 	} else if err := w.stopIfStopped(st, nil); err != nil {
 		return nil, err
+	} else if cause := w.outage(st); cause != nil {
+		// No stream reaches the service: hold the batch (the engine
+		// reconnects) rather than queue it behind a dead connection.
+		return nil, fmt.Errorf("%w: %w", ErrNotOpen, cause)
 	}
 
 	// With coverage, a row whose source or offset cannot be had fails
@@ -550,6 +571,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	}
 	w.watchMu.Unlock()
 	w.health.stop()
+	w.stopOutageWatch()
 	w.closeStopped(ctx)
 	if sp := w.spare.Swap(nil); sp != nil {
 		_ = sp.pool.Close(ctx)
@@ -606,7 +628,7 @@ func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *po
 		}
 	}
 	if p == nil {
-		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, w.obs)
+		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()

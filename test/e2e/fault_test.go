@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp/healthhttptest"
 )
 
 // The fault matrix of the table writer's lifecycle, cell by cell, against
@@ -278,3 +285,115 @@ func TestFaultMissingTableBacksOff(t *testing.T) {
 	assert.Zero(t, dups)
 	assert.Less(t, healed, 17*time.Second, "healed within one back-off step (the wait in force is at most 16 s here)")
 }
+
+// httpGet fetches url, returning its status and body ("" and 0 on error).
+func httpGet(url string) (int, string) {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The Zerobus endpoint dies (kill -9) under traffic: within 2 s the health
+// endpoint says 503 naming the lost connection, the engine's connection
+// status says not connected (/ready 503, output_connection_lost counted),
+// and once it is back everything heals with every row landed.
+func TestFaultEndpointDownHealth(t *testing.T) {
+	binaries(t)
+	emu := newChaosEmulator(t, chaosPlan{lifetime: time.Hour})
+	require.NoError(t, emu.start(true))
+	t.Cleanup(emu.stop)
+	addr := freeAddr(t)
+	const rows = 1200
+	cfg := filepath.Join(t.TempDir(), "down.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+http:
+  address: %s
+metrics:
+  prometheus: {}
+logger:
+  level: INFO
+input:
+  generate:
+    count: %d
+    interval: 25ms
+    mapping: 'root = {"id": counter(), "k": "c-%%d".format(counter())}'
+output:
+  label: zb
+  zerobus:
+    endpoint: %s
+    workspace_url: %s
+    table: %s
+    client_id: %s
+    client_secret: %s
+    batching:
+      count: 10
+      period: 50ms
+`, addr, rows, emu.grpcURL(), emu.httpURL(), chaosTable, chaosPrincipal, chaosSecret)), 0o600))
+	pipe, _ := startPipeline(t, cfg)
+	base := "http://" + addr
+	eventually(t, 30*time.Second, 50*time.Millisecond, "never healthy and writing", func() (bool, string) {
+		code, rep, err := healthhttptest.Fetch(base + healthhttp.Path)
+		return err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp && rowCount(emu.httpURL(), chaosTable) > 40,
+			describeHealth(code, rep, err) + "\n" + tail(pipe.out.String(), 10)
+	})
+	_, metrics := httpGet(base + "/metrics")
+	lostBefore := promValue(metrics, "output_connection_lost")
+
+	require.NoError(t, emu.kill9())
+	killed := time.Now()
+	var health, ready, lost time.Duration
+	var lastHealth string
+	deadline := killed.Add(10 * time.Second)
+	for time.Now().Before(deadline) && (health == 0 || ready == 0 || lost == 0) {
+		if health == 0 {
+			if code, body := httpGet(base + healthhttp.Path); code == http.StatusServiceUnavailable {
+				health, lastHealth = time.Since(killed), body
+			}
+		}
+		if ready == 0 {
+			if code, _ := httpGet(base + "/ready"); code == http.StatusServiceUnavailable {
+				ready = time.Since(killed)
+			}
+		}
+		if lost == 0 {
+			if _, m := httpGet(base + "/metrics"); promValue(m, "output_connection_lost") > lostBefore {
+				lost = time.Since(killed)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // down for a while
+	require.NoError(t, emu.start(true))
+	restarted := time.Now()
+	var healed time.Duration
+	eventually(t, 60*time.Second, 50*time.Millisecond, "never healthy again after the endpoint came back", func() (bool, string) {
+		code, rep, err := healthhttptest.Fetch(base + healthhttp.Path)
+		rcode, _ := httpGet(base + "/ready")
+		ok := err == nil && code == http.StatusOK && rep.Status == healthhttp.StatusUp && rcode == http.StatusOK
+		if ok && healed == 0 {
+			healed = time.Since(restarted)
+		}
+		return ok, fmt.Sprintf("health %s; ready %d\n%s", describeHealth(code, rep, err), rcode, tail(pipe.out.String(), 10))
+	})
+	eventually(t, 60*time.Second, 50*time.Millisecond, "not every row landed", func() (bool, string) {
+		n := rowCount(emu.httpURL(), chaosTable)
+		return n >= rows, fmt.Sprintf("row_count %d of %d", n, rows)
+	})
+	stored, distinct, dups := rowStats(t, emu.httpURL(), chaosTable)
+	faultLine(t, "endpoint killed (kill -9) under 40 rows/s: health 503 after %s, /ready 503 after %s, output_connection_lost after %s; down %s; healthy again %s after restart; rows sent=%d landed=%d distinct=%d dups=%d",
+		health.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), lost.Round(10*time.Millisecond), restarted.Sub(killed).Round(100*time.Millisecond), healed.Round(10*time.Millisecond), rows, stored, distinct, dups)
+	assert.NotZero(t, health, "health never said 503")
+	assert.LessOrEqual(t, health, 2*time.Second, "health reflects the outage within 2 s")
+	assert.Contains(t, lastHealth, "no stream connected", "the report names the lost connection")
+	assert.NotZero(t, ready, "/ready never said 503")
+	assert.LessOrEqual(t, ready, 2*time.Second, "the connection status reflects it within 2 s")
+	assert.NotZero(t, lost)
+	assert.LessOrEqual(t, lost, 2*time.Second, "output_connection_lost within 2 s")
+	assert.Equal(t, rows, distinct, "every row landed")
+}
+

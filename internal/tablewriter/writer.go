@@ -447,8 +447,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	// alone, before conversion.
 	pos, posErrs := w.positionsOf(rows)
 	var rowErrs []RowError
+	var used *state
 	for attempt := 0; ; attempt++ {
-		var used *state
 		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf, resv, pos)
 		// A batch converted just before another one evolved the table meets
 		// a pool already switched to the new schema: convert it again.
@@ -466,8 +466,11 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		}
 		break
 	}
-	if len(rowErrs) < len(rows) {
-		w.life.progress() // rows are durable: the failure history is over
+	if cur := w.st.Load(); len(rowErrs) < len(rows) && cur != nil && used != nil && cur.pool == used.pool {
+		// Rows are durable on the streams still open: the failure
+		// history is over. (A batch confirmed by streams that stopped
+		// meanwhile says nothing of the new ones.)
+		w.life.progress()
 	}
 	rowErrs = append(rowErrs, posErrs...)
 	w.obs.RowErrors(len(rowErrs))

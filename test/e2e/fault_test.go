@@ -396,4 +396,3 @@ output:
 	assert.LessOrEqual(t, lost, 2*time.Second, "output_connection_lost within 2 s")
 	assert.Equal(t, rows, distinct, "every row landed")
 }
-

@@ -259,35 +259,18 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	if o.cfg.OrderingKey != nil {
 		keyOf = func(i int) (string, error) { return o.cfg.OrderingKey.TryString(batch[i]) }
 	}
-	var rowErrs []tablewriter.RowError
-	sourceOf := func(int) string { return o.cfg.Table }
-	if e.Router != nil {
-		tables := make([]string, len(batch))
-		tableErrs := make([]error, len(batch))
-		for i, m := range batch {
-			tables[i], tableErrs[i] = o.cfg.TableInterp.TryString(m)
-		}
-		sourceOf = func(i int) string { return tables[i] }
-		rowErrs = e.Router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
-		if tablewriter.AllNotOpen(rowErrs, len(batch)) {
-			return service.ErrNotConnected // Connect reopens them
-		}
-	} else {
-		var err error
-		if rowErrs, err = e.Writer.Write(ctx, rows, keyOf); err != nil {
-			if errors.Is(err, tablewriter.ErrNotOpen) {
-				return service.ErrNotConnected // the writer logged why, once
-			}
-			return err
-		}
+	var tableOf tablewriter.TableFunc
+	if o.cfg.TableInterp != nil {
+		tableOf = func(i int) (string, error) { return o.cfg.TableInterp.TryString(batch[i]) }
 	}
-	if len(rowErrs) > 0 && e.DeadLetters != nil {
-		// The batch is acknowledged only once its dead letters are durable
-		// too: an error here nacks it whole (at-least-once).
-		var err error
-		if rowErrs, err = e.DeadLetters.Write(ctx, sourceOf, rows, rowErrs); err != nil {
-			return err
-		}
+	rowErrs, err := e.Write(ctx, rows, tableOf, keyOf)
+	if errors.Is(err, tablewriter.ErrNotOpen) {
+		// The bare sentinel: the engine holds the batch, reconnects and
+		// writes it again (the writer logged why, once).
+		return service.ErrNotConnected
+	}
+	if err != nil {
+		return err
 	}
 	if len(rowErrs) == 0 {
 		return nil

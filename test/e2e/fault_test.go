@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp/healthhttptest"
 )
@@ -395,4 +398,70 @@ output:
 	assert.NotZero(t, lost)
 	assert.LessOrEqual(t, lost, 2*time.Second, "output_connection_lost within 2 s")
 	assert.Equal(t, rows, distinct, "every row landed")
+}
+
+// Acks stall: the streams stay up, zerobus_pending_offsets climbs live as
+// batches are written into the stall (not only when a wait starts or ends),
+// health says 503 once the oldest rows wait past ack.timeout, and the rows
+// land once acks are back.
+func TestFaultAckStall(t *testing.T) {
+	const ackTimeout = 2 * time.Second
+	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
+	mux := http.NewServeMux()
+	b := newStream(t, "label: zb\n"+outputYAML(srv, eventsTable, "batching:\n  count: 0\nack:\n  timeout: 2s\nstreams:\n  min: 1\n  max: 1\n"))
+	b.SetHTTPMux(mux)
+	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
+	produce, ctx, stop := startProducer(t, b)
+	defer func() { _ = stop() }()
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	scrape := func() float64 {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return promValue(rec.Body.String(), "zerobus_pending_offsets", `table="`+eventsTable+`"`)
+	}
+	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":0,"msg":"a"}`))}))
+
+	require.NoError(t, srv.SetFaults(emulator.Faults{AckStall: true}))
+	stalled := time.Now()
+	results := make(chan error, 20)
+	var seen []float64
+	for i := 1; i <= 5; i++ {
+		batch := service.MessageBatch{}
+		for j := 0; j < 10; j++ {
+			batch = append(batch, service.NewMessage([]byte(fmt.Sprintf(`{"id":%d,"msg":"s"}`, i*100+j))))
+		}
+		go func() { results <- produce(ctx, batch) }()
+		want := float64(10 * i)
+		eventually(t, 5*time.Second, 10*time.Millisecond, "pending offsets did not climb with the stalled batch", func() (bool, string) {
+			v := scrape()
+			return v >= want, fmt.Sprintf("zerobus_pending_offsets %v, want %v", v, want)
+		})
+		seen = append(seen, scrape())
+	}
+	var unhealthy time.Duration
+	eventually(t, 15*time.Second, 20*time.Millisecond, "health never said 503 during the stall", func() (bool, string) {
+		c, r, err := healthhttptest.Fetch(hs.URL + healthhttp.Path)
+		if err == nil && c == http.StatusServiceUnavailable {
+			unhealthy = time.Since(stalled)
+			return true, ""
+		}
+		return false, describeHealth(c, r, err)
+	})
+	require.NoError(t, srv.SetFaults(emulator.Faults{}))
+	nacked := 0
+	for range 5 {
+		if err := <-results; err != nil {
+			nacked++ // past ack.timeout: nacked, redelivered by a real input
+		}
+	}
+	faultLine(t, "ack stall: zerobus_pending_offsets while batches queue into the stall=%v; health 503 after %s (ack.timeout %s); batches nacked at ack.timeout=%d of 5",
+		seen, unhealthy.Round(10*time.Millisecond), ackTimeout, nacked)
+	assert.Equal(t, []float64{10, 20, 30, 40, 50}, seen, "the gauge climbs live")
+	assert.GreaterOrEqual(t, unhealthy, ackTimeout, "not before ack.timeout")
+	assert.Less(t, unhealthy, ackTimeout+2*time.Second, "soon after ack.timeout")
+	eventually(t, 15*time.Second, 50*time.Millisecond, "never healthy after the stall", func() (bool, string) {
+		c, r, err := healthhttptest.Fetch(hs.URL + healthhttp.Path)
+		return err == nil && c == http.StatusOK, describeHealth(c, r, err)
+	})
 }

@@ -534,3 +534,81 @@ func TestFaultTransientAndThrottling(t *testing.T) {
 		})
 	}
 }
+
+// emulatorOn runs the emulator binary on fixed ports and data directory
+// (so it can be restarted in place) with extra flags; stop kills it.
+func emulatorOn(t *testing.T, httpAddr, grpcAddr, dataDir string, extra ...string) (stop func()) {
+	t.Helper()
+	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", freeAddr(t), "--data", dataDir, "--log-level", "warn",
+		"--table", eventsTable + ":" + eventsCols}, extra...)
+	p := startBinary(t, emulatorBinary(t), nil, args...)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "emulator did not start", func() (bool, string) {
+		out := p.out.String()
+		return strings.Contains(out, "Zerobus emulator running"), out
+	})
+	return func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// OAuth refused (the secret the pipeline holds is not the workspace's):
+// backed off 1 s doubling with one explanation naming the credentials,
+// healed without a restart once the workspace accepts it. Tokens expiring
+// every few seconds mid-run: renewed, nothing lost.
+func TestFaultOAuth(t *testing.T) {
+	t.Run("refused then accepted", func(t *testing.T) {
+		const rows = 200
+		httpAddr, grpcAddr, data := freeAddr(t), freeAddr(t), t.TempDir()
+		stop := emulatorOn(t, httpAddr, grpcAddr, data, "--client-secret", "the-right-one")
+		out := fmt.Sprintf("zerobus:\n  endpoint: http://%s\n  workspace_url: http://%s\n  table: %s\n  client_id: %s\n  client_secret: rotated-secret\n",
+			grpcAddr, httpAddr, eventsTable, emulator.DefaultClientID)
+		pipe, _ := startPipeline(t, writeConfig(t, "INFO", `generate:
+  count: 200
+  interval: 10ms
+  mapping: 'root = {"id": counter(), "msg": "m"}'`, out))
+		eventually(t, 30*time.Second, 20*time.Millisecond, "the refusal was never reported", func() (bool, string) {
+			s := pipe.out.String()
+			return strings.Contains(s, "Failed to connect"), tail(s, 20)
+		})
+		time.Sleep(8 * time.Second)
+		logs := pipe.out.String()
+		attempts := countLines(logs, "Failed to connect")
+		explained := countLines(logs, "What to do", "client_secret")
+		stop()
+		emulatorOn(t, httpAddr, grpcAddr, data, "--client-secret", "rotated-secret")
+		fixed := time.Now()
+		eventually(t, 40*time.Second, 20*time.Millisecond, "never healed once the secret was accepted", func() (bool, string) {
+			n := rowCount("http://"+httpAddr, eventsTable)
+			return n >= rows, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
+		})
+		healed := time.Since(fixed)
+		_, distinct, dups := rowStats(t, "http://"+httpAddr, eventsTable)
+		faultLine(t, "OAuth refused (invalid_client) for 8s: connect attempts=%d; explanations naming client_secret=%d; all %d rows landed %s after the workspace accepted the secret (distinct=%d dups=%d)",
+			attempts, explained, rows, healed.Round(10*time.Millisecond), distinct, dups)
+		assert.LessOrEqual(t, attempts, 6, "backed off, not retried every second:\n%s", tail(logs, 20))
+		assert.Equal(t, 1, explained, "one explanation naming the credentials:\n%s", tail(logs, 20))
+		assert.Equal(t, rows, distinct)
+		assert.Less(t, healed, 20*time.Second, "healed within one back-off step")
+	})
+	t.Run("tokens expire mid-run", func(t *testing.T) {
+		const rows = 1000
+		httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+		emulatorOn(t, httpAddr, grpcAddr, t.TempDir(), "--token-ttl", "3s")
+		pipe, _ := startPipeline(t, writeConfig(t, "INFO", `generate:
+  count: 1000
+  interval: 10ms
+  mapping: 'root = {"id": counter(), "msg": "m"}'`, zerobusOutput("http://"+grpcAddr, "http://"+httpAddr, eventsTable, "batching:\n  count: 20\n  period: 20ms\n")))
+		began := time.Now()
+		eventually(t, 45*time.Second, 50*time.Millisecond, "not every row landed", func() (bool, string) {
+			n := rowCount("http://"+httpAddr, eventsTable)
+			return n >= rows, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
+		})
+		_, distinct, dups := rowStats(t, "http://"+httpAddr, eventsTable)
+		st := emulatorStats(t, "http://"+httpAddr)
+		faultLine(t, "tokens expiring every 3s: %d rows over %s, distinct=%d dups=%d, tokens issued=%d, refused=%d, nacked batches=%d",
+			rows, time.Since(began).Round(100*time.Millisecond), distinct, dups, st.TokensIssued, st.TokenFailures, countLines(pipe.out.String(), "Failed to send message"))
+		assert.Equal(t, rows, distinct)
+		assert.Zero(t, countLines(pipe.out.String(), "Failed to send message"), "no batch failed for an expired token")
+	})
+}

@@ -9,6 +9,11 @@
 // to a back-off and ErrNotOpen to "not connected"; tests drive it directly
 // with ingestfake and catalogfake.
 //
+// Its phases (idle, opening, open, waiting for the table, backing off,
+// draining, closed) and the one decision of when to open again after a
+// failure live in lifecycle.go; what it knows of its streams' connections,
+// in liveness.go.
+//
 // Follow one batch: Write (this file) → writeOnce, layout, convert
 // (write.go; convert may evolve the table: evolve in schema.go, widenings in
 // widen.go) → submitAndWait: pool.Write per stream group, then each ticket's

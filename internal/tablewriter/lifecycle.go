@@ -227,7 +227,11 @@ var errTableMissing = errors.New("the table does not exist")
 
 // Classify turns an error of an open or of the streams into a Fault for
 // table, with the advice a user needs.
-func Classify(table string, err error) Fault {
+func Classify(table string, err error) Fault { return classify(table, "", err) }
+
+// classify is Classify naming principal (the service principal's
+// application id, "" when unknown) in the grants to issue.
+func classify(table, principal string, err error) Fault {
 	f := Fault{Err: err}
 	switch {
 	case errors.Is(err, ErrClosed), errors.Is(err, pool.ErrClosed):
@@ -265,7 +269,7 @@ func Classify(table string, err error) Fault {
 		f.Cause, f.Advice = "schema refused", "the table refuses the stream's schema: fix the table or the data, or enable catalog.provision to evolve it"
 	case (ze != nil && (ze.Code == codes.PermissionDenied || ze.ServiceCode == ingest.ServiceCodeMissingGrants)) ||
 		strings.Contains(text, "PERMISSION_DENIED") || strings.Contains(text, "PermissionDenied"):
-		f.Cause, f.Advice = "permission denied", typemap.GrantHint(table, "")
+		f.Cause, f.Advice = "permission denied", typemap.GrantHint(table, principal)
 	case (ze != nil && ze.Code == codes.Unauthenticated) || strings.Contains(text, "UNAUTHENTICATED") ||
 		strings.Contains(text, "Unauthenticated") || strings.Contains(text, "invalid_client"):
 		f.Cause, f.Advice = "unauthenticated", "fix the credentials: client_id and client_secret (or DATABRICKS_CLIENT_ID / DATABRICKS_CLIENT_SECRET) of a service principal of this workspace"

@@ -74,6 +74,9 @@ type Config struct {
 	Table string
 	// WriterID identifies this writer in the table's writer registration.
 	WriterID string
+	// Principal is the service principal's application id (the OAuth
+	// client id), named in the grants a refusal asks for; "" when unknown.
+	Principal string
 	// Provision creates the table when absent and adds columns on drift.
 	Provision bool
 	// CreateColumns are the columns an absent table is created with (plus
@@ -331,7 +334,7 @@ func (w *Writer) Open(ctx context.Context) error {
 	w.startHealth()
 	w.startOutageWatch()
 	if err := w.open(ctx); err != nil {
-		v := w.life.failed(Classify(w.cfg.Table, err))
+		v := w.life.failed(classify(w.cfg.Table, w.cfg.Principal, err))
 		if v.Action == GiveUp {
 			return err
 		}
@@ -526,7 +529,7 @@ func (w *Writer) stopIfStopped(st *state, writeErr error) error {
 	if w.st.CompareAndSwap(st, nil) {
 		w.lastStopped.Store(st.pool)
 		w.stopped = append(w.stopped, st.pool)
-		w.life.failed(Classify(w.cfg.Table, cause))
+		w.life.failed(classify(w.cfg.Table, w.cfg.Principal, cause))
 	}
 	w.schemaMu.Unlock()
 	return fmt.Errorf("%w: %w", ErrNotOpen, cause)

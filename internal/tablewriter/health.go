@@ -69,6 +69,8 @@ type TableHealth struct {
 	// says why), or rebuilding before the first open.
 	State  StreamState
 	Reason string
+	// Phase is the writer's lifecycle phase (lifecycle.go), by name.
+	Phase string
 	// Streams are the pool's streams; none before the table exists.
 	Streams []StreamHealth
 	// BudgetLimitBytes and BudgetInUseBytes are the in-flight byte budget
@@ -107,7 +109,7 @@ func (t TableHealth) OldestPendingAge() time.Duration {
 // locks held briefly on the write path (the pool's read lock, the budget's
 // mutex): never the locks held across catalog calls.
 func (w *Writer) Health() TableHealth {
-	th := TableHealth{Table: w.cfg.Table, At: time.Now(), BudgetLimitBytes: w.budget.limit}
+	th := TableHealth{Table: w.cfg.Table, At: time.Now(), BudgetLimitBytes: w.budget.limit, Phase: w.life.Phase().String()}
 	th.BudgetInUseBytes, th.BudgetWaiters = w.budget.snapshot()
 	var p *pool.Pool
 	st := w.st.Load()

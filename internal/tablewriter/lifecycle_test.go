@@ -217,6 +217,10 @@ func TestWriterMissingTableBacksOff(t *testing.T) {
 	wait2, _ := RetryAfter(w.Open(context.Background()))
 	assert.Greater(t, wait2, wait, "the wait grows across cycles")
 	assert.Equal(t, PhaseBackingOff, w.Phase())
+	th := w.Health()
+	assert.Equal(t, "backing off", th.Phase, "health names the phase")
+	assert.Equal(t, StateStopped, th.State)
+	assert.Contains(t, th.Reason, "does not exist")
 	_, err = w.Write(context.Background(), rows(`{"id":1}`), nil)
 	assert.ErrorIs(t, err, ErrNotOpen)
 

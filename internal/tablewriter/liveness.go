@@ -24,9 +24,19 @@ import (
 // enough to be seen within 2 s.
 const OutageGrace = time.Second
 
-// outagePoll is the wait an Open asks for while the table is unreachable:
-// how soon the engine asks again whether a stream is back.
-const outagePoll = time.Second
+// outagePoll and outagePollMax bound the wait an Open asks for while the
+// table is unreachable (a quarter of the outage so far): how soon the
+// engine asks again whether a stream is back, without a log line a second
+// through a long outage.
+const (
+	outagePoll    = time.Second
+	outagePollMax = 5 * time.Second
+)
+
+// outageWait is the wait before the engine asks again, an outage of age in.
+func outageWait(age time.Duration) time.Duration {
+	return min(max(age/4, outagePoll), outagePollMax)
+}
 
 // errReconnecting stands for the cause of a lost connection no event named.
 var errReconnecting = errors.New("the stream's connection was lost; reconnecting")
@@ -185,8 +195,21 @@ func (w *Writer) outage(st *state) error {
 	if since.IsZero() || time.Since(since) < OutageGrace {
 		return nil
 	}
-	return fmt.Errorf("no stream to %s is connected for %s: %w", w.cfg.Table, time.Since(since).Round(100*time.Millisecond), cause)
+	return &outageError{table: w.cfg.Table, age: time.Since(since), cause: cause}
 }
+
+// outageError is an outage in progress: how long it lasts, and why.
+type outageError struct {
+	table string
+	age   time.Duration
+	cause error
+}
+
+func (e *outageError) Error() string {
+	return fmt.Sprintf("no stream to %s is connected for %s: %v", e.table, e.age.Round(100*time.Millisecond), e.cause)
+}
+
+func (e *outageError) Unwrap() error { return e.cause }
 
 // outageWatchInterval is how often an open writer looks whether its table
 // became unreachable, to release the writes waiting to submit.

@@ -75,3 +75,13 @@ func TestOutageHoldsBatchesUntilAStreamIsBack(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, w.Health().Unreachable.IsZero())
 }
+
+// The engine asks again within a second early in an outage, at most every
+// five seconds in a long one.
+func TestOutageWait(t *testing.T) {
+	for age, want := range map[time.Duration]time.Duration{
+		0: time.Second, 2 * time.Second: time.Second, 8 * time.Second: 2 * time.Second, time.Minute: 5 * time.Second,
+	} {
+		assert.Equal(t, want, outageWait(age), "outage of %s", age)
+	}
+}

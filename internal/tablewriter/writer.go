@@ -321,7 +321,12 @@ func (w *Writer) Open(ctx context.Context) error {
 			// Open, but while no stream reaches the service the engine
 			// holds its batches and asks again soon (liveness.go).
 			if cause := w.outage(st); cause != nil {
-				return &WaitError{Err: cause, Wait: outagePoll, Held: true}
+				var oe *outageError
+				wait := outagePoll
+				if errors.As(cause, &oe) {
+					wait = outageWait(oe.age)
+				}
+				return &WaitError{Err: cause, Wait: wait, Held: true}
 			}
 			return nil
 		}

@@ -717,12 +717,8 @@ func (l logEvents) OnRetry(table string, attempt int, err error) {
 	l.log.Warn(fmt.Sprintf("zerobus stream to %s: reconnect attempt %d failed: %v", table, attempt, err))
 }
 
-// OnFailure: a permanent failure is the lifecycle's to explain (once per
-// cause, with what to do), so it is only a debug line here.
+// OnFailure logs the stream's failure when it happens (what to do about a
+// permanent one is the lifecycle's explanation, once per cause).
 func (l logEvents) OnFailure(table string, err *ingest.Error) {
-	if err.Class == ingest.FatalConfig {
-		l.log.Debug(fmt.Sprintf("zerobus stream to %s failed: %v", table, err))
-		return
-	}
 	l.log.Error(fmt.Sprintf("zerobus stream to %s failed: %v", table, err))
 }

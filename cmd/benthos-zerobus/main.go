@@ -14,7 +14,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
-	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
+	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"
 )
 
@@ -27,7 +27,12 @@ var (
 // main runs the Benthos CLI. A pipeline whose zerobus_replay input refused
 // its table ends like one that finished, so the exit status is set here:
 // zerobusreplay.RefusedExitCode, for scripts that run a replay.
+//
+// SIGTERM and SIGINT also reach the zerobus outputs (zerobus.BeginShutdown),
+// so that a held or stalled batch does not keep the process alive past
+// close_timeout.
 func main() {
+	stopNotify := zerobus.NotifyShutdownOnSignal()
 	code, err := service.RunCLIToCode(
 		context.Background(),
 		service.CLIOptSetBinaryName("benthos-zerobus"),
@@ -37,6 +42,7 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err.Error())
 	}
+	stopNotify()
 	if code == 0 && zerobusreplay.Refused() {
 		code = zerobusreplay.RefusedExitCode
 	}

@@ -186,11 +186,17 @@ func (l *Lane[C]) Enqueue(ctx context.Context, p Pending[C]) error {
 // below it is durable. It never decreases.
 func (l *Lane[C]) Delivered() uint64 { return l.delivered.Load() }
 
-// noteEnqueued raises the enqueued high-water to to.
+// noteEnqueued raises the enqueued high-water to to, and reports the rows
+// now pending: the gauge climbs as rows are enqueued (live during an ack
+// stall), not only when a burst starts or ends.
 func (l *Lane[C]) noteEnqueued(to uint64) {
 	for {
 		cur := l.enqueued.Load()
-		if to <= cur || l.enqueued.CompareAndSwap(cur, to) {
+		if to <= cur {
+			return
+		}
+		if l.enqueued.CompareAndSwap(cur, to) {
+			l.obs.SetPending(int64(l.PendingRows()))
 			return
 		}
 	}

@@ -789,3 +789,21 @@ func TestAckLagIsMeasuredFromEachItemsOwnAck(t *testing.T) {
 	assert.Less(t, obs.lags[1], time.Hour)
 	assert.GreaterOrEqual(t, obs.lags[1], time.Duration(0))
 }
+
+// The pending gauge climbs as rows are enqueued while the lane waits for a
+// stalled ack, not only when a burst starts or ends.
+func TestPendingClimbsLiveDuringAckStall(t *testing.T) {
+	ctx := testCtx(t)
+	s := openStream(t, ingestfake.Config{ManualAck: true})
+	obs := &recorder{}
+	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 16}, obs)
+	defer lane.Close()
+	submit(t, ctx, s, lane, 1)
+	require.NoError(t, s.WaitWaitCalls(ctx, 1)) // the lane waits; no ack comes
+	for range 5 {
+		submit(t, ctx, s, lane, 10)
+	}
+	_, _, maxPending, _, _ := obs.snapshot()
+	assert.Equal(t, int64(51), maxPending, "every enqueued row is reported pending at once")
+	assert.Equal(t, uint64(51), lane.PendingRows())
+}

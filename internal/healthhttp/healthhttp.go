@@ -77,9 +77,12 @@ type OutputReport struct {
 
 // TableReport is one table of an output.
 type TableReport struct {
-	Table  string `json:"table"`
-	Role   string `json:"role"`
-	State  string `json:"state"`
+	Table string `json:"table"`
+	Role  string `json:"role"`
+	State string `json:"state"`
+	// Phase is where the table's writer is in its lifecycle (idle,
+	// opening, open, waiting for table, backing off, draining, closed).
+	Phase  string `json:"phase,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	// OldestPendingAgeSeconds is the age of the oldest rows waiting for
 	// their durable ack on any stream; 0 when none wait.
@@ -207,6 +210,12 @@ func outputReport(label string, o Output) OutputReport {
 			or.Status = worse(or.Status, StatusDegraded)
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rebuilding: %s", t.Table, cmp.Or(t.Reason, "a stream is being rebuilt")))
 		}
+		if down := t.Age(t.Unreachable); !t.Unreachable.IsZero() && down >= tablewriter.OutageGrace {
+			// Every stream lost its connection: the endpoint or the path
+			// to it is down, whatever the pool still calls the streams.
+			or.Status = StatusDown
+			or.Problems = append(or.Problems, fmt.Sprintf("table %s: no stream connected for %s: %s", t.Table, down.Round(100*time.Millisecond), t.Reason))
+		}
 		if age := t.OldestPendingAge(); o.MaxAckAge > 0 && age > o.MaxAckAge {
 			or.Status = StatusDown
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rows wait %s for their durable ack, over %s (slow acks: see the runbook)",
@@ -219,7 +228,7 @@ func outputReport(label string, o Output) OutputReport {
 
 func tableReport(t Table) TableReport {
 	tr := TableReport{
-		Table: t.Table, Role: t.Role, State: string(t.State), Reason: t.Reason,
+		Table: t.Table, Role: t.Role, State: string(t.State), Phase: t.Phase, Reason: t.Reason,
 		OldestPendingAgeSeconds: t.OldestPendingAge().Seconds(),
 		Budget:                  Budget{LimitBytes: t.BudgetLimitBytes, InUseBytes: t.BudgetInUseBytes, Waiters: t.BudgetWaiters},
 		StreamWaiters:           t.StreamWaiters,

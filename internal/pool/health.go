@@ -39,6 +39,16 @@ type MemberHealth struct {
 	// Err is why the member is stopped, or the last failure while it
 	// rebuilds; nil when up.
 	Err error
+	// Reconnecting is set for a member that is up but whose stream lost
+	// its connection and is reconnecting inside the client (a stream that
+	// can say so: see Connector).
+	Reconnecting bool
+}
+
+// Connector is the optional part of a stream that says whether its current
+// connection is alive (ingest.ArrowStream).
+type Connector interface {
+	Connected() bool
 }
 
 // Health is a snapshot of a pool for health reports.
@@ -69,6 +79,9 @@ func (p *Pool) Health() Health {
 			mh.State, mh.Err = StateStopped, m.down
 		case m.usable(p.schema):
 			mh.State, mh.Err = StateUp, nil
+			if c, ok := m.conn.stream.(Connector); ok && !c.Connected() {
+				mh.Reconnecting = true
+			}
 		default:
 			mh.State = StateRebuilding
 		}

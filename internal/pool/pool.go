@@ -366,7 +366,10 @@ func (p *Pool) Connect(ctx context.Context) error {
 			if healthy > 0 {
 				return nil
 			}
-			return fmt.Errorf("pool: connect %s: no stream up (last error: %v): %w", p.table, lastErr, ctx.Err())
+			if lastErr != nil { // wrapped: the caller honours a reject's RetryAfter
+				return fmt.Errorf("pool: connect %s: no stream up (last error: %w): %w", p.table, lastErr, ctx.Err())
+			}
+			return fmt.Errorf("pool: connect %s: no stream up: %w", p.table, ctx.Err())
 		}
 	}
 }

@@ -42,6 +42,7 @@ func TestFatalStreamErrorHealsOnReopen(t *testing.T) {
 	opensBefore := h.opener.Opens()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	skipWait(h.w)
 	require.NoError(t, h.w.Open(ctx))
 	assert.Greater(t, h.cat.Describes(), describes, "Open described the table afresh")
 	assert.Greater(t, h.opener.Opens(), opensBefore, "new streams were opened")
@@ -75,6 +76,7 @@ func TestOpenRefusedThenGrantedWritesWithoutRestart(t *testing.T) {
 		require.ErrorIs(t, werr, ErrNotOpen)
 	}
 	granted.Store(true)
+	skipWait(w)
 	require.NoError(t, w.Open(ctx))
 	rowErrs, err := w.Write(ctx, rows(`{"id":1,"msg":"a"}`, `{"id":2,"msg":"b"}`), nil)
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 
 // DefaultHealthInterval is how often a HealthObserver is given the writer's
 // Health: the resolution of the ack-age and stream-state gauges.
-const DefaultHealthInterval = 5 * time.Second
+const DefaultHealthInterval = time.Second
 
 // StreamState is the state of a stream, or of a table (its worst stream's).
 type StreamState = pool.State
@@ -69,6 +69,8 @@ type TableHealth struct {
 	// says why), or rebuilding before the first open.
 	State  StreamState
 	Reason string
+	// Phase is the writer's lifecycle phase (lifecycle.go), by name.
+	Phase string
 	// Streams are the pool's streams; none before the table exists.
 	Streams []StreamHealth
 	// BudgetLimitBytes and BudgetInUseBytes are the in-flight byte budget
@@ -77,6 +79,10 @@ type TableHealth struct {
 	BudgetWaiters                      int
 	// StreamWaiters counts writes waiting for a healthy stream.
 	StreamWaiters int64
+	// Unreachable is since when no stream of the table has been connected
+	// (each one reconnecting, rebuilding or stopped); zero while one is. Past
+	// OutageGrace the table is down and new batches are held.
+	Unreachable time.Time
 }
 
 // Age returns how long before At since was, never below zero; zero for a
@@ -103,12 +109,12 @@ func (t TableHealth) OldestPendingAge() time.Duration {
 // locks held briefly on the write path (the pool's read lock, the budget's
 // mutex): never the locks held across catalog calls.
 func (w *Writer) Health() TableHealth {
-	th := TableHealth{Table: w.cfg.Table, At: time.Now(), BudgetLimitBytes: w.budget.limit}
+	th := TableHealth{Table: w.cfg.Table, At: time.Now(), BudgetLimitBytes: w.budget.limit, Phase: w.life.Phase().String()}
 	th.BudgetInUseBytes, th.BudgetWaiters = w.budget.snapshot()
 	var p *pool.Pool
 	st := w.st.Load()
 	switch {
-	case w.closed.Load():
+	case w.life.isClosed():
 		th.State, th.Reason = StateStopped, "closed"
 		return th
 	case st != nil && st.pool != nil:
@@ -117,7 +123,10 @@ func (w *Writer) Health() TableHealth {
 		th.State, th.Reason = StateUp, "the table does not exist yet: it is created from the first batch"
 		return th
 	default:
-		cause := w.notOpen.Load()
+		var cause *error
+		if c := w.life.cause(); c != nil {
+			cause = &c
+		}
 		switch sp := w.spare.Load(); {
 		case sp != nil && sp.pool.Stopped() == nil:
 			// The open failed, and its streams keep retrying.
@@ -141,6 +150,12 @@ func (w *Writer) Health() TableHealth {
 		worst = StateUp
 	}
 	for _, m := range ph.Members {
+		if m.Reconnecting {
+			// Up for the pool, but its connection is gone: the client
+			// reconnects inside the stream.
+			_, since, cause := w.memberDown(m)
+			m.State, m.Since, m.Err = StateRebuilding, since, cause
+		}
 		sh := StreamHealth{
 			Index: m.Index, State: m.State, Since: m.Since,
 			Generation: m.Generation, Rebuilds: m.Rebuilds,
@@ -158,6 +173,12 @@ func (w *Writer) Health() TableHealth {
 	}
 	th.StreamWaiters = ph.PickWaiters
 	th.State = worst
+	if since, cause := w.unreachable(ph); !since.IsZero() && th.State != StateStopped {
+		th.Unreachable = since
+		if th.Reason == "" && cause != nil {
+			th.Reason = "no stream is connected: " + errorText(cause)
+		}
+	}
 	if th.Reason == "" && ph.Fatal != nil {
 		th.Reason = errorText(ph.Fatal)
 	}

@@ -197,6 +197,7 @@ func TestHealthStoppedUntilReopen(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	skipWait(h.w)
 	require.NoError(t, h.w.Open(ctx))
 	th = h.w.Health()
 	assert.Equal(t, StateUp, th.State)

@@ -221,6 +221,7 @@ func (x *Metrics) ObserveHealth(h TableHealth) {
 	for _, sh := range h.Streams {
 		s := x.stream(sh.Index)
 		s.ackAge.Set(h.Age(sh.OldestPending).Milliseconds(), x.table, s.label)
+		s.pending.Set(int64(sh.PendingRows), x.table, s.label)
 		s.state.Set(StateValue(sh.State), x.table, s.label)
 		lane += sh.LaneFullWriters
 	}

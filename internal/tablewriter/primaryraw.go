@@ -36,7 +36,7 @@ func (w *Writer) checkPrimaryRaw(state *catalog.TableState) error {
 func (w *Writer) startWatch() {
 	w.watchMu.Lock()
 	defer w.watchMu.Unlock()
-	if w.cfg.Role != catalog.RolePrimaryRaw || w.watchStop != nil || w.closed.Load() {
+	if w.cfg.Role != catalog.RolePrimaryRaw || w.watchStop != nil || w.life.isClosed() {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -154,11 +154,12 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 	if err != nil {
 		return nil, err
 	}
-	if w.closed.Load() {
+	if w.life.isClosed() {
 		_ = st.pool.Close(ctx)
 		return nil, ErrClosed
 	}
 	w.st.Store(st)
+	w.life.opened(false)
 	w.startWatch()
 	return st, nil
 }

@@ -252,14 +252,26 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 			p.rec.Release()
 		}
 	}()
+	// A submit still waiting (for a stream, for capacity, for a
+	// reconnect) when the table turns unreachable is released: nothing of
+	// it was accepted, so the batch is held, not failed (liveness.go).
+	sctx, scancel := context.WithCancelCause(ctx)
+	defer scancel(nil)
+	outage := w.outageCtx()
+	stopWatch := context.AfterFunc(outage, func() { scancel(context.Cause(outage)) })
+	defer stopWatch()
 	for i := range parts {
-		t, err := st.pool.Write(ctx, parts[i].key, parts[i].rec)
+		t, err := st.pool.Write(sctx, parts[i].key, parts[i].rec)
 		if err != nil {
+			if cause := context.Cause(sctx); i == 0 && ctx.Err() == nil && errors.Is(cause, errOutage) {
+				return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+			}
 			w.onWriteErr(ctx, st, err)
 			return fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
 		}
 		parts[i].ticket = t
 	}
+	stopWatch()
 	// ack.timeout bounds the wait for the whole batch: past it the batch is
 	// nacked (and redelivered), never acked.
 	wctx, cancel := context.WithTimeoutCause(ctx, w.cfg.AckTimeout,

@@ -9,6 +9,11 @@
 // to a back-off and ErrNotOpen to "not connected"; tests drive it directly
 // with ingestfake and catalogfake.
 //
+// Its phases (idle, opening, open, waiting for the table, backing off,
+// draining, closed) and the one decision of when to open again after a
+// failure live in lifecycle.go; what it knows of its streams' connections,
+// in liveness.go.
+//
 // Follow one batch: Write (this file) → writeOnce, layout, convert
 // (write.go; convert may evolve the table: evolve in schema.go, widenings in
 // widen.go) → submitAndWait: pool.Write per stream group, then each ticket's
@@ -69,6 +74,9 @@ type Config struct {
 	Table string
 	// WriterID identifies this writer in the table's writer registration.
 	WriterID string
+	// Principal is the service principal's application id (the OAuth
+	// client id), named in the grants a refusal asks for; "" when unknown.
+	Principal string
 	// Provision creates the table when absent and adds columns on drift.
 	Provision bool
 	// CreateColumns are the columns an absent table is created with (plus
@@ -189,7 +197,9 @@ type Writer struct {
 	obs    Observer
 
 	openMu sync.Mutex
-	closed atomic.Bool
+	// life is the writer's phase and the history of its failures: the one
+	// place that decides when to open again (lifecycle.go).
+	life *lifecycle
 
 	// budget bounds the bytes of the batches in flight (MaxInFlightBytes).
 	budget *budget
@@ -223,9 +233,6 @@ type Writer struct {
 	// seed, when set, stands in for the next Open's describe; described is
 	// the table the writer opened on.
 	seed, described atomic.Pointer[catalog.TableState]
-	// notOpen is why the writer is not open (the stop's or the last failed
-	// Open's cause), reported with ErrNotOpen; nil once open.
-	notOpen atomic.Pointer[error]
 	// spare is a pool whose Open failed, kept for the next attempt.
 	spare atomic.Pointer[sparePool]
 	// lastStopped is the pool that stopped last, for Health while the
@@ -233,6 +240,14 @@ type Writer struct {
 	lastStopped atomic.Pointer[pool.Pool]
 	// health runs the loop that feeds the health gauges (health.go).
 	health healthLoop
+	// links is what the client said of its streams' connections
+	// (liveness.go).
+	links links
+	// outageSig releases the writes waiting to submit once no stream is
+	// connected; the outage watch (started by Open, stopped by Close under
+	// openMu) raises and clears it.
+	outageSig              atomic.Pointer[outageSignal]
+	outageQuit, outageDone chan struct{}
 
 	// rawRefusal holds the unmet primary-raw precondition error, nil while
 	// the role is satisfied (or the role is derived).
@@ -273,6 +288,7 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	}
 	return &Writer{
 		cfg:     cfg,
+		life:    newLifecycle(cfg.Table, log),
 		budget:  newBudget(cfg.MaxInFlightBytes),
 		opener:  opener,
 		cat:     cat,
@@ -296,24 +312,53 @@ func (w *Writer) Columns() []typemap.Column {
 // open. After the streams stopped (Write returned ErrNotOpen) it closes them,
 // describes the table afresh and opens new ones: the way back from a fault
 // fixed outside (grants granted, a workspace back, a table repaired).
+//
+// The lifecycle decides whether it may try: while the wait chosen after the
+// last failure has not passed, Open tries nothing and returns a *WaitError
+// with what is left of it; a failed open returns a *WaitError with the wait
+// before the next one (RetryAfter reads it).
 func (w *Writer) Open(ctx context.Context) error {
 	w.openMu.Lock()
 	defer w.openMu.Unlock()
-	if w.closed.Load() {
+	if w.life.isClosed() {
 		return ErrClosed
 	}
-	if st := w.st.Load(); st != nil && (st.pool != nil || w.cfg.Provision) {
-		return nil
+	if st := w.st.Load(); st != nil && w.life.writable() && (st.pool != nil || w.cfg.Provision) {
+		if err := w.stopIfStopped(st, nil); err == nil {
+			// Open, but while no stream reaches the service the engine
+			// holds its batches and asks again soon (liveness.go).
+			if cause := w.outage(st); cause != nil {
+				var oe *outageError
+				wait := outagePoll
+				if errors.As(cause, &oe) {
+					wait = outageWait(oe.age)
+				}
+				return &WaitError{Err: cause, Wait: wait, Held: true}
+			}
+			return nil
+		}
+		// The streams stopped for good: the lifecycle backs off (below).
+	}
+	if err := w.life.beginOpen(); err != nil {
+		return err
 	}
 	w.closeStopped(ctx)
 	w.startHealth()
+	w.startOutageWatch()
 	if err := w.open(ctx); err != nil {
-		w.notOpen.Store(&err)
-		return err
+		v := w.life.failed(classify(w.cfg.Table, w.cfg.Principal, err))
+		if v.Action == GiveUp {
+			return err
+		}
+		return &WaitError{Err: err, Wait: v.Wait}
 	}
-	w.notOpen.Store(nil)
+	st := w.st.Load()
+	w.life.opened(st != nil && st.pool == nil)
 	return nil
 }
+
+// Phase returns where the writer is in its lifecycle.
+func (w *Writer) Phase() Phase { return w.life.Phase() }
 
 // open is Open's work, with openMu held.
 func (w *Writer) open(ctx context.Context) error {
@@ -329,7 +374,7 @@ func (w *Writer) open(ctx context.Context) error {
 	}
 	if ts == nil {
 		if !w.cfg.Provision {
-			return fmt.Errorf("table %s does not exist and catalog.provision is false: create it or enable provisioning", w.cfg.Table)
+			return fmt.Errorf("table %s: %w and catalog.provision is false", w.cfg.Table, errTableMissing)
 		}
 		w.infof("table %s does not exist: it will be created from the first batch (catalog.provision)", w.cfg.Table)
 		w.st.Store(&state{})
@@ -392,14 +437,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		return nil, *p
 	}
 	st := w.st.Load()
-	if st == nil {
-		if w.closed.Load() {
-			return nil, ErrClosed
-		}
-		if cause := w.notOpen.Load(); cause != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNotOpen, *cause)
-		}
-		return nil, ErrNotOpen
+	if st == nil || !w.life.writable() {
+		return nil, w.life.notOpen()
 	}
 	if len(rows) == 0 {
 		return nil, nil
@@ -416,16 +455,20 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		if st, err = w.createFromBatch(ctx, rows); err != nil {
 			return nil, err
 		}
-	} else if err := w.stopIfStopped(st); err != nil {
+	} else if err := w.stopIfStopped(st, nil); err != nil {
 		return nil, err
+	} else if cause := w.outage(st); cause != nil {
+		// No stream reaches the service: hold the batch (the engine
+		// reconnects) rather than queue it behind a dead connection.
+		return nil, fmt.Errorf("%w: %w", ErrNotOpen, cause)
 	}
 
 	// With coverage, a row whose source or offset cannot be had fails
 	// alone, before conversion.
 	pos, posErrs := w.positionsOf(rows)
 	var rowErrs []RowError
+	var used *state
 	for attempt := 0; ; attempt++ {
-		var used *state
 		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf, resv, pos)
 		// A batch converted just before another one evolved the table meets
 		// a pool already switched to the new schema: convert it again.
@@ -436,12 +479,18 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 			}
 		}
 		if err != nil {
-			if serr := w.stopIfStopped(used); serr != nil {
+			if serr := w.stopIfStopped(used, err); serr != nil {
 				return nil, fmt.Errorf("%w (%w)", serr, err)
 			}
 			return nil, err
 		}
 		break
+	}
+	if cur := w.st.Load(); len(rowErrs) < len(rows) && cur != nil && used != nil && cur.pool == used.pool {
+		// Rows are durable on the streams still open: the failure
+		// history is over. (A batch confirmed by streams that stopped
+		// meanwhile says nothing of the new ones.)
+		w.life.progress()
 	}
 	rowErrs = append(rowErrs, posErrs...)
 	w.obs.RowErrors(len(rowErrs))
@@ -471,26 +520,42 @@ func (w *Writer) estimateBytes(rows []Row) int64 {
 	return n
 }
 
-// stopIfStopped turns a pool that stopped for good into ErrNotOpen: the
-// writer forgets its state, so the next Open describes the table afresh and
-// opens new streams.
-func (w *Writer) stopIfStopped(st *state) error {
+// stopIfStopped turns a pool that stopped for good, or a write that failed
+// for a reason no retry on these streams can fix (writeErr permanent: a
+// grant revoked, credentials refused), into ErrNotOpen: the writer forgets
+// its state and the lifecycle records one open→fail cycle and decides the
+// wait before the next Open, which describes the table afresh and opens new
+// streams. Only the first write to see it records the cycle.
+func (w *Writer) stopIfStopped(st *state, writeErr error) error {
 	if st == nil || st.pool == nil {
 		return nil
 	}
 	cause := st.pool.Stopped()
+	if cause == nil && permanentStreamErr(writeErr) {
+		cause = writeErr
+	}
 	if cause == nil {
 		return nil
 	}
 	w.schemaMu.Lock()
 	if w.st.CompareAndSwap(st, nil) {
-		w.notOpen.Store(&cause)
 		w.lastStopped.Store(st.pool)
 		w.stopped = append(w.stopped, st.pool)
-		w.errorf("streams to %s stopped: %v; reconnecting (the table is described afresh)", w.cfg.Table, cause)
+		w.life.failed(classify(w.cfg.Table, w.cfg.Principal, cause))
 	}
 	w.schemaMu.Unlock()
 	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+}
+
+// permanentStreamErr reports whether a write failed for a reason that
+// retrying on the same streams cannot fix: a FatalConfig stream error other
+// than a schema rejection (which re-describes the table and retries).
+func permanentStreamErr(err error) bool {
+	var ze *ingest.Error
+	if err == nil || !errors.As(err, &ze) {
+		return false
+	}
+	return ze.Class == ingest.FatalConfig && !ze.IsSchemaMismatch()
 }
 
 // closeStopped closes the pools whose streams stopped; what they had not
@@ -513,21 +578,23 @@ func (w *Writer) closeStopped(ctx context.Context) {
 func (w *Writer) Close(ctx context.Context) error {
 	w.openMu.Lock()
 	defer w.openMu.Unlock()
-	if w.closed.Load() {
-		return nil
-	}
 	// Under schemaMu so that a table being created from a first batch either
 	// stores its pool before this (and it is closed here) or sees closed.
 	w.schemaMu.Lock()
-	w.closed.Store(true)
+	if !w.life.draining() {
+		w.schemaMu.Unlock()
+		return nil
+	}
 	st := w.st.Swap(nil)
 	w.schemaMu.Unlock()
+	defer w.life.closed()
 	w.watchMu.Lock()
 	if w.watchStop != nil {
 		w.watchStop()
 	}
 	w.watchMu.Unlock()
 	w.health.stop()
+	w.stopOutageWatch()
 	w.closeStopped(ctx)
 	if sp := w.spare.Swap(nil); sp != nil {
 		_ = sp.pool.Close(ctx)
@@ -538,7 +605,8 @@ func (w *Writer) Close(ctx context.Context) error {
 			err = fmt.Errorf("close streams of %s: %w", w.cfg.Table, cerr)
 		}
 		if n := st.pool.Stats().NackedAtClose; n > 0 {
-			w.warnf("close: %d rows of %s were not durable within the close bound; their batches were nacked and will be redelivered", n, w.cfg.Table)
+			// The output says how many rows were not delivered, once.
+			w.log.Debug(fmt.Sprintf("close: %d rows of %s were not durable within the close bound; their batches were nacked and will be redelivered", n, w.cfg.Table))
 		}
 	}
 	if w.watchDone != nil {
@@ -583,7 +651,7 @@ func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *po
 		}
 	}
 	if p == nil {
-		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, w.obs)
+		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()
@@ -600,7 +668,7 @@ func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *po
 
 // OpenError is an Open that could not get a healthy stream. Rejects counts
 // the opens the service refused for concurrency: with any, and no fatal
-// error, the caller should back off (RetryAfter) rather than retry at once.
+// error, the lifecycle backs off (FaultThrottled) rather than retry at once.
 type OpenError struct {
 	Table   string
 	Err     error
@@ -609,24 +677,6 @@ type OpenError struct {
 
 func (e *OpenError) Error() string { return fmt.Sprintf("open streams to %s: %v", e.Table, e.Err) }
 func (e *OpenError) Unwrap() error { return e.Err }
-
-// RetryAfter says how long to wait before retrying after err, when the
-// service asked for a pause: a concurrency reject (too many streams or
-// pipelines), with the service's hint when it gave one.
-func RetryAfter(err error) (time.Duration, bool) {
-	ze := ingest.Classify(err)
-	if ze != nil && ze.Class == ingest.ConcurrencyReject {
-		if ze.RetryAfter > 0 {
-			return ze.RetryAfter, true
-		}
-		return ingest.ResourceExhaustedBackoff, true
-	}
-	var oe *OpenError
-	if errors.As(err, &oe) && oe.Rejects > 0 && (ze == nil || ze.Class != ingest.FatalConfig) {
-		return ingest.ResourceExhaustedBackoff, true
-	}
-	return 0, false
-}
 
 // sparePool is a pool kept after a failed Open, with the schema it was built
 // for.
@@ -674,6 +724,8 @@ func (l logEvents) OnRetry(table string, attempt int, err error) {
 	l.log.Warn(fmt.Sprintf("zerobus stream to %s: reconnect attempt %d failed: %v", table, attempt, err))
 }
 
+// OnFailure logs the stream's failure when it happens (what to do about a
+// permanent one is the lifecycle's explanation, once per cause).
 func (l logEvents) OnFailure(table string, err *ingest.Error) {
 	l.log.Error(fmt.Sprintf("zerobus stream to %s failed: %v", table, err))
 }

@@ -22,6 +22,7 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 	wc := tablewriter.Config{
 		Table:              c.Table,
 		WriterID:           writerID,
+		Principal:          c.ClientID,
 		Provision:          c.Provision,
 		Widen:              c.Widen,
 		CommentsPolicy:     catalog.Policy(c.CommentsPolicy),

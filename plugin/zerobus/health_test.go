@@ -47,6 +47,10 @@ func TestRoutedStoppedStreamsReportNotConnected(t *testing.T) {
 		return len(hs) == 1 && hs[0].State == tablewriter.StateStopped
 	}, 10*time.Second, 5*time.Millisecond)
 	require.ErrorIs(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"2"}`)), service.ErrNotConnected)
+	err = o.Connect(ctx)
+	var bo *service.ErrBackOff
+	require.ErrorAs(t, err, &bo, "the lifecycle backs off after a permanent failure")
+	time.Sleep(bo.Wait) // as the engine does
 	require.NoError(t, o.Connect(ctx), "Connect reopens the table's writer")
 	assert.Equal(t, tablewriter.StateUp, o.eng.Load().Router.Health()[0].State)
 	require.NoError(t, o.WriteBatch(ctx, msgs(`{"t":"a","msg":"2"}`)))

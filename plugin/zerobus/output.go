@@ -21,7 +21,6 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -71,8 +70,12 @@ type output struct {
 	opener ingest.Opener
 	cat    catalog.TableCatalog
 	eng    atomic.Pointer[tablewriter.Engine]
-	// permanent spaces Connect attempts that failed for good (1s → 60s).
-	permanent *backoff.Backoff
+
+	// shutdown is the process's stopping notice (shutdown.go).
+	shutdown *shutdownNotice
+	// notDelivered counts the rows (and batches) refused or failed while
+	// the pipeline stopped: Close says how many, once.
+	notDelivered, notDeliveredBatches atomic.Int64
 
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
@@ -91,13 +94,13 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		return nil, err
 	}
 	o := &output{
-		cfg:       cfg,
-		log:       mgr.Logger(),
-		mgr:       mgr,
-		deps:      d,
-		version:   mgr.EngineVersion(),
-		permanent: backoff.New(time.Second, time.Minute),
-		wcfg:      wcfg,
+		cfg:      cfg,
+		log:      mgr.Logger(),
+		mgr:      mgr,
+		deps:     d,
+		version:  mgr.EngineVersion(),
+		shutdown: processShutdown,
+		wcfg:     wcfg,
 	}
 	_, o.unhealth, err = healthhttp.Attach(mgr, mgr.Label(), healthhttp.Output{Health: o.health, MaxAckAge: cfg.AckTimeout})
 	if err != nil {
@@ -130,24 +133,32 @@ func (o *output) Connect(ctx context.Context) error {
 			o.log.Warnf("zerobus: tls.skip_cert_verify is true: the certificates of %s and %s are NOT verified, so anyone on the path can read the credentials and the rows; use it only on a test rig", o.cfg.Endpoint, o.cfg.WorkspaceURL)
 		}
 	})
+	if _, stopping := o.shutdown.since(); stopping {
+		// Nothing more is opened: the engine hands its batches to
+		// WriteBatch, which refuses them (redelivered by the input).
+		return nil
+	}
+	ctx, cancel := o.shutdown.untilShutdown(ctx)
+	defer cancel()
 	e, err := o.engine()
 	if err != nil {
 		return err
 	}
 	if err := e.Open(ctx); err != nil {
+		if _, stopping := o.shutdown.since(); stopping {
+			return nil
+		}
+		if ingest.IsPermanent(err) {
+			// A rotated secret in the environment is picked up here.
+			o.reloadCredentials(ctx)
+		}
+		// The writer's lifecycle decided when to try again (and said
+		// why, once): the engine waits that long before the next Connect.
 		if wait, ok := tablewriter.RetryAfter(err); ok {
 			return service.NewErrBackOff(err, wait)
 		}
-		if ingest.IsPermanent(err) {
-			// Bad credentials, missing grants, invalid names: retrying
-			// soon cannot help, so back off exponentially (the engine's
-			// own back-off stops at 1s) until someone fixes it.
-			o.reloadCredentials(ctx)
-			return service.NewErrBackOff(err, o.permanent.Next())
-		}
 		return err
 	}
-	o.permanent.Reset()
 	return nil
 }
 
@@ -206,7 +217,36 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 // durable. Rows that do not fit the table fail through a *service.BatchError
 // naming the message index and the column; the good rows are durable before
 // it is returned. A cancelled ctx returns an error (a nack), never nil.
+//
+// While the table is not connected it returns service.ErrNotConnected: the
+// engine holds the batch, calls Connect (which waits as the writer's
+// lifecycle decided) and writes it again. Once the process is stopping, a
+// held batch is refused at once and a batch in flight waits for its durable
+// ack at most close_timeout from the notice: both are nacked (redelivered).
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	ctx, cancel := o.shutdown.boundedAfter(ctx, o.cfg.CloseTimeout)
+	defer cancel()
+	err := o.writeBatch(ctx, batch)
+	if err == nil {
+		return nil
+	}
+	_, stopping := o.shutdown.since()
+	if errors.Is(err, service.ErrNotConnected) {
+		if !stopping {
+			return err // held: the engine reconnects and writes it again
+		}
+		err = fmt.Errorf("zerobus: stopping while table %s is not connected: %d rows not written (nacked; the input redelivers them)", o.cfg.Table, len(batch))
+	}
+	var berr *service.BatchError
+	if (stopping || ctx.Err() != nil) && !errors.As(err, &berr) {
+		o.notDelivered.Add(int64(len(batch)))
+		o.notDeliveredBatches.Add(1)
+	}
+	return err
+}
+
+// writeBatch is WriteBatch's work.
+func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) error {
 	e := o.eng.Load()
 	if e == nil {
 		return service.ErrNotConnected
@@ -219,42 +259,27 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if o.cfg.OrderingKey != nil {
 		keyOf = func(i int) (string, error) { return o.cfg.OrderingKey.TryString(batch[i]) }
 	}
-	var rowErrs []tablewriter.RowError
-	sourceOf := func(int) string { return o.cfg.Table }
-	if e.Router != nil {
-		tables := make([]string, len(batch))
-		tableErrs := make([]error, len(batch))
-		for i, m := range batch {
-			tables[i], tableErrs[i] = o.cfg.TableInterp.TryString(m)
-		}
-		sourceOf = func(i int) string { return tables[i] }
-		rowErrs = e.Router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
-		if tablewriter.AllNotOpen(rowErrs, len(batch)) {
-			return service.ErrNotConnected // Connect reopens them
-		}
-	} else {
-		var err error
-		if rowErrs, err = e.Writer.Write(ctx, rows, keyOf); err != nil {
-			if errors.Is(err, tablewriter.ErrNotOpen) {
-				return service.ErrNotConnected // the writer logged why, once
-			}
-			return err
-		}
+	var tableOf tablewriter.TableFunc
+	if o.cfg.TableInterp != nil {
+		tableOf = func(i int) (string, error) { return o.cfg.TableInterp.TryString(batch[i]) }
 	}
-	if len(rowErrs) > 0 && e.DeadLetters != nil {
-		// The batch is acknowledged only once its dead letters are durable
-		// too: an error here nacks it whole (at-least-once).
-		var err error
-		if rowErrs, err = e.DeadLetters.Write(ctx, sourceOf, rows, rowErrs); err != nil {
-			return err
-		}
+	rowErrs, err := e.Write(ctx, rows, tableOf, keyOf)
+	if errors.Is(err, tablewriter.ErrNotOpen) {
+		// The bare sentinel: the engine holds the batch, reconnects and
+		// writes it again (the writer logged why, once).
+		return service.ErrNotConnected
+	}
+	if err != nil {
+		return err
 	}
 	if len(rowErrs) == 0 {
 		return nil
 	}
-	table := sourceOf(rowErrs[0].Index) // the resolved name of an interpolated table
-	if table == "" {
-		table = o.cfg.Table
+	table := o.cfg.Table
+	if tableOf != nil {
+		if t, err := tableOf(rowErrs[0].Index); err == nil && t != "" {
+			table = t // the resolved name of an interpolated table
+		}
 	}
 	berr := service.NewBatchError(batch, fmt.Errorf("zerobus: %d of %d rows do not fit table %s (first: %v)", len(rowErrs), len(batch), table, rowErrs[0]))
 	for _, re := range rowErrs {
@@ -266,8 +291,16 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 // Close drains and closes the streams within close_timeout; rows not durable
 // by then are abandoned and their batches nacked (never acked). Then it
 // closes the clients it built.
+//
+// Once the process is stopping, Close takes only what is left of
+// close_timeout since the notice (at least closeFloor), and it says once how
+// many rows were not delivered.
 func (o *output) Close(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, o.cfg.CloseTimeout)
+	bound := o.cfg.CloseTimeout
+	if at, stopping := o.shutdown.since(); stopping {
+		bound = max(min(bound, time.Until(at.Add(o.cfg.CloseTimeout))), closeFloor)
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	o.unhealth()
 	o.mu.Lock()
@@ -275,8 +308,19 @@ func (o *output) Close(ctx context.Context) error {
 	if o.releaseMem != nil {
 		o.releaseMem()
 	}
-	return o.closeLocked(ctx)
+	err := o.closeLocked(ctx)
+	if n := o.notDelivered.Swap(0); n > 0 {
+		o.log.Warnf("zerobus: closed; %d rows (%d batches) were not delivered to %s: they were nacked and will be redelivered by the input", n, o.notDeliveredBatches.Swap(0), o.cfg.Table)
+	} else if _, stopping := o.shutdown.since(); stopping {
+		o.log.Infof("zerobus: closed; every row written to %s was delivered", o.cfg.Table)
+	}
+	return err
 }
+
+// closeFloor is the least time Close takes to drain once the process is
+// stopping, even when close_timeout since the notice has passed: enough to
+// settle the lanes and end the streams' calls.
+const closeFloor = 250 * time.Millisecond
 
 // closeLocked closes the writers and the clients the output built; o.mu is
 // held.

@@ -58,11 +58,22 @@ func newHarness(t *testing.T, fc ingestfake.Config, extraYAML string, setup func
 	return &harness{out: o, opener: opener, cat: cat}
 }
 
+// connect calls Connect as the engine does: again after the wait an
+// ErrBackOff asks for, until it succeeds (within 15 s).
 func (h *harness) connect(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	require.NoError(t, h.out.Connect(ctx))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := h.out.Connect(ctx)
+		cancel()
+		var bo *service.ErrBackOff
+		if err == nil || !errors.As(err, &bo) || time.Now().Add(bo.Wait).After(deadline) {
+			require.NoError(t, err)
+			return
+		}
+		time.Sleep(bo.Wait)
+	}
 }
 
 // writeConcurrently writes n one-message batches at once, body(i) the
@@ -279,7 +290,7 @@ func TestConnectMissingTableWithoutProvisioning(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{}, "", func(*catalogfake.Catalog) {})
 	err := h.out.Connect(context.Background())
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "main.default.events does not exist and catalog.provision is false")
+	assert.Contains(t, err.Error(), "main.default.events: the table does not exist and catalog.provision is false")
 	assert.Equal(t, 0, h.opener.Opens(), "no stream is opened for an absent table")
 }
 
@@ -523,32 +534,37 @@ func TestZonedTimestampIntoNTZ(t *testing.T) {
 }
 
 // A fault only the user can fix (here PERMISSION_DENIED at every stream
-// open) makes Connect ask the engine to back off exponentially, 1s
-// doubling, instead of the engine's own 1s retry forever; once the grant is
-// there, Connect succeeds and the back-off starts over.
-func TestPermanentConnectErrorBacksOffExponentially(t *testing.T) {
+// open) makes Connect ask the engine to back off (the writer's lifecycle
+// decides how long: 1 s, doubling across failed cycles, see lifecycle_test),
+// and a Connect before that wait has passed opens nothing; once the grant
+// is there, the next Connect after the wait succeeds.
+func TestPermanentConnectErrorBacksOff(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{}, "", nil)
 	var granted atomic.Bool
+	var opens atomic.Int64
 	h.opener.SetOpenHook(func(context.Context, int, string, *arrow.Schema) error {
+		opens.Add(1)
 		if granted.Load() {
 			return nil
 		}
 		return &ingest.Error{Class: ingest.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("User does not have MODIFY on Table 'main.default.events'")}
 	})
-	var waits []time.Duration
-	for range 4 {
-		err := h.out.Connect(context.Background())
-		var bo *service.ErrBackOff
-		require.ErrorAs(t, err, &bo)
-		assert.Contains(t, err.Error(), "MODIFY")
-		waits = append(waits, bo.Wait)
-	}
-	for i, w := range waits {
-		nominal := time.Second << i
-		assert.InDelta(t, float64(nominal), float64(w), float64(nominal)/2, "wait %d: %v", i, waits)
-	}
+	err := h.out.Connect(context.Background())
+	var bo *service.ErrBackOff
+	require.ErrorAs(t, err, &bo)
+	assert.Contains(t, err.Error(), "MODIFY")
+	assert.InDelta(t, float64(time.Second), float64(bo.Wait), float64(time.Second)/4, "the first wait after a permanent failure")
+	tried := opens.Load()
+	require.Positive(t, tried)
+
+	err = h.out.Connect(context.Background())
+	var again *service.ErrBackOff
+	require.ErrorAs(t, err, &again)
+	assert.LessOrEqual(t, again.Wait, bo.Wait, "what is left of the wait")
+	assert.Equal(t, tried, opens.Load(), "no open is tried before the wait has passed")
+
 	granted.Store(true)
+	time.Sleep(again.Wait) // the engine sleeps the wait before its next Connect
 	h.connect(t)
 	require.NoError(t, h.out.WriteBatch(context.Background(), msgs(`{"id":1}`)))
-	assert.Equal(t, time.Second, h.out.permanent.Next().Round(time.Second), "a success resets the back-off")
 }

@@ -1,0 +1,524 @@
+// The writer's lifecycle: its named phases, and the one place that decides
+// what a failure means for the next attempt.
+//
+//	idle ──Open──► opening ──ok──► open ─────────────► draining ──► closed
+//	                  │   └──ok, no table yet──► waiting for table (provision)
+//	                  └──fail──► backing off ◄──fail (a write, the streams)──┘
+//	                               │ wait elapsed: Open may try again
+//	                               └──► opening …
+//
+// Decide maps a failure's class and the history of open→fail cycles to
+// retry now, back off (how long) or give up; nothing else in the writer, the
+// output or the engine chooses a back-off. The pool keeps its own anti-storm
+// rules inside one pool's life (a member's rebuild back-off, a concurrency
+// reject's RetryAfter); the cycles across pools, reconnects and describes
+// live here.
+
+package tablewriter
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// Phase is where a writer is in its lifecycle.
+type Phase int32
+
+// The phases of a writer.
+const (
+	// PhaseIdle: built, never opened.
+	PhaseIdle Phase = iota
+	// PhaseOpening: an Open describes the table and opens the streams.
+	PhaseOpening
+	// PhaseWaitingForTable: open, but the table does not exist yet; the
+	// first batch creates it (catalog.provision).
+	PhaseWaitingForTable
+	// PhaseOpen: the streams are up, writes flow.
+	PhaseOpen
+	// PhaseBackingOff: an open, or the open streams, failed; no open is
+	// tried before the wait Decide chose has passed, and writes are
+	// refused with ErrNotOpen (the output holds the batches).
+	PhaseBackingOff
+	// PhaseDraining: Close drains what is in flight.
+	PhaseDraining
+	// PhaseClosed: closed for good.
+	PhaseClosed
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseIdle:
+		return "idle"
+	case PhaseOpening:
+		return "opening"
+	case PhaseWaitingForTable:
+		return "waiting for table"
+	case PhaseOpen:
+		return "open"
+	case PhaseBackingOff:
+		return "backing off"
+	case PhaseDraining:
+		return "draining"
+	case PhaseClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("phase(%d)", int32(p))
+}
+
+// FaultClass is what kind of fix a failure needs.
+type FaultClass int
+
+// The classes of failure.
+const (
+	// FaultTransient: the service, the network or the workspace failed
+	// (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, a dead transport, a
+	// stream that used up its rebuilds): it heals by itself.
+	FaultTransient FaultClass = iota + 1
+	// FaultThrottled: the service refused more streams or pipelines for
+	// now (RESOURCE_EXHAUSTED, error 6006) and said how long to wait.
+	FaultThrottled
+	// FaultPermanent: only a person can fix it (PERMISSION_DENIED,
+	// UNAUTHENTICATED, NOT_FOUND, an invalid name, a table that does not
+	// exist without provisioning).
+	FaultPermanent
+	// FaultClosed: the writer was closed; nothing is retried.
+	FaultClosed
+)
+
+func (c FaultClass) String() string {
+	switch c {
+	case FaultTransient:
+		return "transient"
+	case FaultThrottled:
+		return "throttled"
+	case FaultPermanent:
+		return "permanent"
+	case FaultClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Fault is a classified failure of an open or of the open streams.
+type Fault struct {
+	Class FaultClass
+	// Cause names the cause, for "explain once per change of cause": two
+	// faults with the same Cause are the same problem persisting.
+	Cause string
+	// Hint is the service's own wait (throttling); zero: none given.
+	Hint time.Duration
+	// Advice says what to do about it, in the user's terms.
+	Advice string
+	Err    error
+}
+
+// Action is what to do after a fault.
+type Action int
+
+// The actions Decide chooses from.
+const (
+	// RetryNow: open again at once (a first transient failure).
+	RetryNow Action = iota
+	// BackOff: open again once Verdict.Wait has passed; writes are held
+	// meanwhile.
+	BackOff
+	// GiveUp: never open again (the writer is closed).
+	GiveUp
+)
+
+func (a Action) String() string {
+	switch a {
+	case RetryNow:
+		return "retry now"
+	case BackOff:
+		return "back off"
+	case GiveUp:
+		return "give up"
+	}
+	return fmt.Sprintf("action(%d)", int(a))
+}
+
+// History is what the lifecycle remembers of the recent past.
+type History struct {
+	// Cycles counts the failed open→fail cycles since the last progress
+	// (rows durable, or streams that lived longer than PermanentBackoffMax),
+	// the one being decided included.
+	Cycles int
+}
+
+// Verdict is Decide's answer.
+type Verdict struct {
+	Action Action
+	// Wait is the nominal wait before the next open (BackOff).
+	Wait time.Duration
+}
+
+// The back-off bounds.
+const (
+	// PermanentBackoffInitial and PermanentBackoffMax bound the wait after
+	// a failure only a person can fix: 1 s doubling to a minute, so a fix
+	// is picked up within a minute and an unfixed fault costs one open a
+	// minute.
+	PermanentBackoffInitial = time.Second
+	PermanentBackoffMax     = time.Minute
+	// TransientBackoffInitial and TransientBackoffMax bound the wait after
+	// the second and later transient failures in a row (the first retries
+	// at once).
+	TransientBackoffInitial = 500 * time.Millisecond
+	TransientBackoffMax     = 30 * time.Second
+	// backoffJitter is the share of a wait shortened at random, so writers
+	// failing together do not retry in lock-step.
+	backoffJitter = 0.2
+)
+
+// Decide is the one function that says what a fault means for the next
+// attempt, given how many open→fail cycles failed in a row:
+//   - closed: give up;
+//   - throttled: back off for the service's hint (ingest's default for a
+//     concurrency reject without one), however many cycles;
+//   - permanent: back off 1 s, 2 s, 4 s … up to 60 s across cycles;
+//   - transient: retry at once the first time, then back off 0.5 s doubling
+//     up to 30 s.
+func Decide(f Fault, h History) Verdict {
+	cycles := max(h.Cycles, 1)
+	switch f.Class {
+	case FaultClosed:
+		return Verdict{Action: GiveUp}
+	case FaultThrottled:
+		wait := f.Hint
+		if wait <= 0 {
+			wait = ingest.ResourceExhaustedBackoff
+		}
+		return Verdict{Action: BackOff, Wait: wait}
+	case FaultPermanent:
+		return Verdict{Action: BackOff, Wait: doubling(PermanentBackoffInitial, PermanentBackoffMax, cycles-1)}
+	default:
+		if cycles == 1 {
+			return Verdict{Action: RetryNow}
+		}
+		return Verdict{Action: BackOff, Wait: doubling(TransientBackoffInitial, TransientBackoffMax, cycles-2)}
+	}
+}
+
+// doubling is initial doubled n times, capped at limit.
+func doubling(initial, limit time.Duration, n int) time.Duration {
+	d := initial
+	for i := 0; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// errTableMissing is an open refused because the table does not exist and
+// provisioning is off.
+var errTableMissing = errors.New("the table does not exist")
+
+// Classify turns an error of an open or of the streams into a Fault for
+// table, with the advice a user needs.
+func Classify(table string, err error) Fault { return classify(table, "", err) }
+
+// classify is Classify naming principal (the service principal's
+// application id, "" when unknown) in the grants to issue.
+func classify(table, principal string, err error) Fault {
+	f := Fault{Err: err}
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, pool.ErrClosed):
+		f.Class, f.Cause = FaultClosed, "closed"
+		return f
+	case errors.Is(err, errTableMissing):
+		f.Class, f.Cause = FaultPermanent, "table missing"
+		f.Advice = fmt.Sprintf("create table %s, or set catalog.provision: true so the output creates it", table)
+		return f
+	}
+	if wait, ok := serviceWait(err); ok {
+		f.Class, f.Cause, f.Hint = FaultThrottled, "throttled", wait
+		f.Advice = "the service refused more streams for now (too many streams or pipelines): the open streams keep writing and no new one is opened before the service's wait; lower streams.max if it persists"
+		return f
+	}
+	// The service's code, whether err carries a classified error or a
+	// bare gRPC status (codes.Unknown for neither).
+	ze := ingest.Classify(err)
+	zerr := ze != nil && ze.Code != codes.Unknown
+	if !ingest.IsPermanent(err) {
+		f.Class, f.Cause = FaultTransient, "transient"
+		if zerr {
+			f.Cause = "transient " + ze.Code.String()
+		}
+		f.Advice = "the service, the network or the workspace failed; retrying with back-off"
+		return f
+	}
+	f.Class = FaultPermanent
+	text := err.Error()
+	var tn *typemap.TableNameError
+	switch {
+	case errors.As(err, &tn), strings.Contains(text, "INVALID_SCHEMA_OR_RELATION_NAME"):
+		f.Cause, f.Advice = "invalid name", "fix the table name (catalog.schema.table, each part a valid identifier)"
+	case ze != nil && ze.IsSchemaMismatch():
+		f.Cause, f.Advice = "schema refused", "the table refuses the stream's schema: fix the table or the data, or enable catalog.provision to evolve it"
+	case (ze != nil && (ze.Code == codes.PermissionDenied || ze.ServiceCode == ingest.ServiceCodeMissingGrants)) ||
+		strings.Contains(text, "PERMISSION_DENIED") || strings.Contains(text, "PermissionDenied"):
+		f.Cause, f.Advice = "permission denied", typemap.GrantHint(table, principal)
+	case (ze != nil && ze.Code == codes.Unauthenticated) || strings.Contains(text, "UNAUTHENTICATED") ||
+		strings.Contains(text, "Unauthenticated") || strings.Contains(text, "invalid_client"):
+		f.Cause, f.Advice = "unauthenticated", "fix the credentials: client_id and client_secret (or DATABRICKS_CLIENT_ID / DATABRICKS_CLIENT_SECRET) of a service principal of this workspace"
+	case (ze != nil && ze.Code == codes.NotFound) || strings.Contains(text, "NOT_FOUND") || strings.Contains(text, "does not exist"):
+		f.Cause, f.Advice = "not found", fmt.Sprintf("create table %s (or its catalog and schema), or set catalog.provision: true", table)
+	default:
+		f.Cause, f.Advice = "permanent", "fix the cause named here; the output retries with back-off and resumes once it is fixed, no restart needed"
+		if zerr {
+			f.Cause = "permanent " + ze.Code.String()
+		}
+	}
+	return f
+}
+
+// serviceWait is the wait a concurrency reject asks for: the service's
+// hint, or ingest's default; or, for an open whose streams were refused for
+// concurrency (and no worse), the default.
+func serviceWait(err error) (time.Duration, bool) {
+	ze := ingest.Classify(err)
+	if ze != nil && ze.Class == ingest.ConcurrencyReject {
+		if ze.RetryAfter > 0 {
+			return ze.RetryAfter, true
+		}
+		return ingest.ResourceExhaustedBackoff, true
+	}
+	var oe *OpenError
+	if errors.As(err, &oe) && oe.Rejects > 0 && (ze == nil || ze.Class != ingest.FatalConfig) {
+		return ingest.ResourceExhaustedBackoff, true
+	}
+	return 0, false
+}
+
+// WaitError is an Open refused by the lifecycle: the cause, and how long to
+// wait before the next Open (zero: at once).
+type WaitError struct {
+	Err  error
+	Wait time.Duration
+	// Held is set when no open was tried: the wait of an earlier failure
+	// has not passed yet.
+	Held bool
+}
+
+func (e *WaitError) Error() string {
+	if e.Held {
+		return fmt.Sprintf("%v (next attempt in %s)", e.Err, e.Wait.Round(10*time.Millisecond))
+	}
+	return e.Err.Error()
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// RetryAfter says how long to wait before the next Open after err, as the
+// lifecycle decided it.
+func RetryAfter(err error) (time.Duration, bool) {
+	var we *WaitError
+	if errors.As(err, &we) {
+		return we.Wait, true
+	}
+	return 0, false
+}
+
+// lifecycle is a writer's phase and history. Its methods are the only
+// transitions.
+type lifecycle struct {
+	table string
+	log   *slog.Logger
+	now   func() time.Time
+	rand  func() float64
+
+	phase atomic.Int32
+	// failing is set while cycles > 0, so that progress on the write path
+	// costs one atomic load.
+	failing atomic.Bool
+
+	mu        sync.Mutex
+	cycles    int
+	until     time.Time // no open before
+	fault     *Fault    // the cause in force; nil once healed
+	since     time.Time // when the first failure of this run of cycles came
+	explained string    // the Cause last explained
+	openedAt  time.Time
+}
+
+func newLifecycle(table string, log *slog.Logger) *lifecycle {
+	return &lifecycle{table: table, log: log, now: time.Now, rand: rand.Float64}
+}
+
+// Phase returns the current phase.
+func (l *lifecycle) Phase() Phase { return Phase(l.phase.Load()) }
+
+func (l *lifecycle) set(p Phase) { l.phase.Store(int32(p)) }
+
+// writable reports whether writes may go to the streams.
+func (l *lifecycle) writable() bool {
+	p := l.Phase()
+	return p == PhaseOpen || p == PhaseWaitingForTable
+}
+
+// beginOpen moves to opening, unless the writer is closed (ErrClosed) or
+// the wait of the last failure has not passed (a *WaitError with what is
+// left of it: no open is tried).
+func (l *lifecycle) beginOpen() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.Phase() {
+	case PhaseDraining, PhaseClosed:
+		return ErrClosed
+	case PhaseBackingOff:
+		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
+			return &WaitError{Err: l.fault.Err, Wait: left, Held: true}
+		}
+	}
+	l.set(PhaseOpening)
+	return nil
+}
+
+// opened moves to open (or waiting for the table).
+func (l *lifecycle) opened(waitingForTable bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+		return
+	}
+	l.openedAt = l.now()
+	if waitingForTable {
+		l.set(PhaseWaitingForTable)
+	} else {
+		l.set(PhaseOpen)
+	}
+}
+
+// failed records a failed open or the failure of the open streams: one
+// open→fail cycle. It asks Decide, moves to backing off until the wait has
+// passed (closed when it gives up), explains the cause once per change of
+// cause, and returns the verdict.
+func (l *lifecycle) failed(f Fault) Verdict {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+		return Verdict{Action: GiveUp}
+	}
+	// Streams that lived longer than the longest wait made progress of a
+	// kind: this failure starts a new run.
+	if l.Phase() == PhaseOpen && !l.openedAt.IsZero() && now.Sub(l.openedAt) > PermanentBackoffMax {
+		l.cycles = 0
+	}
+	if l.cycles == 0 {
+		l.since = now
+	}
+	l.cycles++
+	l.failing.Store(true)
+	v := Decide(f, History{Cycles: l.cycles})
+	wait := v.Wait
+	if wait > 0 {
+		wait -= time.Duration(l.rand() * backoffJitter * float64(wait))
+	}
+	l.fault = &f
+	l.until = now.Add(wait)
+	if v.Action == GiveUp {
+		l.set(PhaseClosed)
+	} else {
+		l.set(PhaseBackingOff)
+	}
+	next := "retrying now"
+	if v.Action == BackOff {
+		next = fmt.Sprintf("next attempt in %s", wait.Round(10*time.Millisecond))
+	}
+	if f.Cause != l.explained && v.Action != GiveUp {
+		l.explained = f.Cause
+		msg := fmt.Sprintf("table %s: %v. What to do: %s. Writes are held (not failed) while the output backs off (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
+			l.table, f.Err, f.Advice, next, maxWait(f.Class))
+		if f.Class == FaultTransient {
+			l.log.Warn(msg)
+		} else {
+			l.log.Error(msg)
+		}
+	} else {
+		l.log.Debug(fmt.Sprintf("table %s: still failing (%s, %d attempts in a row): %v; %s", l.table, f.Cause, l.cycles, f.Err, next))
+	}
+	return Verdict{Action: v.Action, Wait: wait}
+}
+
+func maxWait(c FaultClass) time.Duration {
+	switch c {
+	case FaultPermanent:
+		return PermanentBackoffMax
+	case FaultThrottled:
+		return ingest.PipelineBlockedBackoff
+	}
+	return TransientBackoffMax
+}
+
+// progress records rows made durable: the history is cleared, and a cause
+// that was explained is reported healed.
+func (l *lifecycle) progress() {
+	if !l.failing.Load() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cycles == 0 {
+		return
+	}
+	if l.fault != nil && l.explained != "" {
+		l.log.Info(fmt.Sprintf("table %s: writing again after %d failed attempts over %s (%s)",
+			l.table, l.cycles, l.now().Sub(l.since).Round(10*time.Millisecond), l.fault.Cause))
+	}
+	l.cycles, l.fault, l.explained = 0, nil, ""
+	l.failing.Store(false)
+}
+
+// cause is the fault in force, nil when none.
+func (l *lifecycle) cause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fault == nil {
+		return nil
+	}
+	return l.fault.Err
+}
+
+// notOpen is Write's error while the writer is not writable.
+func (l *lifecycle) notOpen() error {
+	switch l.Phase() {
+	case PhaseDraining, PhaseClosed:
+		return ErrClosed
+	}
+	if cause := l.cause(); cause != nil {
+		return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+	}
+	return ErrNotOpen
+}
+
+// draining moves to draining (Close), reporting false when already there.
+func (l *lifecycle) draining() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+		return false
+	}
+	l.set(PhaseDraining)
+	return true
+}
+
+func (l *lifecycle) closed() { l.set(PhaseClosed) }
+
+// isClosed reports whether Close began.
+func (l *lifecycle) isClosed() bool {
+	p := l.Phase()
+	return p == PhaseDraining || p == PhaseClosed
+}

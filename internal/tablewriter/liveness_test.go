@@ -1,0 +1,87 @@
+package tablewriter
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+)
+
+// connStream is a fake stream that says whether its connection is alive.
+type connStream struct {
+	*ingestfake.Stream
+	up *atomic.Bool
+}
+
+func (s connStream) Connected() bool { return s.up.Load() }
+
+type connOpener struct {
+	*ingestfake.Opener
+	up *atomic.Bool
+}
+
+func (o connOpener) Open(ctx context.Context, table string, schema *arrow.Schema) (ingest.Stream, error) {
+	s, err := o.Opener.Open(ctx, table, schema)
+	if err != nil {
+		return nil, err
+	}
+	return connStream{Stream: s.(*ingestfake.Stream), up: o.up}, nil
+}
+
+// Every stream's connection lost (the client reconnecting inside them):
+// the streams show rebuilding at once, the table is unreachable past
+// OutageGrace, new batches are held (ErrNotOpen) and Open waits; once a
+// connection is back, Open and Write go through again.
+func TestOutageHoldsBatchesUntilAStreamIsBack(t *testing.T) {
+	cat := catalogfake.New()
+	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	var up atomic.Bool
+	up.Store(true)
+	w := New(Config{Table: testTable, Pool: testPoolConfig()}, connOpener{ingestfake.NewOpener(ingestfake.Config{}), &up}, cat, nil, nil)
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	require.NoError(t, w.Open(context.Background()))
+	_, err := w.Write(context.Background(), rows(`{"id":1,"msg":"a"}`), nil)
+	require.NoError(t, err)
+
+	up.Store(false)
+	lost := time.Now()
+	th := w.Health()
+	for _, s := range th.Streams {
+		assert.Equal(t, StateRebuilding, s.State, "a lost connection shows at once")
+		assert.NotEmpty(t, s.LastError)
+	}
+	require.Eventually(t, func() bool {
+		_, err := w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
+		return errors.Is(err, ErrNotOpen)
+	}, 5*time.Second, 20*time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(lost), OutageGrace, "not before the grace")
+	assert.False(t, w.Health().Unreachable.IsZero())
+	var we *WaitError
+	require.ErrorAs(t, w.Open(context.Background()), &we)
+	assert.True(t, we.Held)
+
+	up.Store(true)
+	require.NoError(t, w.Open(context.Background()))
+	_, err = w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
+	require.NoError(t, err)
+	assert.True(t, w.Health().Unreachable.IsZero())
+}
+
+// The engine asks again within a second early in an outage, at most every
+// five seconds in a long one.
+func TestOutageWait(t *testing.T) {
+	for age, want := range map[time.Duration]time.Duration{
+		0: time.Second, 2 * time.Second: time.Second, 8 * time.Second: 2 * time.Second, time.Minute: 5 * time.Second,
+	} {
+		assert.Equal(t, want, outageWait(age), "outage of %s", age)
+	}
+}

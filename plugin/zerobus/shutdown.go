@@ -1,0 +1,141 @@
+// The process's shutdown notice: what bounds an output's work once the
+// binary received SIGTERM or SIGINT.
+//
+// Benthos stops a pipeline gracefully first: the inputs stop and the engine
+// waits for every batch in flight to be acknowledged or refused, for up to
+// three quarters of shutdown_timeout, before it cancels anything. A batch
+// the output holds (the table not connected, the streams backing off) or
+// whose acks stall would keep the pipeline alive all that time. With the
+// notice, the output refuses held batches at once (nacked: the input
+// redelivers them), lets the batches in flight wait for their durable ack
+// until close_timeout has passed since the notice, and Close fits in what is
+// left of it: the process exits within close_timeout (+ Benthos's own
+// wind-down) in any state.
+
+package zerobus
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// shutdownNotice is closed once the process is stopping.
+type shutdownNotice struct {
+	once sync.Once
+	ch   chan struct{}
+	mu   sync.Mutex
+	at   time.Time
+}
+
+func newShutdownNotice() *shutdownNotice { return &shutdownNotice{ch: make(chan struct{})} }
+
+// processShutdown is the notice every output of the process listens to.
+var processShutdown = newShutdownNotice()
+
+func (n *shutdownNotice) begin() {
+	n.once.Do(func() {
+		n.mu.Lock()
+		n.at = time.Now()
+		n.mu.Unlock()
+		close(n.ch)
+	})
+}
+
+// since returns when the notice came, and whether it came.
+func (n *shutdownNotice) since() (time.Time, bool) {
+	select {
+	case <-n.ch:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.at, true
+	default:
+		return time.Time{}, false
+	}
+}
+
+// BeginShutdown tells every zerobus output of the process that it is
+// stopping: held batches are refused (and redelivered by the input), the
+// batches in flight wait for their durable ack at most close_timeout from
+// now, and Close takes what is left of that. Idempotent.
+func BeginShutdown() { processShutdown.begin() }
+
+// NotifyShutdownOnSignal calls BeginShutdown when the process receives
+// SIGTERM or SIGINT (Benthos receives them too and stops the pipeline). The
+// binary calls it before it runs the CLI; stop ends the watch.
+func NotifyShutdownOnSignal() (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			BeginShutdown()
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			signal.Stop(ch)
+			close(done)
+		})
+	}
+}
+
+// untilShutdown returns ctx, also cancelled when the notice comes.
+func (n *shutdownNotice) untilShutdown(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(wrapChan(n.ch), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// boundedAfter returns ctx, also cancelled once d has passed since the
+// notice.
+func (n *shutdownNotice) boundedAfter(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	var timer *time.Timer
+	var mu sync.Mutex
+	stopped := false
+	stop := context.AfterFunc(wrapChan(n.ch), func() {
+		at, _ := n.since()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer = time.AfterFunc(time.Until(at.Add(d)), cancel)
+		}
+	})
+	return ctx, func() {
+		stop()
+		mu.Lock()
+		stopped = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// chanCtx is a context done when its channel is closed (for
+// context.AfterFunc).
+type chanCtx struct {
+	context.Context
+	ch <-chan struct{}
+}
+
+func wrapChan(ch <-chan struct{}) context.Context { return chanCtx{context.Background(), ch} }
+
+func (c chanCtx) Done() <-chan struct{} { return c.ch }
+
+func (c chanCtx) Err() error {
+	select {
+	case <-c.ch:
+		return context.Canceled
+	default:
+		return nil
+	}
+}

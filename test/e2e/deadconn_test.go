@@ -122,10 +122,9 @@ watch:
 	}
 	sort.Slice(missing, func(i, j int) bool { return missing[i] < missing[j] })
 	dups := len(got) - len(perID)
-	line := fmt.Sprintf("silent dead connection: rows sent=%d landed=%d distinct=%d missing=%d duplicates=%d; black hole at %s with %d rows landed; detected after %s (stream reconnect logged), new TCP connection after %s, first row landed after %s; connections accepted=%d; pipeline took %s",
+	faultLine(t, "silent dead connection: rows sent=%d landed=%d distinct=%d missing=%d duplicates=%d; black hole at %s with %d rows landed; detected after %s (stream reconnect logged), new TCP connection after %s, first row landed after %s; connections accepted=%d; pipeline took %s",
 		rows, len(got), len(perID), len(missing), dups, struck.Sub(began).Round(time.Millisecond), landedAtStrike,
 		detected.Round(time.Millisecond), redialled.Round(time.Millisecond), healed.Round(time.Millisecond), bh.Accepted(), time.Since(began).Round(time.Millisecond))
-	t.Log(line)
 	t.Log("detected by: ", cause)
 	assert.Empty(t, missing, "rows lost (first 20): %v", head(missing, 20))
 	assert.Zero(t, dups, "rows stored twice")

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -68,8 +67,8 @@ func TestEmulatorPortsWithS3PortTaken(t *testing.T) {
 			assert.False(t, strings.HasSuffix(vars[k], ":0"), "%s=%s: the port picked, not :0", k, vars[k])
 			assert.NotEqual(t, "http://"+taken, vars[k], k)
 		}
-		resp, err := httpGet(vars["DATABRICKS_HOST"] + "/emulator/v1/health")
-		require.NoError(t, err)
+		code, resp := httpGet(vars["DATABRICKS_HOST"] + "/emulator/v1/health")
+		require.Equal(t, http.StatusOK, code, resp)
 		assert.Contains(t, resp, `"status":"ok"`)
 		assert.Contains(t, resp, vars["ZEROBUS_EMULATOR_S3"])
 		assert.Contains(t, p.out.String(), "S3 storage endpoint:             "+vars["ZEROBUS_EMULATOR_S3"])
@@ -123,18 +122,4 @@ func TestDemoScript(t *testing.T) {
 	assert.Contains(t, out, "the emulator failed to start")
 	assert.Contains(t, out, "S3 storage port "+taken+" (--s3) is already in use")
 	assert.NotContains(t, out, "emulator up")
-}
-
-// httpGet returns the body of a GET of url, or an error for any status but 200.
-func httpGet(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = errors.New(url + ": " + resp.Status)
-	}
-	return string(b), err
 }

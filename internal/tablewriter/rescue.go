@@ -125,11 +125,22 @@ func (r *rescueRow) take(re RowError, col string) bool {
 			}
 		}
 	}
-	if !ok || (r.obj != nil && typemap.ColumnKey(key) == typemap.ColumnKey(col)) {
+	colKey := typemap.ColumnKey(col)
+	if !ok || (r.obj != nil && typemap.ColumnKey(key) == colKey) {
 		return false
 	}
 	if r.obj == nil {
+		// The message's own fields named like the rescue column are
+		// rescued too, under their own names: the rescue object takes
+		// their place, so their values would otherwise be lost.
 		r.obj = map[string]any{}
+		for k, v := range r.m {
+			if k != key && typemap.ColumnKey(k) == colKey {
+				r.obj[k] = v
+				delete(r.m, k)
+				r.columns = append(r.columns, RescueUnknownField)
+			}
+		}
 	}
 	r.obj[key] = r.m[key]
 	delete(r.m, key)

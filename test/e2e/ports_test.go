@@ -68,7 +68,7 @@ func TestEmulatorPortsWithS3PortTaken(t *testing.T) {
 			assert.False(t, strings.HasSuffix(vars[k], ":0"), "%s=%s: the port picked, not :0", k, vars[k])
 			assert.NotEqual(t, "http://"+taken, vars[k], k)
 		}
-		resp, err := httpGet(vars["DATABRICKS_HOST"] + "/emulator/v1/health")
+		resp, err := httpGetOK(vars["DATABRICKS_HOST"] + "/emulator/v1/health")
 		require.NoError(t, err)
 		assert.Contains(t, resp, `"status":"ok"`)
 		assert.Contains(t, resp, vars["ZEROBUS_EMULATOR_S3"])
@@ -125,8 +125,8 @@ func TestDemoScript(t *testing.T) {
 	assert.NotContains(t, out, "emulator up")
 }
 
-// httpGet returns the body of a GET of url, or an error for any status but 200.
-func httpGet(url string) (string, error) {
+// httpGetOK returns the body of a GET of url, or an error for any status but 200.
+func httpGetOK(url string) (string, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return "", err

@@ -38,11 +38,11 @@ func stringsBatch(n int) arrow.RecordBatch {
 	return b.NewRecordBatch()
 }
 
-// recordFrame is rec as a record batch FlightData at offset; patch may
-// rewrite its body.
-func recordFrame(t *testing.T, rec arrow.RecordBatch, offset int64, patch func(body []byte)) *flight.FlightData {
+// recordFrame is rec as a record batch FlightData at offset, written with
+// opts (compression); patch may rewrite its body.
+func recordFrame(t *testing.T, rec arrow.RecordBatch, offset int64, patch func(body []byte), opts ...ipc.Option) *flight.FlightData {
 	t.Helper()
-	pl, err := ipc.GetRecordBatchPayload(rec)
+	pl, err := ipc.GetRecordBatchPayload(rec, opts...)
 	require.NoError(t, err)
 	defer pl.Release()
 	var body bytes.Buffer
@@ -51,7 +51,7 @@ func recordFrame(t *testing.T, rec arrow.RecordBatch, offset int64, patch func(b
 	if patch != nil {
 		patch(b)
 	}
-	return &flight.FlightData{DataHeader: pl.Meta().Bytes(), DataBody: b, AppMetadata: fmt.Appendf(nil, `{"offset_id":%d}`, offset)}
+	return &flight.FlightData{DataHeader: bytes.Clone(pl.Meta().Bytes()), DataBody: b, AppMetadata: fmt.Appendf(nil, `{"offset_id":%d}`, offset)}
 }
 
 // patchOffsets replaces the LargeString offsets of 5 rows of "ab"
@@ -183,18 +183,7 @@ func TestDecompressionBombIsRefused(t *testing.T) {
 	conn := dial(t, srv)
 	five := stringsBatch(5)
 	defer five.Release()
-	frame := func(patch func([]byte)) *flight.FlightData {
-		pl, err := ipc.GetRecordBatchPayload(five, ipc.WithZstd())
-		require.NoError(t, err)
-		defer pl.Release()
-		var body bytes.Buffer
-		require.NoError(t, pl.SerializeBody(&body))
-		b := body.Bytes()
-		if patch != nil {
-			patch(b)
-		}
-		return &flight.FlightData{DataHeader: bytes.Clone(pl.Meta().Bytes()), DataBody: b, AppMetadata: []byte(`{"offset_id":0}`)}
-	}
+	frame := func(patch func([]byte)) *flight.FlightData { return recordFrame(t, five, 0, patch, ipc.WithZstd()) }
 	bomb := func(b []byte) {
 		// The offsets buffer of 5 rows: 48 bytes uncompressed, declared in
 		// its first 8 bytes.

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -125,11 +127,22 @@ func (r *rescueRow) take(re RowError, col string) bool {
 			}
 		}
 	}
-	if !ok || (r.obj != nil && typemap.ColumnKey(key) == typemap.ColumnKey(col)) {
+	colKey := typemap.ColumnKey(col)
+	if !ok || (r.obj != nil && typemap.ColumnKey(key) == colKey) {
 		return false
 	}
 	if r.obj == nil {
+		// The message's own fields named like the rescue column are
+		// rescued too, under their own names: the rescue object takes
+		// their place, so their values would otherwise be lost.
 		r.obj = map[string]any{}
+		for k, v := range r.m {
+			if k != key && typemap.ColumnKey(k) == colKey {
+				r.obj[k] = v
+				delete(r.m, k)
+				r.columns = append(r.columns, RescueUnknownField)
+			}
+		}
 	}
 	r.obj[key] = r.m[key]
 	delete(r.m, key)
@@ -163,9 +176,13 @@ func (w *Writer) rescue(batch []Row, cols []typemap.Column, res arrowconv.Result
 		}
 	}
 	rescued := map[int]*rescueRow{}
+	// A message field named like the rescue column matched it (the rescue
+	// objects are only made below): it is rescued under its own name like
+	// an unknown field, so the column holds nothing but rescue objects.
+	own := w.ownRescueFields(batch, res, rescued)
 	var edited []Row
 	for round := 0; round < maxRescueRounds; round++ {
-		moved := false
+		moved := own && round == 0
 		for _, re := range res.RowErrors {
 			if !rescuable(re) || re.Index < 0 || re.Index >= len(batch) || notNull[typemap.ColumnKey(re.Field)] {
 				continue
@@ -213,4 +230,54 @@ func (w *Writer) rescue(batch []Row, cols []typemap.Column, res arrowconv.Result
 		}
 	}
 	return res, nil
+}
+
+// ownRescueFields finds the rows of res whose rescue column is set by the
+// message itself (a field named like it: res is a conversion of the
+// messages as received) and adds them to rescued with that field moved
+// into their rescue object; it reports whether it found any. Only a
+// non-NULL rescue value costs a decode.
+func (w *Writer) ownRescueFields(batch []Row, res arrowconv.Result, rescued map[int]*rescueRow) bool {
+	rec := res.Record
+	if rec == nil {
+		return false
+	}
+	ci := slices.IndexFunc(rec.Schema().Fields(), func(f arrow.Field) bool { return strings.EqualFold(f.Name, w.cfg.Rescue) })
+	if ci < 0 || rec.Column(ci).NullN() == int(rec.NumRows()) {
+		return false
+	}
+	col, found := rec.Column(ci), false
+	for r := 0; r < int(rec.NumRows()) && r < len(res.SourceIndex); r++ {
+		i := res.SourceIndex[r]
+		if col.IsNull(r) || i < 0 || i >= len(batch) {
+			continue
+		}
+		if row := newRescueRow(batch[i]); row != nil && row.takeOwn(w.cfg.Rescue) {
+			rescued[i] = row
+			found = true
+		}
+	}
+	return found
+}
+
+// takeOwn moves the message's fields named like the rescue column col into
+// the rescue object, under their own names; false when there are none.
+func (r *rescueRow) takeOwn(col string) bool {
+	colKey := typemap.ColumnKey(col)
+	for k, v := range r.m {
+		if typemap.ColumnKey(k) != colKey {
+			continue
+		}
+		if r.obj == nil {
+			r.obj = map[string]any{}
+		}
+		r.obj[k] = v
+		delete(r.m, k)
+		r.columns = append(r.columns, RescueUnknownField)
+	}
+	if r.obj == nil {
+		return false
+	}
+	r.m[col] = r.obj
+	return true
 }

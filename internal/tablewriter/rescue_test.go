@@ -2,12 +2,14 @@ package tablewriter
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
@@ -49,4 +51,16 @@ func TestRescueCountsFieldsByColumn(t *testing.T) {
 	assert.Contains(t, errs[0].Error(), "BIGINT")
 	assert.Equal(t, 4, errs[1].Index)
 	assert.Equal(t, map[string]int{"n": 2, RescueUnknownField: 2}, obs.n)
+}
+
+// A message field named like the rescue column is not overwritten by the
+// rescue object: it is rescued too, under its own name.
+func TestRescueKeepsFieldNamedLikeRescueColumn(t *testing.T) {
+	r := newRescueRow(rows(`{"id":1,"Rescued":5,"extra":"x"}`)[0])
+	require.NotNil(t, r)
+	require.True(t, r.take(RowError{Index: 0, Field: "extra", Column: "extra", Err: arrowconv.ErrUnknownField}, "rescued"))
+	assert.Equal(t, map[string]any{"Rescued": json.Number("5"), "extra": "x"}, r.m["rescued"])
+	_, kept := r.m["Rescued"]
+	assert.False(t, kept, "the field is moved into the rescue object, not left to collide with it")
+	assert.Len(t, r.columns, 2)
 }

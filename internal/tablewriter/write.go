@@ -44,12 +44,24 @@ func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf Ke
 	// A row no request can carry fails alone, before anything is sent: the
 	// rest of its batch still lands.
 	over := oversized(res, size)
+	var notDurable []arrowconv.RowError
 	if int(res.Record.NumRows()) > len(over) {
 		if err := w.submitAndWait(ctx, st, res, size, lay, over, pos); err != nil {
-			return nil, st, err
+			var pe *partialError
+			if !errors.As(err, &pe) {
+				return nil, st, err
+			}
+			// Part of the batch is durable: only the rest fails (to be
+			// retried, not dead-lettered), so no durable row is sent
+			// again. A stop is recorded for the next Write to see.
+			_ = w.stopIfStopped(st, pe.err)
+			for _, r := range pe.rows {
+				notDurable = append(notDurable, arrowconv.RowError{Index: res.SourceIndex[r], Err: &TableError{Table: w.cfg.Table, Err: pe.err}})
+			}
 		}
 	}
 	rowErrs := append(lay.keyErrs, res.RowErrors...)
+	rowErrs = append(rowErrs, notDurable...)
 	for _, o := range over {
 		rowErrs = append(rowErrs, o)
 	}
@@ -260,6 +272,12 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 	outage := w.outageCtx()
 	stopWatch := context.AfterFunc(outage, func() { scancel(context.Cause(outage)) })
 	defer stopWatch()
+	// Once a part is submitted, the batch is never failed or held as a
+	// whole: a later part that cannot be submitted fails its rows alone
+	// after the submitted parts are waited for (partialError), since
+	// sending the whole batch again would write the durable parts twice.
+	submitted := len(parts)
+	var submitErr error
 	for i := range parts {
 		t, err := st.pool.Write(sctx, parts[i].key, parts[i].rec)
 		if err != nil {
@@ -267,7 +285,12 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 				return fmt.Errorf("%w: %w", ErrNotOpen, cause)
 			}
 			w.onWriteErr(ctx, st, err)
-			return fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
+			submitErr = fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
+			if i == 0 {
+				return submitErr
+			}
+			submitted = i
+			break
 		}
 		parts[i].ticket = t
 	}
@@ -278,26 +301,61 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 		fmt.Errorf("no durable ack within ack.timeout (%s)", w.cfg.AckTimeout))
 	defer cancel()
 	var firstErr error
-	for i := range parts {
+	var failed []int // record rows not confirmed durable
+	confirmed := 0
+	for i := range parts[:submitted] {
 		if err := parts[i].ticket.Wait(wctx); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}
+			failed = appendRange(failed, parts[i].lo, parts[i].hi)
 			continue
 		}
+		confirmed++
 		w.obs.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
 		// The ticket is confirmed: these rows are durable, and only now
 		// may coverage name them.
 		w.recordDurable(pos, res.SourceIndex, parts[i].lo, parts[i].hi)
 	}
+	var err error
 	if firstErr != nil {
 		w.onWriteErr(ctx, st, firstErr)
 		if cause := context.Cause(wctx); cause != nil {
-			return fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
+			err = fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
+		} else {
+			err = fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
 		}
-		return fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
+	} else {
+		err = submitErr
 	}
-	return nil
+	if err == nil || confirmed == 0 {
+		return err
+	}
+	for _, p := range parts[submitted:] {
+		failed = appendRange(failed, p.lo, p.hi)
+	}
+	return &partialError{rows: failed, err: err}
+}
+
+// partialError is a batch some of whose parts are confirmed durable and the
+// others not (not submitted, or not confirmed): only the rows of the others
+// fail, alone.
+type partialError struct {
+	rows []int // the record rows not confirmed durable
+	err  error
+}
+
+func (e *partialError) Error() string {
+	return fmt.Sprintf("%d rows not confirmed durable: %v", len(e.rows), e.err)
+}
+func (e *partialError) Unwrap() error { return e.err }
+
+// appendRange appends lo, lo+1, …, hi-1 to s.
+func appendRange(s []int, lo, hi int) []int {
+	for r := lo; r < hi; r++ {
+		s = append(s, r)
+	}
+	return s
 }
 
 // onWriteErr reacts to a stream error: a schema rejection re-describes the

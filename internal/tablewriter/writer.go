@@ -430,8 +430,12 @@ func (w *Writer) Seed(ts *catalog.TableState) { w.seed.Store(ts) }
 // of them is durable. Rows that do not fit the table come back as row errors
 // (naming the row index and the column); the good rows are durable before
 // Write returns. An error means nothing is acknowledged: the whole batch is
-// to be retried. ErrNotOpen (wrapped) asks the caller to Open again. keyOf
-// may be nil (no ordering).
+// to be retried. ErrNotOpen (wrapped) asks the caller to Open again; it is
+// never returned once a row of the batch was submitted. When part of the
+// batch is durable and the rest could not be submitted or confirmed, the
+// rest come back as row errors wrapping a *TableError (to be retried, not
+// dead-lettered), so the durable rows are never sent again. keyOf may be
+// nil (no ordering).
 func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowError, error) {
 	if p := w.rawRefusal.Load(); p != nil {
 		return nil, *p

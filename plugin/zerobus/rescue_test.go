@@ -108,6 +108,27 @@ func TestRescueColumnWithoutProvisioning(t *testing.T) {
 	assert.Contains(t, err.Error(), "ADD COLUMNS (`rescued` VARIANT)")
 }
 
+// A message field named like the rescue column is not taken for the rescue
+// column: it is rescued under its own name, with the row's other misfits,
+// and never overwritten by them.
+func TestRescueColumnFieldNamedLikeIt(t *testing.T) {
+	const table = "main.default.events"
+	e := startEmulated(t, table, "rescue_column: rescued\n", table+":id BIGINT NOT NULL, n INT, rescued VARIANT")
+	require.Empty(t, e.write(t, service.MessageBatch{
+		service.NewMessage([]byte(`{"id":1,"n":1,"rescued":5}`)),
+		service.NewMessage([]byte(`{"id":2,"n":"x","Rescued":"mine"}`)),
+		service.NewMessage([]byte(`{"id":3,"n":3}`)),
+	}))
+	byID := map[int64]map[string]any{}
+	for _, r := range e.rows(t, table) {
+		byID[r["id"].(int64)] = r
+	}
+	require.Len(t, byID, 3)
+	assert.Equal(t, map[string]any{"rescued": float64(5)}, variantObject(t, byID[1]["rescued"]))
+	assert.Equal(t, map[string]any{"n": "x", "Rescued": "mine"}, variantObject(t, byID[2]["rescued"]))
+	assert.Nil(t, byID[3]["rescued"])
+}
+
 // With provisioning, an existing table gains the rescue column at connect.
 func TestRescueColumnAddedToExistingTable(t *testing.T) {
 	const table = "main.default.events"

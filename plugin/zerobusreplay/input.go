@@ -168,7 +168,7 @@ func (in *input) connect(ctx context.Context) error {
 
 	in.ident = restIdent(c.Table)
 	if in.cat == nil {
-		in.rec = &configRecorder{base: http.DefaultTransport}
+		in.rec = newConfigRecorder()
 		tokenURL, err := url.Parse(c.WorkspaceURL + "/oidc/v1/token")
 		if err != nil {
 			return fmt.Errorf("field %s: %w", fWorkspaceURL, err)
@@ -516,6 +516,15 @@ func buildFilter(w Where, state *catalog.TableState) (iceberg.BooleanExpression,
 // (vended credentials and their expiry) of each load-table answer, which
 // iceberg-go does not expose, so the input knows when to renew them and can
 // list the Delta log with them.
+// newConfigRecorder records over the output's transport rules, as the Unity
+// Catalog client does: plaintext only to a loopback host (redirects
+// included), an https:// request through the environment's proxy by
+// CONNECT only. The Iceberg REST catalog's token request carries the client
+// secret.
+func newConfigRecorder() *configRecorder {
+	return &configRecorder{base: ingest.NewHTTPTransport(nil, nil)}
+}
+
 type configRecorder struct {
 	base http.RoundTripper
 	mu   sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Engine is what one output writes through: a Writer for a static table or
@@ -13,6 +14,10 @@ type Engine struct {
 	Writer      *Writer
 	Router      *Router
 	DeadLetters *DeadLetters
+
+	// opened is set once Open has succeeded: from then on the dead-letter
+	// table no longer gates the output (see Open).
+	opened atomic.Bool
 }
 
 // DeadLetterWriter returns the dead-letter table's writer; nil without one.
@@ -26,6 +31,13 @@ func (e *Engine) DeadLetterWriter() *Writer {
 // Open opens the table writer (or reopens the router's writers), then the
 // dead-letter writer, and returns the first error: Open is retried as a
 // whole, and each step is a no-op once open.
+//
+// The dead-letter table gates only the first Open, so a misconfigured one
+// is reported before any row is written. Once the output has been open, a
+// dead-letter table that fails (dropped, grant revoked) is the dead
+// letters' problem alone: DeadLetters.Write reopens its writer, bounded,
+// and fails only the bad rows back, while the good rows keep flowing;
+// holding every batch for it would stall the table for rows that fit.
 func (e *Engine) Open(ctx context.Context) error {
 	if e.Writer != nil {
 		if err := e.Writer.Open(ctx); err != nil {
@@ -38,8 +50,11 @@ func (e *Engine) Open(ctx context.Context) error {
 		}
 	}
 	if w := e.DeadLetterWriter(); w != nil {
-		return w.Open(ctx)
+		if err := w.Open(ctx); err != nil && !e.opened.Load() {
+			return err
+		}
 	}
+	e.opened.Store(true)
 	return nil
 }
 

@@ -58,3 +58,25 @@ func TestEngineWrite(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, PhaseBackingOff, h.w.Phase())
 }
+
+// The dead-letter table gates the first Open only (a misconfigured one is
+// reported before any row is written); once the output has been open, a
+// dead-letter writer that fails no longer keeps the table's good rows
+// from flowing.
+func TestEngineDeadLetterTableGatesOnlyTheFirstOpen(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, nil, nil)
+	missing := New(Config{Table: "main.default.dlq", CreateColumns: DeadLetterColumns(), Pool: testPoolConfig()}, ingestfake.NewOpener(ingestfake.Config{}), catalogfake.New(), nil, nil)
+	t.Cleanup(func() { _ = missing.Close(context.Background()) })
+	require.Error(t, (&Engine{Writer: h.w, DeadLetters: NewDeadLetters(missing, true)}).Open(context.Background()),
+		"a dead-letter table that does not exist is reported at the first Open")
+
+	dl := New(Config{Table: "main.default.dlq", Provision: true, CreateColumns: DeadLetterColumns(), Pool: testPoolConfig()}, ingestfake.NewOpener(ingestfake.Config{}), catalogfake.New(), nil, nil)
+	e := &Engine{Writer: h.w, DeadLetters: NewDeadLetters(dl, true)}
+	require.NoError(t, e.Open(context.Background()))
+	require.NoError(t, dl.Close(context.Background()))
+	require.Error(t, dl.Open(context.Background()), "the dead-letter writer fails from now on")
+	require.NoError(t, e.Open(context.Background()), "a failing dead-letter table no longer holds the output")
+	rest, err := e.Write(context.Background(), rows(`{"id":1,"msg":"a"}`), nil, nil)
+	require.NoError(t, err)
+	assert.Empty(t, rest, "good rows still land")
+}

@@ -411,7 +411,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 		// duplicate them: mark it broken (its member rebuilds) and pick
 		// again rather than failing a write the pool can still take.
 		c.fail(err)
-		if attempt > len(p.members) {
+		if attempt > p.Size() { // the sizer changes members: read under the lock
 			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
 		}
 	}

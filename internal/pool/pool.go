@@ -48,6 +48,13 @@ var ErrClosed = errors.New("pool: closed")
 // within PickTimeout.
 var ErrNoStream = errors.New("pool: no healthy stream")
 
+// ErrUntracked is wrapped by a Write error once its rows were submitted to
+// a stream but could not be put on the stream's lane (ctx ended while the
+// lane was full, or the lane closed): the rows may still become durable, no
+// ticket will say so. The caller fails the batch (it is redelivered); it
+// must not treat it as a write that sent nothing.
+var ErrUntracked = errors.New("pool: rows submitted but not tracked")
+
 // ErrSchemaMismatch is returned by Write for a record whose schema is not the
 // pool's current schema.
 var ErrSchemaMismatch = errors.New("pool: record schema differs from the pool's schema")
@@ -423,8 +430,8 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 	m.rowsIn.Add(int64(span.To - span.From))
 	m.bytesIn.Add(arrowipc.RecordBytes(rec))
 	if err != nil {
-		return nil, fmt.Errorf("pool: %s stream %d: rows [%d,%d) submitted but not tracked: %w",
-			p.table, m.index, span.From, span.To, err)
+		return nil, fmt.Errorf("%w: %s stream %d rows [%d,%d): %w",
+			ErrUntracked, p.table, m.index, span.From, span.To, err)
 	}
 	return &Ticket{Stream: m.index, Generation: c.gen, Span: span, receipt: receipt, stream: c.stream}, nil
 }

@@ -950,10 +950,15 @@ func (p *Pool) uninstall(m *member, c *conn) {
 }
 
 // teardown uninstalls c, fails its unconfirmed items and closes its stream.
+// A retired extra's connection leaves the draining set here too: one that
+// died as it was retired never reaches retire, and Close must not drain it.
 func (p *Pool) teardown(m *member, c *conn) {
 	p.uninstall(m, c)
 	c.lane.Close()
 	_ = c.stream.Close() // nothing left to save: the lane is closed
+	p.mu.Lock()
+	delete(p.draining, c)
+	p.mu.Unlock()
 }
 
 // setFatal records err as the pool's fatal error if it came from a stream

@@ -291,10 +291,13 @@ func (p *Pool) newMember(index int, extra bool) *member {
 }
 
 // Stopped reports why the pool no longer writes on its own: the FatalConfig
-// error that stopped it, or, when every member gave up (rebuild budget
-// exhausted), the last member's error. Nil while it writes or may recover by
+// error that stopped it, or, when every base member gave up (rebuild budget
+// exhausted), the last one's error. Nil while it writes or may recover by
 // itself. A stopped pool writes again only after Reopen; the layer above
-// uses this to tell its engine to reconnect.
+// uses this to tell its engine to reconnect. Extras do not count: they
+// never give up (a failed one leaves), and one still up would otherwise
+// keep the given-up base members, and the keys that map onto them, down
+// with no Reopen to revive them.
 func (p *Pool) Stopped() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -302,7 +305,7 @@ func (p *Pool) Stopped() error {
 		return p.fatal
 	}
 	var last error
-	for _, m := range p.members {
+	for _, m := range p.members[:p.base] {
 		if m.down == nil {
 			return nil
 		}

@@ -143,6 +143,11 @@ func (p *Pool) runSizer() {
 	for {
 		select {
 		case <-p.ctx.Done():
+			if resizeObserver != nil && lastOpen > 0 {
+				// Closed: its streams are gone (a writer closed or
+				// evicted must not go on reporting them open).
+				resizeObserver.StreamsOpen(p.table, 0)
+			}
 			return
 		case now := <-t.C:
 			s := p.sample(now)

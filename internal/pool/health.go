@@ -64,9 +64,10 @@ type Health struct {
 // to copy each member's fields (Write's pick holds the same read lock, so
 // neither waits for the other); the lanes are read through atomics.
 func (p *Pool) Health() Health {
-	h := Health{PickWaiters: p.pickWaiters.Load(), Members: make([]MemberHealth, 0, len(p.members))}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	// members is the sizer's to change: read it under the lock only.
+	h := Health{PickWaiters: p.pickWaiters.Load(), Members: make([]MemberHealth, 0, len(p.members))}
 	h.Fatal = p.fatal
 	for _, m := range p.members {
 		mh := MemberHealth{Index: m.index, Since: m.since, Generation: m.gen, Rebuilds: m.rebuilds, Err: m.lastErr}

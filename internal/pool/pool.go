@@ -48,6 +48,13 @@ var ErrClosed = errors.New("pool: closed")
 // within PickTimeout.
 var ErrNoStream = errors.New("pool: no healthy stream")
 
+// ErrUntracked is wrapped by a Write error once its rows were submitted to
+// a stream but could not be put on the stream's lane (ctx ended while the
+// lane was full, or the lane closed): the rows may still become durable, no
+// ticket will say so. The caller fails the batch (it is redelivered); it
+// must not treat it as a write that sent nothing.
+var ErrUntracked = errors.New("pool: rows submitted but not tracked")
+
 // ErrSchemaMismatch is returned by Write for a record whose schema is not the
 // pool's current schema.
 var ErrSchemaMismatch = errors.New("pool: record schema differs from the pool's schema")
@@ -284,10 +291,13 @@ func (p *Pool) newMember(index int, extra bool) *member {
 }
 
 // Stopped reports why the pool no longer writes on its own: the FatalConfig
-// error that stopped it, or, when every member gave up (rebuild budget
-// exhausted), the last member's error. Nil while it writes or may recover by
+// error that stopped it, or, when every base member gave up (rebuild budget
+// exhausted), the last one's error. Nil while it writes or may recover by
 // itself. A stopped pool writes again only after Reopen; the layer above
-// uses this to tell its engine to reconnect.
+// uses this to tell its engine to reconnect. Extras do not count: they
+// never give up (a failed one leaves), and one still up would otherwise
+// keep the given-up base members, and the keys that map onto them, down
+// with no Reopen to revive them.
 func (p *Pool) Stopped() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -295,7 +305,7 @@ func (p *Pool) Stopped() error {
 		return p.fatal
 	}
 	var last error
-	for _, m := range p.members {
+	for _, m := range p.members[:p.base] {
 		if m.down == nil {
 			return nil
 		}
@@ -411,7 +421,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 		// duplicate them: mark it broken (its member rebuilds) and pick
 		// again rather than failing a write the pool can still take.
 		c.fail(err)
-		if attempt > len(p.members) {
+		if attempt > p.Size() { // the sizer changes members: read under the lock
 			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
 		}
 	}
@@ -423,8 +433,8 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 	m.rowsIn.Add(int64(span.To - span.From))
 	m.bytesIn.Add(arrowipc.RecordBytes(rec))
 	if err != nil {
-		return nil, fmt.Errorf("pool: %s stream %d: rows [%d,%d) submitted but not tracked: %w",
-			p.table, m.index, span.From, span.To, err)
+		return nil, fmt.Errorf("%w: %s stream %d rows [%d,%d): %w",
+			ErrUntracked, p.table, m.index, span.From, span.To, err)
 	}
 	return &Ticket{Stream: m.index, Generation: c.gen, Span: span, receipt: receipt, stream: c.stream}, nil
 }
@@ -943,10 +953,15 @@ func (p *Pool) uninstall(m *member, c *conn) {
 }
 
 // teardown uninstalls c, fails its unconfirmed items and closes its stream.
+// A retired extra's connection leaves the draining set here too: one that
+// died as it was retired never reaches retire, and Close must not drain it.
 func (p *Pool) teardown(m *member, c *conn) {
 	p.uninstall(m, c)
 	c.lane.Close()
 	_ = c.stream.Close() // nothing left to save: the lane is closed
+	p.mu.Lock()
+	delete(p.draining, c)
+	p.mu.Unlock()
 }
 
 // setFatal records err as the pool's fatal error if it came from a stream

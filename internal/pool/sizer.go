@@ -143,6 +143,11 @@ func (p *Pool) runSizer() {
 	for {
 		select {
 		case <-p.ctx.Done():
+			if resizeObserver != nil && lastOpen > 0 {
+				// Closed: its streams are gone (a writer closed or
+				// evicted must not go on reporting them open).
+				resizeObserver.StreamsOpen(p.table, 0)
+			}
 			return
 		case now := <-t.C:
 			s := p.sample(now)
@@ -273,10 +278,7 @@ func (p *Pool) retire(m *member, c *conn) {
 		err = c.lane.Drain(ctx)
 	}
 	pending := c.lane.PendingRows()
-	p.teardown(m, c)
-	p.mu.Lock()
-	delete(p.draining, c)
-	p.mu.Unlock()
+	p.teardown(m, c) // and out of the draining set
 	if err != nil && p.ctx.Err() == nil {
 		p.logger().Warn(fmt.Sprintf("zerobus: %s stream %d retired before %d rows were durable (they are redelivered): %v",
 			p.table, m.index, pending, err), "table", p.table, "stream", m.index)

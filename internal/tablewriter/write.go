@@ -266,7 +266,9 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 	}()
 	// A submit still waiting (for a stream, for capacity, for a
 	// reconnect) when the table turns unreachable is released: nothing of
-	// it was accepted, so the batch is held, not failed (liveness.go).
+	// it was accepted, so the batch is held, not failed (liveness.go). One
+	// released after its rows were submitted (waiting for room on the
+	// lane) is failed instead: they may still land.
 	sctx, scancel := context.WithCancelCause(ctx)
 	defer scancel(nil)
 	outage := w.outageCtx()
@@ -281,7 +283,7 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 	for i := range parts {
 		t, err := st.pool.Write(sctx, parts[i].key, parts[i].rec)
 		if err != nil {
-			if cause := context.Cause(sctx); i == 0 && ctx.Err() == nil && errors.Is(cause, errOutage) {
+			if cause := context.Cause(sctx); i == 0 && ctx.Err() == nil && errors.Is(cause, errOutage) && !errors.Is(err, pool.ErrUntracked) {
 				return fmt.Errorf("%w: %w", ErrNotOpen, cause)
 			}
 			w.onWriteErr(ctx, st, err)

@@ -1,0 +1,89 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+)
+
+// An extra whose stream dies just as the sizer retires it leaves through
+// the failure path, not through retire: its connection must not stay among
+// those Close drains (Close would report the dead lane's failure and count
+// its already failed rows as nacked at close).
+func TestExtraDyingWhileRetiredLeavesNothingToDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for iter := range 20 {
+		o := ingestfake.NewOpener(ingestfake.Config{})
+		cfg := DefaultConfig()
+		cfg.MinStreams, cfg.MaxStreams = 1, 2
+		cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
+		p := New(o, "main.default.retire", ingestfake.TestSchema, cfg, nil)
+		require.NoError(t, p.Connect(ctx))
+		require.True(t, p.resize(Decision{Action: Grow, Reason: "test"}))
+		streams, err := o.WaitOpens(ctx, 2)
+		require.NoError(t, err)
+		p.mu.RLock()
+		extra := p.members[1]
+		p.mu.RUnlock()
+		require.Eventually(t, func() bool {
+			p.mu.RLock()
+			defer p.mu.RUnlock()
+			return extra.conn != nil
+		}, 10*time.Second, time.Millisecond)
+
+		streams[1].Poison(&ingest.Error{Class: ingest.Poison, Err: errors.New("gone")})
+		// False when the extra left already: then nothing raced.
+		_ = p.resize(Decision{Action: Shrink, Reason: "test"})
+		select {
+		case <-extra.exited:
+		case <-ctx.Done():
+			t.Fatal("the extra did not leave")
+		}
+		p.mu.RLock()
+		left := len(p.draining)
+		p.mu.RUnlock()
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		cerr := p.Close(cctx)
+		ccancel()
+		require.Zero(t, left, "iteration %d: a connection left to drain", iter)
+		require.NoError(t, cerr, "iteration %d", iter)
+	}
+}
+
+// Base members that gave up stop the pool even while an extra is still up:
+// nothing else revives them (Reopen comes only from a stopped pool), and
+// the keys mapping onto them would fail for as long as the extra lived.
+func TestBaseGivenUpStopsThePoolWhileAnExtraIsUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	cfg := DefaultConfig()
+	cfg.MinStreams, cfg.MaxStreams = 1, 2
+	cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
+	cfg.RebuildBudget = 1 // the second failure in a row gives the member up
+	p := New(o, "main.default.giveup", ingestfake.TestSchema, cfg, nil)
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_ = p.Close(cctx)
+	}()
+	require.NoError(t, p.Connect(ctx))
+	require.True(t, p.resize(Decision{Action: Grow, Reason: "test"}))
+	streams, err := o.WaitOpens(ctx, 2)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return p.Health().Members[1].State == StateUp }, 10*time.Second, time.Millisecond)
+
+	gone := &ingest.Error{Class: ingest.Poison, Err: errors.New("gone")}
+	o.FailNextOpens(gone, gone, gone) // its rebuild fails too
+	streams[0].Poison(gone)
+	require.Eventually(t, func() bool { return p.Health().Members[0].State == StateStopped }, 10*time.Second, time.Millisecond)
+	require.Equal(t, StateUp, p.Health().Members[1].State, "the extra still serves")
+	require.Error(t, p.Stopped(), "every base member gave up")
+}

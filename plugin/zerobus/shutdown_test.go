@@ -16,8 +16,8 @@ import (
 
 // Once the process is stopping, a batch waiting for a stalled ack is nacked
 // when close_timeout has passed since the notice, a held batch (the table
-// not connected) is refused at once instead of held, and Connect opens
-// nothing more.
+// not connected) is refused instead of held (here at once: close_timeout
+// has passed), and Connect opens nothing more.
 func TestShutdownBoundsWritesAndRefusesHeldBatches(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{ManualAck: true}, "close_timeout: 300ms\n", nil)
 	h.out.shutdown = newShutdownNotice()

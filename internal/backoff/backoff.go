@@ -53,21 +53,32 @@ func (b *Backoff) Next() time.Duration {
 	if max < initial {
 		max = initial
 	}
-	d := initial
-	for i := 0; i < b.attempt && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
+	d := Nominal(initial, max, b.attempt)
 	b.attempt++
-	j := b.Jitter
-	if j <= 0 || j >= 1 {
-		return d
-	}
 	r := b.rand
 	if r == nil {
 		r = rand.Float64
 	}
-	return d - time.Duration(r()*j*float64(d))
+	return Shorten(d, b.Jitter, r())
+}
+
+// Nominal is the wait before attempt n (from 0) of a sequence that doubles
+// from initial up to max, before jitter.
+func Nominal(initial, max time.Duration, n int) time.Duration {
+	d := initial
+	for i := 0; i < n && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}
+
+// Shorten takes a random share of at most jitter (0 ≤ jitter < 1) off d;
+// r is a random float in [0, 1). Any other jitter leaves d as it is.
+func Shorten(d time.Duration, jitter, r float64) time.Duration {
+	if jitter <= 0 || jitter >= 1 {
+		return d
+	}
+	return d - time.Duration(r*jitter*float64(d))
 }
 
 // Reset starts the sequence again from Initial, after a success.

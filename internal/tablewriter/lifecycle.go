@@ -28,6 +28,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -178,9 +179,6 @@ const (
 	// at once).
 	TransientBackoffInitial = 500 * time.Millisecond
 	TransientBackoffMax     = 30 * time.Second
-	// backoffJitter is the share of a wait shortened at random, so writers
-	// failing together do not retry in lock-step.
-	backoffJitter = 0.2
 )
 
 // Decide is the one function that says what a fault means for the next
@@ -203,22 +201,13 @@ func Decide(f Fault, h History) Verdict {
 		}
 		return Verdict{Action: BackOff, Wait: wait}
 	case FaultPermanent:
-		return Verdict{Action: BackOff, Wait: doubling(PermanentBackoffInitial, PermanentBackoffMax, cycles-1)}
+		return Verdict{Action: BackOff, Wait: backoff.Nominal(PermanentBackoffInitial, PermanentBackoffMax, cycles-1)}
 	default:
 		if cycles == 1 {
 			return Verdict{Action: RetryNow}
 		}
-		return Verdict{Action: BackOff, Wait: doubling(TransientBackoffInitial, TransientBackoffMax, cycles-2)}
+		return Verdict{Action: BackOff, Wait: backoff.Nominal(TransientBackoffInitial, TransientBackoffMax, cycles-2)}
 	}
-}
-
-// doubling is initial doubled n times, capped at limit.
-func doubling(initial, limit time.Duration, n int) time.Duration {
-	d := initial
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
 }
 
 // errTableMissing is an open refused because the table does not exist and
@@ -423,10 +412,8 @@ func (l *lifecycle) failed(f Fault) Verdict {
 	l.cycles++
 	l.failing.Store(true)
 	v := Decide(f, History{Cycles: l.cycles})
-	wait := v.Wait
-	if wait > 0 {
-		wait -= time.Duration(l.rand() * backoffJitter * float64(wait))
-	}
+	// Writers failing together do not retry in lock-step.
+	wait := backoff.Shorten(v.Wait, backoff.DefaultJitter, l.rand())
 	l.fault = &f
 	l.until = now.Add(wait)
 	if v.Action == GiveUp {

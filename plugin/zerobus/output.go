@@ -135,7 +135,8 @@ func (o *output) Connect(ctx context.Context) error {
 	})
 	if _, stopping := o.shutdown.since(); stopping {
 		// Nothing more is opened: the engine hands its batches to
-		// WriteBatch, which refuses them (redelivered by the input).
+		// WriteBatch, which gives them up at the shutdown bound
+		// (redelivered by the input).
 		return nil
 	}
 	ctx, cancel := o.shutdown.untilShutdown(ctx)

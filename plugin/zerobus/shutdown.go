@@ -6,11 +6,12 @@
 // three quarters of shutdown_timeout, before it cancels anything. A batch
 // the output holds (the table not connected, the streams backing off) or
 // whose acks stall would keep the pipeline alive all that time. With the
-// notice, the output refuses held batches at once (nacked: the input
-// redelivers them), lets the batches in flight wait for their durable ack
-// until close_timeout has passed since the notice, and Close fits in what is
-// left of it: the process exits within close_timeout (+ Benthos's own
-// wind-down) in any state.
+// notice, the output gives up held batches and the batches in flight
+// waiting for their durable ack once close_timeout has passed since the
+// notice (nacked: the input redelivers them; not sooner, since a batch
+// refused before the engine's input stopped would be retried straight
+// back), opens nothing more, and Close fits in what is left: the process
+// exits within close_timeout (+ Benthos's own wind-down) in any state.
 
 package zerobus
 
@@ -58,9 +59,9 @@ func (n *shutdownNotice) since() (time.Time, bool) {
 }
 
 // BeginShutdown tells every zerobus output of the process that it is
-// stopping: held batches are refused (and redelivered by the input), the
-// batches in flight wait for their durable ack at most close_timeout from
-// now, and Close takes what is left of that. Idempotent.
+// stopping: held batches and the batches in flight are given up (and
+// redelivered by the input) close_timeout from now, nothing more is opened,
+// and Close takes what is left of that. Idempotent.
 func BeginShutdown() { processShutdown.begin() }
 
 // NotifyShutdownOnSignal calls BeginShutdown when the process receives
@@ -88,9 +89,7 @@ func NotifyShutdownOnSignal() (stop func()) {
 
 // untilShutdown returns ctx, also cancelled when the notice comes.
 func (n *shutdownNotice) untilShutdown(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(wrapChan(n.ch), cancel)
-	return ctx, func() { stop(); cancel() }
+	return n.boundedAfter(ctx, 0)
 }
 
 // boundedAfter returns ctx, also cancelled once d has passed since the

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -407,18 +406,9 @@ output:
 func TestFaultAckStall(t *testing.T) {
 	const ackTimeout = 2 * time.Second
 	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
-	mux := http.NewServeMux()
-	b := newStream(t, "label: zb\n"+outputYAML(srv, eventsTable, "batching:\n  count: 0\nack:\n  timeout: 2s\nstreams:\n  min: 1\n  max: 1\n"))
-	b.SetHTTPMux(mux)
-	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
-	produce, ctx, stop := startProducer(t, b)
-	defer func() { _ = stop() }()
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
+	produce, ctx, hs, metrics := startOneStreamRig(t, srv, ackTimeout.String())
 	scrape := func() float64 {
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		return promValue(rec.Body.String(), "zerobus_pending_offsets", `table="`+eventsTable+`"`)
+		return promValue(metrics(), "zerobus_pending_offsets", `table="`+eventsTable+`"`)
 	}
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":0,"msg":"a"}`))}))
 

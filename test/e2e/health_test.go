@@ -32,6 +32,29 @@ func describeHealth(code int, rep healthhttp.Report, err error) string {
 	return fmt.Sprintf("HTTP %d: %+v", code, rep)
 }
 
+// startOneStreamRig runs a zerobus output labelled zb into eventsTable of
+// srv on one stream, without output batching and with the given
+// ack.timeout, serving the health endpoint and prometheus metrics: it
+// returns the batch producer, the test's server of the engine's HTTP mux,
+// and a scrape of /metrics.
+func startOneStreamRig(t *testing.T, srv *emulator.Server, ackTimeout string) (produce service.MessageBatchHandlerFunc, ctx context.Context, hs *httptest.Server, scrape func() string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	b := newStream(t, "label: zb\n"+outputYAML(srv, eventsTable, "batching:\n  count: 0\nack:\n  timeout: "+ackTimeout+"\nstreams:\n  min: 1\n  max: 1\n"))
+	b.SetHTTPMux(mux)
+	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
+	produce, ctx, stop := startProducer(t, b)
+	t.Cleanup(func() { _ = stop() })
+	hs = httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	scrape = func() string {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	return produce, ctx, hs, scrape
+}
+
 // The slow-ack branch, end to end: while the service stops acking, the
 // streams stay up, the rows stay pending and their age passes ack.timeout:
 // the endpoint says 503 and names the slow ack, the ack-age gauge climbs and
@@ -39,19 +62,7 @@ func describeHealth(code int, rep healthhttp.Report, err error) string {
 // it is 200 again.
 func TestHealthEndpointSlowAck(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
-	mux := http.NewServeMux()
-	b := newStream(t, "label: zb\n"+outputYAML(srv, eventsTable, "batching:\n  count: 0\nack:\n  timeout: 1s\nstreams:\n  min: 1\n  max: 1\n"))
-	b.SetHTTPMux(mux)
-	require.NoError(t, b.SetMetricsYAML("prometheus: {}"))
-	produce, ctx, stop := startProducer(t, b)
-	defer func() { _ = stop() }()
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	scrape := func() string {
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		return rec.Body.String()
-	}
+	produce, ctx, hs, scrape := startOneStreamRig(t, srv, "1s")
 	tbl := `table="` + eventsTable + `"`
 
 	require.NoError(t, produce(ctx, service.MessageBatch{service.NewMessage([]byte(`{"id":1,"msg":"a"}`))}))

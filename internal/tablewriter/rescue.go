@@ -169,17 +169,20 @@ func (w *Writer) rescue(batch []Row, cols []typemap.Column, res arrowconv.Result
 	if w.cfg.Rescue == "" {
 		return res, nil
 	}
+	rescued := map[int]*rescueRow{}
+	// A message field named like the rescue column matched it (the rescue
+	// objects are only made below): it is rescued under its own name like
+	// an unknown field, so the column holds nothing but rescue objects.
+	own := w.ownRescueFields(batch, res, rescued)
+	if !own && len(res.RowErrors) == 0 {
+		return res, nil // the usual batch: nothing to rescue
+	}
 	notNull := map[string]bool{}
 	for _, c := range cols {
 		if !c.Nullable {
 			notNull[typemap.ColumnKey(c.Name)] = true
 		}
 	}
-	rescued := map[int]*rescueRow{}
-	// A message field named like the rescue column matched it (the rescue
-	// objects are only made below): it is rescued under its own name like
-	// an unknown field, so the column holds nothing but rescue objects.
-	own := w.ownRescueFields(batch, res, rescued)
 	var edited []Row
 	for round := 0; round < maxRescueRounds; round++ {
 		moved := own && round == 0

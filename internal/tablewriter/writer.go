@@ -12,12 +12,19 @@
 // Its phases (idle, opening, open, waiting for the table, backing off,
 // draining, closed) and the one decision of when to open again after a
 // failure live in lifecycle.go; what it knows of its streams' connections,
-// in liveness.go.
+// in liveness.go. Everything that knows or changes the table's schema is
+// the schema authority (authority.go): it hands the write path immutable
+// snapshots and, when the table changes, has the writer switch its streams
+// to the new one.
 //
-// Follow one batch: Write (this file) → writeOnce, layout, convert
-// (write.go; convert may evolve the table: evolve in schema.go, widenings in
-// widen.go) → submitAndWait: pool.Write per stream group, then each ticket's
-// Wait, which the stream's ack lane settles after the durable ack.
+// Follow one batch in write.go, Write top to bottom: admit (the table
+// created from the batch when absent, the streams up) → positionsOf
+// (coverage.go) → convert on the current snapshot (a drift goes to the
+// authority, which may add or widen columns, and the batch is converted
+// again on the snapshot it hands back; rescue.go; the positions stamped) →
+// send: split by stream, pool.Write per part, each ticket's Wait (settled
+// by the stream's ack lane after the durable ack), recordDurable. A batch
+// converted just before another evolved the table is converted again.
 package tablewriter
 
 import (

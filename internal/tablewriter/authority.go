@@ -135,12 +135,12 @@ var errDropped = fmt.Errorf("%w: the streams stopped while the table schema chan
 
 // create creates the absent table from the fields of the first batch (or
 // Config.CreateColumns) and installs its first snapshot, which opens the
-// streams. A batch that finds it created meanwhile gets that snapshot.
-func (a *authority) create(ctx context.Context, batch []Row) (*snapshot, error) {
+// streams. A batch that finds it created meanwhile has nothing to do.
+func (a *authority) create(ctx context.Context, batch []Row) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if cur := a.current(); cur != nil {
-		return cur, nil // another batch created it meanwhile
+	if a.current() != nil {
+		return nil // another batch created it meanwhile
 	}
 	var d catalog.DesiredTable
 	if len(a.cfg.CreateColumns) > 0 {
@@ -156,22 +156,23 @@ func (a *authority) create(ctx context.Context, batch []Row) (*snapshot, error) 
 		}
 		fields = a.creatable(fields)
 		if len(fields) == 0 {
-			return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", a.cfg.Table, len(batch))
+			return fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", a.cfg.Table, len(batch))
 		}
 		var err error
 		if d, err = a.desiredForCreate(arrow.NewSchema(fields, nil)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	ts, statements, err := createTable(ctx, a.cat, d, "table")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.infof("table %s provisioned (%d statements)", a.cfg.Table, statements)
 	if err := a.cat.RegisterWriter(ctx, a.cfg.Table, catalog.WriterInfo{ID: a.cfg.WriterID, Role: a.cfg.Role}); err != nil {
 		a.warnf("register writer on %s: %v", a.cfg.Table, err)
 	}
-	return a.switchTo(ctx, ts)
+	_, err = a.switchTo(ctx, ts)
+	return err
 }
 
 // drift is the authority's answer to a batch converted on seen whose rows

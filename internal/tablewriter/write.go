@@ -105,7 +105,7 @@ const maxSchemaRetries = 3
 // behind a dead connection), refuse it with ErrNotOpen.
 func (w *Writer) admit(ctx context.Context, st *state, rows []Row) (*state, error) {
 	if st.pool == nil {
-		if _, err := w.schema.create(ctx, rows); err != nil {
+		if err := w.schema.create(ctx, rows); err != nil {
 			return nil, err
 		}
 		if st = w.st.Load(); st == nil || st.pool == nil {
@@ -124,7 +124,7 @@ func (w *Writer) admit(ctx context.Context, st *state, rows []Row) (*state, erro
 
 // converted is a batch converted on one snapshot, laid out for its streams.
 type converted struct {
-	snap *snapshot // the snapshot it was converted on (nil: it was not)
+	snap *snapshot // the snapshot it was (last) converted on
 	res  arrowconv.Result
 	size int64 // the record's Arrow size
 	lay  layout
@@ -215,6 +215,9 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 				res.RowErrors[k].Index = order[res.RowErrors[k].Index]
 			}
 		}
+		if len(res.RowErrors) == 0 {
+			return res, snap, nil // the usual batch: no drift
+		}
 		next, err := w.schema.drift(ctx, snap, batch, res.RowErrors, round)
 		if err == nil && next == snap {
 			return res, snap, nil
@@ -303,90 +306,32 @@ type part struct {
 }
 
 // send splits the converted batch b by stream group, submits the parts on
-// p, waits for each ticket and records the coverage of the rows confirmed
-// durable; it returns the batch's row errors (converted.rowErrors). Nothing
-// here reads a submitted watermark: only the tickets, settled by the ack
-// lanes after the durable ack, decide the outcome.
+// p, waits until each is durable (recording its coverage then) and returns
+// the batch's row errors (converted.rowErrors).
 //
-// An error means no row is durable. When some parts are and the others
-// were not submitted or not confirmed, only the rows of the others fail
-// (as table failures: retried, never dead-lettered), so no durable row is
-// sent again; a stop is recorded for the next Write to see.
+// An error means no row is durable. Once a part is submitted the batch is
+// never failed or held as a whole: when some parts are durable and the
+// others were not submitted or not confirmed, only the rows of the others
+// fail (as table failures: retried, never dead-lettered), since sending the
+// whole batch again would write the durable parts twice; a stop is
+// recorded for the next Write to see.
 func (w *Writer) send(ctx context.Context, p *pool.Pool, b *converted, pos *positions) ([]RowError, error) {
 	if int(b.res.Record.NumRows()) == len(b.over) {
 		return b.rowErrors(nil), nil // nothing to send
 	}
 	parts := split(b.res, b.size, b.lay, b.over)
 	defer func() {
-		for _, p := range parts {
-			p.rec.Release()
+		for _, pt := range parts {
+			pt.rec.Release()
 		}
 	}()
-	// A submit still waiting (for a stream, for capacity, for a
-	// reconnect) when the table turns unreachable is released: nothing of
-	// it was accepted, so the batch is held, not failed (liveness.go). One
-	// released after its rows were submitted (waiting for room on the
-	// lane) is failed instead: they may still land.
-	sctx, scancel := context.WithCancelCause(ctx)
-	defer scancel(nil)
-	outage := w.outageCtx()
-	stopWatch := context.AfterFunc(outage, func() { scancel(context.Cause(outage)) })
-	defer stopWatch()
-	// Once a part is submitted, the batch is never failed or held as a
-	// whole: a later part that cannot be submitted fails its rows alone
-	// after the submitted parts are waited for (partialError), since
-	// sending the whole batch again would write the durable parts twice.
-	submitted := len(parts)
-	var submitErr error
-	for i := range parts {
-		t, err := p.Write(sctx, parts[i].key, parts[i].rec)
-		if err != nil {
-			if cause := context.Cause(sctx); i == 0 && ctx.Err() == nil && errors.Is(cause, errOutage) && !errors.Is(err, pool.ErrUntracked) {
-				return nil, fmt.Errorf("%w: %w", ErrNotOpen, cause)
-			}
-			w.onWriteErr(ctx, b.snap, err)
-			submitErr = fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
-			if i == 0 {
-				return nil, submitErr
-			}
-			submitted = i
-			break
-		}
-		parts[i].ticket = t
+	submitted, err := w.submit(ctx, p, b.snap, parts)
+	if submitted == 0 {
+		return nil, err
 	}
-	stopWatch()
-	// ack.timeout bounds the wait for the whole batch: past it the batch is
-	// nacked (and redelivered), never acked.
-	wctx, cancel := context.WithTimeoutCause(ctx, w.cfg.AckTimeout,
-		fmt.Errorf("no durable ack within ack.timeout (%s)", w.cfg.AckTimeout))
-	defer cancel()
-	var firstErr error
-	var failed []int // record rows not confirmed durable
-	confirmed := 0
-	for i := range parts[:submitted] {
-		if err := parts[i].ticket.Wait(wctx); err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			failed = appendRange(failed, parts[i].lo, parts[i].hi)
-			continue
-		}
-		confirmed++
-		w.obs.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
-		// The ticket is confirmed: these rows are durable, and only now
-		// may coverage name them.
-		w.recordDurable(pos, b.res.SourceIndex, parts[i].lo, parts[i].hi)
-	}
-	var err error
-	if firstErr != nil {
-		w.onWriteErr(ctx, b.snap, firstErr)
-		if cause := context.Cause(wctx); cause != nil {
-			err = fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
-		} else {
-			err = fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
-		}
-	} else {
-		err = submitErr
+	confirmed, failed, werr := w.waitDurable(ctx, b, parts[:submitted], pos)
+	if werr != nil {
+		err = werr
 	}
 	if err == nil {
 		return b.rowErrors(nil), nil
@@ -403,6 +348,67 @@ func (w *Writer) send(ctx context.Context, p *pool.Pool, b *converted, pos *posi
 		notDurable[k] = RowError{Index: b.res.SourceIndex[r], Err: &TableError{Table: w.cfg.Table, Err: err}}
 	}
 	return b.rowErrors(notDurable), nil
+}
+
+// submit writes the parts on p in order, stopping at the first that cannot
+// be submitted; it returns how many were, and why the next was not. A
+// submit still waiting (for a stream, for capacity, for a reconnect) when
+// the table turns unreachable is released: nothing of the batch was
+// accepted, so it is held (ErrNotOpen), not failed (liveness.go). One
+// released after its rows were submitted (waiting for room on the lane) is
+// failed instead: they may still land.
+func (w *Writer) submit(ctx context.Context, p *pool.Pool, seen *snapshot, parts []part) (int, error) {
+	sctx, scancel := context.WithCancelCause(ctx)
+	defer scancel(nil)
+	outage := w.outageCtx()
+	stopWatch := context.AfterFunc(outage, func() { scancel(context.Cause(outage)) })
+	defer stopWatch()
+	for i := range parts {
+		t, err := p.Write(sctx, parts[i].key, parts[i].rec)
+		if err != nil {
+			if cause := context.Cause(sctx); i == 0 && ctx.Err() == nil && errors.Is(cause, errOutage) && !errors.Is(err, pool.ErrUntracked) {
+				return 0, fmt.Errorf("%w: %w", ErrNotOpen, cause)
+			}
+			w.onWriteErr(ctx, seen, err)
+			return i, fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
+		}
+		parts[i].ticket = t
+	}
+	return len(parts), nil
+}
+
+// waitDurable waits for the tickets of the submitted parts, bounded as a
+// whole by ack.timeout (past it the batch is nacked and redelivered, never
+// acked). Nothing here reads a submitted watermark: only the tickets,
+// settled by the ack lanes after the durable ack, decide. The positions of
+// a confirmed part's rows are handed to coverage then, never before. It
+// returns how many parts were confirmed, the record rows of the others and
+// why they were not.
+func (w *Writer) waitDurable(ctx context.Context, b *converted, parts []part, pos *positions) (confirmed int, failed []int, err error) {
+	wctx, cancel := context.WithTimeoutCause(ctx, w.cfg.AckTimeout,
+		fmt.Errorf("no durable ack within ack.timeout (%s)", w.cfg.AckTimeout))
+	defer cancel()
+	var firstErr error
+	for i := range parts {
+		if err := parts[i].ticket.Wait(wctx); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			failed = appendRange(failed, parts[i].lo, parts[i].hi)
+			continue
+		}
+		confirmed++
+		w.obs.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
+		w.recordDurable(pos, b.res.SourceIndex, parts[i].lo, parts[i].hi)
+	}
+	if firstErr == nil {
+		return confirmed, nil, nil
+	}
+	w.onWriteErr(ctx, b.snap, firstErr)
+	if cause := context.Cause(wctx); cause != nil {
+		return confirmed, failed, fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
+	}
+	return confirmed, failed, fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
 }
 
 // appendRange appends lo, lo+1, …, hi-1 to s.

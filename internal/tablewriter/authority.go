@@ -121,14 +121,6 @@ func (a *authority) switchTo(ctx context.Context, ts *catalog.TableState) (*snap
 	return next, nil
 }
 
-// changed returns the current snapshot when it is no longer seen (another
-// batch changed the table meanwhile), with ok false when the writer dropped
-// it (stopped or closed); mu is held.
-func (a *authority) changed(seen *snapshot) (cur *snapshot, moved, ok bool) {
-	cur = a.current()
-	return cur, cur != seen, cur != nil
-}
-
 // errDropped is the change of a table whose writer stopped or closed
 // meanwhile: the batch is retried after the next Open.
 var errDropped = fmt.Errorf("%w: the streams stopped while the table schema changed", ErrNotOpen)
@@ -238,9 +230,10 @@ func hasUnknownField(errs []arrowconv.RowError) bool {
 func (a *authority) evolve(ctx context.Context, seen *snapshot, batch []Row, errs []arrowconv.RowError, widen []widening) (*snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if cur, moved, ok := a.changed(seen); !ok {
+	switch cur := a.current(); {
+	case cur == nil:
 		return nil, errDropped
-	} else if moved {
+	case cur != seen:
 		return cur, nil // someone else evolved the table meanwhile
 	}
 	add := a.columnsToAdd(seen, batch, errs)
@@ -288,10 +281,11 @@ func (a *authority) evolve(ctx context.Context, seen *snapshot, batch []Row, err
 func (a *authority) refresh(ctx context.Context, seen *snapshot) *snapshot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if cur, moved, ok := a.changed(seen); !ok {
-		return seen
-	} else if moved {
-		return cur
+	switch cur := a.current(); {
+	case cur == nil:
+		return seen // the writer stopped: nothing to refresh
+	case cur != seen:
+		return cur // someone else changed the table meanwhile
 	}
 	if time.Since(a.lastRefresh) < a.cfg.SchemaRefreshInterval {
 		return seen
@@ -326,8 +320,8 @@ func (a *authority) refresh(ctx context.Context, seen *snapshot) *snapshot {
 func (a *authority) redescribe(ctx context.Context, seen *snapshot) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, moved, ok := a.changed(seen); moved || !ok {
-		return
+	if a.current() != seen {
+		return // changed meanwhile, or the writer stopped
 	}
 	ts, err := a.cat.Describe(ctx, a.cfg.Table)
 	if err != nil {

@@ -115,9 +115,9 @@ func TestUnknownFieldRefreshesSchemaWithoutProvisioning(t *testing.T) {
 	require.Len(t, failed, 1, "within the interval the table is not described again")
 	assert.Equal(t, describes, h.cat.Describes())
 
-	h.w.schemaMu.Lock()
-	h.w.lastRefresh = time.Time{} // the interval has passed
-	h.w.schemaMu.Unlock()
+	h.w.schema.mu.Lock()
+	h.w.schema.lastRefresh = time.Time{} // the interval has passed
+	h.w.schema.mu.Unlock()
 	require.Empty(t, h.write(t, rows(`{"id":3,"msg":"c","region":"eu"}`)))
 	assert.Equal(t, describes+1, h.cat.Describes())
 	vals, _ := submittedColumn(t, h.opener, "region")

@@ -247,9 +247,9 @@ func unwritable(dt arrow.DataType, depth int) string {
 }
 
 // creatable returns the fields a column can be made of, remembering why the
-// others cannot (their rows fail as unknown fields, saying why). schemaMu
-// is held.
-func (w *Writer) creatable(fields []arrow.Field) []arrow.Field {
+// others cannot (their rows fail as unknown fields, saying why). The
+// authority's lock is held.
+func (a *authority) creatable(fields []arrow.Field) []arrow.Field {
 	out := fields[:0]
 	for _, f := range fields {
 		why := unwritable(f.Type, 0)
@@ -259,8 +259,8 @@ func (w *Writer) creatable(fields []arrow.Field) []arrow.Field {
 			why = fmt.Sprintf("its name is %d bytes long, above the %d Unity Catalog accepts", len(f.Name), maxColumnName)
 		}
 		if why != "" {
-			w.warnf("table %s: no column for field %s: %s; its rows fail", w.cfg.Table, arrowconv.Quote(f.Name), why)
-			w.refused.m.Store(typemap.ColumnKey(f.Name), why)
+			a.warnf("table %s: no column for field %s: %s; its rows fail", a.cfg.Table, arrowconv.Quote(f.Name), why)
+			a.refused.Store(typemap.ColumnKey(f.Name), why)
 			continue
 		}
 		out = append(out, f)

@@ -1,5 +1,6 @@
-// The target schema: create on absent, evolve on drift, re-describe on a
-// schema rejection, and the desired table handed to the catalog.
+// What the schema authority asks of the catalog: the desired table (its
+// columns, comments, contract and policies), the columns a drift adds, and
+// the memory of what the catalog refused.
 
 package tablewriter
 
@@ -9,8 +10,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -22,20 +21,20 @@ import (
 // syncMetadata reconciles an existing table's comments, properties and
 // writer registration without changing its columns, except to add the
 // reserved columns in add (coverage turned on for an existing table).
-func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState, add []typemap.Column) (*catalog.TableState, error) {
+func (a *authority) syncMetadata(ctx context.Context, ts *catalog.TableState, add []typemap.Column) (*catalog.TableState, error) {
 	if len(add) > 0 {
 		names := make([]string, len(add))
 		for i, c := range add {
 			names[i] = c.Name
 		}
-		w.infof("table %s: adding the reserved columns it lacks: %s", w.cfg.Table, strings.Join(names, ", "))
+		a.infof("table %s: adding the reserved columns it lacks: %s", a.cfg.Table, strings.Join(names, ", "))
 	}
-	out, err := w.cat.Reconcile(ctx, w.desiredFromColumns(append(slices.Clone(ts.Columns), add...)))
+	out, err := a.cat.Reconcile(ctx, a.desiredFromColumns(append(slices.Clone(ts.Columns), add...)))
 	if err != nil {
-		return nil, fmt.Errorf("reconcile table %s: %w", w.cfg.Table, err)
+		return nil, fmt.Errorf("reconcile table %s: %w", a.cfg.Table, err)
 	}
-	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
-		return nil, fmt.Errorf("register writer on %s: %w", w.cfg.Table, err)
+	if err := a.cat.RegisterWriter(ctx, a.cfg.Table, catalog.WriterInfo{ID: a.cfg.WriterID, Role: a.cfg.Role}); err != nil {
+		return nil, fmt.Errorf("register writer on %s: %w", a.cfg.Table, err)
 	}
 	if out.State != nil {
 		return out.State, nil
@@ -47,36 +46,36 @@ func (w *Writer) syncMetadata(ctx context.Context, ts *catalog.TableState, add [
 // ones, plus any to add), with the config's comments, contract, role and
 // policies. Existing columns are passed through untouched, so a DECIMAL or
 // TIMESTAMP_NTZ column never round-trips through its Arrow wire type.
-func (w *Writer) desiredFromColumns(cols []typemap.Column) catalog.DesiredTable {
-	d := catalog.DesiredTable{FullName: w.cfg.Table, Columns: cols, Comments: map[string]string{}}
-	w.applyConfig(&d)
+func (a *authority) desiredFromColumns(cols []typemap.Column) catalog.DesiredTable {
+	d := catalog.DesiredTable{FullName: a.cfg.Table, Columns: cols, Comments: map[string]string{}}
+	a.applyConfig(&d)
 	return d
 }
 
 // desiredForCreate is the desired table for a table created from the
 // fields of a first batch, plus the converter's reserved columns.
-func (w *Writer) desiredForCreate(schema *arrow.Schema) (catalog.DesiredTable, error) {
-	d, err := catalog.DesiredFromArrow(w.cfg.Table, schema, w.tableReserved()...)
+func (a *authority) desiredForCreate(schema *arrow.Schema) (catalog.DesiredTable, error) {
+	d, err := catalog.DesiredFromArrow(a.cfg.Table, schema, a.reserved...)
 	if err != nil {
 		return d, err
 	}
-	w.applyConfig(&d)
+	a.applyConfig(&d)
 	return d, nil
 }
 
 // applyConfig sets the role, policies, contract and column descriptions.
 // The contract was loaded once, by the caller of New.
-func (w *Writer) applyConfig(d *catalog.DesiredTable) {
-	d.Role = w.cfg.Role
-	d.AllowWidening = w.cfg.Widen
-	d.CommentsPolicy = w.cfg.CommentsPolicy
-	if w.cfg.Contract != nil {
-		d.ApplyContract(w.cfg.Contract)
+func (a *authority) applyConfig(d *catalog.DesiredTable) {
+	d.Role = a.cfg.Role
+	d.AllowWidening = a.cfg.Widen
+	d.CommentsPolicy = a.cfg.CommentsPolicy
+	if a.cfg.Contract != nil {
+		d.ApplyContract(a.cfg.Contract)
 	}
 	if d.Comments == nil {
 		d.Comments = map[string]string{}
 	}
-	for k, v := range w.cfg.ColumnDescriptions {
+	for k, v := range a.cfg.ColumnDescriptions {
 		d.Comments[k] = v
 	}
 }
@@ -107,74 +106,23 @@ func structured(batch []Row, idx []int) []map[string]any {
 	return out
 }
 
-// createFromBatch creates the absent table from the fields of the first
-// batch, then opens the pool on it.
-func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, error) {
-	w.schemaMu.Lock()
-	defer w.schemaMu.Unlock()
-	if st := w.st.Load(); st != nil && st.pool != nil {
-		return st, nil // another batch created it meanwhile
-	}
-	var d catalog.DesiredTable
-	if len(w.cfg.CreateColumns) > 0 {
-		d = w.desiredFromColumns(append(slices.Clone(w.cfg.CreateColumns), w.tableReserved()...))
-	} else {
-		reserved := map[string]bool{}
-		for _, c := range w.tableReserved() {
-			reserved[typemap.ColumnKey(c.Name)] = true
-		}
-		fields, conflicts := inferFields(func(n string) bool { return reserved[typemap.ColumnKey(n)] }, structured(batch, nil))
-		for _, c := range conflicts {
-			w.warnf("table %s: the first batch disagrees on a field's type: %s", w.cfg.Table, c)
-		}
-		fields = w.creatable(fields)
-		if len(fields) == 0 {
-			return nil, fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", w.cfg.Table, len(batch))
-		}
-		var err error
-		if d, err = w.desiredForCreate(arrow.NewSchema(fields, nil)); err != nil {
-			return nil, err
-		}
-	}
-	ts, statements, err := w.create(ctx, d, "table")
-	if err != nil {
-		return nil, err
-	}
-	w.infof("table %s provisioned (%d statements)", w.cfg.Table, statements)
-	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
-		w.warnf("register writer on %s: %v", w.cfg.Table, err)
-	}
-	if err := w.checkPrimaryRaw(ts); err != nil {
-		return nil, err
-	}
-	if err := w.ensureCoverage(ctx); err != nil {
-		return nil, err
-	}
-	st, err := w.buildState(ctx, ts.Columns, nil)
-	if err != nil {
-		return nil, err
-	}
-	if w.life.isClosed() {
-		_ = st.pool.Close(ctx)
-		return nil, ErrClosed
-	}
-	w.st.Store(st)
-	w.life.opened(false)
-	w.startWatch()
-	return st, nil
+// create creates the absent table d (the coverage table) through the
+// writer's catalog (createTable).
+func (w *Writer) create(ctx context.Context, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
+	return createTable(ctx, w.cat, d, what)
 }
 
-// create creates the absent table d and returns it as described (by the
-// catalog's reconcile, or afresh when the catalog returned no state) and the
-// statements it took; what names the table's kind in errors.
-func (w *Writer) create(ctx context.Context, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
-	out, err := w.cat.Reconcile(ctx, d)
+// createTable creates the absent table d and returns it as described (by
+// the catalog's reconcile, or afresh when the catalog returned no state)
+// and the statements it took; what names the table's kind in errors.
+func createTable(ctx context.Context, cat catalog.TableCatalog, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
+	out, err := cat.Reconcile(ctx, d)
 	if err != nil {
 		return nil, 0, fmt.Errorf("create %s %s: %w", what, d.FullName, err)
 	}
 	ts := out.State
 	if ts == nil {
-		if ts, err = w.cat.Describe(ctx, d.FullName); err != nil {
+		if ts, err = cat.Describe(ctx, d.FullName); err != nil {
 			return nil, 0, fmt.Errorf("describe %s %s after create: %w", what, d.FullName, err)
 		}
 		if ts == nil {
@@ -184,64 +132,10 @@ func (w *Writer) create(ctx context.Context, d catalog.DesiredTable, what string
 	return ts, out.Statements, nil
 }
 
-// evolve changes the table for the drift of one batch and reopens the pool
-// on the new schema: it adds columns for the new fields of the messages
-// that failed on an unknown field, and widens the columns in widen (values
-// out of range for a narrow numeric column, catalog.widen on). It runs once
-// per drift: a caller that finds the state already replaced uses the new
-// one. A change the catalog refuses is remembered and left out, the rest
-// still applied; the refused rows fail alone.
-func (w *Writer) evolve(ctx context.Context, seen *state, batch []Row, errs []arrowconv.RowError, widen []widening) (*state, error) {
-	w.schemaMu.Lock()
-	defer w.schemaMu.Unlock()
-	if cur := w.st.Load(); cur != seen {
-		return cur, nil // someone else evolved the table meanwhile
-	}
-	add := w.columnsToAdd(seen, batch, errs)
-	widen = w.pendingWidenings(widen) // a refusal may have landed meanwhile
-	for len(add) > 0 || len(widen) > 0 {
-		cols := append([]typemap.Column{}, seen.columns...)
-		for _, wd := range widen {
-			cols[columnIndex(cols, wd.column)].Type = wd.to
-		}
-		d := w.desiredFromColumns(append(cols, add...))
-		what := describeChanges(add, widen)
-		w.infof("table %s: %s", w.cfg.Table, what)
-		out, err := w.cat.Reconcile(ctx, d)
-		var refused *catalog.RefusedError
-		if errors.As(err, &refused) {
-			// Retrying cannot help: remember what was refused, let its rows
-			// fail alone (a fallback output dead-letters them), and apply
-			// the rest.
-			add, widen = w.dropRefused(refused, add, widen)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("evolve table %s (%s): %w", w.cfg.Table, what, err)
-		}
-		ts := out.State
-		if ts == nil {
-			if ts, err = w.cat.Describe(ctx, w.cfg.Table); err != nil {
-				return nil, fmt.Errorf("describe table %s after evolving: %w", w.cfg.Table, err)
-			}
-			if ts == nil {
-				return nil, fmt.Errorf("table %s is gone after evolving it", w.cfg.Table)
-			}
-		}
-		next, err := w.buildState(ctx, ts.Columns, seen.pool)
-		if err != nil {
-			return nil, err
-		}
-		w.st.Store(next)
-		return next, nil
-	}
-	return seen, nil
-}
-
 // columnsToAdd infers the columns for the new fields of the messages that
 // failed on an unknown field, leaving out (and remembering) fields that
 // cannot be columns.
-func (w *Writer) columnsToAdd(seen *state, batch []Row, errs []arrowconv.RowError) []typemap.Column {
+func (a *authority) columnsToAdd(seen *snapshot, batch []Row, errs []arrowconv.RowError) []typemap.Column {
 	var idx []int
 	for _, e := range errs {
 		if errors.Is(e.Err, arrowconv.ErrUnknownField) {
@@ -252,21 +146,20 @@ func (w *Writer) columnsToAdd(seen *state, batch []Row, errs []arrowconv.RowErro
 		return nil
 	}
 	known := func(n string) bool {
-		k := typemap.ColumnKey(n)
-		_, refused := w.refused.m.Load(k)
-		return seen.names[k] || refused
+		_, refused := a.refused.Load(typemap.ColumnKey(n))
+		return seen.has(n) || refused
 	}
 	fields, conflicts := inferFields(known, structured(batch, idx))
 	for _, c := range conflicts {
-		w.warnf("table %s: messages disagree on a new field's type: %s", w.cfg.Table, c)
+		a.warnf("table %s: messages disagree on a new field's type: %s", a.cfg.Table, c)
 	}
-	fields = w.creatable(fields)
+	fields = a.creatable(fields)
 	add := make([]typemap.Column, 0, len(fields))
 	for _, f := range fields {
 		t, err := typemap.FromArrow(f.Type)
 		if err != nil {
-			w.warnf("table %s: not adding a column for field %s (%v); its rows fail", w.cfg.Table, arrowconv.Quote(f.Name), err)
-			w.refused.m.Store(typemap.ColumnKey(f.Name), err.Error())
+			a.warnf("table %s: not adding a column for field %s (%v); its rows fail", a.cfg.Table, arrowconv.Quote(f.Name), err)
+			a.refused.Store(typemap.ColumnKey(f.Name), err.Error())
 			continue
 		}
 		add = append(add, typemap.Column{Name: f.Name, Type: t, Nullable: true})
@@ -277,12 +170,12 @@ func (w *Writer) columnsToAdd(seen *state, batch []Row, errs []arrowconv.RowErro
 // annotateRefusedFields adds to the unknown-field errors of errs why the
 // field has no column, when the catalog refused to add it or it cannot be
 // one, so its dead letter says why.
-func (w *Writer) annotateRefusedFields(errs []arrowconv.RowError) {
+func (a *authority) annotateRefusedFields(errs []arrowconv.RowError) {
 	for k, e := range errs {
 		if !errors.Is(e.Err, arrowconv.ErrUnknownField) {
 			continue
 		}
-		if why, ok := w.refused.m.Load(typemap.ColumnKey(e.Column)); ok {
+		if why, ok := a.refused.Load(typemap.ColumnKey(e.Column)); ok {
 			errs[k].Err = fmt.Errorf("%w (no column was added for it: %s)", e.Err, why)
 		}
 	}
@@ -291,7 +184,7 @@ func (w *Writer) annotateRefusedFields(errs []arrowconv.RowError) {
 // dropRefused records the catalog's refusals and returns the changes it
 // did not refuse. A refusal naming none of the changes (a table-level one)
 // refuses them all: nothing could be applied.
-func (w *Writer) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening) ([]typemap.Column, []widening) {
+func (a *authority) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening) ([]typemap.Column, []widening) {
 	reasons := map[string]string{}
 	for _, r := range refused.Refusals {
 		reasons[strings.ToLower(r.Column)] = r.Reason
@@ -311,7 +204,7 @@ func (w *Writer) dropRefused(refused *catalog.RefusedError, add []typemap.Column
 		if !ok {
 			reason = refused.Error()
 		}
-		w.refused.m.Store(typemap.ColumnKey(c.Name), "the catalog refused it: "+reason)
+		a.refused.Store(typemap.ColumnKey(c.Name), "the catalog refused it: "+reason)
 		dropped = append(dropped, c.Name)
 	}
 	for _, wd := range widen {
@@ -323,10 +216,10 @@ func (w *Writer) dropRefused(refused *catalog.RefusedError, add []typemap.Column
 		if !ok {
 			reason = refused.Error()
 		}
-		w.widenRefused.Store(strings.ToLower(wd.column), reason)
+		a.widenRefused.Store(strings.ToLower(wd.column), reason)
 		dropped = append(dropped, wd.column)
 	}
-	w.errorf("table %s: %v; rows needing %v fail", w.cfg.Table, refused, dropped)
+	a.errorf("table %s: %v; rows needing %v fail", a.cfg.Table, refused, dropped)
 	return keepAdd, keepWiden
 }
 
@@ -347,77 +240,6 @@ func describeChanges(add []typemap.Column, widen []widening) string {
 	return strings.Join(parts, "; ")
 }
 
-// refresh re-describes the table when rows of a batch (seen) failed on a
-// field the table lacks and the writer does not provision: if the table
-// gained columns, the streams reopen on its new schema and the batch is
-// converted again. It looks at most once per SchemaRefreshInterval, so a
-// stream of rows that simply do not fit costs one describe per interval.
-func (w *Writer) refresh(ctx context.Context, seen *state) *state {
-	w.schemaMu.Lock()
-	defer w.schemaMu.Unlock()
-	if cur := w.st.Load(); cur != seen {
-		if cur == nil {
-			return seen
-		}
-		return cur
-	}
-	if time.Since(w.lastRefresh) < w.cfg.SchemaRefreshInterval {
-		return seen
-	}
-	w.lastRefresh = time.Now()
-	ts, err := w.cat.Describe(ctx, w.cfg.Table)
-	switch {
-	case err != nil:
-		w.warnf("table %s: rows carry fields the table lacks; re-describing it failed: %v", w.cfg.Table, err)
-		return seen
-	case ts == nil:
-		w.errorf("table %s: rows carry fields the table lacks, and the table is gone", w.cfg.Table)
-		return seen
-	case typemap.SameColumns(ts.Columns, seen.columns):
-		w.infof("table %s: rows carry fields the table lacks; re-described it, no new columns (next look in %s; catalog.provision adds them)", w.cfg.Table, w.cfg.SchemaRefreshInterval)
-		return seen
-	}
-	next, err := w.buildState(ctx, ts.Columns, seen.pool)
-	if err != nil {
-		w.errorf("table %s gained columns, but reopening its streams on them failed: %v", w.cfg.Table, err)
-		return seen
-	}
-	w.infof("table %s gained columns: streams reopened on its new schema", w.cfg.Table)
-	w.st.Store(next)
-	return next
-}
-
-// redescribe handles a SCHEMA_VALIDATION_FAILED from the service: the table
-// changed under us. It describes the table afresh and, if its columns
-// differ, reopens the pool on them. The failed batch is nacked regardless
-// and is converted against the new schema when redelivered.
-func (w *Writer) redescribe(ctx context.Context, seen *state) {
-	w.schemaMu.Lock()
-	defer w.schemaMu.Unlock()
-	if w.st.Load() != seen {
-		return
-	}
-	ts, err := w.cat.Describe(ctx, w.cfg.Table)
-	if err != nil {
-		w.errorf("re-describe table %s after a schema rejection: %v", w.cfg.Table, err)
-		return
-	}
-	if ts == nil {
-		w.errorf("re-describe table %s after a schema rejection: the table is gone", w.cfg.Table)
-		return
-	}
-	if typemap.SameColumns(ts.Columns, seen.columns) {
-		return
-	}
-	next, err := w.buildState(ctx, ts.Columns, seen.pool)
-	if err != nil {
-		w.errorf("reopen streams of %s on the re-described schema: %v", w.cfg.Table, err)
-		return
-	}
-	w.infof("table %s changed under the pipeline: streams reopened on its new schema", w.cfg.Table)
-	w.st.Store(next)
-}
-
 // reservedColumns are the converter's metadata columns as table columns,
 // added to every table the output creates.
 func reservedColumns() []typemap.Column {
@@ -428,8 +250,3 @@ func reservedColumns() []typemap.Column {
 	}
 	return out
 }
-
-// refusedFields maps the column key (typemap.ColumnKey) of a new field the
-// catalog refused to add, or that cannot be a column, to why (a string):
-// its rows fail saying so. Written under schemaMu, read without it.
-type refusedFields struct{ m sync.Map }

@@ -49,13 +49,13 @@ func widenable(t typemap.Type) bool {
 }
 
 // widenings finds the rows of errs that failed only because a value is out
-// of range for a narrow top-level numeric column of st, and for each such
+// of range for a narrow top-level numeric column of cols, and for each such
 // column the narrowest wider type that holds all of them. Values nothing
 // wider can hold (beyond BIGINT, or a float beyond DOUBLE) are left out:
 // their rows fail as they are. Columns skip reports true for (nil: none)
 // are left out before any message is decoded. The result is in table
 // column order.
-func widenings(st *state, batch []Row, errs []arrowconv.RowError, skip func(column string) bool) []widening {
+func widenings(cols []typemap.Column, batch []Row, errs []arrowconv.RowError, skip func(column string) bool) []widening {
 	var out []widening
 	at := map[string]int{} // column name → index in out
 	for _, e := range errs {
@@ -64,14 +64,14 @@ func widenings(st *state, batch []Row, errs []arrowconv.RowError, skip func(colu
 		}
 		// A top-level column's error is named by the column itself; a path
 		// ("s.n", "xs[1]") points into a nested value, which is left alone.
-		i := columnIndex(st.columns, e.Column)
-		if i < 0 || !widenable(st.columns[i].Type) || e.Index < 0 || e.Index >= len(batch) {
+		i := columnIndex(cols, e.Column)
+		if i < 0 || !widenable(cols[i].Type) || e.Index < 0 || e.Index >= len(batch) {
 			continue
 		}
 		if skip != nil && skip(e.Column) {
 			continue
 		}
-		col := st.columns[i]
+		col := cols[i]
 		v, ok := fieldValue(batch[e.Index], col.Name)
 		if !ok {
 			continue
@@ -91,7 +91,7 @@ func widenings(st *state, batch []Row, errs []arrowconv.RowError, skip func(colu
 		out[k].rows = append(out[k].rows, e.Index)
 	}
 	slices.SortFunc(out, func(a, b widening) int {
-		return columnIndex(st.columns, a.column) - columnIndex(st.columns, b.column)
+		return columnIndex(cols, a.column) - columnIndex(cols, b.column)
 	})
 	return out
 }
@@ -242,8 +242,8 @@ func fieldValue(m Row, column string) (any, bool) {
 
 // widenRefusal is the remembered reason the catalog refused to widen a
 // column, so that later batches fail its rows at once, naming it.
-func (w *Writer) widenRefusal(column string) (string, bool) {
-	r, ok := w.widenRefused.Load(strings.ToLower(column))
+func (a *authority) widenRefusal(column string) (string, bool) {
+	r, ok := a.widenRefused.Load(strings.ToLower(column))
 	if !ok {
 		return "", false
 	}
@@ -252,10 +252,10 @@ func (w *Writer) widenRefusal(column string) (string, bool) {
 
 // pendingWidenings are the widenings a batch needs that the catalog has not
 // refused already.
-func (w *Writer) pendingWidenings(ws []widening) []widening {
+func (a *authority) pendingWidenings(ws []widening) []widening {
 	var out []widening
 	for _, wd := range ws {
-		if _, refused := w.widenRefusal(wd.column); !refused {
+		if _, refused := a.widenRefusal(wd.column); !refused {
 			out = append(out, wd)
 		}
 	}
@@ -264,30 +264,30 @@ func (w *Writer) pendingWidenings(ws []widening) []widening {
 
 // hinted reports whether the widening hint was logged for column already:
 // its rows then fail without being decoded again only to build it.
-func (w *Writer) hinted(column string) bool {
-	_, done := w.widenHinted.Load(strings.ToLower(column))
+func (a *authority) hinted(column string) bool {
+	_, done := a.widenHinted.Load(strings.ToLower(column))
 	return done
 }
 
 // hintWidening logs, once per column, that catalog.widen (with provisioning)
 // would have widened a column whose values do not fit: the rows fail either
 // way, but the operator learns the remedy from the first one.
-func (w *Writer) hintWidening(ws []widening) {
+func (a *authority) hintWidening(ws []widening) {
 	for _, wd := range ws {
-		if _, done := w.widenHinted.LoadOrStore(strings.ToLower(wd.column), true); done {
+		if _, done := a.widenHinted.LoadOrStore(strings.ToLower(wd.column), true); done {
 			continue
 		}
-		w.warnf("table %s: column %q: value %s out of range for %s (message %d); with catalog.provision and catalog.widen enabled the output would widen it to %s; until then its rows fail",
-			w.cfg.Table, wd.column, wd.sample, sqlType(wd.from), wd.rows[0], sqlType(wd.to))
+		a.warnf("table %s: column %q: value %s out of range for %s (message %d); with catalog.provision and catalog.widen enabled the output would widen it to %s; until then its rows fail",
+			a.cfg.Table, wd.column, wd.sample, sqlType(wd.from), wd.rows[0], sqlType(wd.to))
 	}
 }
 
 // annotateRefusedWidenings adds the catalog's refusal to the row errors of
 // columns it refused to widen, so the dead-lettered row says why the
 // output did not fix it.
-func (w *Writer) annotateRefusedWidenings(errs []arrowconv.RowError, ws []widening) {
+func (a *authority) annotateRefusedWidenings(errs []arrowconv.RowError, ws []widening) {
 	for _, wd := range ws {
-		reason, refused := w.widenRefusal(wd.column)
+		reason, refused := a.widenRefusal(wd.column)
 		if !refused {
 			continue
 		}

@@ -183,7 +183,7 @@ func TestProvisionWidensOutOfRangeColumn(t *testing.T) {
 			assert.Equal(t, tc.wantCol, c.Type.Text())
 			sent, _ := submittedColumn(t, h.opener, tc.col)
 			assert.ElementsMatch(t, tc.wantSent, sent)
-			_, hinted := h.w.widenHinted.Load("n")
+			_, hinted := h.w.schema.widenHinted.Load("n")
 			assert.Equal(t, tc.hinted, hinted)
 
 			// The same drift again: a done widening needs no reconcile, a
@@ -229,10 +229,10 @@ func TestHintedColumnIsNotDecodedAgain(t *testing.T) {
 	batch := rows(`{"id":1,"n":3000000000}`)
 	errs := []arrowconv.RowError{{Index: 0, Column: "n", Err: arrowconv.ErrOutOfRange}}
 	st := h.w.st.Load()
-	require.Len(t, widenings(st, batch, errs, h.w.hinted), 1, "not hinted yet: the row is looked at")
+	require.Len(t, widenings(st.snap.columns(), batch, errs, h.w.schema.hinted), 1, "not hinted yet: the row is looked at")
 
 	require.Len(t, h.write(t, batch), 1)
-	assert.True(t, h.w.hinted("n"))
-	assert.Empty(t, widenings(h.w.st.Load(), batch, errs, h.w.hinted), "once hinted, the column is skipped")
-	assert.Len(t, widenings(h.w.st.Load(), batch, errs, nil), 1)
+	assert.True(t, h.w.schema.hinted("n"))
+	assert.Empty(t, widenings(h.w.Columns(), batch, errs, h.w.schema.hinted), "once hinted, the column is skipped")
+	assert.Len(t, widenings(h.w.Columns(), batch, errs, nil), 1)
 }

@@ -1,4 +1,16 @@
-// The write path: convert, lay out by ordering key, submit, wait for durable.
+// The write path, one batch top to bottom (Write):
+//
+//	admit: the state, the budget, the table (created from the batch when
+//	absent), the streams (stopped, unreachable)
+//	→ positions (coverage)
+//	→ convert on a snapshot: lay out by stream group, convert; drift → the
+//	  schema authority → convert again on the snapshot it hands back;
+//	  rescue; stamp the positions
+//	→ send: split by stream, submit, wait durable, record coverage
+//
+// A batch converted just before another one evolved the table meets a pool
+// already on the new schema (pool.ErrSchemaMismatch): it is converted again
+// on the current snapshot, the one loop of the path.
 
 package tablewriter
 
@@ -15,57 +27,207 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 )
 
-// writeOnce converts batch against st, submits the good rows and waits
-// for them. It returns the rows that failed conversion and the state used.
-// resv, the batch's share of the in-flight budget, is corrected to the
-// converted record's Arrow size.
-func (w *Writer) writeOnce(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, resv *reservation, pos *positions) ([]arrowconv.RowError, *state, error) {
-	lay := w.layout(st, batch, keyOf)
-	lay.order = pos.without(lay.order, len(batch))
-	res, st, err := w.convert(ctx, st, batch, lay.order)
+// Write converts rows, submits the good ones and returns only once every one
+// of them is durable. Rows that do not fit the table come back as row errors
+// (naming the row index and the column); the good rows are durable before
+// Write returns. An error means nothing is acknowledged: the whole batch is
+// to be retried. ErrNotOpen (wrapped) asks the caller to Open again; it is
+// never returned once a row of the batch was submitted. When part of the
+// batch is durable and the rest could not be submitted or confirmed, the
+// rest come back as row errors wrapping a *TableError (to be retried, not
+// dead-lettered), so the durable rows are never sent again. keyOf may be
+// nil (no ordering).
+func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowError, error) {
+	if p := w.rawRefusal.Load(); p != nil {
+		return nil, *p
+	}
+	st := w.st.Load()
+	if st == nil || !w.life.writable() {
+		return nil, w.life.notOpen()
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	// Reserve the batch's bytes before anything converts it, and hold them
+	// until it is settled: the data in flight stays within the budget
+	// whatever the row size.
+	resv, err := w.budget.acquire(ctx, w.estimateBytes(rows))
 	if err != nil {
-		return nil, st, err
+		return nil, fmt.Errorf("write %d rows to %s: %w", len(rows), w.cfg.Table, err)
+	}
+	defer resv.release()
+	if st, err = w.admit(ctx, st, rows); err != nil {
+		return nil, err
+	}
+	// With coverage, a row whose source or offset cannot be had fails
+	// alone, before conversion.
+	pos, posErrs := w.positionsOf(rows)
+	var rowErrs []RowError
+	for attempt := 0; ; attempt++ {
+		b, err := w.convert(ctx, st, rows, keyOf, pos, resv)
+		if err == nil {
+			rowErrs, err = w.send(ctx, st.pool, b, pos)
+			b.release()
+		}
+		if err == nil {
+			break
+		}
+		// Converted just before another batch evolved the table, it met a
+		// pool already switched to the new schema: convert it again.
+		if cur := w.st.Load(); errors.Is(err, pool.ErrSchemaMismatch) && attempt < maxSchemaRetries && cur != nil && cur.snap != b.snap {
+			st = cur
+			continue
+		}
+		if serr := w.stopIfStopped(st.pool, err); serr != nil {
+			return nil, fmt.Errorf("%w (%w)", serr, err)
+		}
+		return nil, err
+	}
+	if cur := w.st.Load(); len(rowErrs) < len(rows) && cur != nil && cur.pool == st.pool {
+		// Rows are durable on the streams still open: the failure
+		// history is over. (A batch confirmed by streams that stopped
+		// meanwhile says nothing of the new ones.)
+		w.life.progress()
+	}
+	rowErrs = append(rowErrs, posErrs...)
+	w.obs.RowErrors(len(rowErrs))
+	return rowErrs, nil
+}
+
+// maxSchemaRetries bounds the conversions again of a batch that met a pool
+// on a newer schema than its snapshot's.
+const maxSchemaRetries = 3
+
+// admit returns the state a batch is written on: for a table that does not
+// exist yet, the one the schema authority opens after creating the table
+// from the batch (Provision). Streams that stopped for good, or that reach
+// no service (the engine reconnects; the batch is held rather than queued
+// behind a dead connection), refuse it with ErrNotOpen.
+func (w *Writer) admit(ctx context.Context, st *state, rows []Row) (*state, error) {
+	if st.pool == nil {
+		if err := w.schema.create(ctx, rows); err != nil {
+			return nil, err
+		}
+		if st = w.st.Load(); st == nil || st.pool == nil {
+			return nil, errDropped
+		}
+		return st, nil
+	}
+	if err := w.stopIfStopped(st.pool, nil); err != nil {
+		return nil, err
+	}
+	if cause := w.outage(st); cause != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotOpen, cause)
+	}
+	return st, nil
+}
+
+// converted is a batch converted on one snapshot, laid out for its streams.
+type converted struct {
+	snap *snapshot // the snapshot it was (last) converted on
+	res  arrowconv.Result
+	size int64 // the record's Arrow size
+	lay  layout
+	// over are the record rows no request can carry, by record row.
+	over map[int]arrowconv.RowError
+}
+
+func (b *converted) release() { b.res.Record.Release() }
+
+// rowErrors are the batch's failed rows: a key, the conversion, a row too
+// large, and notDurable (rows not confirmed, the rest of the batch durable).
+func (b *converted) rowErrors(notDurable []RowError) []RowError {
+	rowErrs := append(b.lay.keyErrs, b.res.RowErrors...)
+	rowErrs = append(rowErrs, notDurable...)
+	for _, o := range b.over {
+		rowErrs = append(rowErrs, o)
+	}
+	return rowErrs
+}
+
+// convert lays the batch out by stream group (without the rows whose
+// position failed), converts it on st's snapshot (convertOn: drift → the
+// schema authority → again), moves the fields that still do not fit into a
+// rescue column (rescue.go), stamps the rows' positions (coverage) and
+// corrects the batch's reservation resv to the record's Arrow size. The
+// snapshot in the result is the one the record was converted on; the write
+// path never changes it.
+func (w *Writer) convert(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, pos *positions, resv *reservation) (*converted, error) {
+	lay := w.layout(st.pool, batch, keyOf)
+	lay.order = pos.without(lay.order, len(batch))
+	res, snap, err := w.convertOn(ctx, st.snap, batch, lay.order)
+	if err == nil && w.cfg.Rescue != "" {
+		res, err = w.rescue(batch, snap.columns(), res, func(edited []Row) (arrowconv.Result, error) {
+			var r arrowconv.Result
+			var cerr error
+			r, snap, cerr = w.convertOn(ctx, snap, edited, lay.order)
+			return r, cerr
+		})
+	}
+	if err != nil {
+		return &converted{snap: snap}, err
 	}
 	if pos != nil {
 		stamped, err := pos.stamp(res.Record, res.SourceIndex)
 		res.Record.Release()
 		if err != nil {
-			return nil, st, fmt.Errorf("stamp coverage columns for %s: %w", w.cfg.Table, err)
+			return &converted{snap: snap}, fmt.Errorf("stamp coverage columns for %s: %w", w.cfg.Table, err)
 		}
 		res.Record = stamped
 	}
-	defer res.Record.Release()
-	size := arrowipc.RecordBytes(res.Record)
+	b := &converted{snap: snap, res: res, lay: lay, size: arrowipc.RecordBytes(res.Record)}
 	if n := res.Record.NumRows(); n > 0 {
-		resv.resize(size)
-		w.rowBytes.Store(max(size/n, 1))
+		resv.resize(b.size)
+		w.rowBytes.Store(max(b.size/n, 1))
 	}
 	w.obs.Reconciled(res.Reconciled)
 	// A row no request can carry fails alone, before anything is sent: the
 	// rest of its batch still lands.
-	over := oversized(res, size)
-	var notDurable []arrowconv.RowError
-	if int(res.Record.NumRows()) > len(over) {
-		if err := w.submitAndWait(ctx, st, res, size, lay, over, pos); err != nil {
-			var pe *partialError
-			if !errors.As(err, &pe) {
-				return nil, st, err
-			}
-			// Part of the batch is durable: only the rest fails (to be
-			// retried, not dead-lettered), so no durable row is sent
-			// again. A stop is recorded for the next Write to see.
-			_ = w.stopIfStopped(st, pe.err)
-			for _, r := range pe.rows {
-				notDurable = append(notDurable, arrowconv.RowError{Index: res.SourceIndex[r], Err: &TableError{Table: w.cfg.Table, Err: pe.err}})
-			}
+	b.over = oversized(res, b.size)
+	return b, nil
+}
+
+// convertOn converts the messages of batch listed in order (all, in batch
+// order, when nil) on snap. Rows failing on drift go to the schema
+// authority (authority.drift): when it changes the table (a column added,
+// by the writer or meanwhile by someone else, a column widened) the batch
+// is converted again on the snapshot it hands back, and looked at again
+// (that change may not have covered all of this batch's drift). Indices in
+// the result refer to batch.
+func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, order []int) (arrowconv.Result, *snapshot, error) {
+	rows := batch
+	if order != nil {
+		rows = make([]Row, len(order))
+		for k, i := range order {
+			rows[k] = batch[i]
 		}
 	}
-	rowErrs := append(lay.keyErrs, res.RowErrors...)
-	rowErrs = append(rowErrs, notDurable...)
-	for _, o := range over {
-		rowErrs = append(rowErrs, o)
+	for round := 0; ; round++ {
+		res, err := snap.conv.ConvertStructured(rows)
+		if err != nil {
+			return res, snap, fmt.Errorf("convert batch for %s: %w", w.cfg.Table, err)
+		}
+		if order != nil {
+			for r, i := range res.SourceIndex {
+				res.SourceIndex[r] = order[i]
+			}
+			for k := range res.RowErrors {
+				res.RowErrors[k].Index = order[res.RowErrors[k].Index]
+			}
+		}
+		if len(res.RowErrors) == 0 {
+			return res, snap, nil // the usual batch: no drift
+		}
+		next, err := w.schema.drift(ctx, snap, batch, res.RowErrors, round)
+		if err == nil && next == snap {
+			return res, snap, nil
+		}
+		res.Record.Release()
+		if err != nil {
+			return arrowconv.Result{}, snap, err
+		}
+		snap = next
 	}
-	return rowErrs, st, nil
 }
 
 // oversized returns, by record row, the row errors of the converted rows
@@ -99,11 +261,11 @@ type layout struct {
 	keyErrs []arrowconv.RowError
 }
 
-func (w *Writer) layout(st *state, batch []Row, keyOf KeyFunc) layout {
+func (w *Writer) layout(p *pool.Pool, batch []Row, keyOf KeyFunc) layout {
 	if keyOf == nil {
 		return layout{}
 	}
-	n := max(st.pool.Size(), 1)
+	n := max(p.Size(), 1)
 	// Group n holds empty keys: no ordering asked, written round-robin.
 	lay := layout{group: make([]int, len(batch)), keys: make([]string, n+1)}
 	buckets := make([][]int, n+1)
@@ -117,7 +279,7 @@ func (w *Writer) layout(st *state, batch []Row, keyOf KeyFunc) layout {
 		// The group is the pool member the key maps to, and the group is
 		// written under one of its own keys: every row of a key lands on
 		// the member Pick(key) names, whatever else shares its batch.
-		g := st.pool.Pick(key)
+		g := p.Pick(key)
 		if g < 0 {
 			g = n
 		}
@@ -134,116 +296,6 @@ func (w *Writer) layout(st *state, batch []Row, keyOf KeyFunc) layout {
 	return lay
 }
 
-// convert converts the messages of batch listed in order (all, in batch
-// order, when nil) against st, evolving the table as needed
-// (convertEvolving), then, with a rescue column, moves the fields of the
-// rows that still fail into it and converts them again (rescue.go).
-// Indices in the result refer to batch.
-func (w *Writer) convert(ctx context.Context, st *state, batch []Row, order []int) (arrowconv.Result, *state, error) {
-	res, st, err := w.convertEvolving(ctx, st, batch, order)
-	if err != nil || w.cfg.Rescue == "" {
-		return res, st, err
-	}
-	res, err = w.rescue(batch, st.columns, res, func(edited []Row) (arrowconv.Result, error) {
-		var r arrowconv.Result
-		var cerr error
-		r, st, cerr = w.convertEvolving(ctx, st, edited, order)
-		return r, cerr
-	})
-	return res, st, err
-}
-
-// convertEvolving converts the messages of batch listed in order against
-// st. With provisioning on, rows failing on a field the table lacks trigger
-// one evolution (add the columns, reopen the pool) and a second conversion.
-func (w *Writer) convertEvolving(ctx context.Context, st *state, batch []Row, order []int) (arrowconv.Result, *state, error) {
-	rows := batch
-	if order != nil {
-		rows = make([]Row, len(order))
-		for k, i := range order {
-			rows[k] = batch[i]
-		}
-	}
-	conv := func(st *state) (arrowconv.Result, error) {
-		res, err := st.conv.ConvertStructured(rows)
-		if err != nil {
-			return res, fmt.Errorf("convert batch for %s: %w", w.cfg.Table, err)
-		}
-		if order != nil {
-			for r, i := range res.SourceIndex {
-				res.SourceIndex[r] = order[i]
-			}
-			for k := range res.RowErrors {
-				res.RowErrors[k].Index = order[res.RowErrors[k].Index]
-			}
-		}
-		return res, nil
-	}
-	res, err := conv(st)
-	if err != nil {
-		return res, st, err
-	}
-	// A batch that meets a state another batch's evolution replaced is
-	// reconverted and looked at again: that evolution may not have covered
-	// this batch's drift. Each round either evolves or moves to a newer
-	// state, so a few rounds settle it.
-	for round := 0; ; round++ {
-		// Without provisioning, an unknown field may be a column someone
-		// added to the table meanwhile: look, at most once per interval.
-		if !w.cfg.Provision && round == 0 && hasUnknownField(res.RowErrors) {
-			if next := w.refresh(ctx, st); next != st {
-				res.Record.Release()
-				st = next
-				if res, err = conv(st); err != nil {
-					return res, st, err
-				}
-			}
-		}
-		var widen []widening
-		if w.cfg.Provision && w.cfg.Widen {
-			widen = widenings(st, batch, res.RowErrors, nil)
-		} else {
-			// Only for the hint: a column hinted already is not looked at.
-			w.hintWidening(widenings(st, batch, res.RowErrors, w.hinted))
-		}
-		pending := w.pendingWidenings(widen)
-		if round == maxEvolveRounds || !w.cfg.Provision || (!hasUnknownField(res.RowErrors) && len(pending) == 0) {
-			w.annotateRefusedWidenings(res.RowErrors, widen)
-			w.annotateRefusedFields(res.RowErrors)
-			return res, st, nil
-		}
-		next, err := w.evolve(ctx, st, batch, res.RowErrors, pending)
-		if err != nil {
-			res.Record.Release()
-			return arrowconv.Result{}, st, err
-		}
-		if next == st {
-			// Nothing could be added or widened: the row errors stand,
-			// with the catalog's refusal where it refused.
-			w.annotateRefusedWidenings(res.RowErrors, widen)
-			w.annotateRefusedFields(res.RowErrors)
-			return res, st, nil
-		}
-		res.Record.Release()
-		st = next
-		if res, err = conv(st); err != nil {
-			return res, st, err
-		}
-	}
-}
-
-// maxEvolveRounds bounds the evolutions one batch conversion drives.
-const maxEvolveRounds = 3
-
-func hasUnknownField(errs []arrowconv.RowError) bool {
-	for _, e := range errs {
-		if errors.Is(e.Err, arrowconv.ErrUnknownField) {
-			return true
-		}
-	}
-	return false
-}
-
 // part is one slice of a converted record bound for one stream group.
 type part struct {
 	key    string
@@ -253,59 +305,91 @@ type part struct {
 	ticket *pool.Ticket
 }
 
-// submitAndWait submits the converted rows (one slice per ordering-key
-// group) and waits for every ticket. Nothing here reads a submitted
-// watermark: only the tickets, settled by the ack lanes after the durable
-// ack, decide the outcome. size is the record's Arrow size.
-func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Result, size int64, lay layout, skip map[int]arrowconv.RowError, pos *positions) error {
-	parts := split(res, size, lay, skip)
+// send splits the converted batch b by stream group, submits the parts on
+// p, waits until each is durable (recording its coverage then) and returns
+// the batch's row errors (converted.rowErrors).
+//
+// An error means no row is durable. Once a part is submitted the batch is
+// never failed or held as a whole: when some parts are durable and the
+// others were not submitted or not confirmed, only the rows of the others
+// fail (as table failures: retried, never dead-lettered), since sending the
+// whole batch again would write the durable parts twice; a stop is
+// recorded for the next Write to see.
+func (w *Writer) send(ctx context.Context, p *pool.Pool, b *converted, pos *positions) ([]RowError, error) {
+	if int(b.res.Record.NumRows()) == len(b.over) {
+		return b.rowErrors(nil), nil // nothing to send
+	}
+	parts := split(b.res, b.size, b.lay, b.over)
 	defer func() {
-		for _, p := range parts {
-			p.rec.Release()
+		for _, pt := range parts {
+			pt.rec.Release()
 		}
 	}()
-	// A submit still waiting (for a stream, for capacity, for a
-	// reconnect) when the table turns unreachable is released: nothing of
-	// it was accepted, so the batch is held, not failed (liveness.go). One
-	// released after its rows were submitted (waiting for room on the
-	// lane) is failed instead: they may still land.
+	submitted, err := w.submit(ctx, p, b.snap, parts)
+	if submitted == 0 {
+		return nil, err
+	}
+	confirmed, failed, werr := w.waitDurable(ctx, b, parts[:submitted], pos)
+	if werr != nil {
+		err = werr
+	}
+	if err == nil {
+		return b.rowErrors(nil), nil
+	}
+	if confirmed == 0 {
+		return nil, err
+	}
+	for _, pt := range parts[submitted:] {
+		failed = appendRange(failed, pt.lo, pt.hi)
+	}
+	_ = w.stopIfStopped(p, err)
+	notDurable := make([]RowError, len(failed))
+	for k, r := range failed {
+		notDurable[k] = RowError{Index: b.res.SourceIndex[r], Err: &TableError{Table: w.cfg.Table, Err: err}}
+	}
+	return b.rowErrors(notDurable), nil
+}
+
+// submit writes the parts on p in order, stopping at the first that cannot
+// be submitted; it returns how many were, and why the next was not. A
+// submit still waiting (for a stream, for capacity, for a reconnect) when
+// the table turns unreachable is released: nothing of the batch was
+// accepted, so it is held (ErrNotOpen), not failed (liveness.go). One
+// released after its rows were submitted (waiting for room on the lane) is
+// failed instead: they may still land.
+func (w *Writer) submit(ctx context.Context, p *pool.Pool, seen *snapshot, parts []part) (int, error) {
 	sctx, scancel := context.WithCancelCause(ctx)
 	defer scancel(nil)
 	outage := w.outageCtx()
 	stopWatch := context.AfterFunc(outage, func() { scancel(context.Cause(outage)) })
 	defer stopWatch()
-	// Once a part is submitted, the batch is never failed or held as a
-	// whole: a later part that cannot be submitted fails its rows alone
-	// after the submitted parts are waited for (partialError), since
-	// sending the whole batch again would write the durable parts twice.
-	submitted := len(parts)
-	var submitErr error
 	for i := range parts {
-		t, err := st.pool.Write(sctx, parts[i].key, parts[i].rec)
+		t, err := p.Write(sctx, parts[i].key, parts[i].rec)
 		if err != nil {
 			if cause := context.Cause(sctx); i == 0 && ctx.Err() == nil && errors.Is(cause, errOutage) && !errors.Is(err, pool.ErrUntracked) {
-				return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+				return 0, fmt.Errorf("%w: %w", ErrNotOpen, cause)
 			}
-			w.onWriteErr(ctx, st, err)
-			submitErr = fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
-			if i == 0 {
-				return submitErr
-			}
-			submitted = i
-			break
+			w.onWriteErr(ctx, seen, err)
+			return i, fmt.Errorf("submit %d rows to %s: %w", parts[i].rec.NumRows(), w.cfg.Table, err)
 		}
 		parts[i].ticket = t
 	}
-	stopWatch()
-	// ack.timeout bounds the wait for the whole batch: past it the batch is
-	// nacked (and redelivered), never acked.
+	return len(parts), nil
+}
+
+// waitDurable waits for the tickets of the submitted parts, bounded as a
+// whole by ack.timeout (past it the batch is nacked and redelivered, never
+// acked). Nothing here reads a submitted watermark: only the tickets,
+// settled by the ack lanes after the durable ack, decide. The positions of
+// a confirmed part's rows are handed to coverage then, never before. It
+// returns how many parts were confirmed, the record rows of the others and
+// why they were not.
+func (w *Writer) waitDurable(ctx context.Context, b *converted, parts []part, pos *positions) (confirmed int, failed []int, err error) {
 	wctx, cancel := context.WithTimeoutCause(ctx, w.cfg.AckTimeout,
 		fmt.Errorf("no durable ack within ack.timeout (%s)", w.cfg.AckTimeout))
 	defer cancel()
 	var firstErr error
-	var failed []int // record rows not confirmed durable
-	confirmed := 0
-	for i := range parts[:submitted] {
+	for i := range parts {
 		if err := parts[i].ticket.Wait(wctx); err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -315,42 +399,17 @@ func (w *Writer) submitAndWait(ctx context.Context, st *state, res arrowconv.Res
 		}
 		confirmed++
 		w.obs.Sent(parts[i].ticket.Stream, parts[i].rec.NumRows(), parts[i].bytes)
-		// The ticket is confirmed: these rows are durable, and only now
-		// may coverage name them.
-		w.recordDurable(pos, res.SourceIndex, parts[i].lo, parts[i].hi)
+		w.recordDurable(pos, b.res.SourceIndex, parts[i].lo, parts[i].hi)
 	}
-	var err error
-	if firstErr != nil {
-		w.onWriteErr(ctx, st, firstErr)
-		if cause := context.Cause(wctx); cause != nil {
-			err = fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
-		} else {
-			err = fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
-		}
-	} else {
-		err = submitErr
+	if firstErr == nil {
+		return confirmed, nil, nil
 	}
-	if err == nil || confirmed == 0 {
-		return err
+	w.onWriteErr(ctx, b.snap, firstErr)
+	if cause := context.Cause(wctx); cause != nil {
+		return confirmed, failed, fmt.Errorf("rows for %s not confirmed durable: %w (%w)", w.cfg.Table, firstErr, cause)
 	}
-	for _, p := range parts[submitted:] {
-		failed = appendRange(failed, p.lo, p.hi)
-	}
-	return &partialError{rows: failed, err: err}
+	return confirmed, failed, fmt.Errorf("rows for %s not confirmed durable: %w", w.cfg.Table, firstErr)
 }
-
-// partialError is a batch some of whose parts are confirmed durable and the
-// others not (not submitted, or not confirmed): only the rows of the others
-// fail, alone.
-type partialError struct {
-	rows []int // the record rows not confirmed durable
-	err  error
-}
-
-func (e *partialError) Error() string {
-	return fmt.Sprintf("%d rows not confirmed durable: %v", len(e.rows), e.err)
-}
-func (e *partialError) Unwrap() error { return e.err }
 
 // appendRange appends lo, lo+1, …, hi-1 to s.
 func appendRange(s []int, lo, hi int) []int {
@@ -360,15 +419,16 @@ func appendRange(s []int, lo, hi int) []int {
 	return s
 }
 
-// onWriteErr reacts to a stream error: a schema rejection re-describes the
-// table so the redelivered batch meets the new schema.
-func (w *Writer) onWriteErr(ctx context.Context, st *state, err error) {
+// onWriteErr reacts to a stream error on a batch converted on seen: a
+// schema rejection has the schema authority re-describe the table so the
+// redelivered batch meets the new schema.
+func (w *Writer) onWriteErr(ctx context.Context, seen *snapshot, err error) {
 	var ze *ingest.Error
 	if errors.As(err, &ze) && ze.IsSchemaMismatch() {
 		w.warnf("table %s rejected the stream schema (%v): re-describing", w.cfg.Table, err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedescribeTimeout)
 		defer cancel()
-		w.redescribe(rctx, st)
+		w.schema.redescribe(rctx, seen)
 	}
 }
 

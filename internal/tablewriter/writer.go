@@ -12,12 +12,19 @@
 // Its phases (idle, opening, open, waiting for the table, backing off,
 // draining, closed) and the one decision of when to open again after a
 // failure live in lifecycle.go; what it knows of its streams' connections,
-// in liveness.go.
+// in liveness.go. Everything that knows or changes the table's schema is
+// the schema authority (authority.go): it hands the write path immutable
+// snapshots and, when the table changes, has the writer switch its streams
+// to the new one.
 //
-// Follow one batch: Write (this file) → writeOnce, layout, convert
-// (write.go; convert may evolve the table: evolve in schema.go, widenings in
-// widen.go) → submitAndWait: pool.Write per stream group, then each ticket's
-// Wait, which the stream's ack lane settles after the durable ack.
+// Follow one batch in write.go, Write top to bottom: admit (the table
+// created from the batch when absent, the streams up) → positionsOf
+// (coverage.go) → convert on the current snapshot (a drift goes to the
+// authority, which may add or widen columns, and the batch is converted
+// again on the snapshot it hands back; rescue.go; the positions stamped) →
+// send: split by stream, pool.Write per part, each ticket's Wait (settled
+// by the stream's ack lane after the durable ack), recordDurable. A batch
+// converted just before another evolved the table is converted again.
 package tablewriter
 
 import (
@@ -25,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,10 +191,10 @@ type Observer interface {
 // concurrent use; Write is meant to be called by many goroutines at once
 // (that is what keeps the streams pipelined).
 //
-// Locks, taken only in this order: openMu (Open, Close), then schemaMu
-// (anything that changes the table or the target schema), then watchMu (the
-// primary-raw watch). Write takes none of them on its fast path: it loads the
-// current state atomically.
+// Locks, taken only in this order: openMu (Open, Close), then the schema
+// authority's (anything that changes the table or the snapshot, and a
+// stop), then watchMu (the primary-raw watch). Write takes none of them on
+// its fast path: it loads the current state atomically.
 type Writer struct {
 	cfg    Config
 	opener ingest.Opener
@@ -207,32 +213,15 @@ type Writer struct {
 	// estimate for rows that hold only a decoded value. 0: none converted.
 	rowBytes atomic.Int64
 
-	// schemaMu serialises everything that changes the table or the target
-	// schema (create on first write, add columns on drift, re-describe on a
-	// SCHEMA_VALIDATION_FAILED, a stop), so one drift causes one reconcile
-	// and one pool reopen however many batches notice it at once.
-	schemaMu sync.Mutex
-	// st is the current target: nil while not open.
+	// schema is the table schema authority: it describes and changes the
+	// table and hands out the snapshots the write path converts on
+	// (authority.go).
+	schema *authority
+	// st is what the write path writes on: nil while not open.
 	st atomic.Pointer[state]
 	// stopped holds pools whose streams stopped for good, closed by the next
-	// Open; guarded by schemaMu.
+	// Open; guarded by the authority's lock.
 	stopped []*pool.Pool
-	// lastRefresh is when refresh last described the table; guarded by
-	// schemaMu.
-	lastRefresh time.Time
-	// refused holds the new fields the catalog refused to add or that
-	// cannot be columns, with why (schema.go).
-	refused *refusedFields
-	// widenRefused maps a (lower-cased) column the catalog refused to widen
-	// to the refusal, so its rows fail at once instead of re-planning every
-	// batch; written under schemaMu, read without it.
-	widenRefused sync.Map
-	// widenHinted holds the columns the "catalog.widen would widen it" hint
-	// was logged for.
-	widenHinted sync.Map
-	// seed, when set, stands in for the next Open's describe; described is
-	// the table the writer opened on.
-	seed, described atomic.Pointer[catalog.TableState]
 	// spare is a pool whose Open failed, kept for the next attempt.
 	spare atomic.Pointer[sparePool]
 	// lastStopped is the pool that stopped last, for Health while the
@@ -262,14 +251,14 @@ type Writer struct {
 	covMu sync.Mutex
 }
 
-// state is the immutable target the write path uses: replaced as a whole
-// (copy on write) when the table schema changes.
+// state is what the write path writes on: a snapshot of the table's schema
+// and the stream pool open on it. It is replaced as a whole when either
+// changes; the write path never changes it.
 type state struct {
-	columns []typemap.Column
-	names   map[string]bool // lower-cased column names
-	conv    *arrowconv.Converter
-	// pool is nil while the table does not exist yet: it is created from the
-	// first batch (Provision).
+	// snap is nil while the table does not exist yet: it is created from
+	// the first batch (Provision).
+	snap *snapshot
+	// pool is nil while the table does not exist yet.
 	pool *pool.Pool
 }
 
@@ -286,23 +275,34 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	if cfg.Pool.Logger == nil {
 		cfg.Pool.Logger = log // the pool logs its changes of size
 	}
-	return &Writer{
-		cfg:     cfg,
-		life:    newLifecycle(cfg.Table, log),
-		budget:  newBudget(cfg.MaxInFlightBytes),
-		opener:  opener,
-		cat:     cat,
-		log:     log,
-		obs:     obs,
-		refused: &refusedFields{},
+	w := &Writer{
+		cfg:    cfg,
+		life:   newLifecycle(cfg.Table, log),
+		budget: newBudget(cfg.MaxInFlightBytes),
+		opener: opener,
+		cat:    cat,
+		log:    log,
+		obs:    obs,
 	}
+	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
+		current: w.snapshot, install: w.install}
+	return w
+}
+
+// snapshot is the snapshot the writer writes on now: nil while not open or
+// before a provisioned table exists.
+func (w *Writer) snapshot() *snapshot {
+	if st := w.st.Load(); st != nil {
+		return st.snap
+	}
+	return nil
 }
 
 // Columns returns the table's columns as the writer currently targets them;
 // nil while not open or before a provisioned table exists.
 func (w *Writer) Columns() []typemap.Column {
-	if st := w.st.Load(); st != nil {
-		return st.columns
+	if snap := w.snapshot(); snap != nil {
+		return snap.columns()
 	}
 	return nil
 }
@@ -324,7 +324,7 @@ func (w *Writer) Open(ctx context.Context) error {
 		return ErrClosed
 	}
 	if st := w.st.Load(); st != nil && w.life.writable() && (st.pool != nil || w.cfg.Provision) {
-		if err := w.stopIfStopped(st, nil); err == nil {
+		if err := w.stopIfStopped(st.pool, nil); err == nil {
 			// Open, but while no stream reaches the service the engine
 			// holds its batches and asks again soon (liveness.go).
 			if cause := w.outage(st); cause != nil {
@@ -360,53 +360,83 @@ func (w *Writer) Open(ctx context.Context) error {
 // Phase returns where the writer is in its lifecycle.
 func (w *Writer) Phase() Phase { return w.life.Phase() }
 
-// open is Open's work, with openMu held.
+// open is Open's work, with openMu held: the table as the router handed
+// it over or as described afresh (with provisioning, its metadata
+// reconciled and the reserved columns it lacks added), then its snapshot
+// and streams.
 func (w *Writer) open(ctx context.Context) error {
-	if ts := w.seed.Swap(nil); ts != nil {
-		// Described moments ago by this table's previous writer (the
-		// router evicted it): no second describe and reconcile. A table
-		// changed meanwhile is caught by the schema rejection path.
-		return w.openOn(ctx, ts)
-	}
-	ts, err := w.cat.Describe(ctx, w.cfg.Table)
-	if err != nil {
-		return fmt.Errorf("describe table %s: %w", w.cfg.Table, err)
-	}
+	// Described moments ago by this table's previous writer (the router
+	// evicted it): no second describe and reconcile. A table changed
+	// meanwhile is caught by the schema rejection path.
+	ts := w.schema.takeSeed()
 	if ts == nil {
-		if !w.cfg.Provision {
-			return fmt.Errorf("table %s: %w and catalog.provision is false", w.cfg.Table, errTableMissing)
+		var err error
+		if ts, err = w.schema.describe(ctx); err != nil {
+			return err
 		}
-		w.infof("table %s does not exist: it will be created from the first batch (catalog.provision)", w.cfg.Table)
-		w.st.Store(&state{})
-		return nil
+		if ts == nil {
+			if !w.cfg.Provision {
+				return fmt.Errorf("table %s: %w and catalog.provision is false", w.cfg.Table, errTableMissing)
+			}
+			w.infof("table %s does not exist: it will be created from the first batch (catalog.provision)", w.cfg.Table)
+			w.st.Store(&state{})
+			return nil
+		}
+		missing, err := w.missingCoverageColumns(ts.Columns)
+		if err != nil {
+			return err
+		}
+		if w.cfg.Provision {
+			if ts, err = w.schema.syncMetadata(ctx, ts, missing); err != nil {
+				return err
+			}
+		}
 	}
-	missing, err := w.missingCoverageColumns(ts.Columns)
+	snap, err := w.schema.snapshotOf(ts)
 	if err != nil {
 		return err
 	}
-	if w.cfg.Provision {
-		if ts, err = w.syncMetadata(ctx, ts, missing); err != nil {
-			return err
-		}
-	}
-	return w.openOn(ctx, ts)
+	return w.openOn(ctx, snap)
 }
 
-// openOn opens the writer on the described table ts.
-func (w *Writer) openOn(ctx context.Context, ts *catalog.TableState) error {
-	if err := w.checkPrimaryRaw(ts); err != nil {
+// openOn opens the writer's streams on snap.
+func (w *Writer) openOn(ctx context.Context, snap *snapshot) error {
+	if err := w.checkPrimaryRaw(snap.table); err != nil {
 		return err
 	}
 	if err := w.ensureCoverage(ctx); err != nil {
 		return err
 	}
-	st, err := w.buildState(ctx, ts.Columns, nil)
+	p, err := w.connect(ctx, snap.schema())
 	if err != nil {
 		return err
 	}
-	w.st.Store(st)
-	w.described.Store(ts)
+	w.st.Store(&state{snap: snap, pool: p})
 	w.startWatch()
+	return nil
+}
+
+// install is the schema authority's switch of the writer to the snapshot
+// next, called with its lock held: the pool reopens on next's schema, or,
+// for a table the first batch just created, opens on it.
+func (w *Writer) install(ctx context.Context, next *snapshot) error {
+	st := w.st.Load()
+	switch {
+	case w.life.isClosed():
+		return ErrClosed
+	case st == nil:
+		return errDropped
+	case st.pool == nil:
+		if err := w.openOn(ctx, next); err != nil {
+			return err
+		}
+		w.life.opened(false)
+		return nil
+	}
+	if err := st.pool.Reopen(ctx, next.schema()); err != nil {
+		return fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
+	}
+	w.st.Store(&state{snap: next, pool: st.pool})
 	return nil
 }
 
@@ -414,92 +444,16 @@ func (w *Writer) openOn(ctx context.Context, ts *catalog.TableState) error {
 // columns it writes now; nil while not open. The router hands it to the
 // next writer of the same table (Seed).
 func (w *Writer) Described() *catalog.TableState {
-	ts, st := w.described.Load(), w.st.Load()
-	if ts == nil || st == nil || st.pool == nil {
+	st := w.st.Load()
+	if st == nil || st.pool == nil {
 		return nil
 	}
-	c := *ts
-	c.Columns = st.columns
+	c := *st.snap.table
 	return &c
 }
 
 // Seed makes the next Open use ts instead of describing the table.
-func (w *Writer) Seed(ts *catalog.TableState) { w.seed.Store(ts) }
-
-// Write converts rows, submits the good ones and returns only once every one
-// of them is durable. Rows that do not fit the table come back as row errors
-// (naming the row index and the column); the good rows are durable before
-// Write returns. An error means nothing is acknowledged: the whole batch is
-// to be retried. ErrNotOpen (wrapped) asks the caller to Open again; it is
-// never returned once a row of the batch was submitted. When part of the
-// batch is durable and the rest could not be submitted or confirmed, the
-// rest come back as row errors wrapping a *TableError (to be retried, not
-// dead-lettered), so the durable rows are never sent again. keyOf may be
-// nil (no ordering).
-func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowError, error) {
-	if p := w.rawRefusal.Load(); p != nil {
-		return nil, *p
-	}
-	st := w.st.Load()
-	if st == nil || !w.life.writable() {
-		return nil, w.life.notOpen()
-	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	// Reserve the batch's bytes before anything converts it, and hold them
-	// until it is settled: the data in flight stays within the budget
-	// whatever the row size.
-	resv, err := w.budget.acquire(ctx, w.estimateBytes(rows))
-	if err != nil {
-		return nil, fmt.Errorf("write %d rows to %s: %w", len(rows), w.cfg.Table, err)
-	}
-	defer resv.release()
-	if st.pool == nil {
-		if st, err = w.createFromBatch(ctx, rows); err != nil {
-			return nil, err
-		}
-	} else if err := w.stopIfStopped(st, nil); err != nil {
-		return nil, err
-	} else if cause := w.outage(st); cause != nil {
-		// No stream reaches the service: hold the batch (the engine
-		// reconnects) rather than queue it behind a dead connection.
-		return nil, fmt.Errorf("%w: %w", ErrNotOpen, cause)
-	}
-
-	// With coverage, a row whose source or offset cannot be had fails
-	// alone, before conversion.
-	pos, posErrs := w.positionsOf(rows)
-	var rowErrs []RowError
-	var used *state
-	for attempt := 0; ; attempt++ {
-		rowErrs, used, err = w.writeOnce(ctx, st, rows, keyOf, resv, pos)
-		// A batch converted just before another one evolved the table meets
-		// a pool already switched to the new schema: convert it again.
-		if err != nil && errors.Is(err, pool.ErrSchemaMismatch) && attempt < 3 {
-			if cur := w.st.Load(); cur != nil && cur != used {
-				st = cur
-				continue
-			}
-		}
-		if err != nil {
-			if serr := w.stopIfStopped(used, err); serr != nil {
-				return nil, fmt.Errorf("%w (%w)", serr, err)
-			}
-			return nil, err
-		}
-		break
-	}
-	if cur := w.st.Load(); len(rowErrs) < len(rows) && cur != nil && used != nil && cur.pool == used.pool {
-		// Rows are durable on the streams still open: the failure
-		// history is over. (A batch confirmed by streams that stopped
-		// meanwhile says nothing of the new ones.)
-		w.life.progress()
-	}
-	rowErrs = append(rowErrs, posErrs...)
-	w.obs.RowErrors(len(rowErrs))
-	return rowErrs, nil
-}
+func (w *Writer) Seed(ts *catalog.TableState) { w.schema.seed.Store(ts) }
 
 // estimateBytes is a batch's reservation before conversion: the bytes of
 // its messages; a message holding only a decoded value (AsBytes would
@@ -524,30 +478,31 @@ func (w *Writer) estimateBytes(rows []Row) int64 {
 	return n
 }
 
-// stopIfStopped turns a pool that stopped for good, or a write that failed
+// stopIfStopped turns a pool p that stopped for good, or a write that failed
 // for a reason no retry on these streams can fix (writeErr permanent: a
 // grant revoked, credentials refused), into ErrNotOpen: the writer forgets
 // its state and the lifecycle records one open→fail cycle and decides the
 // wait before the next Open, which describes the table afresh and opens new
 // streams. Only the first write to see it records the cycle.
-func (w *Writer) stopIfStopped(st *state, writeErr error) error {
-	if st == nil || st.pool == nil {
+func (w *Writer) stopIfStopped(p *pool.Pool, writeErr error) error {
+	if p == nil {
 		return nil
 	}
-	cause := st.pool.Stopped()
+	cause := p.Stopped()
 	if cause == nil && permanentStreamErr(writeErr) {
 		cause = writeErr
 	}
 	if cause == nil {
 		return nil
 	}
-	w.schemaMu.Lock()
-	if w.st.CompareAndSwap(st, nil) {
-		w.lastStopped.Store(st.pool)
-		w.stopped = append(w.stopped, st.pool)
+	w.schema.mu.Lock()
+	if st := w.st.Load(); st != nil && st.pool == p {
+		w.st.Store(nil)
+		w.lastStopped.Store(p)
+		w.stopped = append(w.stopped, p)
 		w.life.failed(classify(w.cfg.Table, w.cfg.Principal, cause))
 	}
-	w.schemaMu.Unlock()
+	w.schema.mu.Unlock()
 	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
 }
 
@@ -565,10 +520,10 @@ func permanentStreamErr(err error) bool {
 // closeStopped closes the pools whose streams stopped; what they had not
 // confirmed was failed already (and is redelivered).
 func (w *Writer) closeStopped(ctx context.Context) {
-	w.schemaMu.Lock()
+	w.schema.mu.Lock()
 	stopped := w.stopped
 	w.stopped = nil
-	w.schemaMu.Unlock()
+	w.schema.mu.Unlock()
 	for _, p := range stopped {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_ = p.Close(cctx)
@@ -582,15 +537,16 @@ func (w *Writer) closeStopped(ctx context.Context) {
 func (w *Writer) Close(ctx context.Context) error {
 	w.openMu.Lock()
 	defer w.openMu.Unlock()
-	// Under schemaMu so that a table being created from a first batch either
-	// stores its pool before this (and it is closed here) or sees closed.
-	w.schemaMu.Lock()
+	// Under the authority's lock so that a table being created from a first
+	// batch either stores its pool before this (and it is closed here) or
+	// sees closed.
+	w.schema.mu.Lock()
 	if !w.life.draining() {
-		w.schemaMu.Unlock()
+		w.schema.mu.Unlock()
 		return nil
 	}
 	st := w.st.Swap(nil)
-	w.schemaMu.Unlock()
+	w.schema.mu.Unlock()
 	defer w.life.closed()
 	w.watchMu.Lock()
 	if w.watchStop != nil {
@@ -625,37 +581,21 @@ func (w *Writer) Close(ctx context.Context) error {
 	return err
 }
 
-// buildState makes the converter for cols and, unless prev is given to be
-// reopened, a new connected pool.
-func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *pool.Pool) (*state, error) {
-	conv, err := arrowconv.New(cols, w.cfg.Convert)
-	if err != nil {
-		return nil, fmt.Errorf("table %s: %w", w.cfg.Table, err)
-	}
-	st := &state{columns: cols, names: map[string]bool{}, conv: conv}
-	for _, c := range cols {
-		st.names[strings.ToLower(c.Name)] = true
-	}
-	if prev != nil {
-		if err := prev.Reopen(ctx, conv.Schema()); err != nil {
-			return nil, fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
-		}
-		st.pool = prev
-		return st, nil
-	}
-	// A pool whose first Open failed is kept (its members keep retrying
-	// with back-off) and reused on the next attempt, so a refused open never
-	// turns into a fresh set of opens; one that stopped for good is closed.
+// connect returns a connected pool for schema: a new one, or the pool an
+// earlier Open failed to connect (its members keep retrying with back-off),
+// so a refused open never turns into a fresh set of opens; one that stopped
+// for good is closed.
+func (w *Writer) connect(ctx context.Context, schema *arrow.Schema) (*pool.Pool, error) {
 	var p *pool.Pool
 	if sp := w.spare.Swap(nil); sp != nil {
-		if sameSchema(sp.schema, conv.Schema()) && sp.pool.Stopped() == nil {
+		if sameSchema(sp.schema, schema) && sp.pool.Stopped() == nil {
 			p = sp.pool
 		} else {
 			_ = sp.pool.Close(context.Background())
 		}
 	}
 	if p == nil {
-		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
+		p = pool.New(w.opener, w.cfg.Table, schema, w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()
@@ -663,11 +603,10 @@ func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *po
 		if errors.Is(err, pool.ErrClosed) {
 			return nil, err
 		}
-		w.spare.Store(&sparePool{pool: p, schema: conv.Schema()})
+		w.spare.Store(&sparePool{pool: p, schema: schema})
 		return nil, &OpenError{Table: w.cfg.Table, Err: err, Rejects: p.Stats().ConcurrencyRejects}
 	}
-	st.pool = p
-	return st, nil
+	return p, nil
 }
 
 // OpenError is an Open that could not get a healthy stream. Rejects counts

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ func (w *Writer) applyConfig(d *catalog.DesiredTable) {
 	d.Role = w.cfg.Role
 	d.AllowWidening = w.cfg.Widen
 	d.CommentsPolicy = w.cfg.CommentsPolicy
+	if w.cfg.Comment != "" {
+		d.Comment = w.cfg.Comment
+	}
 	if w.cfg.Contract != nil {
 		d.ApplyContract(w.cfg.Contract)
 	}
@@ -168,6 +172,13 @@ func (w *Writer) createFromBatch(ctx context.Context, batch []Row) (*state, erro
 // catalog's reconcile, or afresh when the catalog returned no state) and the
 // statements it took; what names the table's kind in errors.
 func (w *Writer) create(ctx context.Context, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
+	if len(w.cfg.CreateProperties) > 0 {
+		d.Properties = maps.Clone(d.Properties)
+		if d.Properties == nil {
+			d.Properties = map[string]string{}
+		}
+		maps.Copy(d.Properties, w.cfg.CreateProperties)
+	}
 	out, err := w.cat.Reconcile(ctx, d)
 	if err != nil {
 		return nil, 0, fmt.Errorf("create %s %s: %w", what, d.FullName, err)

@@ -130,6 +130,11 @@ type Config struct {
 	// Provision, added): the fields that do not fit go there instead of
 	// failing the row (rescue.go). Empty: none.
 	Rescue string
+	// Comment is the table comment asked for (comments policy permitting);
+	// CreateProperties are set on a table this writer creates, never on an
+	// existing one. The coverage table's writer sets both.
+	Comment          string
+	CreateProperties map[string]string
 }
 
 // Defaults of the Config durations.
@@ -260,6 +265,12 @@ type Writer struct {
 	// covMu serialises its creation.
 	cov   atomic.Pointer[coverage.Recorder]
 	covMu sync.Mutex
+	// covW is the coverage table's writer, its Sink (coverage.go).
+	covW atomic.Pointer[Writer]
+
+	// newPool makes the stream pool: pool.New (raw-anchor lanes), or a
+	// pool of another lane kind for a companion table (coverage.go).
+	newPool func(ingest.Opener, string, *arrow.Schema, pool.Config, pool.Observer) *pool.Pool
 }
 
 // state is the immutable target the write path uses: replaced as a whole
@@ -295,6 +306,7 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		log:     log,
 		obs:     obs,
 		refused: &refusedFields{},
+		newPool: pool.New,
 	}
 }
 
@@ -655,7 +667,7 @@ func (w *Writer) buildState(ctx context.Context, cols []typemap.Column, prev *po
 		}
 	}
 	if p == nil {
-		p = pool.New(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
+		p = w.newPool(w.opener, w.cfg.Table, conv.Schema(), w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()

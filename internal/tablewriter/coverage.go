@@ -346,6 +346,29 @@ func (w *Writer) Coverage() *coverage.Recorder { return w.cov.Load() }
 // or before the table is open.
 func (w *Writer) CoverageWriter() *Writer { return w.covW.Load() }
 
+// CoverageHealth returns a snapshot of the coverage writer of the engine's
+// table writer, or of every table writer its router holds open, by table
+// name; none without coverage or before the coverage writer first opened.
+func (e *Engine) CoverageHealth() []TableHealth {
+	var ws []*Writer
+	if e.Writer != nil {
+		ws = append(ws, e.Writer)
+	}
+	if e.Router != nil {
+		ws = append(ws, e.Router.writers()...)
+	}
+	var out []TableHealth
+	for _, w := range ws {
+		// Never opened: nothing to report yet (it opens at the first
+		// flush with ranges to write).
+		if cw := w.CoverageWriter(); cw != nil && cw.Phase() != PhaseIdle {
+			out = append(out, cw.Health())
+		}
+	}
+	slices.SortFunc(out, func(a, b TableHealth) int { return strings.Compare(a.Table, b.Table) })
+	return out
+}
+
 // closeCoverage writes the last changed ranges (bounded by ctx), stops the
 // recorder and closes the coverage writer. A failure is logged, never
 // returned: raw rows are durable whatever the coverage table holds, which

@@ -103,10 +103,17 @@ func TestCoverageRecoversThroughTheWriterLifecycle(t *testing.T) {
 	defer cancel()
 	require.NoError(t, w.Open(ctx))
 	h := &harness{w: w, opener: opener, cat: cat}
+	e := &Engine{Writer: w}
+	assert.Empty(t, e.CoverageHealth(), "not reported before it first opens")
 
 	require.Empty(t, h.write(t, covRows("t/0", 0, 10)))
 	flush(t, w)
 	require.Equal(t, []coverage.Range{{Start: 0, End: 10}}, coverageSets(t, opener, "")["t/0"].Ranges())
+	ch := e.CoverageHealth()
+	require.Len(t, ch, 1)
+	assert.Equal(t, testCoverageTable, ch[0].Table)
+	assert.Equal(t, StateUp, ch[0].State)
+	require.Len(t, ch[0].Streams, 1, "one coverage stream")
 
 	// The grant is revoked: the coverage stream fails for good and no new
 	// one may open.
@@ -131,6 +138,11 @@ func TestCoverageRecoversThroughTheWriterLifecycle(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second, "neither raw writes nor flushes wait out a back-off")
 	assert.Equal(t, PhaseBackingOff, cw.Phase())
 	assert.Equal(t, PhaseOpen, w.Phase(), "the raw writer is untouched")
+	ch = e.CoverageHealth()
+	require.Len(t, ch, 1)
+	assert.Equal(t, StateStopped, ch[0].State)
+	assert.Contains(t, ch[0].Reason, "PERMISSION_DENIED")
+	assert.Equal(t, StateUp, w.Health().State)
 	explained := 0
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, "What to do") {
@@ -153,6 +165,7 @@ func TestCoverageRecoversThroughTheWriterLifecycle(t *testing.T) {
 		return w.Coverage().Flush(fctx) == nil
 	}, 15*time.Second, 10*time.Millisecond)
 	assert.Equal(t, PhaseOpen, cw.Phase())
+	assert.Equal(t, StateUp, e.CoverageHealth()[0].State)
 	require.Empty(t, h.write(t, covRows("t/0", 40, 50)))
 	flush(t, w)
 	cov, rawSet := coverageSets(t, opener, ""), rawSets(t, opener)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
@@ -174,4 +175,54 @@ func TestCoverageRecoversThroughTheWriterLifecycle(t *testing.T) {
 	assert.Empty(t, cov["t/0"].Gaps(0, 50))
 	requireBehind(t, cov, rawSet)
 	assert.Contains(t, logs.String(), "written again")
+}
+
+// desiredSpy records the desired tables handed to Reconcile.
+type desiredSpy struct {
+	*catalogfake.Catalog
+	mu  sync.Mutex
+	got []catalog.DesiredTable
+}
+
+func (s *desiredSpy) Reconcile(ctx context.Context, d catalog.DesiredTable) (catalog.ReconcileOutcome, error) {
+	s.mu.Lock()
+	s.got = append(s.got, d)
+	s.mu.Unlock()
+	return s.Catalog.Reconcile(ctx, d)
+}
+
+// The coverage table's writer asks for its comment on every desired table
+// and for the Iceberg-read properties only when it creates the table: an
+// existing table's properties are never changed for it.
+func TestCoverageWriterCommentAndCreateProperties(t *testing.T) {
+	spy := &desiredSpy{Catalog: catalogfake.New()}
+	spy.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	c := Config{Table: testTable, WriterID: "test", Pool: testPoolConfig()}
+	coverageOn(&c)
+	w := New(c, ingestfake.NewOpener(ingestfake.Config{}), spy, nil, nil)
+	defer func() { _ = w.Close(context.Background()) }()
+	require.NoError(t, w.Open(context.Background()))
+
+	var created *catalog.DesiredTable
+	for i, d := range spy.got {
+		if d.FullName == testCoverageTable {
+			created = &spy.got[i]
+		}
+	}
+	require.NotNil(t, created, "the coverage table was created")
+	assert.Equal(t, catalog.RoleDerived, created.Role)
+	assert.Contains(t, created.Comment, "Coverage of "+testTable)
+	assert.True(t, catalog.IcebergReadsOn(created.Properties), "created with Iceberg reads on: %v", created.Properties)
+	var names []string
+	for _, col := range created.Columns {
+		names = append(names, col.Name)
+	}
+	assert.Equal(t, []string{"writer_id", "source", "start", "end", "_zb_emit_ts"}, names)
+
+	cw := w.CoverageWriter()
+	d := cw.desiredFromColumns(coverage.Columns())
+	assert.Contains(t, d.Comment, "Coverage of "+testTable, "the comment is asked for an existing table too")
+	assert.Empty(t, d.Properties, "an existing table's properties are left alone")
+	raw := w.desiredFromColumns(nil)
+	assert.Empty(t, raw.Comment, "the raw table's writer asks for no comment of its own")
 }

@@ -186,6 +186,22 @@ func unionInto(m map[string]*RangeSet, src string, set *RangeSet) {
 	d.Union(set)
 }
 
+// Rewrite marks every durable range changed, so the next flush, started
+// at once, writes the whole coverage again: for a coverage table created
+// afresh (dropped, then re-created by provisioning), which holds none of the
+// ranges written before.
+func (r *Recorder) Rewrite() {
+	r.mu.Lock()
+	for src, set := range r.durable {
+		r.markDirtyLocked(src, set)
+	}
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Covered returns the ranges of source recorded durable so far (written to
 // the coverage table or not).
 func (r *Recorder) Covered(source string) []Range {

@@ -175,3 +175,21 @@ func TestCheckColumnsRefusesATableWithoutItsColumns(t *testing.T) {
 	assert.ErrorContains(t, err, covTable)
 	require.NoError(t, CheckColumns(covTable, Columns()))
 }
+
+// Rewrite writes the whole durable set again at the next flush, merged:
+// what a coverage table created afresh needs.
+func TestRecorderRewriteWritesEverythingAgain(t *testing.T) {
+	s := &sink{}
+	r := newTestRecorder(t, s, nil)
+	ctx := context.Background()
+	r.Durable(set(Range{0, 10}, Range{20, 30}))
+	require.NoError(t, r.Flush(ctx))
+	r.Durable(set(Range{10, 15}))
+	require.NoError(t, r.Flush(ctx))
+	require.NoError(t, r.Flush(ctx), "nothing changed: nothing written")
+	assert.Equal(t, [][2]int64{{0, 10}, {20, 30}, {0, 15}}, s.written())
+
+	r.Rewrite()
+	require.NoError(t, r.Flush(ctx))
+	assert.Equal(t, [][2]int64{{0, 15}, {20, 30}}, s.written()[3:], "every durable range, merged")
+}

@@ -276,7 +276,17 @@ func (w *Writer) ensureCoverage(ctx context.Context) error {
 	rec := coverage.NewRecorder(coverage.Config{
 		Table: table, WriterID: w.cfg.WriterID,
 		FlushInterval: cc.FlushInterval, FlushRanges: cc.FlushRanges,
-	}, cw.writeCoverage, w.log)
+	}, func(ctx context.Context, rows []arrowconv.StructuredRow) error {
+		created, err := cw.writeCoverage(ctx, rows)
+		if created {
+			// A coverage table created afresh holds none of the ranges
+			// written before: write them all again.
+			if rec := w.cov.Load(); rec != nil {
+				rec.Rewrite()
+			}
+		}
+		return err
+	}, w.log)
 	w.covW.Store(cw)
 	w.cov.Store(rec)
 	return nil
@@ -314,28 +324,38 @@ func (w *Writer) coverageWriter(table string) *Writer {
 	return cw
 }
 
-// writeCoverage is the recorder's Sink: it writes rows through the coverage
-// writer, opening it when it is not open (the first flush, or after its
-// streams stopped). While its lifecycle backs off, Open tries nothing and
-// says how long is left: the recorder keeps the ranges for the next flush.
-func (w *Writer) writeCoverage(ctx context.Context, rows []arrowconv.StructuredRow) error {
-	rowErrs, err := w.Write(ctx, rows, nil)
+// writeCoverage is the recorder's Sink, on the coverage writer: it writes
+// rows through it, opening it when it is not open (the first flush, or after
+// its streams stopped). While its lifecycle backs off, Open tries nothing
+// and says how long is left: the recorder keeps the ranges for the next
+// flush. created reports that this write created the table (it had been
+// dropped, and provisioning re-created it).
+func (w *Writer) writeCoverage(ctx context.Context, rows []arrowconv.StructuredRow) (created bool, err error) {
+	write := func() ([]RowError, error) {
+		// Only the recorder writes through this writer, one flush at a
+		// time: waiting for the table, this write creates it.
+		fresh := w.Phase() == PhaseWaitingForTable
+		rowErrs, err := w.Write(ctx, rows, nil)
+		created = created || (fresh && w.Phase() == PhaseOpen)
+		return rowErrs, err
+	}
+	rowErrs, err := write()
 	if errors.Is(err, ErrNotOpen) {
 		if oerr := w.Open(ctx); oerr != nil {
-			return oerr
+			return created, oerr
 		}
-		rowErrs, err = w.Write(ctx, rows, nil)
+		rowErrs, err = write()
 	}
 	if err != nil {
-		return err
+		return created, err
 	}
 	if len(rowErrs) > 0 {
 		// Written again whole at the next flush: a coverage row written
 		// twice changes no union.
 		re := rowErrs[0]
-		return fmt.Errorf("%d of %d rows not durable in %s (row %d, column %q: %w)", len(rowErrs), len(rows), w.cfg.Table, re.Index, re.Column, re.Err)
+		return created, fmt.Errorf("%d of %d rows not durable in %s (row %d, column %q: %w)", len(rowErrs), len(rows), w.cfg.Table, re.Index, re.Column, re.Err)
 	}
-	return nil
+	return created, nil
 }
 
 // Coverage returns the writer's coverage recorder: nil without coverage or

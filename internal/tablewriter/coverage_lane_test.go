@@ -3,6 +3,7 @@ package tablewriter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,13 +12,16 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
@@ -225,4 +229,61 @@ func TestCoverageWriterCommentAndCreateProperties(t *testing.T) {
 	assert.Empty(t, d.Properties, "an existing table's properties are left alone")
 	raw := w.desiredFromColumns(nil)
 	assert.Empty(t, raw.Comment, "the raw table's writer asks for no comment of its own")
+}
+
+// The coverage table dropped under a running pipeline (provisioning on):
+// its writer's stream fails, the writer backs off, re-describes, finds the
+// table gone, creates it again with its first write, and the whole durable
+// coverage is written into the new table, not only what changed since.
+func TestCoverageTableDroppedIsRecreatedWhole(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, coverageOn, nil)
+	require.Empty(t, h.write(t, covRows("t/0", 0, 10)))
+	require.Empty(t, h.write(t, covRows("t/1", 0, 5)))
+	flush(t, h.w)
+
+	h.cat.Drop(testCoverageTable)
+	before := len(h.opener.Streams())
+	for _, s := range h.opener.Streams() {
+		if s.Table() == testCoverageTable {
+			s.Poison(&ingest.Error{Class: ingest.FatalConfig, Code: codes.NotFound, Err: errors.New("NOT_FOUND: table does not exist")})
+		}
+	}
+	cw := h.w.CoverageWriter()
+	require.Eventually(t, func() bool { return cw.st.Load().pool.Stopped() != nil }, 10*time.Second, time.Millisecond)
+	require.Empty(t, h.write(t, covRows("t/0", 10, 20)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.Error(t, h.w.Coverage().Flush(ctx), "the coverage table is gone")
+
+	skipWait(cw)
+	require.NoError(t, h.w.Coverage().Flush(ctx), "re-described, created again by the write")
+	ts, err := h.cat.Describe(ctx, testCoverageTable)
+	require.NoError(t, err)
+	require.NotNil(t, ts, "the coverage table exists again")
+	assert.True(t, catalog.IcebergReadsOn(ts.Properties), "with Iceberg reads: %v", ts.Properties)
+	flush(t, h.w) // the rewrite the re-creation asked for
+
+	// Only what the new table holds: the streams opened after the drop.
+	got := map[string]*coverage.RangeSet{}
+	for _, s := range h.opener.Streams()[before:] {
+		if s.Table() != testCoverageTable {
+			continue
+		}
+		at, durable := uint64(0), s.Durable()
+		for _, rec := range s.Records() {
+			src := rec.Column(rec.Schema().FieldIndices(coverage.ColSource)[0]).(*array.LargeString)
+			st := rec.Column(rec.Schema().FieldIndices(coverage.ColStart)[0]).(*array.Int64)
+			en := rec.Column(rec.Schema().FieldIndices(coverage.ColEnd)[0]).(*array.Int64)
+			for i := 0; i < int(rec.NumRows()) && at < durable; i, at = i+1, at+1 {
+				if got[src.Value(i)] == nil {
+					got[src.Value(i)] = &coverage.RangeSet{}
+				}
+				got[src.Value(i)].Add(st.Value(i), en.Value(i))
+			}
+		}
+	}
+	require.Contains(t, got, "t/0")
+	require.Contains(t, got, "t/1")
+	assert.Equal(t, []coverage.Range{{Start: 0, End: 20}}, got["t/0"].Ranges(), "the new table holds the whole coverage")
+	assert.Equal(t, []coverage.Range{{Start: 0, End: 5}}, got["t/1"].Ranges(), "a source unchanged since the drop too")
 }

@@ -56,7 +56,15 @@ func TestPoolLaneKindIsChosenAtConstruction(t *testing.T) {
 			}
 			check("first streams")
 			o.Streams()[0].Poison(ingestfake.ErrPoison("gone"))
-			require.Eventually(t, func() bool { return p.Stats().Rebuilds > 0 && p.Stats().Members[0].Healthy }, 10*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool {
+				st := p.Stats()
+				for _, m := range st.Members {
+					if !m.Healthy {
+						return false
+					}
+				}
+				return st.Rebuilds > 0
+			}, 10*time.Second, 5*time.Millisecond, "the poisoned stream is rebuilt")
 			check("after a rebuild")
 		})
 	}

@@ -220,6 +220,8 @@ func (l *Lane[C]) Pending() int64 { return l.pending.Load() }
 // Health is a snapshot of a lane for health reports: atomics only, so it is
 // cheap and never waits for the lane or its writers.
 type Health struct {
+	// Kind is the lane's confirmation kind (its type parameter).
+	Kind Kind
 	// PendingItems and PendingRows are Pending and PendingRows.
 	PendingItems int64
 	PendingRows  uint64
@@ -235,7 +237,7 @@ type Health struct {
 
 // Health returns a snapshot of the lane.
 func (l *Lane[C]) Health() Health {
-	h := Health{PendingItems: l.pending.Load(), PendingRows: l.PendingRows(), BlockedWriters: l.blocked.Load()}
+	h := Health{Kind: KindOf[C](), PendingItems: l.pending.Load(), PendingRows: l.PendingRows(), BlockedWriters: l.blocked.Load()}
 	if t := l.lastAck.Load(); t != 0 {
 		h.LastAck = time.Unix(0, t)
 	}

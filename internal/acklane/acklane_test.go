@@ -615,7 +615,7 @@ func TestHealthFollowsTheLane(t *testing.T) {
 	s := openStream(t, ingestfake.Config{ManualAck: true})
 	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{Capacity: 1}, nil)
 	defer lane.Close()
-	assert.Equal(t, acklane.Health{}, lane.Health(), "a new lane waits for nothing and never acked")
+	assert.Equal(t, acklane.Health{Kind: acklane.KindRawAnchor}, lane.Health(), "a new lane waits for nothing and never acked")
 
 	before := time.Now()
 	_, r0 := submit(t, ctx, s, lane, 3)

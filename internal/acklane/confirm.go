@@ -104,6 +104,9 @@ func (c RawAnchor) Receipt() *Receipt { return c.r }
 
 func (c RawAnchor) receipt() *Receipt { return c.r }
 
+// Kind returns KindRawAnchor.
+func (RawAnchor) Kind() Kind { return KindRawAnchor }
+
 // DerivedCoverage confirms rows of a derived lane (output computed from raw
 // data): its confirmation advances that lane's coverage and must never stand in
 // for a raw-anchor confirmation, which is why it is a distinct type.
@@ -121,6 +124,9 @@ func (c DerivedCoverage) Receipt() *Receipt { return c.r }
 
 func (c DerivedCoverage) receipt() *Receipt { return c.r }
 
+// Kind returns KindDerivedCoverage.
+func (DerivedCoverage) Kind() Kind { return KindDerivedCoverage }
+
 // Confirmation is the closed set of confirmation kinds. A lane is
 // instantiated with exactly one kind, so Lane[RawAnchor] accepts only
 // Pending[RawAnchor]: handing it a DerivedCoverage does not compile. The
@@ -128,4 +134,39 @@ func (c DerivedCoverage) receipt() *Receipt { return c.r }
 type Confirmation interface {
 	RawAnchor | DerivedCoverage
 	receipt() *Receipt
+	Kind() Kind
+}
+
+// Kind names a confirmation kind, for health reports, logs and tests; the
+// separation itself is the types', never a comparison of names.
+type Kind string
+
+// The confirmation kinds.
+const (
+	KindRawAnchor       Kind = "raw_anchor"
+	KindDerivedCoverage Kind = "derived_coverage"
+)
+
+// KindOf returns the name of confirmation kind C.
+func KindOf[C Confirmation]() Kind {
+	var c C
+	return c.Kind()
+}
+
+// NewConfirmation returns a new confirmation of kind C and the receipt it
+// settles: what code generic over the kind (a stream pool whose lanes are
+// Lane[C]) uses to make the confirmations of its own lanes, and only of
+// them, since the result is a C.
+func NewConfirmation[C Confirmation]() (C, *Receipt) {
+	var c C
+	r := newReceipt()
+	switch p := any(&c).(type) {
+	case *RawAnchor:
+		p.r = r
+	case *DerivedCoverage:
+		p.r = r
+	default: // unreachable: Confirmation is a closed set
+		panic(fmt.Sprintf("acklane: confirmation kind %T has no constructor", c))
+	}
+	return c, r
 }

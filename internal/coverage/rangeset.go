@@ -1,8 +1,10 @@
 // Package coverage records which source offsets are durably in a raw table:
 // gap-aware ranges [start, end) per (writer id, source), advanced only after
 // the raw rows' durable ack, union-merged (never last-write-wins) and stored
-// with raw, in a companion table written through Zerobus on its own stream
-// whose ack lane carries the DerivedCoverage confirmation kind.
+// with raw, in a companion table. The Recorder keeps the ranges and flushes
+// them through a Sink: the table writer of the coverage table (a writer of
+// its own: streams, reconnects, back-off), whose ack lanes carry the
+// DerivedCoverage confirmation kind.
 //
 // Coverage may lag the data (a crash between the raw ack and the coverage
 // write leaves the last ranges unrecorded: those rows are replayed from the

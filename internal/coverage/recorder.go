@@ -10,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -37,50 +35,72 @@ func Columns() []typemap.Column {
 	}
 }
 
+// CheckColumns returns an error naming the first coverage column that cols
+// (a coverage table's columns as described) lacks or types otherwise, and
+// the fix; nil when the table can take coverage rows.
+func CheckColumns(table string, cols []typemap.Column) error {
+	for _, want := range Columns() {
+		if !hasColumn(cols, want) {
+			return fmt.Errorf("coverage table %s lacks column %s %s: create it with columns writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP, or enable catalog.provision", table, want.Name, strings.ToUpper(want.Type.DDL()))
+		}
+	}
+	return nil
+}
+
+func hasColumn(cols []typemap.Column, want typemap.Column) bool {
+	for _, c := range cols {
+		if strings.EqualFold(c.Name, want.Name) {
+			return c.Type.Kind == want.Type.Kind
+		}
+	}
+	return false
+}
+
 // Defaults of a Recorder's Config.
 const (
 	DefaultFlushInterval = time.Second
 	DefaultFlushRanges   = 1024
 	DefaultWriteTimeout  = 30 * time.Second
-	// maxRowsPerRecord bounds one coverage record (a row is ~100 bytes, so
-	// a record stays far below the service's request cap).
-	maxRowsPerRecord = 4096
+	// maxRowsPerWrite bounds the rows of one Sink call (a row is ~100
+	// bytes, so a write stays far below the service's request cap).
+	maxRowsPerWrite = 4096
 )
 
 // Config tunes a Recorder.
 type Config struct {
-	// Table is the coverage table, catalog.schema.table.
+	// Table is the coverage table, catalog.schema.table (for messages).
 	Table string
 	// WriterID is stamped on every row.
 	WriterID string
-	// Columns are the coverage table's columns as described (Columns plus
-	// the reserved ones).
-	Columns []typemap.Column
 	// FlushInterval is how often changed ranges are written (zero:
 	// DefaultFlushInterval).
 	FlushInterval time.Duration
 	// FlushRanges flushes early once this many changed ranges wait (zero:
 	// DefaultFlushRanges).
 	FlushRanges int
-	// WriteTimeout bounds one coverage write, submit to durable ack (zero:
-	// DefaultWriteTimeout).
+	// WriteTimeout bounds one background flush, its writes until durable
+	// (zero: DefaultWriteTimeout).
 	WriteTimeout time.Duration
 }
 
+// Sink writes coverage rows (JSON objects with the Columns) to the coverage
+// table and returns nil only once they are durable there. The table writer
+// provides it: an ordinary table writer of the coverage table whose streams
+// have ack lanes of kind DerivedCoverage, so a coverage confirmation can
+// never stand in for a raw table's (RawAnchor).
+type Sink func(ctx context.Context, rows []arrowconv.StructuredRow) error
+
 // Recorder holds one writer's coverage, source by source, and writes the
-// ranges that changed to the coverage table in the background. It is fed
-// only with offsets whose raw rows are durable (Durable), and nothing on the
-// raw path ever waits for it: a coverage write that fails is logged and
-// retried at the next flush, with the changed ranges kept.
-//
-// Its stream to the coverage table has its own ack lane of kind
-// DerivedCoverage, so its confirmations cannot be mistaken for the raw
-// table's (RawAnchor) at compile time.
+// ranges that changed to the coverage table in the background, through its
+// Sink. It is fed only with offsets whose raw rows are durable (Durable),
+// and nothing on the raw path ever waits for it: a coverage write that
+// fails is logged and retried at the next flush, with the changed ranges
+// kept. How the rows reach the table (streams, reconnects, back-off) is the
+// Sink's business.
 type Recorder struct {
-	cfg    Config
-	opener ingest.Opener
-	log    *slog.Logger
-	conv   *arrowconv.Converter
+	cfg   Config
+	write Sink
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	durable map[string]*RangeSet // every offset confirmed durable, by source
@@ -91,18 +111,21 @@ type Recorder struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{}
+	// loopCtx ends when Close begins: a background flush in progress
+	// gives up then, and Close's own final flush takes over.
+	loopCtx    context.Context
+	loopCancel context.CancelFunc
 
-	// flushMu serialises flushes and guards the stream and its lane.
+	// flushMu serialises flushes and guards the counters.
 	flushMu  sync.Mutex
-	stream   ingest.Stream
-	lane     *acklane.Lane[acklane.DerivedCoverage]
 	written  int64 // coverage rows confirmed durable
 	failures int64 // flushes that failed
+	failing  int   // flushes failed in a row (the first one's warning was logged)
 }
 
-// NewRecorder returns a recorder writing cfg.Table through opener and starts
+// NewRecorder returns a recorder writing cfg.Table through write and starts
 // its flush loop. log may be nil.
-func NewRecorder(cfg Config, opener ingest.Opener, log *slog.Logger) (*Recorder, error) {
+func NewRecorder(cfg Config, write Sink, log *slog.Logger) *Recorder {
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = DefaultFlushInterval
 	}
@@ -115,31 +138,14 @@ func NewRecorder(cfg Config, opener ingest.Opener, log *slog.Logger) (*Recorder,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for _, want := range Columns() {
-		if !hasColumn(cfg.Columns, want) {
-			return nil, fmt.Errorf("coverage table %s lacks column %s %s: create it with columns writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP, or enable catalog.provision", cfg.Table, want.Name, strings.ToUpper(want.Type.DDL()))
-		}
-	}
-	conv, err := arrowconv.New(cfg.Columns, arrowconv.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("coverage table %s: %w", cfg.Table, err)
-	}
 	r := &Recorder{
-		cfg: cfg, opener: opener, log: log, conv: conv,
+		cfg: cfg, write: write, log: log,
 		durable: map[string]*RangeSet{}, dirty: map[string]*RangeSet{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	r.loopCtx, r.loopCancel = context.WithCancel(context.Background())
 	go r.loop()
-	return r, nil
-}
-
-func hasColumn(cols []typemap.Column, want typemap.Column) bool {
-	for _, c := range cols {
-		if strings.EqualFold(c.Name, want.Name) {
-			return c.Type.Kind == want.Type.Kind
-		}
-	}
-	return false
+	return r
 }
 
 // Durable records offsets whose raw rows the service confirmed durable, by
@@ -178,6 +184,22 @@ func unionInto(m map[string]*RangeSet, src string, set *RangeSet) {
 		m[src] = d
 	}
 	d.Union(set)
+}
+
+// Rewrite marks every durable range changed, so the next flush, started
+// at once, writes the whole coverage again: for a coverage table created
+// afresh (dropped, then re-created by provisioning), which holds none of the
+// ranges written before.
+func (r *Recorder) Rewrite() {
+	r.mu.Lock()
+	for src, set := range r.durable {
+		r.markDirtyLocked(src, set)
+	}
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Covered returns the ranges of source recorded durable so far (written to
@@ -223,10 +245,8 @@ func (r *Recorder) loop() {
 		case <-t.C:
 		case <-r.kick:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.WriteTimeout)
-		if err := r.Flush(ctx); err != nil {
-			r.log.Warn(fmt.Sprintf("coverage table %s: %v; the ranges are kept and written at the next flush (raw writes are not affected)", r.cfg.Table, err))
-		}
+		ctx, cancel := context.WithTimeout(r.loopCtx, r.cfg.WriteTimeout)
+		_ = r.Flush(ctx) // a failure is logged by Flush and retried at the next one
 		cancel()
 	}
 }
@@ -236,7 +256,10 @@ func (r *Recorder) loop() {
 // the merged durable ranges that overlap or touch a change, so the table's
 // rows grow coarser over time and a reader's union is always the writer's
 // durable set as of the last flush. On failure the changes are kept for the
-// next flush and the stream is reopened then.
+// next flush; the first failure of a run is logged as a warning, the next
+// ones at debug level (the Sink's writer explains its cause once), and the
+// first success after them says so. Once Close began, failures are not
+// logged: Close returns its final flush's error.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
@@ -248,14 +271,30 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := r.write(ctx, rows); err != nil {
+	if err := r.writeRows(ctx, rows); err != nil {
 		r.failures++
 		r.mu.Lock()
 		for src, set := range taken {
 			r.markDirtyLocked(src, set)
 		}
 		r.mu.Unlock()
-		return fmt.Errorf("write %d coverage rows: %w", len(rows), err)
+		err = fmt.Errorf("write %d coverage rows: %w", len(rows), err)
+		msg := fmt.Sprintf("coverage table %s: %v; the ranges are kept and written at the next flush (raw writes are not affected)", r.cfg.Table, err)
+		switch {
+		case r.loopCtx.Err() != nil:
+			// Closing: Close returns the final flush's error, and a
+			// background flush cut short by Close is no news.
+		case r.failing > 0:
+			r.log.Debug(msg)
+		default:
+			r.log.Warn(msg)
+		}
+		r.failing++
+		return err
+	}
+	if r.failing > 0 {
+		r.log.Info(fmt.Sprintf("coverage table %s: written again after %d failed flushes; the ranges kept meanwhile are written", r.cfg.Table, r.failing))
+		r.failing = 0
 	}
 	r.written += int64(len(rows))
 	return nil
@@ -292,16 +331,12 @@ func (r *Recorder) rowsLocked(taken map[string]*RangeSet) []row {
 	return out
 }
 
-// write submits rows on the coverage stream (opened on demand) and waits
-// for the DerivedCoverage confirmation of its lane.
-func (r *Recorder) write(ctx context.Context, rows []row) error {
-	if err := r.connect(ctx); err != nil {
-		return err
-	}
-	var last *acklane.Receipt
-	for lo := 0; lo < len(rows); lo += maxRowsPerRecord {
-		chunk := rows[lo:min(lo+maxRowsPerRecord, len(rows))]
-		msgs := make([]arrowconv.Row, len(chunk))
+// writeRows hands rows to the Sink, at most maxRowsPerWrite at a time, and
+// returns once every one is durable.
+func (r *Recorder) writeRows(ctx context.Context, rows []row) error {
+	for lo := 0; lo < len(rows); lo += maxRowsPerWrite {
+		chunk := rows[lo:min(lo+maxRowsPerWrite, len(rows))]
+		msgs := make([]arrowconv.StructuredRow, len(chunk))
 		for i, c := range chunk {
 			b, err := json.Marshal(c)
 			if err != nil {
@@ -309,80 +344,25 @@ func (r *Recorder) write(ctx context.Context, rows []row) error {
 			}
 			msgs[i] = arrowconv.JSONRow(b)
 		}
-		res, err := r.conv.Convert(msgs)
-		if err != nil {
-			return fmt.Errorf("convert coverage rows: %w", err)
+		if err := r.write(ctx, msgs); err != nil {
+			return err
 		}
-		if len(res.RowErrors) > 0 {
-			res.Record.Release()
-			return fmt.Errorf("coverage table %s refuses its rows: %v", r.cfg.Table, res.RowErrors[0])
-		}
-		span, err := r.stream.Submit(ctx, res.Record)
-		res.Record.Release()
-		if err != nil {
-			r.teardown()
-			return fmt.Errorf("submit to %s: %w", r.cfg.Table, err)
-		}
-		confirm, receipt := acklane.NewDerivedCoverage()
-		if err := r.lane.Enqueue(ctx, acklane.Pending[acklane.DerivedCoverage]{To: span.To, Confirm: confirm}); err != nil {
-			r.teardown()
-			return fmt.Errorf("track coverage rows [%d,%d) on %s: %w", span.From, span.To, r.cfg.Table, err)
-		}
-		last = receipt
-	}
-	// Acks are cumulative and the lane confirms in offset order: the last
-	// receipt confirmed means every chunk is durable.
-	if err := last.Wait(ctx); err != nil {
-		r.teardown()
-		return fmt.Errorf("coverage rows not confirmed durable in %s: %w", r.cfg.Table, err)
 	}
 	return nil
 }
 
-// connect opens the coverage stream and its DerivedCoverage lane if none
-// is up; flushMu is held.
-func (r *Recorder) connect(ctx context.Context) error {
-	if r.stream != nil {
-		return nil
-	}
-	s, err := r.opener.Open(ctx, r.cfg.Table, r.conv.Schema())
-	if err != nil {
-		return fmt.Errorf("open stream to %s: %w", r.cfg.Table, err)
-	}
-	r.stream = s
-	r.lane = acklane.New[acklane.DerivedCoverage](s, acklane.Config{AckTimeout: r.cfg.WriteTimeout}, nil)
-	return nil
-}
-
-// teardown drops the stream (its unconfirmed rows fail; the ranges stay
-// dirty) so the next flush opens a new one; flushMu is held.
-func (r *Recorder) teardown() {
-	if r.lane != nil {
-		r.lane.Close()
-	}
-	if r.stream != nil {
-		_ = r.stream.Close()
-	}
-	r.stream, r.lane = nil, nil
-}
-
-// Close stops the flush loop, writes what changed since the last flush
-// (bounded by ctx) and closes the stream. Ranges not written by then are
-// lost to the coverage table — coverage lags, the raw rows are there — and
-// the error says how many sources they concern.
+// Close stops the flush loop (a background flush in progress gives up) and
+// writes what changed since the last written flush, bounded by ctx. Ranges
+// not written by then are lost to the coverage table — coverage lags, the
+// raw rows are there — and the error says so. The Sink's writer is its
+// owner's to close, after this.
 func (r *Recorder) Close(ctx context.Context) error {
-	r.stopOnce.Do(func() { close(r.stop) })
+	r.stopOnce.Do(func() {
+		close(r.stop)
+		r.loopCancel()
+	})
 	<-r.done
-	err := r.Flush(ctx)
-	r.flushMu.Lock()
-	if r.stream != nil {
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = r.stream.Drain(dctx)
-		cancel()
-	}
-	r.teardown()
-	r.flushMu.Unlock()
-	if err != nil {
+	if err := r.Flush(ctx); err != nil {
 		return fmt.Errorf("coverage table %s: final flush: %w", r.cfg.Table, err)
 	}
 	return nil

@@ -34,6 +34,9 @@ const Path = "/zerobus/health"
 const (
 	RoleTarget     = "target"      // the output's table (or one it routes to)
 	RoleDeadLetter = "dead_letter" // the dead-letter table
+	// RoleCoverage is a table's coverage table: a fault there is
+	// degraded, never down, as the rows keep flowing without it.
+	RoleCoverage = "coverage"
 )
 
 // Table is one table of an output.
@@ -202,9 +205,13 @@ func outputReport(label string, o Output) OutputReport {
 	or := OutputReport{Label: label, Status: StatusUp, MaxAckAgeSeconds: o.MaxAckAge.Seconds(), Tables: []TableReport{}}
 	for _, t := range o.Health() {
 		tr := tableReport(t)
+		failing := StatusDown
+		if t.Role == RoleCoverage {
+			failing = StatusDegraded
+		}
 		switch t.State {
 		case tablewriter.StateStopped:
-			or.Status = StatusDown
+			or.Status = worse(or.Status, failing)
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: stopped: %s", t.Table, cmp.Or(t.Reason, stoppedStreamError(t))))
 		case tablewriter.StateRebuilding:
 			or.Status = worse(or.Status, StatusDegraded)
@@ -213,11 +220,11 @@ func outputReport(label string, o Output) OutputReport {
 		if down := t.Age(t.Unreachable); !t.Unreachable.IsZero() && down >= tablewriter.OutageGrace {
 			// Every stream lost its connection: the endpoint or the path
 			// to it is down, whatever the pool still calls the streams.
-			or.Status = StatusDown
+			or.Status = worse(or.Status, failing)
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: no stream connected for %s: %s", t.Table, down.Round(100*time.Millisecond), t.Reason))
 		}
 		if age := t.OldestPendingAge(); o.MaxAckAge > 0 && age > o.MaxAckAge {
-			or.Status = StatusDown
+			or.Status = worse(or.Status, failing)
 			or.Problems = append(or.Problems, fmt.Sprintf("table %s: rows wait %s for their durable ack, over %s (slow acks: see the runbook)",
 				t.Table, age.Round(time.Second), o.MaxAckAge))
 		}
@@ -336,7 +343,8 @@ func Mount(x any, h http.HandlerFunc) (err error) {
 }
 
 // Tables lists the tables of an output's engine: its static table's writer,
-// or every table its router holds open, then its dead-letter writer. With no
+// or every table its router holds open, then their coverage tables' writers,
+// then its dead-letter writer. With no
 // engine or an empty one (not connected yet), the output's table is
 // reported rebuilding.
 func Tables(table string, e *tablewriter.Engine) []Table {
@@ -352,6 +360,9 @@ func Tables(table string, e *tablewriter.Engine) []Table {
 		for _, h := range e.Router.Health() {
 			ts = append(ts, Table{Role: RoleTarget, TableHealth: h})
 		}
+	}
+	for _, h := range e.CoverageHealth() {
+		ts = append(ts, Table{Role: RoleCoverage, TableHealth: h})
 	}
 	if w := e.DeadLetterWriter(); w != nil {
 		ts = append(ts, Table{Role: RoleDeadLetter, TableHealth: w.Health()})

@@ -163,3 +163,40 @@ func TestAttachMountsOncePerManager(t *testing.T) {
 	assert.Error(t, err, "the first output of a manager whose engine cannot mount it is told")
 	rm()
 }
+
+// A coverage table that stopped, or whose rows wait too long, degrades the
+// output without taking it down: the rows keep flowing without it. The same
+// faults on the target table take it down.
+func TestCoverageTableFaultsDegradeNeverDown(t *testing.T) {
+	cov := func(th tablewriter.TableHealth) Table {
+		th.Table = "c.s.t_zb_coverage"
+		return Table{Role: RoleCoverage, TableHealth: th}
+	}
+	for _, tc := range []struct {
+		name  string
+		table tablewriter.TableHealth
+	}{
+		{"stopped", tableAt(tablewriter.StateStopped, 0)},
+		{"ack too old", tableAt(tablewriter.StateUp, 2*time.Minute)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := NewRegistry()
+			_, remove := reg.Add("a", Output{MaxAckAge: time.Minute, Health: func() []Table {
+				return []Table{{Role: RoleTarget, TableHealth: tableAt(tablewriter.StateUp, 0)}, cov(tc.table)}
+			}})
+			code, rep := get(t, reg, Path)
+			assert.Equal(t, http.StatusOK, code)
+			assert.Equal(t, StatusDegraded, rep.Status)
+			require.Len(t, rep.Outputs[0].Problems, 1)
+			assert.Contains(t, rep.Outputs[0].Problems[0], "c.s.t_zb_coverage")
+			assert.Equal(t, RoleCoverage, rep.Outputs[0].Tables[1].Role)
+			remove()
+
+			_, remove = reg.Add("a", Output{MaxAckAge: time.Minute, Health: fixed(tc.table)})
+			code, rep = get(t, reg, Path)
+			assert.Equal(t, http.StatusServiceUnavailable, code, "the same fault on the target table")
+			assert.Equal(t, StatusDown, rep.Status)
+			remove()
+		})
+	}
+}

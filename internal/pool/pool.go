@@ -2,9 +2,13 @@
 // table, each with its own ack lane, and is the only place streams are opened.
 //
 // Write picks a member (round-robin, or a fixed member per ordering key),
-// submits the record fire-and-forget and enqueues a raw-anchor confirmation
-// on that member's lane; the returned Ticket's Wait returns nil only once the
-// lane confirmed the rows durable. Writers never open streams: a member that
+// submits the record fire-and-forget and enqueues a confirmation on that
+// member's lane; the returned Ticket's Wait returns nil only once the lane
+// confirmed the rows durable. The confirmation kind is chosen when the pool
+// is made and every lane of the pool is typed with it: New makes a pool of
+// raw-anchor lanes (acklane.Lane[acklane.RawAnchor], the raw table's),
+// NewOf[acklane.DerivedCoverage] one whose lanes can only carry
+// derived-coverage confirmations (a companion table's, e.g. coverage). Writers never open streams: a member that
 // is opening or rebuilding makes writers wait, bounded by PickTimeout.
 //
 // Each member has a supervisor goroutine that opens its stream, watches it,
@@ -89,6 +93,7 @@ type Ticket struct {
 	// Span is the rows' logical span on that stream.
 	Span ingest.Span
 
+	kind    acklane.Kind
 	receipt *acklane.Receipt
 	stream  ingest.Stream // for tests: the stream the rows went to
 }
@@ -111,6 +116,10 @@ func (t *Ticket) Wait(ctx context.Context) error {
 
 // Done returns a channel closed once the ticket is settled either way.
 func (t *Ticket) Done() <-chan struct{} { return t.receipt.Done() }
+
+// Kind is the kind of the confirmation the rows' lane settles: the kind of
+// the lane they were enqueued on.
+func (t *Ticket) Kind() acklane.Kind { return t.kind }
 
 // Stats is a snapshot of the pool for tests, logs and metrics.
 type Stats struct {
@@ -154,6 +163,9 @@ type Pool struct {
 	table  string
 	cfg    Config
 	obs    Observer
+	// newLane makes a member stream's ack lane, of the pool's one kind.
+	newLane func(w acklane.Waiter, cfg acklane.Config, obs acklane.Observer) lane
+	kind    acklane.Kind
 
 	ctx       context.Context // cancelled by Close: stops the supervisors
 	cancel    context.CancelFunc
@@ -231,7 +243,7 @@ type conn struct {
 	// enqueued (or given up): a retiring member waits for none before it
 	// drains, so that no row is submitted to a stream being closed.
 	users     atomic.Int64
-	lane      *acklane.Lane[acklane.RawAnchor]
+	lane      lane
 	schema    *arrow.Schema
 	epoch     uint64 // the pool's epoch when it was opened
 	gen       uint64
@@ -253,8 +265,17 @@ type reopenReq struct {
 }
 
 // New returns a pool for table that opens its streams with opener and
-// schema once Connect or the first Write asks for them. obs may be nil.
+// schema once Connect or the first Write asks for them, each with a
+// raw-anchor lane. obs may be nil.
 func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, obs Observer) *Pool {
+	return NewOf[acklane.RawAnchor](opener, table, schema, cfg, obs)
+}
+
+// NewOf is New for lanes of confirmation kind C: every stream of the pool
+// gets an acklane.Lane[C], and Write enqueues only confirmations of kind C
+// (made by acklane.NewConfirmation[C]), so a pool of derived-coverage lanes
+// cannot confirm raw rows, nor the other way round.
+func NewOf[C acklane.Confirmation](opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, obs Observer) *Pool {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
@@ -262,6 +283,8 @@ func New(opener ingest.Opener, table string, schema *arrow.Schema, cfg Config, o
 		table:    table,
 		cfg:      cfg,
 		obs:      obs,
+		newLane:  newKindLane[C],
+		kind:     acklane.KindOf[C](),
 		ctx:      ctx,
 		cancel:   cancel,
 		schema:   schema,
@@ -289,6 +312,9 @@ func (p *Pool) newMember(index int, extra bool) *member {
 	}
 	return m
 }
+
+// Kind returns the confirmation kind of the pool's lanes.
+func (p *Pool) Kind() acklane.Kind { return p.kind }
 
 // Stopped reports why the pool no longer writes on its own: the FatalConfig
 // error that stopped it, or, when every base member gave up (rebuild budget
@@ -425,9 +451,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 			return nil, fmt.Errorf("pool: submit to %s stream %d: %w", p.table, m.index, err)
 		}
 	}
-	confirm, receipt := acklane.NewRawAnchor()
-	pending := acklane.Pending[acklane.RawAnchor]{To: span.To, Confirm: confirm, SubmittedAt: submittedAt}
-	err := c.lane.Enqueue(ctx, pending)
+	receipt, err := c.lane.confirm(ctx, span.To, submittedAt)
 	c.users.Add(-1)
 	m.waitNanos.Add(int64(time.Since(submittedAt)))
 	m.rowsIn.Add(int64(span.To - span.From))
@@ -436,7 +460,7 @@ func (p *Pool) Write(ctx context.Context, key string, rec arrow.RecordBatch) (*T
 		return nil, fmt.Errorf("%w: %s stream %d rows [%d,%d): %w",
 			ErrUntracked, p.table, m.index, span.From, span.To, err)
 	}
-	return &Ticket{Stream: m.index, Generation: c.gen, Span: span, receipt: receipt, stream: c.stream}, nil
+	return &Ticket{Stream: m.index, Generation: c.gen, Span: span, kind: c.lane.kind(), receipt: receipt, stream: c.stream}, nil
 }
 
 // Pick returns the index of the member key maps to ("" for round-robin
@@ -924,7 +948,7 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 
 // install makes a freshly opened stream m's healthy connection.
 func (p *Pool) install(m *member, s ingest.Stream, schema *arrow.Schema, epoch uint64) *conn {
-	lane := acklane.New[acklane.RawAnchor](s, acklane.Config{
+	lane := p.newLane(s, acklane.Config{
 		Capacity:   p.cfg.AckChannelCapacity,
 		AckTimeout: p.cfg.AckTimeout,
 	}, m.obs)

@@ -155,7 +155,7 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 			return err
 		}
 	}
-	ts, statements, err := createTable(ctx, a.cat, d, "table")
+	ts, statements, err := a.createTable(ctx, d, "table")
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package tablewriter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,16 +16,19 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // CoverageConfig turns coverage on: each row's source and offset are
 // stamped into the reserved columns _zb_source and _zb_offset, and the
 // offsets whose rows are durable are recorded as ranges per (writer id,
-// source) in a companion table written on its own stream.
+// source) in a companion table, written by a writer of its own whose ack
+// lanes are of kind DerivedCoverage.
 type CoverageConfig struct {
 	// Table is the coverage table, catalog.schema.table; "" means
 	// "<Table>_zb_coverage", in the raw table's catalog and schema.
@@ -37,6 +41,9 @@ type CoverageConfig struct {
 	// (zero: coverage.DefaultFlushInterval, coverage.DefaultFlushRanges).
 	FlushInterval time.Duration
 	FlushRanges   int
+	// Observer, when set, returns the Observer of the coverage table's
+	// writer (its metrics, scoped by that table); nil: none.
+	Observer func(table string) Observer
 }
 
 // CoverageSuffix names the default coverage table: "<table>_zb_coverage".
@@ -230,8 +237,12 @@ func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column
 }
 
 // ensureCoverage describes (with provisioning, creates) the coverage table
-// and starts the recorder, once per writer: the recorder and the ranges it
-// holds outlive a reopen of the raw streams.
+// and makes its writer and the recorder, once per writer: both, and the
+// ranges the recorder holds, outlive a reopen of the raw streams. A table
+// that is absent without provisioning, or lacks the coverage columns, fails
+// the raw writer's Open, naming the fix. The coverage writer itself opens
+// at the first flush, in the background: its streams, their faults and its
+// back-off never hold a raw write.
 func (w *Writer) ensureCoverage(ctx context.Context) error {
 	cc := w.cfg.Coverage
 	if cc == nil || w.cov.Load() != nil {
@@ -247,41 +258,141 @@ func (w *Writer) ensureCoverage(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("describe coverage table %s: %w", table, err)
 	}
+	if ts == nil && !w.cfg.Provision {
+		return fmt.Errorf("coverage table %s does not exist and catalog.provision is false: create it (writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP) or enable provisioning", table)
+	}
+	cw := w.coverageWriter(table)
 	if ts == nil {
-		if !w.cfg.Provision {
-			return fmt.Errorf("coverage table %s does not exist and catalog.provision is false: create it (writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP) or enable provisioning", table)
-		}
-		// Iceberg reads on (the primary_raw properties, without the role's
-		// checks): zerobus_replay reads the coverage table back through the
-		// Iceberg REST catalog, as it reads the raw table, and a table
-		// without them is never converted to Iceberg.
-		d := catalog.DesiredTable{FullName: table, Columns: append(coverage.Columns(), reservedColumns()...),
-			Properties: catalog.PrimaryRawProperties(),
-			Comments:   map[string]string{}, Role: catalog.RoleDerived, CommentsPolicy: w.cfg.CommentsPolicy,
-			Comment: "Coverage of " + w.cfg.Table + ": ranges [start, end) of source offsets whose rows are durable there, per writer; union-merge all rows of a source."}
-		if ts, _, err = w.create(ctx, d, "coverage table"); err != nil {
+		d := cw.schema.desiredFromColumns(append(slices.Clone(cw.cfg.CreateColumns), cw.tableReserved()...))
+		if ts, _, err = cw.create(ctx, d, "coverage table"); err != nil {
 			return err
 		}
 		w.infof("coverage table %s provisioned for %s", table, w.cfg.Table)
 	}
-	rec, err := coverage.NewRecorder(coverage.Config{
-		Table: table, WriterID: w.cfg.WriterID, Columns: ts.Columns,
-		FlushInterval: cc.FlushInterval, FlushRanges: cc.FlushRanges,
-	}, w.opener, w.log)
-	if err != nil {
+	if err := coverage.CheckColumns(table, ts.Columns); err != nil {
 		return err
 	}
+	cw.Seed(ts) // its first Open need not describe it again
+	rec := coverage.NewRecorder(coverage.Config{
+		Table: table, WriterID: w.cfg.WriterID,
+		FlushInterval: cc.FlushInterval, FlushRanges: cc.FlushRanges,
+	}, func(ctx context.Context, rows []arrowconv.StructuredRow) error {
+		created, err := cw.writeCoverage(ctx, rows)
+		if created {
+			// A coverage table created afresh holds none of the ranges
+			// written before: write them all again.
+			if rec := w.cov.Load(); rec != nil {
+				rec.Rewrite()
+			}
+		}
+		return err
+	}, w.log)
+	w.covW.Store(cw)
 	w.cov.Store(rec)
 	return nil
+}
+
+// coverageWriter is the writer of coverage table table: an ordinary Writer
+// (describe, create, lifecycle and back-off, stream pool with rebuilds,
+// liveness, health) whose pool's ack lanes are of kind DerivedCoverage, so
+// its confirmations can never stand in for the raw table's RawAnchor ones.
+// With provisioning it creates the table when absent, with the coverage
+// columns, the role derived, and Iceberg reads on (the primary_raw
+// properties, without the role's checks): zerobus_replay reads the coverage
+// table back through the Iceberg REST catalog, as it reads the raw table,
+// and a table without them is never converted to Iceberg.
+func (w *Writer) coverageWriter(table string) *Writer {
+	pc := w.cfg.Pool
+	// A handful of rows per flush: one stream, never more.
+	pc.MinStreams, pc.MaxStreams, pc.SelfSizing, pc.PeakMBps, pc.PeakRowsPerSec = 1, 1, false, 0, 0
+	var obs Observer
+	if w.cfg.Coverage.Observer != nil {
+		obs = w.cfg.Coverage.Observer(table)
+	}
+	cw := New(Config{
+		Table: table, WriterID: w.cfg.WriterID, Principal: w.cfg.Principal,
+		Provision: w.cfg.Provision, CreateColumns: coverage.Columns(),
+		CommentsPolicy: w.cfg.CommentsPolicy, Role: catalog.RoleDerived,
+		Comment:          "Coverage of " + w.cfg.Table + ": ranges [start, end) of source offsets whose rows are durable there, per writer; union-merge all rows of a source.",
+		CreateProperties: catalog.PrimaryRawProperties(),
+		Pool:             pc, AckTimeout: w.cfg.AckTimeout, ConnectTimeout: w.cfg.ConnectTimeout,
+		RedescribeTimeout: w.cfg.RedescribeTimeout, HealthInterval: w.cfg.HealthInterval,
+	}, w.opener, w.cat, w.log, obs)
+	cw.newPool = pool.NewOf[acklane.DerivedCoverage]
+	cw.life.subject = "coverage table"
+	cw.life.held = fmt.Sprintf("The coverage ranges are kept and written once it takes them again; the rows of %s keep flowing", w.cfg.Table)
+	return cw
+}
+
+// writeCoverage is the recorder's Sink, on the coverage writer: it writes
+// rows through it, opening it when it is not open (the first flush, or after
+// its streams stopped). While its lifecycle backs off, Open tries nothing
+// and says how long is left: the recorder keeps the ranges for the next
+// flush. created reports that this write created the table (it had been
+// dropped, and provisioning re-created it).
+func (w *Writer) writeCoverage(ctx context.Context, rows []arrowconv.StructuredRow) (created bool, err error) {
+	write := func() ([]RowError, error) {
+		// Only the recorder writes through this writer, one flush at a
+		// time: waiting for the table, this write creates it.
+		fresh := w.Phase() == PhaseWaitingForTable
+		rowErrs, err := w.Write(ctx, rows, nil)
+		created = created || (fresh && w.Phase() == PhaseOpen)
+		return rowErrs, err
+	}
+	rowErrs, err := write()
+	if errors.Is(err, ErrNotOpen) {
+		if oerr := w.Open(ctx); oerr != nil {
+			return created, oerr
+		}
+		rowErrs, err = write()
+	}
+	if err != nil {
+		return created, err
+	}
+	if len(rowErrs) > 0 {
+		// Written again whole at the next flush: a coverage row written
+		// twice changes no union.
+		re := rowErrs[0]
+		return created, fmt.Errorf("%d of %d rows not durable in %s (row %d, column %q: %w)", len(rowErrs), len(rows), w.cfg.Table, re.Index, re.Column, re.Err)
+	}
+	return created, nil
 }
 
 // Coverage returns the writer's coverage recorder: nil without coverage or
 // before the table is open.
 func (w *Writer) Coverage() *coverage.Recorder { return w.cov.Load() }
 
-// closeCoverage writes the last changed ranges (bounded by ctx) and stops
-// the recorder. A failure is logged, never returned: raw rows are durable
-// whatever the coverage table holds, which may only lag them.
+// CoverageWriter returns the coverage table's writer: nil without coverage
+// or before the table is open.
+func (w *Writer) CoverageWriter() *Writer { return w.covW.Load() }
+
+// CoverageHealth returns a snapshot of the coverage writer of the engine's
+// table writer, or of every table writer its router holds open, by table
+// name; none without coverage or before the coverage writer first opened.
+func (e *Engine) CoverageHealth() []TableHealth {
+	var ws []*Writer
+	if e.Writer != nil {
+		ws = append(ws, e.Writer)
+	}
+	if e.Router != nil {
+		ws = append(ws, e.Router.writers()...)
+	}
+	var out []TableHealth
+	for _, w := range ws {
+		// Never opened: nothing to report yet (it opens at the first
+		// flush with ranges to write).
+		if cw := w.CoverageWriter(); cw != nil && cw.Phase() != PhaseIdle {
+			out = append(out, cw.Health())
+		}
+	}
+	slices.SortFunc(out, func(a, b TableHealth) int { return strings.Compare(a.Table, b.Table) })
+	return out
+}
+
+// closeCoverage writes the last changed ranges (bounded by ctx), stops the
+// recorder and closes the coverage writer. A failure is logged, never
+// returned: raw rows are durable whatever the coverage table holds, which
+// may only lag them.
 func (w *Writer) closeCoverage(ctx context.Context) {
 	rec := w.cov.Swap(nil)
 	if rec == nil {
@@ -289,5 +400,10 @@ func (w *Writer) closeCoverage(ctx context.Context) {
 	}
 	if err := rec.Close(ctx); err != nil {
 		w.warnf("%v; the coverage of %s lags its rows (they are durable)", err, w.cfg.Table)
+	}
+	if cw := w.covW.Swap(nil); cw != nil {
+		if err := cw.Close(ctx); err != nil {
+			w.log.Debug(fmt.Sprintf("close coverage writer: %v", err))
+		}
 	}
 }

@@ -325,8 +325,11 @@ func RetryAfter(err error) (time.Duration, bool) {
 type lifecycle struct {
 	table string
 	log   *slog.Logger
-	now   func() time.Time
-	rand  func() float64
+	// subject names the table in the explanation ("table", "coverage
+	// table") and held says what happens to the writes meanwhile.
+	subject, held string
+	now           func() time.Time
+	rand          func() float64
 
 	phase atomic.Int32
 	// failing is set while cycles > 0, so that progress on the write path
@@ -343,7 +346,8 @@ type lifecycle struct {
 }
 
 func newLifecycle(table string, log *slog.Logger) *lifecycle {
-	return &lifecycle{table: table, log: log, now: time.Now, rand: rand.Float64}
+	return &lifecycle{table: table, log: log, now: time.Now, rand: rand.Float64,
+		subject: "table", held: "Writes are held (not failed) while the output backs off"}
 }
 
 // Phase returns the current phase.
@@ -427,15 +431,15 @@ func (l *lifecycle) failed(f Fault) Verdict {
 	}
 	if f.Cause != l.explained && v.Action != GiveUp {
 		l.explained = f.Cause
-		msg := fmt.Sprintf("table %s: %v. What to do: %s. Writes are held (not failed) while the output backs off (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
-			l.table, f.Err, f.Advice, next, maxWait(f.Class))
+		msg := fmt.Sprintf("%s %s: %v. What to do: %s. %s (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
+			l.subject, l.table, f.Err, f.Advice, l.held, next, maxWait(f.Class))
 		if f.Class == FaultTransient {
 			l.log.Warn(msg)
 		} else {
 			l.log.Error(msg)
 		}
 	} else {
-		l.log.Debug(fmt.Sprintf("table %s: still failing (%s, %d attempts in a row): %v; %s", l.table, f.Cause, l.cycles, f.Err, next))
+		l.log.Debug(fmt.Sprintf("%s %s: still failing (%s, %d attempts in a row): %v; %s", l.subject, l.table, f.Cause, l.cycles, f.Err, next))
 	}
 	return Verdict{Action: v.Action, Wait: wait}
 }
@@ -462,8 +466,8 @@ func (l *lifecycle) progress() {
 		return
 	}
 	if l.fault != nil && l.explained != "" {
-		l.log.Info(fmt.Sprintf("table %s: writing again after %d failed attempts over %s (%s)",
-			l.table, l.cycles, l.now().Sub(l.since).Round(10*time.Millisecond), l.fault.Cause))
+		l.log.Info(fmt.Sprintf("%s %s: writing again after %d failed attempts over %s (%s)",
+			l.subject, l.table, l.cycles, l.now().Sub(l.since).Round(10*time.Millisecond), l.fault.Cause))
 	}
 	l.cycles, l.fault, l.explained = 0, nil, ""
 	l.failing.Store(false)

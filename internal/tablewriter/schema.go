@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -69,6 +70,9 @@ func (a *authority) applyConfig(d *catalog.DesiredTable) {
 	d.Role = a.cfg.Role
 	d.AllowWidening = a.cfg.Widen
 	d.CommentsPolicy = a.cfg.CommentsPolicy
+	if a.cfg.Comment != "" {
+		d.Comment = a.cfg.Comment
+	}
 	if a.cfg.Contract != nil {
 		d.ApplyContract(a.cfg.Contract)
 	}
@@ -109,20 +113,28 @@ func structured(batch []Row, idx []int) []map[string]any {
 // create creates the absent table d (the coverage table) through the
 // writer's catalog (createTable).
 func (w *Writer) create(ctx context.Context, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
-	return createTable(ctx, w.cat, d, what)
+	return w.schema.createTable(ctx, d, what)
 }
 
 // createTable creates the absent table d and returns it as described (by
 // the catalog's reconcile, or afresh when the catalog returned no state)
-// and the statements it took; what names the table's kind in errors.
-func createTable(ctx context.Context, cat catalog.TableCatalog, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
-	out, err := cat.Reconcile(ctx, d)
+// and the statements it took; what names the table's kind in errors. The
+// config's CreateProperties are set on a table only when it is created.
+func (a *authority) createTable(ctx context.Context, d catalog.DesiredTable, what string) (*catalog.TableState, int, error) {
+	if len(a.cfg.CreateProperties) > 0 {
+		d.Properties = maps.Clone(d.Properties)
+		if d.Properties == nil {
+			d.Properties = map[string]string{}
+		}
+		maps.Copy(d.Properties, a.cfg.CreateProperties)
+	}
+	out, err := a.cat.Reconcile(ctx, d)
 	if err != nil {
 		return nil, 0, fmt.Errorf("create %s %s: %w", what, d.FullName, err)
 	}
 	ts := out.State
 	if ts == nil {
-		if ts, err = cat.Describe(ctx, d.FullName); err != nil {
+		if ts, err = a.cat.Describe(ctx, d.FullName); err != nil {
 			return nil, 0, fmt.Errorf("describe %s %s after create: %w", what, d.FullName, err)
 		}
 		if ts == nil {

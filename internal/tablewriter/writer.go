@@ -136,6 +136,11 @@ type Config struct {
 	// Provision, added): the fields that do not fit go there instead of
 	// failing the row (rescue.go). Empty: none.
 	Rescue string
+	// Comment is the table comment asked for (comments policy permitting);
+	// CreateProperties are set on a table this writer creates, never on an
+	// existing one. The coverage table's writer sets both.
+	Comment          string
+	CreateProperties map[string]string
 }
 
 // Defaults of the Config durations.
@@ -249,6 +254,12 @@ type Writer struct {
 	// covMu serialises its creation.
 	cov   atomic.Pointer[coverage.Recorder]
 	covMu sync.Mutex
+	// covW is the coverage table's writer, its Sink (coverage.go).
+	covW atomic.Pointer[Writer]
+
+	// newPool makes the stream pool: pool.New (raw-anchor lanes), or a
+	// pool of another lane kind for a companion table (coverage.go).
+	newPool func(ingest.Opener, string, *arrow.Schema, pool.Config, pool.Observer) *pool.Pool
 }
 
 // state is what the write path writes on: a snapshot of the table's schema
@@ -276,13 +287,14 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		cfg.Pool.Logger = log // the pool logs its changes of size
 	}
 	w := &Writer{
-		cfg:    cfg,
-		life:   newLifecycle(cfg.Table, log),
-		budget: newBudget(cfg.MaxInFlightBytes),
-		opener: opener,
-		cat:    cat,
-		log:    log,
-		obs:    obs,
+		cfg:     cfg,
+		life:    newLifecycle(cfg.Table, log),
+		budget:  newBudget(cfg.MaxInFlightBytes),
+		opener:  opener,
+		cat:     cat,
+		log:     log,
+		obs:     obs,
+		newPool: pool.New,
 	}
 	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
 		current: w.snapshot, install: w.install}
@@ -595,7 +607,7 @@ func (w *Writer) connect(ctx context.Context, schema *arrow.Schema) (*pool.Pool,
 		}
 	}
 	if p == nil {
-		p = pool.New(w.opener, w.cfg.Table, schema, w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
+		p = w.newPool(w.opener, w.cfg.Table, schema, w.cfg.Pool, poolObserver{Observer: w.obs, links: &w.links})
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.ConnectTimeout)
 	defer cancel()

@@ -93,6 +93,13 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 	if err != nil {
 		return nil, err
 	}
+	if wcfg.Coverage != nil {
+		// The coverage table's writer has metrics of its own, labelled
+		// with that table.
+		wcfg.Coverage.Observer = func(table string) tablewriter.Observer {
+			return tablewriter.NewMetrics(metricsSink{mgr.Metrics()}, table)
+		}
+	}
 	o := &output{
 		cfg:      cfg,
 		log:      mgr.Logger(),

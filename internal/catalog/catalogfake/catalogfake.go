@@ -39,6 +39,13 @@ func (f *Catalog) Put(table string, cols string, props map[string]string) {
 	f.tables[table] = &catalog.TableState{FullName: table, TableType: "MANAGED", Columns: c, Properties: props}
 }
 
+// Drop removes table, as DROP TABLE does.
+func (f *Catalog) Drop(table string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.tables, table)
+}
+
 // SetProps replaces the properties of table.
 func (f *Catalog) SetProps(table string, props map[string]string) {
 	f.mu.Lock()

@@ -446,7 +446,13 @@ func (w *Writer) install(ctx context.Context, next *snapshot) error {
 		return nil
 	}
 	if err := st.pool.Reopen(ctx, next.schema()); err != nil {
-		return fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
+		err = fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
+		// Cut short, the pool is switched in part (its schema is next's,
+		// some streams still on the old one): no snapshot matches it, and
+		// every batch would fail on a schema mismatch. Stop it: the next
+		// Open describes the table afresh and opens new streams.
+		w.stopLocked(st.pool, err)
+		return err
 	}
 	w.st.Store(&state{snap: next, pool: st.pool})
 	return nil
@@ -508,14 +514,21 @@ func (w *Writer) stopIfStopped(p *pool.Pool, writeErr error) error {
 		return nil
 	}
 	w.schema.mu.Lock()
+	w.stopLocked(p, cause)
+	w.schema.mu.Unlock()
+	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+}
+
+// stopLocked forgets the state written on pool p, when it is still the
+// current one, for cause: p waits in stopped for the next Open to close it,
+// and the lifecycle records the cycle. The authority's lock is held.
+func (w *Writer) stopLocked(p *pool.Pool, cause error) {
 	if st := w.st.Load(); st != nil && st.pool == p {
 		w.st.Store(nil)
 		w.lastStopped.Store(p)
 		w.stopped = append(w.stopped, p)
 		w.life.failed(classify(w.cfg.Table, w.cfg.Principal, cause))
 	}
-	w.schema.mu.Unlock()
-	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
 }
 
 // permanentStreamErr reports whether a write failed for a reason that

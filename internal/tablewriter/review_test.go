@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
@@ -68,4 +70,81 @@ func TestReopenCutShortStopsTheStreams(t *testing.T) {
 	require.NoError(t, err, "a batch after the cut-short reopen is written")
 	assert.Empty(t, rowErrs)
 	assert.True(t, h.w.snapshot().has("region"), "the writer writes on the evolved table")
+}
+
+// sentHook is an Observer whose Sent (called once a part is confirmed
+// durable, just before its coverage is recorded) runs hook first.
+type sentHook struct {
+	nopObserver
+	hook func()
+}
+
+func (s sentHook) Sent(int, int64, int64) { s.hook() }
+
+// Rows that Close's drain confirms durable have their coverage in the
+// final flush: Close lets the writes it drained record it before the
+// recorder closes, instead of dropping it (coverage lagging rows that were
+// acknowledged, to be replayed again).
+func TestCloseFinalFlushHasTheCoverageOfDrainedWrites(t *testing.T) {
+	cat := catalogfake.New()
+	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	c := Config{Table: testTable, WriterID: "test", Pool: testPoolConfig()}
+	coverageOn(&c)
+	opener := ingestfake.NewOpener(ingestfake.Config{ManualAck: true, KeepRecords: true})
+	closed := make(chan struct{})
+	obs := sentHook{hook: func() {
+		// Slow to record, as a goroutine the scheduler left behind: the
+		// Close in progress either waits for it or has finished.
+		select {
+		case <-closed:
+		case <-time.After(time.Second):
+		}
+	}}
+	w := New(c, opener, cat, nil, obs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.Open(ctx))
+	// The coverage stream, opened at the first flush, acknowledges by itself.
+	opener.SetConfig(ingestfake.Config{KeepRecords: true})
+
+	written := make(chan error, 1)
+	go func() {
+		rowErrs, err := w.Write(ctx, covRows("t/0", 0, 10), nil)
+		if err == nil && len(rowErrs) > 0 {
+			err = rowErrs[0]
+		}
+		written <- err
+	}()
+	rawStreams := func() []*ingestfake.Stream {
+		var out []*ingestfake.Stream
+		for _, s := range opener.Streams() {
+			if s.Table() == testTable {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool {
+		var n uint64
+		for _, s := range rawStreams() {
+			n += s.Submitted()
+		}
+		return n == 10
+	}, 10*time.Second, time.Millisecond, "the batch is submitted")
+
+	closeErr := make(chan error, 1)
+	go func() {
+		closeErr <- w.Close(ctx)
+		close(closed)
+	}()
+	require.Eventually(t, func() bool { return w.Phase() == PhaseDraining }, 10*time.Second, time.Millisecond)
+	for _, s := range rawStreams() {
+		s.AckAll() // the drain confirms the batch
+	}
+	require.NoError(t, <-written, "the batch is durable")
+	require.NoError(t, <-closeErr)
+
+	cov := coverageSets(t, opener, "")
+	require.NotNil(t, cov["t/0"], "the final flush wrote the batch's coverage")
+	assert.Equal(t, []coverage.Range{{Start: 0, End: 10}}, cov["t/0"].Ranges())
 }

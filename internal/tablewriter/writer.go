@@ -256,6 +256,9 @@ type Writer struct {
 	covMu sync.Mutex
 	// covW is the coverage table's writer, its Sink (coverage.go).
 	covW atomic.Pointer[Writer]
+	// recording counts the Writes that may still record coverage (Close
+	// waits for them before the final flush).
+	recording recording
 
 	// newPool makes the stream pool: pool.New (raw-anchor lanes), or a
 	// pool of another lane kind for a companion table (coverage.go).
@@ -600,8 +603,10 @@ func (w *Writer) Close(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	// After the streams: the ranges their last acks confirmed are written
-	// with the final flush.
+	// After the streams, and after the writes their drain confirmed have
+	// recorded it: the ranges their last acks confirmed are written with
+	// the final flush.
+	w.recording.wait(ctx)
 	w.closeCoverage(ctx)
 	return err
 }

@@ -148,3 +148,35 @@ func TestCloseFinalFlushHasTheCoverageOfDrainedWrites(t *testing.T) {
 	require.NotNil(t, cov["t/0"], "the final flush wrote the batch's coverage")
 	assert.Equal(t, []coverage.Range{{Start: 0, End: 10}}, cov["t/0"].Ranges())
 }
+
+// A table evicted by the router and written to again within DescribedTTL
+// is opened on the description its previous writer handed over: no second
+// describe, and the columns that writer evolved the table to.
+func TestRouterSeedSkipsTheSecondDescribe(t *testing.T) {
+	cat := catalogfake.New()
+	for _, tb := range []string{"c.s.a", "c.s.b"} {
+		cat.Put(tb, "id BIGINT NOT NULL, msg STRING", nil)
+	}
+	opener := ingestfake.NewOpener(ingestfake.Config{})
+	r := NewRouter(func(table string) *Writer {
+		return New(Config{Table: table, Provision: true, Pool: testPoolConfig()}, opener, cat, nil, nil)
+	}, 1, time.Second, nil)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	to := func(table string) TableFunc { return func(int) (string, error) { return table, nil } }
+	ctx := context.Background()
+
+	// a evolves (a column added), then b evicts it.
+	require.Empty(t, r.WriteRouted(ctx, rows(`{"id":1,"region":"eu"}`), to("c.s.a"), nil))
+	require.Empty(t, r.WriteRouted(ctx, rows(`{"id":2}`), to("c.s.b"), nil))
+	describes := cat.Describes()
+
+	require.Empty(t, r.WriteRouted(ctx, rows(`{"id":3,"region":"us"}`), to("c.s.a"), nil))
+	assert.Equal(t, describes, cat.Describes(), "a's new writer opened on the handed-over description")
+	var cols []string
+	for _, w := range r.writers() {
+		for _, c := range w.Columns() {
+			cols = append(cols, c.Name)
+		}
+	}
+	assert.Contains(t, cols, "region", "the seed carries the evolved columns")
+}

@@ -3,9 +3,11 @@ package tablewriter
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -179,4 +181,64 @@ func TestRouterSeedSkipsTheSecondDescribe(t *testing.T) {
 		}
 	}
 	assert.Contains(t, cols, "region", "the seed carries the evolved columns")
+}
+
+// Close racing the creation of the table from a first batch (coverage on):
+// whichever comes first, once both return no stream is left open, the
+// batch is acknowledged only if durable, and the coverage recorder and writer are gone.
+func TestCloseRacingCreateFromBatchLeavesNothingOpen(t *testing.T) {
+	cat := catalogfake.New() // the table does not exist
+	c := Config{Table: testTable, WriterID: "test", Pool: testPoolConfig()}
+	coverageOn(&c)
+	opener := ingestfake.NewOpener(ingestfake.Config{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	opener.SetOpenHook(func(ctx context.Context, _ int, table string, _ *arrow.Schema) error {
+		if table != testTable {
+			return nil
+		}
+		once.Do(func() { close(entered) })
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	w := New(c, opener, cat, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.Open(ctx))
+	require.Equal(t, PhaseWaitingForTable, w.Phase())
+
+	written := make(chan error, 1)
+	go func() {
+		_, err := w.Write(ctx, covRows("t/0", 0, 3), nil)
+		written <- err
+	}()
+	select {
+	case <-entered: // the table is created; its first stream is opening
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch never opened a stream")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close(ctx) }()
+	close(release)
+
+	werr := <-written
+	<-closed
+	if werr == nil {
+		// It got in before the drain: then it is durable.
+		var durable uint64
+		for _, s := range opener.Streams() {
+			if s.Table() == testTable {
+				durable += s.Durable()
+			}
+		}
+		assert.EqualValues(t, 3, durable, "a batch acknowledged while racing Close is durable")
+	}
+	assert.Equal(t, PhaseClosed, w.Phase())
+	assert.Zero(t, opener.Live(), "no stream left open")
+	assert.Nil(t, w.Coverage())
+	assert.Nil(t, w.CoverageWriter())
 }

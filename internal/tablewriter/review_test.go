@@ -242,3 +242,55 @@ func TestCloseRacingCreateFromBatchLeavesNothingOpen(t *testing.T) {
 	assert.Nil(t, w.Coverage())
 	assert.Nil(t, w.CoverageWriter())
 }
+
+// Close is bounded by its ctx even while a change of the table holds the
+// schema authority's lock and cannot finish (here a reopen draining a
+// stream whose rows are never acknowledged, for a write whose own ctx never
+// ends): the change is cut short when Close's ctx ends.
+func TestCloseIsBoundedWhileASchemaChangeIsStuck(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, provisionCfg, nil)
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := h.w.Write(context.Background(), rows(`{"id":1,"msg":"b"}`), nil)
+		bDone <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n uint64
+		for _, s := range h.opener.Streams() {
+			n += s.Submitted()
+		}
+		return n > 0
+	}, 10*time.Second, 5*time.Millisecond, "B submitted")
+
+	reconciles := h.cat.ReconcileCount()
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := h.w.Write(context.Background(), rows(`{"id":2,"msg":"a","region":"eu"}`), nil)
+		aDone <- err
+	}()
+	// A evolved the table and, holding the authority's lock, reopens the
+	// streams: the drain waits for B's ack, which never comes.
+	require.Eventually(t, func() bool { return h.cat.ReconcileCount() > reconciles }, 10*time.Second, 5*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- h.w.Close(ctx) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		for _, s := range h.opener.Streams() {
+			s.AckAll() // unwind
+		}
+		t.Fatal("Close waited past its ctx for the schema change")
+	}
+	for _, done := range []chan error{aDone, bDone} {
+		select {
+		case err := <-done:
+			assert.Error(t, err, "nothing was acknowledged")
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write never returned after Close")
+		}
+	}
+	assert.Equal(t, PhaseClosed, h.w.Phase())
+}

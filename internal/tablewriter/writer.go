@@ -260,6 +260,10 @@ type Writer struct {
 	// waits for them before the final flush).
 	recording recording
 
+	// abortSchema ends the authority's closing ctx (Close, once its ctx
+	// ended while it waited for the authority's lock, and when done).
+	abortSchema context.CancelCauseFunc
+
 	// newPool makes the stream pool: pool.New (raw-anchor lanes), or a
 	// pool of another lane kind for a companion table (coverage.go).
 	newPool func(ingest.Opener, string, *arrow.Schema, pool.Config, pool.Observer) *pool.Pool
@@ -299,8 +303,10 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		obs:     obs,
 		newPool: pool.New,
 	}
+	closing, abort := context.WithCancelCause(context.Background())
+	w.abortSchema = abort
 	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
-		current: w.snapshot, install: w.install}
+		current: w.snapshot, install: w.install, closing: closing}
 	return w
 }
 
@@ -449,6 +455,9 @@ func (w *Writer) install(ctx context.Context, next *snapshot) error {
 		return nil
 	}
 	if err := st.pool.Reopen(ctx, next.schema()); err != nil {
+		if errors.Is(context.Cause(ctx), ErrClosed) {
+			return ErrClosed // cut short by Close, which closes the pool
+		}
 		err = fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
 		// Cut short, the pool is switched in part (its schema is next's,
 		// some streams still on the old one): no snapshot matches it, and
@@ -567,8 +576,11 @@ func (w *Writer) Close(ctx context.Context) error {
 	defer w.openMu.Unlock()
 	// Under the authority's lock so that a table being created from a first
 	// batch either stores its pool before this (and it is closed here) or
-	// sees closed.
+	// sees closed. A change of the table holding the lock when ctx ends is
+	// cut short, so the wait for it stays within ctx.
+	stopAbort := context.AfterFunc(ctx, func() { w.abortSchema(ErrClosed) })
 	w.schema.mu.Lock()
+	stopAbort()
 	if !w.life.draining() {
 		w.schema.mu.Unlock()
 		return nil
@@ -576,6 +588,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	st := w.st.Swap(nil)
 	w.schema.mu.Unlock()
 	defer w.life.closed()
+	defer w.abortSchema(ErrClosed)
 	w.watchMu.Lock()
 	if w.watchStop != nil {
 		w.watchStop()

@@ -569,8 +569,10 @@ func (w *Writer) closeStopped(ctx context.Context) {
 }
 
 // Close drains and closes the streams within ctx; rows not durable by then
-// are abandoned and their writes fail (never acknowledged). It does not
-// close the opener or the catalog, which the caller owns.
+// are abandoned and their writes fail (never acknowledged). A change of the
+// table still in progress when ctx ends (a reopen, a catalog call) is cut
+// short rather than waited for. It does not close the opener or the
+// catalog, which the caller owns.
 func (w *Writer) Close(ctx context.Context) error {
 	w.openMu.Lock()
 	defer w.openMu.Unlock()

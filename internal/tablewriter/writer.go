@@ -198,8 +198,10 @@ type Observer interface {
 //
 // Locks, taken only in this order: openMu (Open, Close), then the schema
 // authority's (anything that changes the table or the snapshot, and a
-// stop), then watchMu (the primary-raw watch). Write takes none of them on
-// its fast path: it loads the current state atomically.
+// stop), then watchMu (the primary-raw watch); covMu (the coverage
+// recorder and writer, made once) is taken under openMu or the authority's
+// lock and takes none. Write takes none of them on its fast path: it loads
+// the current state atomically.
 type Writer struct {
 	cfg    Config
 	opener ingest.Opener

@@ -106,6 +106,9 @@ type Recorder struct {
 	durable map[string]*RangeSet // every offset confirmed durable, by source
 	dirty   map[string]*RangeSet // offsets added since the last written flush
 	nDirty  int                  // ranges added to dirty since then (an upper bound)
+	// rewrite is set by Rewrite and cleared when a flush takes the
+	// changes: Close flushes again while it is set.
+	rewrite bool
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -195,6 +198,7 @@ func (r *Recorder) Rewrite() {
 	for src, set := range r.durable {
 		r.markDirtyLocked(src, set)
 	}
+	r.rewrite = true
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -265,7 +269,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	taken := r.dirty
-	r.dirty, r.nDirty = map[string]*RangeSet{}, 0
+	r.dirty, r.nDirty, r.rewrite = map[string]*RangeSet{}, 0, false
 	rows := r.rowsLocked(taken)
 	r.mu.Unlock()
 	if len(rows) == 0 {
@@ -352,7 +356,9 @@ func (r *Recorder) writeRows(ctx context.Context, rows []row) error {
 }
 
 // Close stops the flush loop (a background flush in progress gives up) and
-// writes what changed since the last written flush, bounded by ctx. Ranges
+// writes what changed since the last written flush (and, when that write
+// created the coverage table afresh, the whole coverage again), bounded by
+// ctx. Ranges
 // not written by then are lost to the coverage table — coverage lags, the
 // raw rows are there — and the error says so. The Sink's writer is its
 // owner's to close, after this.
@@ -362,8 +368,22 @@ func (r *Recorder) Close(ctx context.Context) error {
 		r.loopCancel()
 	})
 	<-r.done
-	if err := r.Flush(ctx); err != nil {
-		return fmt.Errorf("coverage table %s: final flush: %w", r.cfg.Table, err)
+	// A final flush whose write created the coverage table afresh asks for
+	// the whole coverage again (Rewrite), and no loop is left to write it.
+	for range maxCloseFlushes {
+		if err := r.Flush(ctx); err != nil {
+			return fmt.Errorf("coverage table %s: final flush: %w", r.cfg.Table, err)
+		}
+		r.mu.Lock()
+		again := r.rewrite
+		r.mu.Unlock()
+		if !again {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("coverage table %s: final flush: the table was created afresh %d times in a row; the coverage rewrite is left undone", r.cfg.Table, maxCloseFlushes)
 }
+
+// maxCloseFlushes bounds Close's flushes: the final one and the rewrites
+// it asked for.
+const maxCloseFlushes = 3

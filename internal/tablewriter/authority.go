@@ -72,6 +72,9 @@ type authority struct {
 	versions    atomic.Uint64
 	// seed, when set, stands in for the next open's describe.
 	seed atomic.Pointer[catalog.TableState]
+	// closing ends when the writer's Close waited for mu past its own ctx:
+	// the change holding mu is cut short then (bound).
+	closing context.Context
 
 	// The catalog's refusals and the hints given, written under mu, read
 	// without it: refused maps the column key of a new field the catalog
@@ -93,6 +96,16 @@ func (a *authority) snapshotOf(ts *catalog.TableState) (*snapshot, error) {
 		s.keys[typemap.ColumnKey(c.Name)] = true
 	}
 	return s, nil
+}
+
+// bound ties ctx, the ctx of a change made under mu, to the writer's
+// Close: a change Close waits for past its own ctx is cut short (its ctx
+// ends with ErrClosed), so Close is never held by a catalog call or a
+// reopen that cannot finish.
+func (a *authority) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(a.closing, func() { cancel(context.Cause(a.closing)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // takeSeed returns (and forgets) the table the router handed over for the
@@ -131,6 +144,8 @@ var errDropped = fmt.Errorf("%w: the streams stopped while the table schema chan
 func (a *authority) create(ctx context.Context, batch []Row) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	ctx, done := a.bound(ctx)
+	defer done()
 	if a.current() != nil {
 		return nil // another batch created it meanwhile
 	}
@@ -230,6 +245,8 @@ func hasUnknownField(errs []arrowconv.RowError) bool {
 func (a *authority) evolve(ctx context.Context, seen *snapshot, batch []Row, errs []arrowconv.RowError, widen []widening) (*snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	ctx, done := a.bound(ctx)
+	defer done()
 	switch cur := a.current(); {
 	case cur == nil:
 		return nil, errDropped
@@ -281,6 +298,8 @@ func (a *authority) evolve(ctx context.Context, seen *snapshot, batch []Row, err
 func (a *authority) refresh(ctx context.Context, seen *snapshot) *snapshot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	ctx, done := a.bound(ctx)
+	defer done()
 	switch cur := a.current(); {
 	case cur == nil:
 		return seen // the writer stopped: nothing to refresh
@@ -320,6 +339,8 @@ func (a *authority) refresh(ctx context.Context, seen *snapshot) *snapshot {
 func (a *authority) redescribe(ctx context.Context, seen *snapshot) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	ctx, done := a.bound(ctx)
+	defer done()
 	if a.current() != seen {
 		return // changed meanwhile, or the writer stopped
 	}

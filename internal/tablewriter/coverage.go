@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -184,6 +185,49 @@ func (w *Writer) recordDurable(p *positions, srcIdx []int, lo, hi int) {
 		s.Add(p.off[i], p.off[i]+1)
 	}
 	rec.Durable(by)
+}
+
+// recording counts the Writes with coverage past admission: Close lets them
+// record the coverage of the rows its drain confirmed before the final
+// flush (bounded by its ctx), rather than have the recorder close under
+// them and the coverage of acknowledged rows go missing.
+type recording struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while none waits
+}
+
+func (r *recording) enter() {
+	r.mu.Lock()
+	r.n++
+	r.mu.Unlock()
+}
+
+func (r *recording) leave() {
+	r.mu.Lock()
+	if r.n--; r.n == 0 && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+	r.mu.Unlock()
+}
+
+// wait returns once no Write is recording, or when ctx ends.
+func (r *recording) wait(ctx context.Context) {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.mu.Unlock()
+		return
+	}
+	if r.idle == nil {
+		r.idle = make(chan struct{})
+	}
+	idle := r.idle
+	r.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }
 
 // tableReserved are the reserved columns a table this writer creates gets:

@@ -62,6 +62,10 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	// With coverage, a row whose source or offset cannot be had fails
 	// alone, before conversion.
 	pos, posErrs := w.positionsOf(rows)
+	if pos != nil {
+		w.recording.enter()
+		defer w.recording.leave()
+	}
 	var rowErrs []RowError
 	for attempt := 0; ; attempt++ {
 		b, err := w.convert(ctx, st, rows, keyOf, pos, resv)

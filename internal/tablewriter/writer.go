@@ -198,8 +198,10 @@ type Observer interface {
 //
 // Locks, taken only in this order: openMu (Open, Close), then the schema
 // authority's (anything that changes the table or the snapshot, and a
-// stop), then watchMu (the primary-raw watch). Write takes none of them on
-// its fast path: it loads the current state atomically.
+// stop), then watchMu (the primary-raw watch); covMu (the coverage
+// recorder and writer, made once) is taken under openMu or the authority's
+// lock and takes none. Write takes none of them on its fast path: it loads
+// the current state atomically.
 type Writer struct {
 	cfg    Config
 	opener ingest.Opener
@@ -256,6 +258,13 @@ type Writer struct {
 	covMu sync.Mutex
 	// covW is the coverage table's writer, its Sink (coverage.go).
 	covW atomic.Pointer[Writer]
+	// recording counts the Writes that may still record coverage (Close
+	// waits for them before the final flush).
+	recording recording
+
+	// abortSchema ends the authority's closing ctx (Close, once its ctx
+	// ended while it waited for the authority's lock, and when done).
+	abortSchema context.CancelCauseFunc
 
 	// newPool makes the stream pool: pool.New (raw-anchor lanes), or a
 	// pool of another lane kind for a companion table (coverage.go).
@@ -296,8 +305,10 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 		obs:     obs,
 		newPool: pool.New,
 	}
+	closing, abort := context.WithCancelCause(context.Background())
+	w.abortSchema = abort
 	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
-		current: w.snapshot, install: w.install}
+		current: w.snapshot, install: w.install, closing: closing}
 	return w
 }
 
@@ -446,7 +457,16 @@ func (w *Writer) install(ctx context.Context, next *snapshot) error {
 		return nil
 	}
 	if err := st.pool.Reopen(ctx, next.schema()); err != nil {
-		return fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
+		if errors.Is(context.Cause(ctx), ErrClosed) {
+			return ErrClosed // cut short by Close, which closes the pool
+		}
+		err = fmt.Errorf("reopen streams of %s on the new schema: %w", w.cfg.Table, err)
+		// Cut short, the pool is switched in part (its schema is next's,
+		// some streams still on the old one): no snapshot matches it, and
+		// every batch would fail on a schema mismatch. Stop it: the next
+		// Open describes the table afresh and opens new streams.
+		w.stopLocked(st.pool, err)
+		return err
 	}
 	w.st.Store(&state{snap: next, pool: st.pool})
 	return nil
@@ -508,14 +528,21 @@ func (w *Writer) stopIfStopped(p *pool.Pool, writeErr error) error {
 		return nil
 	}
 	w.schema.mu.Lock()
+	w.stopLocked(p, cause)
+	w.schema.mu.Unlock()
+	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
+}
+
+// stopLocked forgets the state written on pool p, when it is still the
+// current one, for cause: p waits in stopped for the next Open to close it,
+// and the lifecycle records the cycle. The authority's lock is held.
+func (w *Writer) stopLocked(p *pool.Pool, cause error) {
 	if st := w.st.Load(); st != nil && st.pool == p {
 		w.st.Store(nil)
 		w.lastStopped.Store(p)
 		w.stopped = append(w.stopped, p)
 		w.life.failed(classify(w.cfg.Table, w.cfg.Principal, cause))
 	}
-	w.schema.mu.Unlock()
-	return fmt.Errorf("%w: %w", ErrNotOpen, cause)
 }
 
 // permanentStreamErr reports whether a write failed for a reason that
@@ -544,15 +571,20 @@ func (w *Writer) closeStopped(ctx context.Context) {
 }
 
 // Close drains and closes the streams within ctx; rows not durable by then
-// are abandoned and their writes fail (never acknowledged). It does not
-// close the opener or the catalog, which the caller owns.
+// are abandoned and their writes fail (never acknowledged). A change of the
+// table still in progress when ctx ends (a reopen, a catalog call) is cut
+// short rather than waited for. It does not close the opener or the
+// catalog, which the caller owns.
 func (w *Writer) Close(ctx context.Context) error {
 	w.openMu.Lock()
 	defer w.openMu.Unlock()
 	// Under the authority's lock so that a table being created from a first
 	// batch either stores its pool before this (and it is closed here) or
-	// sees closed.
+	// sees closed. A change of the table holding the lock when ctx ends is
+	// cut short, so the wait for it stays within ctx.
+	stopAbort := context.AfterFunc(ctx, func() { w.abortSchema(ErrClosed) })
 	w.schema.mu.Lock()
+	stopAbort()
 	if !w.life.draining() {
 		w.schema.mu.Unlock()
 		return nil
@@ -560,6 +592,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	st := w.st.Swap(nil)
 	w.schema.mu.Unlock()
 	defer w.life.closed()
+	defer w.abortSchema(ErrClosed)
 	w.watchMu.Lock()
 	if w.watchStop != nil {
 		w.watchStop()
@@ -587,8 +620,10 @@ func (w *Writer) Close(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	// After the streams: the ranges their last acks confirmed are written
-	// with the final flush.
+	// After the streams, and after the writes their drain confirmed have
+	// recorded it: the ranges their last acks confirmed are written with
+	// the final flush.
+	w.recording.wait(ctx)
 	w.closeCoverage(ctx)
 	return err
 }

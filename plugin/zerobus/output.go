@@ -227,7 +227,7 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	ctx, cancel := o.shutdown.boundedAfter(ctx, o.cfg.CloseTimeout)
 	defer cancel()
-	err := o.writeBatch(ctx, batch)
+	tableFailed, err := o.writeBatch(ctx, batch)
 	if err == nil {
 		return nil
 	}
@@ -246,19 +246,32 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		<-ctx.Done()
 		err = fmt.Errorf("zerobus: stopping while table %s is not connected: %d rows not written (nacked; the input redelivers them)", o.cfg.Table, len(batch))
 	}
-	var berr *service.BatchError
-	if (stopping || ctx.Err() != nil) && !errors.As(err, &berr) {
-		o.notDelivered.Add(int64(len(batch)))
-		o.notDeliveredBatches.Add(1)
+	if stopping || ctx.Err() != nil {
+		// A whole-batch error: every row is redelivered. A batch error:
+		// the rows that failed as table failures are (a batch split over
+		// streams whose other parts were durable), not those that do not
+		// fit the table.
+		n := len(batch)
+		var berr *service.BatchError
+		if errors.As(err, &berr) {
+			n = tableFailed
+		}
+		if n > 0 {
+			o.notDelivered.Add(int64(n))
+			o.notDeliveredBatches.Add(1)
+		}
 	}
 	return err
 }
 
-// writeBatch is WriteBatch's work.
-func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) error {
+// writeBatch is WriteBatch's work. With a *service.BatchError it also
+// returns how many of the failed rows failed as table failures (a
+// *tablewriter.TableError: not confirmed durable, redelivered by the
+// input), for the shutdown count.
+func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (int, error) {
 	e := o.eng.Load()
 	if e == nil {
-		return service.ErrNotConnected
+		return 0, service.ErrNotConnected
 	}
 	rows := make([]tablewriter.Row, len(batch))
 	for i, m := range batch {
@@ -276,13 +289,13 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	if errors.Is(err, tablewriter.ErrNotOpen) {
 		// The bare sentinel: the engine holds the batch, reconnects and
 		// writes it again (the writer logged why, once).
-		return service.ErrNotConnected
+		return 0, service.ErrNotConnected
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(rowErrs) == 0 {
-		return nil
+		return 0, nil
 	}
 	table := o.cfg.Table
 	if tableOf != nil {
@@ -291,10 +304,15 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 		}
 	}
 	berr := service.NewBatchError(batch, fmt.Errorf("zerobus: %d of %d rows do not fit table %s (first: %v)", len(rowErrs), len(batch), table, rowErrs[0]))
+	tableFailed := 0
 	for _, re := range rowErrs {
 		berr = berr.Failed(re.Index, re) // "message i: column c: reason"
+		var te *tablewriter.TableError
+		if errors.As(re.Err, &te) {
+			tableFailed++
+		}
 	}
-	return berr
+	return tableFailed, berr
 }
 
 // Close drains and closes the streams within close_timeout; rows not durable

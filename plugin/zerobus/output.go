@@ -77,6 +77,13 @@ type output struct {
 	// the pipeline stopped: Close says how many, once.
 	notDelivered, notDeliveredBatches atomic.Int64
 
+	// connectCause is the cause of the last error Connect returned while
+	// the writer backs off ("" once connected): Connect returns a cause to
+	// the engine once (see Connect). connectMu serialises Connect (the
+	// engine never calls it concurrently; tests might).
+	connectMu    sync.Mutex
+	connectCause string
+
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
 	unhealth func()
@@ -118,7 +125,8 @@ func (o *output) health() []healthhttp.Table {
 // reconcile) the table, then open the stream pool. The engine retries it
 // with back-off until it returns nil; after WriteBatch reported
 // ErrNotConnected (the streams stopped for good) it describes the table
-// afresh and opens new streams.
+// afresh and opens new streams. A failure is returned once per cause; while
+// the cause persists, Connect itself waits the back-off and tries again.
 func (o *output) Connect(ctx context.Context) error {
 	o.loggedKnobs.Do(func() {
 		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(pool.Size(o.wcfg.Pool))))
@@ -141,11 +149,18 @@ func (o *output) Connect(ctx context.Context) error {
 	}
 	ctx, cancel := o.shutdown.untilShutdown(ctx)
 	defer cancel()
-	e, err := o.engine()
-	if err != nil {
-		return err
-	}
-	if err := e.Open(ctx); err != nil {
+	o.connectMu.Lock()
+	defer o.connectMu.Unlock()
+	for {
+		e, err := o.engine()
+		if err != nil {
+			return err
+		}
+		err = e.Open(ctx)
+		if err == nil {
+			o.connectCause = ""
+			return nil
+		}
 		if _, stopping := o.shutdown.since(); stopping {
 			return nil
 		}
@@ -153,14 +168,32 @@ func (o *output) Connect(ctx context.Context) error {
 			// A rotated secret in the environment is picked up here.
 			o.reloadCredentials(ctx)
 		}
-		// The writer's lifecycle decided when to try again (and said
-		// why, once): the engine waits that long before the next Connect.
-		if wait, ok := tablewriter.RetryAfter(err); ok {
+		wait, ok := tablewriter.RetryAfter(err)
+		if !ok {
+			o.connectCause = ""
+			return err
+		}
+		// The writer's lifecycle decided when to try again, and said why
+		// once per change of cause. Benthos logs every error Connect
+		// returns ("Failed to connect to zerobus: …", at error level,
+		// whatever the back-off): so the first failure of a cause is
+		// returned (the engine waits, then calls Connect again) and,
+		// while the same cause persists, Connect waits here and tries
+		// again itself, returning once it connects, the cause changes or
+		// ctx ends (the pipeline stopping).
+		cause := tablewriter.Classify(o.cfg.Table, err).Cause
+		if cause != o.connectCause {
+			o.connectCause = cause
 			return service.NewErrBackOff(err, wait)
 		}
-		return err
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return service.NewErrBackOff(err, wait)
+		case <-t.C:
+		}
 	}
-	return nil
 }
 
 // reloadCredentials re-reads the credentials taken from the environment;

@@ -180,6 +180,7 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 	stored, distinct, dups := rowStats(t, httpURL, table)
 	explained := countLines(faultLog, "What to do")
 	nacked := countLines(faultLog, "Failed to send message")
+	engineLines := countLines(faultLog, "Failed to connect")
 	attempts := countLines(faultLog, "still failing")
 	if explained > 0 {
 		attempts++ // the first failure is the explanation
@@ -190,8 +191,8 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		assert.Positive(t, redialled, "no new connection was dialled")
 		assert.Less(t, healed, 25*time.Second, "detected within 20 s, rows landing soon after")
 	} else {
-		faultLine(t, "matrix %s (%s for %s): rows sent=%d landed=%d distinct=%d dups=%d; during the fault: stream opens=%d, refused stream opens=%d, writer open attempts=%d, rows landed=%d; explanations=%d; nacked batches=%d; first row %s after the fault began, %s after it cleared",
-			name, c.fault, hold, rows, stored, distinct, dups, during.opened, during.rejected, attempts, during.rows, explained, nacked,
+		faultLine(t, "matrix %s (%s for %s): rows sent=%d landed=%d distinct=%d dups=%d; during the fault: stream opens=%d, refused stream opens=%d, writer open attempts=%d, rows landed=%d; explanations=%d, engine 'Failed to connect' lines=%d; nacked batches=%d; first row %s after the fault began, %s after it cleared",
+			name, c.fault, hold, rows, stored, distinct, dups, during.opened, during.rejected, attempts, during.rows, explained, engineLines, nacked,
 			healed.Round(10*time.Millisecond), (healed - cleared.Sub(faultAt)).Round(10*time.Millisecond))
 		switch c.class {
 		case "permanent":
@@ -202,6 +203,7 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 			assert.LessOrEqual(t, during.opened+during.rejected, int64(20), "no reopen storm")
 			assert.Equal(t, 1, explained, "one explanation naming what to do:\n%s", tail(faultLog, 10))
 			assert.Zero(t, nacked, "held, never nacked into the input")
+			assert.LessOrEqual(t, engineLines, 2, "the engine's error line once per cause, not per back-off step:\n%s", tail(faultLog, 10))
 			if c.phase == "open" {
 				assert.Less(t, healed-cleared.Sub(faultAt), 10*time.Second, "healed within one back-off step of the clear")
 			}

@@ -35,10 +35,12 @@ test: fmt-check vet staticcheck build conformance-deps lint-examples
 
 ## chaos: the fault matrix (docs/reliability.md), long form: every TestFault* cell (transient,
 ## throttling, permanent mid-stream, missing table, OAuth, silent dead connection, endpoint down,
-## ack stall, SIGTERM), rotation, concurrency rejects, the kill -9 recovery tests and the long
+## ack stall, SIGTERM; TestFaultMatrix: each fault class at stream open, mid-stream and during
+## shutdown, the whole cross product; workspace down with the streams up; token expiry across
+## rotations), rotation, concurrency rejects, the kill -9 recovery tests and the long
 ## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), each against
 ## the built binaries; then a summary of every cell's "fault:" line. Log: bin/chaos.log.
-## make test runs the same cells, with the short TestChaos.
+## make test runs the same cells, with the short TestChaos and TestFaultMatrix's compact subset.
 CHAOS_TESTS := ^(TestFault.*|TestChaos|TestNoRowLostAcrossStreamRotation|TestConcurrencyRejectNoStreamStorm|TestRecoveryCrashLeavesCoverageBehind|TestWritesRefusedForTenSecondsLandAfterTheGrant|TestMetricsCountEachFault)$$
 chaos: build
 	@mkdir -p bin

@@ -36,6 +36,15 @@ type Faults struct {
 	MaxStreamsPerTable int
 	// AckStall stops acks (rows are still stored) until it is cleared.
 	AckStall bool
+	// OpenError refuses every new stream open with this gRPC code name
+	// ("UNAVAILABLE", "PERMISSION_DENIED", "NOT_FOUND", …) before the
+	// ready signal, while the streams already open keep writing: a fault
+	// at stream open. The service's refusal is a status on the open call
+	// (CreateStreamError in databricks/zerobus-sdk rust/sdk/src/errors.rs,
+	// retryable unless its code is in UNRETRIABLE_STATUS_CODES); the text
+	// it carries is not published, so the message here is an assumption.
+	// The refused open is counted in StreamsRejected. "" refuses nothing.
+	OpenError string
 	// AckOnly acks batches without storing them (for transport benchmarks):
 	// a batch is counted from its IPC header and its body is not decoded,
 	// so neither its nulls nor its values are checked (the stream's offset,
@@ -106,6 +115,11 @@ func (f Faults) Validate() error {
 			return fmt.Errorf("faults: error rate for %s is %v, want 0..1", name, p)
 		}
 	}
+	if f.OpenError != "" {
+		if _, err := parseCode(f.OpenError); err != nil {
+			return fmt.Errorf("faults: open_error: %w", err)
+		}
+	}
 	if f.AckLatency < 0 || f.StreamLifetime < 0 || f.RotationGrace < 0 || f.MaxStreamsPerTable < 0 {
 		return fmt.Errorf("faults: durations and caps must not be negative")
 	}
@@ -171,6 +185,7 @@ type faultsJSON struct {
 	ErrorRate          map[string]float64         `json:"error_rate,omitempty"`
 	MaxStreamsPerTable int                        `json:"max_streams_per_table,omitempty"`
 	AckStall           bool                       `json:"ack_stall"`
+	OpenError          string                     `json:"open_error,omitempty"`
 	AckOnly            bool                       `json:"ack_only"`
 	Tables             map[string]tableFaultsJSON `json:"tables,omitempty"`
 	StreamMaxRows      int64                      `json:"stream_max_rows_per_sec,omitempty"`
@@ -208,6 +223,7 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 		ErrorRate:          f.ErrorRate,
 		MaxStreamsPerTable: f.MaxStreamsPerTable,
 		AckStall:           f.AckStall,
+		OpenError:          f.OpenError,
 		AckOnly:            f.AckOnly,
 		StreamMaxRows:      f.StreamMaxRowsPerSec,
 		StreamMaxMB:        f.StreamMaxMBPerSec,
@@ -241,6 +257,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	out.ErrorRate = j.ErrorRate
 	out.MaxStreamsPerTable = j.MaxStreamsPerTable
 	out.AckStall = j.AckStall
+	out.OpenError = j.OpenError
 	out.AckOnly = j.AckOnly
 	out.StreamMaxRowsPerSec = j.StreamMaxRows
 	out.StreamMaxMBPerSec = j.StreamMaxMB
@@ -321,6 +338,13 @@ func (c *statsCollector) table(name string) *TableStats {
 		c.tables[name] = t
 	}
 	return t
+}
+
+// rejectStream counts a stream refused at open by Faults.OpenError.
+func (c *statsCollector) rejectStream(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.table(name).StreamsRejected++
 }
 
 // openStream admits a stream unless the table is at its cap.

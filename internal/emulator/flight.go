@@ -27,6 +27,12 @@ type flightService struct {
 // admitStream takes a stream slot for the table (the concurrency cap) and
 // opens its storage; release frees the slot. Both ingest paths start here.
 func (s *Server) admitStream(name string, f *Faults) (release func(), ts *tableStore, err error) {
+	if f.OpenError != "" {
+		if c, err := parseCode(f.OpenError); err == nil {
+			s.stats.rejectStream(name)
+			return nil, nil, status.Errorf(c, "stream open for table %s refused (injected open_error %s)", name, c)
+		}
+	}
 	if !s.stats.openStream(name, f.MaxStreamsPerTable) {
 		return nil, nil, status.Errorf(codes.ResourceExhausted,
 			"too many concurrent streams for table %s (limit %d)", name, f.MaxStreamsPerTable)

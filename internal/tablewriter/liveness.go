@@ -232,12 +232,20 @@ func newOutageSignal() *outageSignal {
 	return &outageSignal{ctx: ctx, cancel: cancel}
 }
 
-// outageCtx returns the current outage signal's context.
+// outageCtx returns the current outage signal's context. A signal raised
+// for an outage that has ended (a stream connected again since the watch
+// last looked) is replaced here at once, so a write right after a stream
+// came back is not held by the old signal until the watch's next tick.
 func (w *Writer) outageCtx() context.Context {
-	if s := w.outageSig.Load(); s != nil {
-		return s.ctx
+	s := w.outageSig.Load()
+	if s == nil {
+		return context.Background()
 	}
-	return context.Background()
+	if s.ctx.Err() != nil && w.outage(w.st.Load()) == nil {
+		w.outageSig.CompareAndSwap(s, newOutageSignal())
+		return w.outageSig.Load().ctx
+	}
+	return s.ctx
 }
 
 // startOutageWatch starts the goroutine that raises and clears the outage
@@ -265,7 +273,8 @@ func (w *Writer) startOutageWatch() {
 			case cause != nil && sig.ctx.Err() == nil:
 				sig.cancel(fmt.Errorf("%w: %w", errOutage, cause))
 			case cause == nil && sig.ctx.Err() != nil:
-				w.outageSig.Store(newOutageSignal())
+				// outageCtx may have replaced it already.
+				w.outageSig.CompareAndSwap(sig, newOutageSignal())
 			}
 		}
 	}()

@@ -85,3 +85,28 @@ func TestOutageWait(t *testing.T) {
 		assert.Equal(t, want, outageWait(age), "outage of %s", age)
 	}
 }
+
+// The moment a stream is connected again, writes go through: the outage
+// signal raised while every stream was down does not hold a write until the
+// outage watch next looks (it polls every outageWatchInterval).
+func TestOutageSignalClearsOnceAStreamIsBack(t *testing.T) {
+	cat := catalogfake.New()
+	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	var up atomic.Bool
+	up.Store(true)
+	w := New(Config{Table: testTable, Pool: testPoolConfig()}, connOpener{ingestfake.NewOpener(ingestfake.Config{}), &up}, cat, nil, nil)
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	require.NoError(t, w.Open(context.Background()))
+
+	for round := range 3 {
+		up.Store(false)
+		require.Eventually(t, func() bool { return w.outageCtx().Err() != nil }, 5*time.Second, 5*time.Millisecond, "round %d: the outage signal was never raised", round)
+		up.Store(true)
+		back := time.Now()
+		// What a submit waiting for room or a stream is released by.
+		require.NoError(t, w.outageCtx().Err(), "round %d: the old outage signal is still raised after the stream came back", round)
+		_, err := w.Write(context.Background(), rows(`{"id":1,"msg":"a"}`), nil)
+		require.NoError(t, err, "round %d: a write %s after the stream came back", round, time.Since(back))
+		assert.Less(t, time.Since(back), outageWatchInterval, "round %d: not held until the watch's next tick", round)
+	}
+}

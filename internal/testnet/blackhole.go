@@ -28,6 +28,7 @@ type BlackHole struct {
 	links    []*link // every connection accepted, silenced or not
 	accepted int
 	closed   bool
+	down     bool // SetDown: connections are cut and new ones closed at once
 }
 
 // link is one forwarded connection: the accepted socket and its upstream.
@@ -119,6 +120,23 @@ func (b *BlackHole) SilenceWhenQuiet(ctx context.Context, quiet time.Duration) (
 	}
 }
 
+// SetDown takes the upstream down (true) or brings it back (false), the way
+// a host that is down but whose network answers looks: while down, every
+// connection open is closed and every new one is closed as soon as it is
+// accepted, so a client sees its requests fail at once (not hang).
+func (b *BlackHole) SetDown(down bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.down = down
+	if !down {
+		return
+	}
+	for _, l := range b.links {
+		_ = l.client.Close()
+		_ = l.upstream.Close()
+	}
+}
+
 // Close stops listening and closes every connection, silenced ones included.
 func (b *BlackHole) Close() {
 	b.mu.Lock()
@@ -143,6 +161,13 @@ func (b *BlackHole) accept() {
 		c, err := b.ln.Accept()
 		if err != nil {
 			return // closed
+		}
+		b.mu.Lock()
+		down := b.down
+		b.mu.Unlock()
+		if down {
+			_ = c.Close()
+			continue
 		}
 		up, err := net.DialTimeout("tcp", b.upstream, 10*time.Second)
 		if err != nil {

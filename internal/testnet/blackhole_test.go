@@ -185,3 +185,26 @@ func TestBlackHoleSilenceWhenQuiet(t *testing.T) {
 		t.Fatalf("SilenceWhenQuiet without quiet: %v, want the context's deadline", err)
 	}
 }
+
+// SetDown cuts the connections open and closes new ones at once; brought
+// back, new connections forward again.
+func TestBlackHoleDown(t *testing.T) {
+	e := startEcho(t)
+	b := StartBlackHole(t, e.ln.Addr().String())
+	c := dial(t, b.Addr())
+	got, err := roundTrip(c, "a", 5*time.Second)
+	if err != nil || got != "a" {
+		t.Fatalf("before: %q %v", got, err)
+	}
+	b.SetDown(true)
+	if _, err := roundTrip(c, "b", 5*time.Second); err == nil {
+		t.Fatal("the open connection was not cut")
+	}
+	if _, err := roundTrip(dial(t, b.Addr()), "c", 5*time.Second); err == nil {
+		t.Fatal("a new connection was forwarded while down")
+	}
+	b.SetDown(false)
+	if got, err := roundTrip(dial(t, b.Addr()), "d", 5*time.Second); err != nil || got != "d" {
+		t.Fatalf("back: %q %v", got, err)
+	}
+}

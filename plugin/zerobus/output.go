@@ -77,6 +77,13 @@ type output struct {
 	// the pipeline stopped: Close says how many, once.
 	notDelivered, notDeliveredBatches atomic.Int64
 
+	// connectCause is the cause of the last error Connect returned while
+	// the writer backs off ("" once connected): Connect returns a cause to
+	// the engine once (see Connect). connectMu serialises Connect (the
+	// engine never calls it concurrently; tests might).
+	connectMu    sync.Mutex
+	connectCause string
+
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
 	unhealth func()
@@ -125,7 +132,8 @@ func (o *output) health() []healthhttp.Table {
 // reconcile) the table, then open the stream pool. The engine retries it
 // with back-off until it returns nil; after WriteBatch reported
 // ErrNotConnected (the streams stopped for good) it describes the table
-// afresh and opens new streams.
+// afresh and opens new streams. A failure is returned once per cause; while
+// the cause persists, Connect itself waits the back-off and tries again.
 func (o *output) Connect(ctx context.Context) error {
 	o.loggedKnobs.Do(func() {
 		o.log.Infof("zerobus output settings: %s", knobsLine(o.cfg.knobs(pool.Size(o.wcfg.Pool))))
@@ -148,11 +156,18 @@ func (o *output) Connect(ctx context.Context) error {
 	}
 	ctx, cancel := o.shutdown.untilShutdown(ctx)
 	defer cancel()
-	e, err := o.engine()
-	if err != nil {
-		return err
-	}
-	if err := e.Open(ctx); err != nil {
+	o.connectMu.Lock()
+	defer o.connectMu.Unlock()
+	for {
+		e, err := o.engine()
+		if err != nil {
+			return err
+		}
+		err = e.Open(ctx)
+		if err == nil {
+			o.connectCause = ""
+			return nil
+		}
 		if _, stopping := o.shutdown.since(); stopping {
 			return nil
 		}
@@ -160,14 +175,32 @@ func (o *output) Connect(ctx context.Context) error {
 			// A rotated secret in the environment is picked up here.
 			o.reloadCredentials(ctx)
 		}
-		// The writer's lifecycle decided when to try again (and said
-		// why, once): the engine waits that long before the next Connect.
-		if wait, ok := tablewriter.RetryAfter(err); ok {
+		wait, ok := tablewriter.RetryAfter(err)
+		if !ok {
+			o.connectCause = ""
+			return err
+		}
+		// The writer's lifecycle decided when to try again, and said why
+		// once per change of cause. Benthos logs every error Connect
+		// returns ("Failed to connect to zerobus: …", at error level,
+		// whatever the back-off): so the first failure of a cause is
+		// returned (the engine waits, then calls Connect again) and,
+		// while the same cause persists, Connect waits here and tries
+		// again itself, returning once it connects, the cause changes or
+		// ctx ends (the pipeline stopping).
+		cause := tablewriter.Classify(o.cfg.Table, err).Cause
+		if cause != o.connectCause {
+			o.connectCause = cause
 			return service.NewErrBackOff(err, wait)
 		}
-		return err
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return service.NewErrBackOff(err, wait)
+		case <-t.C:
+		}
 	}
-	return nil
 }
 
 // reloadCredentials re-reads the credentials taken from the environment;
@@ -234,7 +267,7 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	ctx, cancel := o.shutdown.boundedAfter(ctx, o.cfg.CloseTimeout)
 	defer cancel()
-	err := o.writeBatch(ctx, batch)
+	tableFailed, err := o.writeBatch(ctx, batch)
 	if err == nil {
 		return nil
 	}
@@ -253,19 +286,32 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		<-ctx.Done()
 		err = fmt.Errorf("zerobus: stopping while table %s is not connected: %d rows not written (nacked; the input redelivers them)", o.cfg.Table, len(batch))
 	}
-	var berr *service.BatchError
-	if (stopping || ctx.Err() != nil) && !errors.As(err, &berr) {
-		o.notDelivered.Add(int64(len(batch)))
-		o.notDeliveredBatches.Add(1)
+	if stopping || ctx.Err() != nil {
+		// A whole-batch error: every row is redelivered. A batch error:
+		// the rows that failed as table failures are (a batch split over
+		// streams whose other parts were durable), not those that do not
+		// fit the table.
+		n := len(batch)
+		var berr *service.BatchError
+		if errors.As(err, &berr) {
+			n = tableFailed
+		}
+		if n > 0 {
+			o.notDelivered.Add(int64(n))
+			o.notDeliveredBatches.Add(1)
+		}
 	}
 	return err
 }
 
-// writeBatch is WriteBatch's work.
-func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) error {
+// writeBatch is WriteBatch's work. With a *service.BatchError it also
+// returns how many of the failed rows failed as table failures (a
+// *tablewriter.TableError: not confirmed durable, redelivered by the
+// input), for the shutdown count.
+func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (int, error) {
 	e := o.eng.Load()
 	if e == nil {
-		return service.ErrNotConnected
+		return 0, service.ErrNotConnected
 	}
 	rows := make([]tablewriter.Row, len(batch))
 	for i, m := range batch {
@@ -283,13 +329,13 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 	if errors.Is(err, tablewriter.ErrNotOpen) {
 		// The bare sentinel: the engine holds the batch, reconnects and
 		// writes it again (the writer logged why, once).
-		return service.ErrNotConnected
+		return 0, service.ErrNotConnected
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(rowErrs) == 0 {
-		return nil
+		return 0, nil
 	}
 	table := o.cfg.Table
 	if tableOf != nil {
@@ -298,10 +344,15 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) err
 		}
 	}
 	berr := service.NewBatchError(batch, fmt.Errorf("zerobus: %d of %d rows do not fit table %s (first: %v)", len(rowErrs), len(batch), table, rowErrs[0]))
+	tableFailed := 0
 	for _, re := range rowErrs {
 		berr = berr.Failed(re.Index, re) // "message i: column c: reason"
+		var te *tablewriter.TableError
+		if errors.As(re.Err, &te) {
+			tableFailed++
+		}
 	}
-	return berr
+	return tableFailed, berr
 }
 
 // Close drains and closes the streams within close_timeout; rows not durable

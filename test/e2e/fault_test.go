@@ -257,7 +257,7 @@ func TestFaultSIGTERM(t *testing.T) {
 func TestFaultMissingTableBacksOff(t *testing.T) {
 	const table, rows = "main.default.late", 100
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
-	pipe, _ := startPipeline(t, writeConfig(t, "INFO", `generate:
+	pipe, _ := startPipeline(t, writeConfig(t, "DEBUG", `generate:
   count: 100
   interval: 10ms
   mapping: 'root = {"id": counter(), "msg": "m"}'`, zerobusOutput(grpcURL, httpURL, table)))
@@ -268,7 +268,10 @@ func TestFaultMissingTableBacksOff(t *testing.T) {
 	first := time.Now()
 	time.Sleep(9 * time.Second) // watch the retries for a while
 	logs := pipe.out.String()
-	attempts := countLines(logs, "Failed to connect")
+	// The first attempt, then one debug line per later attempt; the
+	// engine's own "Failed to connect" line comes once per cause.
+	attempts := 1 + countLines(logs, "still failing")
+	engineLines := countLines(logs, "Failed to connect")
 	explained := countLines(logs, "What to do", "catalog.provision: true")
 
 	created := time.Now()
@@ -279,9 +282,10 @@ func TestFaultMissingTableBacksOff(t *testing.T) {
 	})
 	healed := time.Since(created)
 	stored, distinct, dups := rowStats(t, httpURL, table)
-	faultLine(t, "missing table (provision off): connect attempts in the first %s=%d; explanations=%d; rows sent=%d landed=%d distinct=%d dups=%d; all rows landed %s after CREATE TABLE",
-		created.Sub(first).Round(100*time.Millisecond), attempts, explained, rows, stored, distinct, dups, healed.Round(10*time.Millisecond))
+	faultLine(t, "missing table (provision off): connect attempts in the first %s=%d; explanations=%d; engine 'Failed to connect' lines=%d; rows sent=%d landed=%d distinct=%d dups=%d; all rows landed %s after CREATE TABLE",
+		created.Sub(first).Round(100*time.Millisecond), attempts, explained, engineLines, rows, stored, distinct, dups, healed.Round(10*time.Millisecond))
 	assert.LessOrEqual(t, attempts, 5, "1 s, 2 s, 4 s, 8 s: not a retry every second:\n%s", tail(logs, 20))
+	assert.Equal(t, 1, engineLines, "the engine's error line once per cause, not at each back-off step:\n%s", tail(logs, 20))
 	assert.Equal(t, 1, explained, "one explanation naming what to do:\n%s", tail(logs, 20))
 	assert.Equal(t, rows, distinct)
 	assert.Zero(t, dups)
@@ -553,7 +557,7 @@ func TestFaultOAuth(t *testing.T) {
 		stop := emulatorOn(t, httpAddr, grpcAddr, data, "--client-secret", "the-right-one")
 		out := fmt.Sprintf("zerobus:\n  endpoint: http://%s\n  workspace_url: http://%s\n  table: %s\n  client_id: %s\n  client_secret: rotated-secret\n",
 			grpcAddr, httpAddr, eventsTable, emulator.DefaultClientID)
-		pipe, _ := startPipeline(t, writeConfig(t, "INFO", `generate:
+		pipe, _ := startPipeline(t, writeConfig(t, "DEBUG", `generate:
   count: 200
   interval: 10ms
   mapping: 'root = {"id": counter(), "msg": "m"}'`, out))
@@ -563,7 +567,8 @@ func TestFaultOAuth(t *testing.T) {
 		})
 		time.Sleep(8 * time.Second)
 		logs := pipe.out.String()
-		attempts := countLines(logs, "Failed to connect")
+		attempts := 1 + countLines(logs, "still failing")
+		engineLines := countLines(logs, "Failed to connect")
 		explained := countLines(logs, "What to do", "client_secret")
 		stop()
 		emulatorOn(t, httpAddr, grpcAddr, data, "--client-secret", "rotated-secret")
@@ -574,9 +579,10 @@ func TestFaultOAuth(t *testing.T) {
 		})
 		healed := time.Since(fixed)
 		_, distinct, dups := rowStats(t, "http://"+httpAddr, eventsTable)
-		faultLine(t, "OAuth refused (invalid_client) for 8s: connect attempts=%d; explanations naming client_secret=%d; all %d rows landed %s after the workspace accepted the secret (distinct=%d dups=%d)",
-			attempts, explained, rows, healed.Round(10*time.Millisecond), distinct, dups)
+		faultLine(t, "OAuth refused (invalid_client) for 8s: connect attempts=%d; explanations naming client_secret=%d; engine 'Failed to connect' lines=%d; all %d rows landed %s after the workspace accepted the secret (distinct=%d dups=%d)",
+			attempts, explained, engineLines, rows, healed.Round(10*time.Millisecond), distinct, dups)
 		assert.LessOrEqual(t, attempts, 6, "backed off, not retried every second:\n%s", tail(logs, 20))
+		assert.Equal(t, 1, engineLines, "the engine's error line once per cause, not at each back-off step:\n%s", tail(logs, 20))
 		assert.Equal(t, 1, explained, "one explanation naming the credentials:\n%s", tail(logs, 20))
 		assert.Equal(t, rows, distinct)
 		assert.Less(t, healed, 20*time.Second, "healed within one back-off step")

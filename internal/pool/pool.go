@@ -172,6 +172,10 @@ type Pool struct {
 	wg        sync.WaitGroup
 	startOnce sync.Once
 	reopenMu  sync.Mutex
+	// probed is closed once the first base member's first open attempt
+	// has finished: the other members open only then (awaitProbe).
+	probed    chan struct{}
+	probeOnce sync.Once
 
 	rr, nackedAtClose                         atomic.Uint64
 	openAttempts, opens, rebuilds, rejections atomic.Int64
@@ -291,6 +295,7 @@ func NewOf[C acklane.Confirmation](opener ingest.Opener, table string, schema *a
 		changed:  make(chan struct{}),
 		base:     Size(cfg),
 		draining: map[*conn]struct{}{},
+		probed:   make(chan struct{}),
 	}
 	for i := range p.base {
 		p.members = append(p.members, p.newMember(i, false))
@@ -752,6 +757,24 @@ func (p *Pool) supervise(m *member) {
 		answer(waiting, ErrClosed)
 	}()
 
+	// The first member opens alone: a refusal no retry can fix (a grant
+	// missing, credentials refused) then costs one stream open per attempt
+	// instead of one per member, and the others follow once it is known.
+	probe := !m.extra && m.index == 0
+	if !m.extra && m.index > 0 {
+		if !p.awaitProbe(m, &waiting) {
+			return
+		}
+		if err := p.fatalErr(); err != nil {
+			p.setDown(m, err)
+			answer(waiting, err)
+			waiting = nil
+			if !p.awaitRevival(m, &waiting) {
+				return
+			}
+		}
+	}
+
 	for {
 		if p.ctx.Err() != nil || m.isRetired() {
 			return
@@ -770,6 +793,9 @@ func (p *Pool) supervise(m *member) {
 				return
 			}
 			delay, down := p.openFailed(m, epoch, err, &failures, &b)
+			if probe {
+				p.probeOnce.Do(func() { close(p.probed) })
+			}
 			if m.extra {
 				// An extra is never retried: the pool did well enough
 				// without it, and the service said no (or failed).
@@ -797,6 +823,9 @@ func (p *Pool) supervise(m *member) {
 			return
 		}
 		c := p.install(m, s, schema, epoch)
+		if probe {
+			p.probeOnce.Do(func() { close(p.probed) })
+		}
 		answer(waiting, nil)
 		waiting = nil
 
@@ -1029,6 +1058,31 @@ func (p *Pool) awaitRevival(m *member, waiting *[]reopenReq) bool {
 	case <-p.ctx.Done():
 		return false
 	}
+}
+
+// awaitProbe holds member m until the first member's first open attempt
+// has finished; a Reopen arriving meanwhile is queued, answered once m's
+// stream is up. It returns false when m is to stop.
+func (p *Pool) awaitProbe(m *member, waiting *[]reopenReq) bool {
+	for {
+		select {
+		case <-p.probed:
+			return true
+		case req := <-m.reopen:
+			*waiting = append(*waiting, req)
+		case <-m.retired:
+			return false
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+}
+
+// fatalErr returns the error that stopped the pool, nil while none did.
+func (p *Pool) fatalErr() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.fatal
 }
 
 // sleep backs off for d. A Reopen arriving meanwhile is queued, never a

@@ -541,7 +541,7 @@ func TestFatalConfigStopsWritesUntilReopen(t *testing.T) {
 	t.Run("at open", func(t *testing.T) {
 		ctx := testCtx(t)
 		o := ingestfake.NewOpener(ingestfake.Config{})
-		o.FailNextOpens(ingestfake.ErrFatalConfig("permission denied"), ingestfake.ErrFatalConfig("permission denied"))
+		o.FailNextOpens(ingestfake.ErrFatalConfig("permission denied"))
 		p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
 		defer p.Close(ctx)
 
@@ -558,7 +558,9 @@ func TestFatalConfigStopsWritesUntilReopen(t *testing.T) {
 			st := p.Stats()
 			return st.Members[0].Down && st.Members[1].Down
 		}, 10*time.Second, time.Millisecond)
-		assert.Equal(t, 2, o.OpenAttempts(), "fatal errors are not retried")
+		// The first member opens alone; its refusal stops the pool before
+		// the second opens: one open per attempt, not one per member.
+		assert.Equal(t, 1, o.OpenAttempts(), "fatal errors are not retried, and the other members never open")
 
 		require.NoError(t, p.Reopen(ctx, ingestfake.TestSchema))
 		require.NoError(t, p.Connect(ctx))
@@ -845,4 +847,29 @@ func TestStaleFatalDuringReopenIsNotFatal(t *testing.T) {
 		}
 	}
 	require.NoError(t, tk.Wait(ctx))
+}
+
+// TestFirstMemberOpensAlone pins the probe: the other members open only once
+// the first member's first attempt has finished, and a refusal that retrying
+// can fix (transient) releases them all the same.
+func TestFirstMemberOpensAlone(t *testing.T) {
+	ctx := testCtx(t)
+	o := ingestfake.NewOpener(ingestfake.Config{})
+	o.FailNextOpens(ingestfake.ErrTransient("unavailable"))
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(3), nil)
+	defer p.Close(ctx)
+
+	require.NoError(t, p.Connect(ctx))
+	require.Eventually(t, func() bool {
+		for _, m := range p.Stats().Members {
+			if !m.Healthy {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "every member opens after a transient refusal of the first")
+	// The refused attempt was the first member's alone: three opens and
+	// its one retry, not a refusal for every member.
+	assert.Equal(t, 4, o.OpenAttempts())
+	require.NoError(t, write(t, ctx, p, "", 1).Wait(ctx))
 }

@@ -25,8 +25,7 @@ type sink struct {
 	mu    sync.Mutex
 	err   error
 	calls int
-	rows  [][2]int64 // (start, end) of every row written
-	seen  map[string]bool
+	rows  [][2]int64    // (start, end) of every row written
 	block chan struct{} // when set, a write waits for it or its ctx
 }
 

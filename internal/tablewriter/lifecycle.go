@@ -343,6 +343,9 @@ type lifecycle struct {
 	since     time.Time // when the first failure of this run of cycles came
 	explained string    // the Cause last explained
 	openedAt  time.Time
+	// outageAt is when the outage explained last began (no stream
+	// connected while the writer is open); zero: none in progress.
+	outageAt time.Time
 }
 
 func newLifecycle(table string, log *slog.Logger) *lifecycle {
@@ -442,6 +445,49 @@ func (l *lifecycle) failed(f Fault) Verdict {
 		l.log.Debug(fmt.Sprintf("%s %s: still failing (%s, %d attempts in a row): %v; %s", l.subject, l.table, f.Cause, l.cycles, f.Err, next))
 	}
 	return Verdict{Action: v.Action, Wait: wait}
+}
+
+// outageAdvice is what to do while no stream reaches the service for a
+// cause retrying can fix.
+const outageAdvice = "check that this host reaches the Zerobus endpoint (endpoint; through proxy_url if set) and the workspace (workspace_url, whose token endpoint every new stream needs): a firewall, a proxy, DNS, or an outage of the service"
+
+// outage explains, once per change of cause, that the writer is open but
+// none of its streams has been connected for age: every one is
+// reconnecting or rebuilding by itself. Batches are held meanwhile
+// (liveness.go); outageOver reports the end.
+func (l *lifecycle) outage(f Fault, age time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.outageAt.IsZero() {
+		l.outageAt = l.now().Add(-age)
+	}
+	if f.Cause == l.explained {
+		return
+	}
+	l.explained = f.Cause
+	advice := f.Advice
+	if f.Class != FaultPermanent {
+		advice = outageAdvice
+	}
+	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %v. What to do: %s. Batches are held (not failed) and written once a stream is back, no restart needed (the streams reconnect by themselves with back-off; this is logged again only if the cause changes)",
+		l.subject, l.table, age.Round(100*time.Millisecond), f.Err, advice))
+}
+
+// outageOver reports the end of an outage outage explained, and forgets
+// its cause unless open→fail cycles are in progress (their own healing is
+// reported by progress).
+func (l *lifecycle) outageOver() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.outageAt.IsZero() {
+		return
+	}
+	if l.explained != "" && l.cycles == 0 {
+		l.log.Info(fmt.Sprintf("%s %s: a stream is connected again after %s without one (%s)",
+			l.subject, l.table, l.now().Sub(l.outageAt).Round(100*time.Millisecond), l.explained))
+		l.explained = ""
+	}
+	l.outageAt = time.Time{}
 }
 
 func maxWait(c FaultClass) time.Duration {

@@ -276,8 +276,20 @@ func (w *Writer) startOutageWatch() {
 				// outageCtx may have replaced it already.
 				w.outageSig.CompareAndSwap(sig, newOutageSignal())
 			}
+			w.explainOutage(cause)
 		}
 	}()
+}
+
+// explainOutage hands an outage in progress (cause, from outage) to the
+// lifecycle, which explains it once per cause, or reports its end.
+func (w *Writer) explainOutage(cause error) {
+	var oe *outageError
+	if !errors.As(cause, &oe) {
+		w.life.outageOver()
+		return
+	}
+	w.life.outage(classify(w.cfg.Table, w.cfg.Principal, oe.cause), oe.age)
 }
 
 // stopOutageWatch stops the watch. Call it with openMu held.

@@ -3,6 +3,8 @@ package tablewriter
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,5 +110,34 @@ func TestOutageSignalClearsOnceAStreamIsBack(t *testing.T) {
 		_, err := w.Write(context.Background(), rows(`{"id":1,"msg":"a"}`), nil)
 		require.NoError(t, err, "round %d: a write %s after the stream came back", round, time.Since(back))
 		assert.Less(t, time.Since(back), outageWatchInterval, "round %d: not held until the watch's next tick", round)
+	}
+}
+
+// An outage while the writer is open (every stream reconnecting by itself)
+// is explained once, with what to do, however long it lasts and however
+// often the watch looks; its end is reported once; a second outage with the
+// same cause is explained again (it is a new outage).
+func TestOutageIsExplainedOncePerOutage(t *testing.T) {
+	cat := catalogfake.New()
+	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
+	var up atomic.Bool
+	up.Store(true)
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	w := New(Config{Table: testTable, Pool: testPoolConfig()}, connOpener{ingestfake.NewOpener(ingestfake.Config{}), &up}, cat, log, nil)
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	require.NoError(t, w.Open(context.Background()))
+
+	count := func(s string) int { return strings.Count(logs.String(), s) }
+	for round := 1; round <= 2; round++ {
+		up.Store(false)
+		require.Eventually(t, func() bool { return count("What to do") == round }, 5*time.Second, 10*time.Millisecond, "round %d: the outage was not explained", round)
+		// The watch looks every 250 ms: several looks, still one line.
+		time.Sleep(4 * outageWatchInterval)
+		assert.Equal(t, round, count("What to do"), "round %d: explained once per outage:\n%s", round, logs.String())
+		assert.Contains(t, logs.String(), "no stream is connected")
+		assert.Contains(t, logs.String(), "workspace_url")
+		up.Store(true)
+		require.Eventually(t, func() bool { return count("connected again") == round }, 5*time.Second, 10*time.Millisecond, "round %d: the end of the outage was not reported", round)
 	}
 }

@@ -153,6 +153,10 @@ func TestFaultWorkspaceDown(t *testing.T) {
 	// The outage is one lost connection, then its cause (the token
 	// request): at most one engine line for each, not one per step.
 	assert.LessOrEqual(t, engineLines, 2, "the engine's error line once per cause:\n%s", tail(faultLog, 20))
+	// The writer explains the outage (no stream connected) once per cause,
+	// naming what to check.
+	assert.GreaterOrEqual(t, explained, 1, "the outage explained, with what to do:\n%s", tail(faultLog, 20))
+	assert.LessOrEqual(t, explained, 2, "explained once per cause, not per reconnect:\n%s", tail(faultLog, 20))
 	assert.Less(t, healthy, 20*time.Second, "healed within a back-off step")
 	assert.Equal(t, rows, distinct, "every row landed")
 	assert.Zero(t, dups, "no row stored twice")

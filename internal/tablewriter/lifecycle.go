@@ -343,10 +343,17 @@ type lifecycle struct {
 	since     time.Time // when the first failure of this run of cycles came
 	explained string    // the Cause last explained
 	openedAt  time.Time
-	// outageAt is when the outage explained last began (no stream
-	// connected while the writer is open); zero: none in progress.
-	outageAt time.Time
+	// outageAt is when the outage in progress began (no stream connected
+	// while the writer is open); zero: none. outageLogged is set when it
+	// was explained; outageEnd is when the last one ended.
+	outageAt, outageEnd time.Time
+	outageLogged        bool
 }
+
+// outageQuiet is how long the streams must stay connected before an outage
+// with the cause explained last is explained again: a flapping connection
+// is one problem, not a line per flap.
+const outageQuiet = time.Minute
 
 func newLifecycle(table string, log *slog.Logger) *lifecycle {
 	return &lifecycle{table: table, log: log, now: time.Now, rand: rand.Float64,
@@ -454,40 +461,45 @@ const outageAdvice = "check that this host reaches the Zerobus endpoint (endpoin
 // outage explains, once per change of cause, that the writer is open but
 // none of its streams has been connected for age: every one is
 // reconnecting or rebuilding by itself. Batches are held meanwhile
-// (liveness.go); outageOver reports the end.
+// (liveness.go). Outages of the cause explained last are not explained
+// again until the streams stayed connected for outageQuiet; outageOver
+// reports the end of one that was explained.
 func (l *lifecycle) outage(f Fault, age time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.now()
 	if l.outageAt.IsZero() {
-		l.outageAt = l.now().Add(-age)
+		l.outageAt, l.outageLogged = now.Add(-age), false
+		if l.cycles == 0 && !l.outageEnd.IsZero() && now.Sub(l.outageEnd) > outageQuiet {
+			l.explained = "" // quiet long enough: a new problem
+		}
 	}
 	if f.Cause == l.explained {
 		return
 	}
-	l.explained = f.Cause
+	l.explained, l.outageLogged = f.Cause, true
 	advice := f.Advice
 	if f.Class != FaultPermanent {
 		advice = outageAdvice
 	}
-	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %v. What to do: %s. Batches are held (not failed) and written once a stream is back, no restart needed (the streams reconnect by themselves with back-off; this is logged again only if the cause changes)",
-		l.subject, l.table, age.Round(100*time.Millisecond), f.Err, advice))
+	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %v. What to do: %s. %s; the streams reconnect by themselves with back-off, no restart needed (this is logged again only if the cause changes)",
+		l.subject, l.table, age.Round(100*time.Millisecond), f.Err, advice, l.held))
 }
 
-// outageOver reports the end of an outage outage explained, and forgets
-// its cause unless open→fail cycles are in progress (their own healing is
-// reported by progress).
+// outageOver ends the outage in progress, reporting it when it was
+// explained.
 func (l *lifecycle) outageOver() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.outageAt.IsZero() {
 		return
 	}
-	if l.explained != "" && l.cycles == 0 {
+	now := l.now()
+	if l.outageLogged {
 		l.log.Info(fmt.Sprintf("%s %s: a stream is connected again after %s without one (%s)",
-			l.subject, l.table, l.now().Sub(l.outageAt).Round(100*time.Millisecond), l.explained))
-		l.explained = ""
+			l.subject, l.table, now.Sub(l.outageAt).Round(100*time.Millisecond), l.explained))
 	}
-	l.outageAt = time.Time{}
+	l.outageAt, l.outageEnd, l.outageLogged = time.Time{}, now, false
 }
 
 func maxWait(c FaultClass) time.Duration {

@@ -1064,18 +1064,7 @@ func (p *Pool) awaitRevival(m *member, waiting *[]reopenReq) bool {
 // has finished; a Reopen arriving meanwhile is queued, answered once m's
 // stream is up. It returns false when m is to stop.
 func (p *Pool) awaitProbe(m *member, waiting *[]reopenReq) bool {
-	for {
-		select {
-		case <-p.probed:
-			return true
-		case req := <-m.reopen:
-			*waiting = append(*waiting, req)
-		case <-m.retired:
-			return false
-		case <-p.ctx.Done():
-			return false
-		}
-	}
+	return queueReopensUntil(p, m, p.probed, waiting)
 }
 
 // fatalErr returns the error that stopped the pool, nil while none did.
@@ -1090,9 +1079,16 @@ func (p *Pool) fatalErr() error {
 func (p *Pool) sleep(m *member, d time.Duration, waiting *[]reopenReq) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	return queueReopensUntil(p, m, t.C, waiting)
+}
+
+// queueReopensUntil waits until done fires (true), queueing the Reopen
+// requests that reach member m meanwhile, or until m is retired or the
+// pool closes (false).
+func queueReopensUntil[T any](p *Pool, m *member, done <-chan T, waiting *[]reopenReq) bool {
 	for {
 		select {
-		case <-t.C:
+		case <-done:
 			return true
 		case req := <-m.reopen:
 			*waiting = append(*waiting, req)

@@ -25,18 +25,7 @@ func TestReopenCutShortStopsTheStreams(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{ManualAck: true}, provisionCfg, nil)
 
 	// B is submitted on v1 and never acknowledged: a reopen must drain it.
-	bDone := make(chan error, 1)
-	go func() {
-		_, err := h.w.Write(context.Background(), rows(`{"id":1,"msg":"b"}`), nil)
-		bDone <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n uint64
-		for _, s := range h.opener.Streams() {
-			n += s.Submitted()
-		}
-		return n > 0
-	}, 10*time.Second, 5*time.Millisecond, "B submitted")
+	bDone := writeUnacknowledged(t, h)
 
 	// A carries a new field: the table evolves and the pool reopens, but
 	// A's ctx ends while B's stream drains.
@@ -249,18 +238,7 @@ func TestCloseRacingCreateFromBatchLeavesNothingOpen(t *testing.T) {
 // ends): the change is cut short when Close's ctx ends.
 func TestCloseIsBoundedWhileASchemaChangeIsStuck(t *testing.T) {
 	h := newHarness(t, ingestfake.Config{ManualAck: true}, provisionCfg, nil)
-	bDone := make(chan error, 1)
-	go func() {
-		_, err := h.w.Write(context.Background(), rows(`{"id":1,"msg":"b"}`), nil)
-		bDone <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n uint64
-		for _, s := range h.opener.Streams() {
-			n += s.Submitted()
-		}
-		return n > 0
-	}, 10*time.Second, 5*time.Millisecond, "B submitted")
+	bDone := writeUnacknowledged(t, h)
 
 	reconciles := h.cat.ReconcileCount()
 	aDone := make(chan error, 1)
@@ -293,4 +271,24 @@ func TestCloseIsBoundedWhileASchemaChangeIsStuck(t *testing.T) {
 		}
 	}
 	assert.Equal(t, PhaseClosed, h.w.Phase())
+}
+
+// writeUnacknowledged starts writing one row (B) that the streams never
+// acknowledge (ManualAck) and returns once it is submitted; the channel
+// receives its Write's result.
+func writeUnacknowledged(t *testing.T, h *harness) chan error {
+	t.Helper()
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := h.w.Write(context.Background(), rows(`{"id":1,"msg":"b"}`), nil)
+		bDone <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n uint64
+		for _, s := range h.opener.Streams() {
+			n += s.Submitted()
+		}
+		return n > 0
+	}, 10*time.Second, 5*time.Millisecond, "B submitted")
+	return bDone
 }

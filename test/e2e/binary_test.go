@@ -122,20 +122,30 @@ func startBinary(tb testing.TB, path string, env []string, args ...string) *proc
 	return p
 }
 
-// startEmulatorProcess runs the zerobus-emulator binary on free ports and
-// waits until both listeners accept.
+// startEmulatorProcess runs the zerobus-emulator binary and waits until
+// its listeners accept. Every listener binds 127.0.0.1:0 and the emulator
+// reports the ports it got (--addr-file): a port found free and passed on
+// could be taken meanwhile (by any outgoing connection's ephemeral port).
+// extra may name --s3 (a later flag wins).
 func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
 	tb.Helper()
-	// Every listener on a free port, S3 included: its default (9000) may be
-	// taken by another emulator on the machine.
-	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
-	args := append([]string{"--http", httpAddr, "--grpc", grpcAddr, "--s3", freeAddr(tb), "--data", tb.TempDir(), "--log-level", "warn"}, extra...)
+	path := filepath.Join(tb.TempDir(), "addr.env")
+	args := append([]string{"--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--s3", "127.0.0.1:0", "--data", tb.TempDir(), "--log-level", "warn", "--addr-file", path}, extra...)
 	p = startBinary(tb, emulatorBinary(tb), nil, args...)
+	vars := map[string]string{}
 	eventually(tb, 30*time.Second, 20*time.Millisecond, "emulator did not start", func() (bool, string) {
-		out := p.out.String()
-		return strings.Contains(out, "Zerobus emulator running"), out
+		raw, err := os.ReadFile(path)
+		if err != nil || !strings.Contains(p.out.String(), "Zerobus emulator running") {
+			return false, p.out.String()
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				vars[k] = v
+			}
+		}
+		return vars["DATABRICKS_HOST"] != "" && vars["ZEROBUS_ENDPOINT"] != "", string(raw) + p.out.String()
 	})
-	return "http://" + httpAddr, "http://" + grpcAddr, p
+	return vars["DATABRICKS_HOST"], vars["ZEROBUS_ENDPOINT"], p
 }
 
 type tableInfo struct {

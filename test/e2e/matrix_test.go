@@ -174,7 +174,12 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		if redialled == 0 && bh.Accepted() > accepted {
 			redialled = time.Since(faultAt)
 		}
-		return n >= int64(rows), fmt.Sprintf("row_count %d of %d\n%s", n, rows, tail(pipe.out.String(), 20))
+		if n < int64(rows) {
+			return false, fmt.Sprintf("row_count %d of %d\n%s", n, rows, tail(pipe.out.String(), 20))
+		}
+		// Duplicates count in row_count: wait for every distinct id.
+		_, distinct, _ := rowStats(t, httpURL, table)
+		return distinct >= rows, fmt.Sprintf("row_count %d, %d distinct of %d\n%s", n, distinct, rows, tail(pipe.out.String(), 20))
 	})
 	time.Sleep(300 * time.Millisecond) // a duplicate would land just after the last row
 	stored, distinct, dups := rowStats(t, httpURL, table)

@@ -172,10 +172,10 @@ type Pool struct {
 	wg        sync.WaitGroup
 	startOnce sync.Once
 	reopenMu  sync.Mutex
-	// probed is closed once the first base member's first open attempt
-	// has finished: the other members open only then (awaitProbe).
-	probed    chan struct{}
-	probeOnce sync.Once
+	// probed is closed, by the first base member's supervisor, once its
+	// first open attempt has finished: the other members open only then
+	// (awaitProbe).
+	probed chan struct{}
 
 	rr, nackedAtClose                         atomic.Uint64
 	openAttempts, opens, rebuilds, rejections atomic.Int64
@@ -761,6 +761,12 @@ func (p *Pool) supervise(m *member) {
 	// missing, credentials refused) then costs one stream open per attempt
 	// instead of one per member, and the others follow once it is known.
 	probe := !m.extra && m.index == 0
+	probeDone := func() { // after the probe's first attempt, once
+		if probe {
+			probe = false
+			close(p.probed)
+		}
+	}
 	if !m.extra && m.index > 0 {
 		if !p.awaitProbe(m, &waiting) {
 			return
@@ -793,9 +799,7 @@ func (p *Pool) supervise(m *member) {
 				return
 			}
 			delay, down := p.openFailed(m, epoch, err, &failures, &b)
-			if probe {
-				p.probeOnce.Do(func() { close(p.probed) })
-			}
+			probeDone()
 			if m.extra {
 				// An extra is never retried: the pool did well enough
 				// without it, and the service said no (or failed).
@@ -823,9 +827,7 @@ func (p *Pool) supervise(m *member) {
 			return
 		}
 		c := p.install(m, s, schema, epoch)
-		if probe {
-			p.probeOnce.Do(func() { close(p.probed) })
-		}
+		probeDone()
 		answer(waiting, nil)
 		waiting = nil
 

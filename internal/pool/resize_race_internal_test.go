@@ -18,9 +18,7 @@ func TestHealthAndWriteWhileTheSizerResizes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o := ingestfake.NewOpener(ingestfake.Config{})
-	cfg := DefaultConfig()
-	cfg.MinStreams, cfg.MaxStreams = 1, 4
-	cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
+	cfg := sizingConfig(4)
 	cfg.PickTimeout = 10 * time.Second
 	p := New(o, "main.default.resize", ingestfake.TestSchema, cfg, nil)
 	require.NoError(t, p.Connect(ctx))

@@ -12,6 +12,15 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
+// sizingConfig configures the pool of an internal test that resizes it itself
+// (p.resize): one base stream, room for maxStreams, opens retried at once.
+func sizingConfig(maxStreams int) Config {
+	cfg := DefaultConfig()
+	cfg.MinStreams, cfg.MaxStreams = 1, maxStreams
+	cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
+	return cfg
+}
+
 // An extra whose stream dies just as the sizer retires it leaves through
 // the failure path, not through retire: its connection must not stay among
 // those Close drains (Close would report the dead lane's failure and count
@@ -21,10 +30,7 @@ func TestExtraDyingWhileRetiredLeavesNothingToDrain(t *testing.T) {
 	defer cancel()
 	for iter := range 20 {
 		o := ingestfake.NewOpener(ingestfake.Config{})
-		cfg := DefaultConfig()
-		cfg.MinStreams, cfg.MaxStreams = 1, 2
-		cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
-		p := New(o, "main.default.retire", ingestfake.TestSchema, cfg, nil)
+		p := New(o, "main.default.retire", ingestfake.TestSchema, sizingConfig(2), nil)
 		require.NoError(t, p.Connect(ctx))
 		require.True(t, p.resize(Decision{Action: Grow, Reason: "test"}))
 		streams, err := o.WaitOpens(ctx, 2)
@@ -64,9 +70,7 @@ func TestBaseGivenUpStopsThePoolWhileAnExtraIsUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o := ingestfake.NewOpener(ingestfake.Config{})
-	cfg := DefaultConfig()
-	cfg.MinStreams, cfg.MaxStreams = 1, 2
-	cfg.OpenBackoffInitial, cfg.OpenBackoffMax = time.Millisecond, 2*time.Millisecond
+	cfg := sizingConfig(2)
 	cfg.RebuildBudget = 1 // the second failure in a row gives the member up
 	p := New(o, "main.default.giveup", ingestfake.TestSchema, cfg, nil)
 	defer func() {

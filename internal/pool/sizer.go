@@ -32,7 +32,6 @@ const (
 
 // memberSample is one member at one sample.
 type memberSample struct {
-	m         *member
 	conn      *conn // nil: no healthy stream
 	delivered uint64
 	pending   uint64
@@ -59,7 +58,7 @@ func (p *Pool) sample(now time.Time) poolSample {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for _, m := range p.members {
-		ms := memberSample{m: m, wait: m.waitNanos.Load(), rowsIn: m.rowsIn.Load(), bytesIn: m.bytesIn.Load()}
+		ms := memberSample{wait: m.waitNanos.Load(), rowsIn: m.rowsIn.Load(), bytesIn: m.bytesIn.Load()}
 		if m.usable(p.schema) {
 			ms.conn = m.conn
 			h := m.conn.lane.Health()

@@ -368,10 +368,10 @@ func (l *lifecycle) writable() bool {
 func (l *lifecycle) beginOpen() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch l.Phase() {
-	case PhaseDraining, PhaseClosed:
+	if l.isClosed() {
 		return ErrClosed
-	case PhaseBackingOff:
+	}
+	if l.Phase() == PhaseBackingOff {
 		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
 			return &WaitError{Err: l.fault.Err, Wait: left, Held: true}
 		}
@@ -384,7 +384,7 @@ func (l *lifecycle) beginOpen() error {
 func (l *lifecycle) opened(waitingForTable bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+	if l.isClosed() {
 		return
 	}
 	l.openedAt = l.now()
@@ -403,7 +403,7 @@ func (l *lifecycle) failed(f Fault) Verdict {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+	if l.isClosed() {
 		return Verdict{Action: GiveUp}
 	}
 	// Streams that lived longer than the longest wait made progress of a
@@ -534,8 +534,7 @@ func (l *lifecycle) cause() error {
 
 // notOpen is Write's error while the writer is not writable.
 func (l *lifecycle) notOpen() error {
-	switch l.Phase() {
-	case PhaseDraining, PhaseClosed:
+	if l.isClosed() {
 		return ErrClosed
 	}
 	if cause := l.cause(); cause != nil {
@@ -548,7 +547,7 @@ func (l *lifecycle) notOpen() error {
 func (l *lifecycle) draining() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+	if l.isClosed() {
 		return false
 	}
 	l.set(PhaseDraining)

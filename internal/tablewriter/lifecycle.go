@@ -58,24 +58,24 @@ const (
 	PhaseClosed
 )
 
-func (p Phase) String() string {
-	switch p {
-	case PhaseIdle:
-		return "idle"
-	case PhaseOpening:
-		return "opening"
-	case PhaseWaitingForTable:
-		return "waiting for table"
-	case PhaseOpen:
-		return "open"
-	case PhaseBackingOff:
-		return "backing off"
-	case PhaseDraining:
-		return "draining"
-	case PhaseClosed:
-		return "closed"
+var phaseNames = [...]string{
+	PhaseIdle:            "idle",
+	PhaseOpening:         "opening",
+	PhaseWaitingForTable: "waiting for table",
+	PhaseOpen:            "open",
+	PhaseBackingOff:      "backing off",
+	PhaseDraining:        "draining",
+	PhaseClosed:          "closed",
+}
+
+func (p Phase) String() string { return enumName(phaseNames[:], int(p), "phase") }
+
+// enumName is names[i], or kind(i) for a value without a name.
+func enumName(names []string, i int, kind string) string {
+	if i >= 0 && i < len(names) && names[i] != "" {
+		return names[i]
 	}
-	return fmt.Sprintf("phase(%d)", int32(p))
+	return fmt.Sprintf("%s(%d)", kind, i)
 }
 
 // FaultClass is what kind of fix a failure needs.
@@ -98,19 +98,14 @@ const (
 	FaultClosed
 )
 
-func (c FaultClass) String() string {
-	switch c {
-	case FaultTransient:
-		return "transient"
-	case FaultThrottled:
-		return "throttled"
-	case FaultPermanent:
-		return "permanent"
-	case FaultClosed:
-		return "closed"
-	}
-	return fmt.Sprintf("class(%d)", int(c))
+var faultClassNames = [...]string{
+	FaultTransient: "transient",
+	FaultThrottled: "throttled",
+	FaultPermanent: "permanent",
+	FaultClosed:    "closed",
 }
+
+func (c FaultClass) String() string { return enumName(faultClassNames[:], int(c), "class") }
 
 // Fault is a classified failure of an open or of the open streams.
 type Fault struct {
@@ -139,17 +134,13 @@ const (
 	GiveUp
 )
 
-func (a Action) String() string {
-	switch a {
-	case RetryNow:
-		return "retry now"
-	case BackOff:
-		return "back off"
-	case GiveUp:
-		return "give up"
-	}
-	return fmt.Sprintf("action(%d)", int(a))
+var actionNames = [...]string{
+	RetryNow: "retry now",
+	BackOff:  "back off",
+	GiveUp:   "give up",
 }
+
+func (a Action) String() string { return enumName(actionNames[:], int(a), "action") }
 
 // History is what the lifecycle remembers of the recent past.
 type History struct {
@@ -377,10 +368,10 @@ func (l *lifecycle) writable() bool {
 func (l *lifecycle) beginOpen() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch l.Phase() {
-	case PhaseDraining, PhaseClosed:
+	if l.isClosed() {
 		return ErrClosed
-	case PhaseBackingOff:
+	}
+	if l.Phase() == PhaseBackingOff {
 		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
 			return &WaitError{Err: l.fault.Err, Wait: left, Held: true}
 		}
@@ -393,7 +384,7 @@ func (l *lifecycle) beginOpen() error {
 func (l *lifecycle) opened(waitingForTable bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+	if l.isClosed() {
 		return
 	}
 	l.openedAt = l.now()
@@ -412,7 +403,7 @@ func (l *lifecycle) failed(f Fault) Verdict {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+	if l.isClosed() {
 		return Verdict{Action: GiveUp}
 	}
 	// Streams that lived longer than the longest wait made progress of a
@@ -543,8 +534,7 @@ func (l *lifecycle) cause() error {
 
 // notOpen is Write's error while the writer is not writable.
 func (l *lifecycle) notOpen() error {
-	switch l.Phase() {
-	case PhaseDraining, PhaseClosed:
+	if l.isClosed() {
 		return ErrClosed
 	}
 	if cause := l.cause(); cause != nil {
@@ -557,7 +547,7 @@ func (l *lifecycle) notOpen() error {
 func (l *lifecycle) draining() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p := l.Phase(); p == PhaseDraining || p == PhaseClosed {
+	if l.isClosed() {
 		return false
 	}
 	l.set(PhaseDraining)

@@ -24,38 +24,37 @@ import (
 	"time"
 )
 
-// shutdownNotice is closed once the process is stopping.
+// shutdownNotice is done once the process is stopping. Its ctx is an
+// ordinary cancel context, so that context.AfterFunc on it (boundedAfter,
+// once per batch) registers a callback instead of starting a goroutine.
 type shutdownNotice struct {
-	once sync.Once
-	ch   chan struct{}
-	mu   sync.Mutex
-	at   time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+	at     time.Time // written before ctx is cancelled
 }
 
-func newShutdownNotice() *shutdownNotice { return &shutdownNotice{ch: make(chan struct{})} }
+func newShutdownNotice() *shutdownNotice {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &shutdownNotice{ctx: ctx, cancel: cancel}
+}
 
 // processShutdown is the notice every output of the process listens to.
 var processShutdown = newShutdownNotice()
 
 func (n *shutdownNotice) begin() {
 	n.once.Do(func() {
-		n.mu.Lock()
 		n.at = time.Now()
-		n.mu.Unlock()
-		close(n.ch)
+		n.cancel()
 	})
 }
 
 // since returns when the notice came, and whether it came.
 func (n *shutdownNotice) since() (time.Time, bool) {
-	select {
-	case <-n.ch:
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.at, true
-	default:
+	if n.ctx.Err() == nil {
 		return time.Time{}, false
 	}
+	return n.at, true
 }
 
 // BeginShutdown tells every zerobus output of the process that it is
@@ -99,7 +98,7 @@ func (n *shutdownNotice) boundedAfter(ctx context.Context, d time.Duration) (con
 	var timer *time.Timer
 	var mu sync.Mutex
 	stopped := false
-	stop := context.AfterFunc(wrapChan(n.ch), func() {
+	stop := context.AfterFunc(n.ctx, func() {
 		at, _ := n.since()
 		mu.Lock()
 		defer mu.Unlock()
@@ -116,25 +115,5 @@ func (n *shutdownNotice) boundedAfter(ctx context.Context, d time.Duration) (con
 		}
 		mu.Unlock()
 		cancel()
-	}
-}
-
-// chanCtx is a context done when its channel is closed (for
-// context.AfterFunc).
-type chanCtx struct {
-	context.Context
-	ch <-chan struct{}
-}
-
-func wrapChan(ch <-chan struct{}) context.Context { return chanCtx{context.Background(), ch} }
-
-func (c chanCtx) Done() <-chan struct{} { return c.ch }
-
-func (c chanCtx) Err() error {
-	select {
-	case <-c.ch:
-		return context.Canceled
-	default:
-		return nil
 	}
 }

@@ -70,7 +70,8 @@ type quota struct {
 	due time.Time // when the requests taken so far are paid for
 }
 
-// cost is how long the quotas of f allow for rows and bytes; 0 without one.
+// quotaCost is how long the quotas of f allow for rows and bytes; 0
+// without one.
 func (f *Faults) quotaCost(rows, bytes int64) time.Duration {
 	var secs float64
 	if f.StreamMaxRowsPerSec > 0 {

@@ -175,3 +175,17 @@ func TestStreamQuotaThroughAdminAPI(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, put(`{"stream_quota_mode":"drop"}`))
 	assert.EqualValues(t, 15000, srv.Faults().StreamMaxRowsPerSec, "a refused change changes nothing")
 }
+
+func TestQuotaRejectAdmitsOneLargeRequestOnAnIdleStream(t *testing.T) {
+	// A request that alone costs more than quotaBurst (2,000 rows at
+	// 1,000 rows/s) is taken by a stream whose budget is paid up; refusing
+	// it would refuse it on every stream, for ever, and a client that
+	// retries RESOURCE_EXHAUSTED (the SDK does) would never get through.
+	// The next request waits for the budget like any other.
+	f := &Faults{StreamMaxRowsPerSec: 1000, StreamQuotaMode: QuotaReject}
+	var q quota
+	_, err := q.take(context.Background(), f, 2000, 0)
+	require.NoError(t, err, "one 2 s request on an idle stream")
+	_, err = q.take(context.Background(), f, 1, 0)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "the stream is 2 s ahead of its budget")
+}

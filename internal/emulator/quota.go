@@ -21,8 +21,11 @@ import (
 // gives 100 MB/s and 100,000 records/s per stream and 10 GB/s per table;
 // "Zerobus Ingest connector limitations"
 // (https://docs.databricks.com/aws/en/ingestion/zerobus-limits) gives
-// 100 MB/s and 15,000 records/s per stream. How the service enforces them is
-// not documented, and the official SDK (github.com/databricks/zerobus-sdk,
+// 100 MB/s and 15,000 records/s per stream. The emulator models the
+// per-stream ones only (the per-table 10 GB/s is not modelled) and counts a
+// MB as 10^6 bytes of requests as received (an assumption: the pages do not
+// say which bytes, nor which MB). How the service enforces them is not
+// documented, and the official SDK (github.com/databricks/zerobus-sdk,
 // rust/sdk/src/errors.rs) has no throttling error of its own: it retries any
 // status outside its unretriable list (RESOURCE_EXHAUSTED is among the
 // retriable ones) by recovering the stream. The emulator therefore models

@@ -21,8 +21,11 @@ import (
 // gives 100 MB/s and 100,000 records/s per stream and 10 GB/s per table;
 // "Zerobus Ingest connector limitations"
 // (https://docs.databricks.com/aws/en/ingestion/zerobus-limits) gives
-// 100 MB/s and 15,000 records/s per stream. How the service enforces them is
-// not documented, and the official SDK (github.com/databricks/zerobus-sdk,
+// 100 MB/s and 15,000 records/s per stream. The emulator models the
+// per-stream ones only (the per-table 10 GB/s is not modelled) and counts a
+// MB as 10^6 bytes of requests as received (an assumption: the pages do not
+// say which bytes, nor which MB). How the service enforces them is not
+// documented, and the official SDK (github.com/databricks/zerobus-sdk,
 // rust/sdk/src/errors.rs) has no throttling error of its own: it retries any
 // status outside its unretriable list (RESOURCE_EXHAUSTED is among the
 // retriable ones) by recovering the stream. The emulator therefore models
@@ -34,8 +37,9 @@ import (
 //     stream's budget allows it (a token bucket per stream that holds a
 //     tenth of a second's worth, quotaSlack, so that the client's jitter
 //     between two requests does not cost the stream its quota).
-//   - QuotaReject: a request that would exceed the quota by more than one
-//     second's worth fails the stream RESOURCE_EXHAUSTED with a
+//   - QuotaReject: a request that would put the stream more than one
+//     second's worth (or, for a request costing more, that request's worth)
+//     ahead of its quota fails the stream RESOURCE_EXHAUSTED with a
 //     google.rpc.RetryInfo saying when the budget allows it again; the
 //     request is not stored, so a client that replays its unacknowledged
 //     requests on a new stream loses and duplicates nothing.
@@ -70,7 +74,8 @@ type quota struct {
 	due time.Time // when the requests taken so far are paid for
 }
 
-// cost is how long the quotas of f allow for rows and bytes; 0 without one.
+// quotaCost is how long the quotas of f allow for rows and bytes; 0
+// without one.
 func (f *Faults) quotaCost(rows, bytes int64) time.Duration {
 	var secs float64
 	if f.StreamMaxRowsPerSec > 0 {
@@ -86,8 +91,8 @@ func (f *Faults) quotaCost(rows, bytes int64) time.Duration {
 // in f. In backpressure mode it waits until the stream's budget allows the
 // request (it returns early only when ctx ends, with ctx's status). In
 // reject mode it returns RESOURCE_EXHAUSTED, with a retry hint, for a
-// request more than quotaBurst ahead of the budget, and charges nothing for
-// it. It reports how long it waited.
+// request that would end more than quotaBurst (or its own cost, if larger)
+// ahead of the budget, and charges nothing for it. It reports how long it waited.
 func (q *quota) take(ctx context.Context, f *Faults, rows, bytes int64) (time.Duration, error) {
 	cost := f.quotaCost(rows, bytes)
 	if cost <= 0 {
@@ -104,8 +109,12 @@ func (q *quota) take(ctx context.Context, f *Faults, rows, bytes int64) (time.Du
 	}
 	due := start.Add(cost)
 	if reject {
-		if ahead := due.Sub(now); ahead > quotaBurst {
-			return 0, quotaExceeded(f, ahead-quotaBurst)
+		// A request that alone costs more than quotaBurst passes on a
+		// stream whose budget is paid up: refusing it would refuse it on
+		// every stream for ever (and the SDK retries RESOURCE_EXHAUSTED).
+		allowed := max(quotaBurst, cost)
+		if ahead := due.Sub(now); ahead > allowed {
+			return 0, quotaExceeded(f, ahead-allowed)
 		}
 		q.due = due
 		return 0, nil

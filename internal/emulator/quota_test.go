@@ -27,15 +27,27 @@ func sendBatches(t *testing.T, p *putStream, batches, per int) {
 	}
 }
 
+// startOpen starts an emulator configured by mutate and returns it with a
+// function that opens one more stream on testTable (requiring success).
+func startOpen(t *testing.T, mutate func(*Config)) (*Server, func() *putStream) {
+	t.Helper()
+	srv := startEmu(t, mutate)
+	conn := dial(t, srv)
+	tok := zerobusToken(t, srv, testTable)
+	return srv, func() *putStream {
+		t.Helper()
+		p, _, err := openPut(t, conn, tok, testTable, testSchema)
+		require.NoError(t, err)
+		return p
+	}
+}
+
 func TestStreamRowQuotaBackpressure(t *testing.T) {
 	// 2,000 rows/s per stream; 2,000 rows take at least 1 s, less the
 	// slack an idle stream starts with, to be acked whatever the client
 	// does, and the stream's achieved rate says so.
-	srv := startEmu(t, func(c *Config) { c.Faults.StreamMaxRowsPerSec = 2000 })
-	conn := dial(t, srv)
-	tok := zerobusToken(t, srv, testTable)
-	p, _, err := openPut(t, conn, tok, testTable, testSchema)
-	require.NoError(t, err)
+	srv, open := startOpen(t, func(c *Config) { c.Faults.StreamMaxRowsPerSec = 2000 })
+	p := open()
 
 	start := time.Now()
 	sendBatches(t, p, 10, 200)
@@ -59,13 +71,8 @@ func TestStreamRowQuotaBackpressure(t *testing.T) {
 func TestStreamQuotaIsPerStream(t *testing.T) {
 	// Two streams at 2,000 rows/s each carry 2,000 rows in about the time
 	// one carries 1,000: the quota is per stream, not per table.
-	srv := startEmu(t, func(c *Config) { c.Faults.StreamMaxRowsPerSec = 2000 })
-	conn := dial(t, srv)
-	tok := zerobusToken(t, srv, testTable)
-	p1, _, err := openPut(t, conn, tok, testTable, testSchema)
-	require.NoError(t, err)
-	p2, _, err := openPut(t, conn, tok, testTable, testSchema)
-	require.NoError(t, err)
+	srv, open := startOpen(t, func(c *Config) { c.Faults.StreamMaxRowsPerSec = 2000 })
+	p1, p2 := open(), open()
 	start := time.Now()
 	sendBatches(t, p1, 10, 100)
 	sendBatches(t, p2, 10, 100)
@@ -81,11 +88,8 @@ func TestStreamQuotaIsPerStream(t *testing.T) {
 func TestStreamMBQuotaBackpressure(t *testing.T) {
 	// A 0.05 MB/s (50,000 bytes/s) quota holds the stream to that many
 	// bytes of frames per second.
-	srv := startEmu(t, func(c *Config) { c.Faults.StreamMaxMBPerSec = 0.05 })
-	conn := dial(t, srv)
-	tok := zerobusToken(t, srv, testTable)
-	p, _, err := openPut(t, conn, tok, testTable, testSchema)
-	require.NoError(t, err)
+	srv, open := startOpen(t, func(c *Config) { c.Faults.StreamMaxMBPerSec = 0.05 })
+	p := open()
 	start := time.Now()
 	sendBatches(t, p, 5, 200)
 	p.waitRecords(1000)
@@ -101,17 +105,14 @@ func TestStreamQuotaRejectMode(t *testing.T) {
 	// Reject mode: a stream more than a second's worth over its quota fails
 	// RESOURCE_EXHAUSTED with a retry hint; the refused batch is not stored
 	// and what was acked before it stays.
-	srv := startEmu(t, func(c *Config) {
+	srv, open := startOpen(t, func(c *Config) {
 		c.Faults.StreamMaxRowsPerSec = 1000
 		c.Faults.StreamQuotaMode = QuotaReject
 	})
-	conn := dial(t, srv)
-	tok := zerobusToken(t, srv, testTable)
-	p, _, err := openPut(t, conn, tok, testTable, testSchema)
-	require.NoError(t, err)
+	p := open()
 	// 1,000 rows fit the one-second burst; the next 500 do not.
 	sendBatches(t, p, 3, 500)
-	_, err = p.awaitRecords(1500)
+	_, err := p.awaitRecords(1500)
 	require.Error(t, err)
 	st, _ := status.FromError(unwrapStatus(err))
 	require.Equal(t, codes.ResourceExhausted, st.Code(), "%v", err)
@@ -173,4 +174,18 @@ func TestStreamQuotaThroughAdminAPI(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, put(`{"stream_max_rows_per_sec":-1}`))
 	assert.Equal(t, http.StatusBadRequest, put(`{"stream_quota_mode":"drop"}`))
 	assert.EqualValues(t, 15000, srv.Faults().StreamMaxRowsPerSec, "a refused change changes nothing")
+}
+
+func TestQuotaRejectAdmitsOneLargeRequestOnAnIdleStream(t *testing.T) {
+	// A request that alone costs more than quotaBurst (2,000 rows at
+	// 1,000 rows/s) is taken by a stream whose budget is paid up; refusing
+	// it would refuse it on every stream, for ever, and a client that
+	// retries RESOURCE_EXHAUSTED (the SDK does) would never get through.
+	// The next request waits for the budget like any other.
+	f := &Faults{StreamMaxRowsPerSec: 1000, StreamQuotaMode: QuotaReject}
+	var q quota
+	_, err := q.take(context.Background(), f, 2000, 0)
+	require.NoError(t, err, "one 2 s request on an idle stream")
+	_, err = q.take(context.Background(), f, 1, 0)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "the stream is 2 s ahead of its budget")
 }

@@ -20,8 +20,10 @@ import (
 // before decompressing: a 10 MiB frame declaring 100 GiB killed the
 // emulator with an out-of-memory fatal error (found by FuzzDoPutFrame). The
 // service's limit on decompressed size is not documented (assumption):
-// 256 MiB is far above what a client cuts (the official SDK and this
-// output aim at frames of about 2 MiB) and small enough for any machine.
+// 256 MiB is far above what a client cuts (the official SDK encodes with
+// arrow-flight's FlightDataEncoderBuilder at its default, about 2 MiB per
+// frame, databricks/zerobus-sdk rust/sdk/src/arrow_stream.rs; this output
+// aims at the same) and small enough for any machine.
 const MaxDecompressedBytes = 256 << 20
 
 // checkDecompressedSize refuses a frame whose compressed body declares more

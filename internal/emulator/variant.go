@@ -109,8 +109,10 @@ func binaryValue(a arrow.Array, i int) ([]byte, bool) {
 // its JSON text. arrow-go's variant package validates the encoding's
 // structure (variant.New) but not every value: a decimal whose scale is out
 // of range passes and then panics in MarshalJSON (found by
-// FuzzVariantJSON). Such bytes are not a variant the service would store,
-// so a panic while decoding them is turned into the refusal of the value.
+// FuzzVariantJSON). A panic while decoding them is turned into the
+// refusal of the value; that the service refuses such bytes too, rather
+// than storing them, is an assumption (its Variant validation is not
+// documented).
 func variantJSON(st *array.Struct, i int) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {

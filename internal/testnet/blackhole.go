@@ -183,6 +183,12 @@ func (b *BlackHole) accept() {
 			_ = up.Close()
 			return
 		}
+		if b.down { // SetDown(true) ran during the dial
+			b.mu.Unlock()
+			_ = c.Close()
+			_ = up.Close()
+			continue
+		}
 		b.links = append(b.links, l)
 		b.accepted++
 		b.wg.Add(2)

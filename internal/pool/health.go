@@ -60,6 +60,27 @@ type Health struct {
 	Fatal error
 }
 
+// AnyConnected reports whether some member has a stream ready for writes
+// whose connection is up: a member Health would report StateUp and not
+// Reconnecting. It takes the read lock and allocates nothing, for checks on
+// the write path.
+func (p *Pool) AnyConnected() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed || p.fatal != nil {
+		return false
+	}
+	for _, m := range p.members {
+		if m.down != nil || !m.usable(p.schema) {
+			continue
+		}
+		if c, ok := m.conn.stream.(Connector); !ok || c.Connected() {
+			return true
+		}
+	}
+	return false
+}
+
 // Health returns a snapshot of the pool. It holds the pool's read lock only
 // to copy each member's fields (Write's pick holds the same read lock, so
 // neither waits for the other); the lanes are read through atomics.

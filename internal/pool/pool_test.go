@@ -873,3 +873,30 @@ func TestFirstMemberOpensAlone(t *testing.T) {
 	assert.Equal(t, 4, o.OpenAttempts())
 	require.NoError(t, write(t, ctx, p, "", 1).Wait(ctx))
 }
+
+// AnyConnected, the write path's cheap outage check, agrees with Health: a
+// member up and connected makes it true; a pool stopped (fatal) or closed
+// has none.
+func TestAnyConnectedAgreesWithHealth(t *testing.T) {
+	ctx := testCtx(t)
+	o := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
+	p := pool.New(o, table, ingestfake.TestSchema, fastConfig(2), nil)
+	defer closeNow(p)
+	assert.False(t, p.AnyConnected(), "nothing opened yet")
+	require.NoError(t, p.Connect(ctx))
+	require.True(t, p.AnyConnected())
+	streams, tickets := bind(t, ctx, p, o)
+	for _, s := range streams {
+		s.Poison(ingestfake.ErrFatalConfig("permission denied"))
+	}
+	for _, tk := range tickets {
+		require.Error(t, tk.Wait(ctx))
+	}
+	require.Eventually(t, func() bool { return p.Stats().Fatal != nil }, 10*time.Second, time.Millisecond)
+	assert.False(t, p.AnyConnected(), "a stopped pool")
+	for _, mh := range p.Health().Members {
+		assert.NotEqual(t, pool.StateUp, mh.State)
+	}
+	_ = p.Close(ctx) // reports the stopped streams' failure
+	assert.False(t, p.AnyConnected(), "a closed pool")
+}

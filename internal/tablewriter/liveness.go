@@ -188,8 +188,8 @@ func (w *Writer) unreachable(ph pool.Health) (since time.Time, cause error) {
 // held (ErrNotOpen) and Open waits while it lasts: the engine's connection
 // status then says the output is not connected.
 func (w *Writer) outage(st *state) error {
-	if st == nil || st.pool == nil {
-		return nil
+	if st == nil || st.pool == nil || st.pool.AnyConnected() {
+		return nil // the usual case, decided without building the pool's Health
 	}
 	since, cause := w.unreachable(st.pool.Health())
 	if since.IsZero() || time.Since(since) < OutageGrace {

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -245,7 +243,7 @@ func (w *Writer) ownRescueFields(batch []Row, res arrowconv.Result, rescued map[
 	if rec == nil {
 		return false
 	}
-	ci := slices.IndexFunc(rec.Schema().Fields(), func(f arrow.Field) bool { return strings.EqualFold(f.Name, w.cfg.Rescue) })
+	ci := fieldIndex(rec.Schema(), w.cfg.Rescue)
 	if ci < 0 || rec.Column(ci).NullN() == int(rec.NumRows()) {
 		return false
 	}

@@ -98,11 +98,7 @@ func (r *rescueRow) AsStructured() (any, error) { return r.m, nil }
 
 // newRescueRow decodes row for editing; nil when it is not a JSON object.
 func newRescueRow(row Row) *rescueRow {
-	v, err := row.AsStructured()
-	if err != nil {
-		return nil
-	}
-	m, ok := v.(map[string]any)
+	m, ok := asObject(row)
 	if !ok {
 		return nil
 	}

@@ -90,11 +90,7 @@ func (a *authority) applyConfig(d *catalog.DesiredTable) {
 func structured(batch []Row, idx []int) []map[string]any {
 	var out []map[string]any
 	add := func(m Row) {
-		v, err := m.AsStructured()
-		if err != nil {
-			return
-		}
-		if obj, ok := v.(map[string]any); ok {
+		if obj, ok := asObject(m); ok {
 			out = append(out, obj)
 		}
 	}
@@ -108,6 +104,17 @@ func structured(batch []Row, idx []int) []map[string]any {
 		add(batch[i])
 	}
 	return out
+}
+
+// asObject is the message m decoded (Row.AsStructured), when it is a JSON
+// object.
+func asObject(m Row) (map[string]any, bool) {
+	v, err := m.AsStructured()
+	if err != nil {
+		return nil, false
+	}
+	obj, ok := v.(map[string]any)
+	return obj, ok
 }
 
 // create creates the absent table d (the coverage table) through the

@@ -245,18 +245,27 @@ func (w *Writer) tableReserved() []typemap.Column {
 	return cols
 }
 
-// missingCoverageColumns returns the coverage columns cols lacks (none
-// without coverage); a coverage column of the wrong type is an error.
-//
-// It also returns the rescue column when the table lacks it
+// missingReservedColumns returns the columns of tableReserved an existing
+// table lacks and the writer adds (with provisioning): the coverage
+// columns (missingCoverageColumns), then the rescue column
 // (missingRescueColumn).
-func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column, error) {
+func (w *Writer) missingReservedColumns(cols []typemap.Column) ([]typemap.Column, error) {
 	rescue, err := w.missingRescueColumn(cols)
 	if err != nil {
 		return nil, err
 	}
+	missing, err := w.missingCoverageColumns(cols)
+	if err != nil {
+		return nil, err
+	}
+	return append(missing, rescue...), nil
+}
+
+// missingCoverageColumns returns the coverage columns cols lacks (none
+// without coverage); a coverage column of the wrong type is an error.
+func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column, error) {
 	if w.cfg.Coverage == nil {
-		return rescue, nil
+		return nil, nil
 	}
 	var missing []typemap.Column
 	for _, r := range arrowconv.CoverageColumns() {
@@ -277,7 +286,7 @@ func (w *Writer) missingCoverageColumns(cols []typemap.Column) ([]typemap.Column
 		return nil, fmt.Errorf("table %s lacks the coverage columns %s: add them (ALTER TABLE %s ADD COLUMNS (%s)) or enable catalog.provision",
 			w.cfg.Table, strings.Join(names, ", "), w.cfg.Table, strings.Join(names, ", "))
 	}
-	return append(missing, rescue...), nil
+	return missing, nil
 }
 
 // ensureCoverage describes (with provisioning, creates) the coverage table

@@ -123,12 +123,8 @@ func (d *DeadLetters) Write(ctx context.Context, sourceOf func(i int) string, ro
 				}
 			}
 		}
-		if len(l.ColumnName) > arrowconv.MaxQuoted {
-			l.ColumnName = strings.ToValidUTF8(l.ColumnName[:arrowconv.MaxQuoted], "") + fmt.Sprintf("… (%d bytes)", len(l.ColumnName))
-		}
-		if len(l.Error) > maxDeadLetterError {
-			l.Error = strings.ToValidUTF8(l.Error[:maxDeadLetterError], "") + fmt.Sprintf("… (%d bytes)", len(l.Error))
-		}
+		l.ColumnName = truncate(l.ColumnName, arrowconv.MaxQuoted)
+		l.Error = truncate(l.Error, maxDeadLetterError)
 		b, merr := json.Marshal(l)
 		if merr != nil { // cannot happen: strings and an int
 			re.Err = fmt.Errorf("%w (and its dead letter could not be encoded: %v)", re.Err, merr)
@@ -166,6 +162,15 @@ func (d *DeadLetters) Write(ctx context.Context, sourceOf func(i int) string, ro
 		rest = append(rest, re)
 	}
 	return rest, nil
+}
+
+// truncate cuts s to its first n bytes (dropping a rune cut in two),
+// followed by its length, when it is longer.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("… (%d bytes)", len(s))
 }
 
 // attemptsNow is how many writes one batch's dead letters get: one while

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
@@ -100,11 +98,7 @@ func (r *rescueRow) AsStructured() (any, error) { return r.m, nil }
 
 // newRescueRow decodes row for editing; nil when it is not a JSON object.
 func newRescueRow(row Row) *rescueRow {
-	v, err := row.AsStructured()
-	if err != nil {
-		return nil
-	}
-	m, ok := v.(map[string]any)
+	m, ok := asObject(row)
 	if !ok {
 		return nil
 	}
@@ -131,21 +125,16 @@ func (r *rescueRow) take(re RowError, col string) bool {
 	if !ok || (r.obj != nil && typemap.ColumnKey(key) == colKey) {
 		return false
 	}
+	v := r.m[key]
+	delete(r.m, key)
 	if r.obj == nil {
 		// The message's own fields named like the rescue column are
 		// rescued too, under their own names: the rescue object takes
 		// their place, so their values would otherwise be lost.
 		r.obj = map[string]any{}
-		for k, v := range r.m {
-			if k != key && typemap.ColumnKey(k) == colKey {
-				r.obj[k] = v
-				delete(r.m, k)
-				r.columns = append(r.columns, RescueUnknownField)
-			}
-		}
+		r.moveNamedLike(colKey)
 	}
-	r.obj[key] = r.m[key]
-	delete(r.m, key)
+	r.obj[key] = v
 	r.m[col] = r.obj
 	label := re.Field
 	if errors.Is(re.Err, arrowconv.ErrUnknownField) || errors.Is(re.Err, arrowconv.ErrDuplicateField) {
@@ -245,7 +234,7 @@ func (w *Writer) ownRescueFields(batch []Row, res arrowconv.Result, rescued map[
 	if rec == nil {
 		return false
 	}
-	ci := slices.IndexFunc(rec.Schema().Fields(), func(f arrow.Field) bool { return strings.EqualFold(f.Name, w.cfg.Rescue) })
+	ci := fieldIndex(rec.Schema(), w.cfg.Rescue)
 	if ci < 0 || rec.Column(ci).NullN() == int(rec.NumRows()) {
 		return false
 	}
@@ -264,23 +253,30 @@ func (w *Writer) ownRescueFields(batch []Row, res arrowconv.Result, rescued map[
 }
 
 // takeOwn moves the message's fields named like the rescue column col into
-// the rescue object, under their own names; false when there are none.
+// the rescue object, under their own names; false when there are none. The
+// row has no rescue object yet.
 func (r *rescueRow) takeOwn(col string) bool {
-	colKey := typemap.ColumnKey(col)
-	for k, v := range r.m {
-		if typemap.ColumnKey(k) != colKey {
-			continue
-		}
-		if r.obj == nil {
-			r.obj = map[string]any{}
-		}
-		r.obj[k] = v
-		delete(r.m, k)
-		r.columns = append(r.columns, RescueUnknownField)
-	}
-	if r.obj == nil {
+	r.obj = map[string]any{}
+	if r.moveNamedLike(typemap.ColumnKey(col)) == 0 {
+		r.obj = nil
 		return false
 	}
 	r.m[col] = r.obj
 	return true
+}
+
+// moveNamedLike moves the message's fields whose column key is colKey (the
+// rescue column's) into the rescue object, under their own names, counted
+// as unknown fields; it returns how many it moved.
+func (r *rescueRow) moveNamedLike(colKey string) int {
+	n := 0
+	for k, v := range r.m {
+		if typemap.ColumnKey(k) == colKey {
+			r.obj[k] = v
+			delete(r.m, k)
+			r.columns = append(r.columns, RescueUnknownField)
+			n++
+		}
+	}
+	return n
 }

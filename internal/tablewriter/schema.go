@@ -90,11 +90,7 @@ func (a *authority) applyConfig(d *catalog.DesiredTable) {
 func structured(batch []Row, idx []int) []map[string]any {
 	var out []map[string]any
 	add := func(m Row) {
-		v, err := m.AsStructured()
-		if err != nil {
-			return
-		}
-		if obj, ok := v.(map[string]any); ok {
+		if obj, ok := asObject(m); ok {
 			out = append(out, obj)
 		}
 	}
@@ -108,6 +104,17 @@ func structured(batch []Row, idx []int) []map[string]any {
 		add(batch[i])
 	}
 	return out
+}
+
+// asObject is the message m decoded (Row.AsStructured), when it is a JSON
+// object.
+func asObject(m Row) (map[string]any, bool) {
+	v, err := m.AsStructured()
+	if err != nil {
+		return nil, false
+	}
+	obj, ok := v.(map[string]any)
+	return obj, ok
 }
 
 // create creates the absent table d (the coverage table) through the
@@ -204,29 +211,30 @@ func (a *authority) dropRefused(refused *catalog.RefusedError, add []typemap.Col
 	named := func(column string) bool { _, ok := reasons[strings.ToLower(column)]; return ok }
 	all := !slices.ContainsFunc(add, func(c typemap.Column) bool { return named(c.Name) }) &&
 		!slices.ContainsFunc(widen, func(x widening) bool { return named(x.column) })
+	// refusal is why column's change was refused; false when it was not.
+	refusal := func(column string) (string, bool) {
+		if reason, ok := reasons[strings.ToLower(column)]; ok {
+			return reason, true
+		}
+		return refused.Error(), all
+	}
 	var keepAdd []typemap.Column
 	var keepWiden []widening
 	var dropped []string
 	for _, c := range add {
-		if !all && !named(c.Name) {
+		reason, ok := refusal(c.Name)
+		if !ok {
 			keepAdd = append(keepAdd, c)
 			continue
-		}
-		reason, ok := reasons[strings.ToLower(c.Name)]
-		if !ok {
-			reason = refused.Error()
 		}
 		a.refused.Store(typemap.ColumnKey(c.Name), "the catalog refused it: "+reason)
 		dropped = append(dropped, c.Name)
 	}
 	for _, wd := range widen {
-		if !all && !named(wd.column) {
+		reason, ok := refusal(wd.column)
+		if !ok {
 			keepWiden = append(keepWiden, wd)
 			continue
-		}
-		reason, ok := reasons[strings.ToLower(wd.column)]
-		if !ok {
-			reason = refused.Error()
 		}
 		a.widenRefused.Store(strings.ToLower(wd.column), reason)
 		dropped = append(dropped, wd.column)

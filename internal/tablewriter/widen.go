@@ -291,8 +291,14 @@ func (a *authority) annotateRefusedWidenings(errs []arrowconv.RowError, ws []wid
 		if !refused {
 			continue
 		}
+		// A set, not a scan of wd.rows per error: a refused column's rows
+		// are annotated on every batch that carries them.
+		rows := make(map[int]bool, len(wd.rows))
+		for _, i := range wd.rows {
+			rows[i] = true
+		}
 		for k := range errs {
-			if errs[k].Column == wd.column && slices.Contains(wd.rows, errs[k].Index) && errors.Is(errs[k].Err, arrowconv.ErrOutOfRange) {
+			if errs[k].Column == wd.column && rows[errs[k].Index] && errors.Is(errs[k].Err, arrowconv.ErrOutOfRange) {
 				errs[k].Err = fmt.Errorf("%w (widening column %q to %s refused: %s)", errs[k].Err, wd.column, sqlType(wd.to), reason)
 			}
 		}

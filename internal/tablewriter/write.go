@@ -31,9 +31,11 @@ import (
 // of them is durable. Rows that do not fit the table come back as row errors
 // (naming the row index and the column); the good rows are durable before
 // Write returns. An error means nothing is acknowledged: the whole batch is
-// to be retried. ErrNotOpen (wrapped) asks the caller to Open again; it is
-// never returned once a row of the batch was submitted. When part of the
-// batch is durable and the rest could not be submitted or confirmed, the
+// to be retried. ErrNotOpen (wrapped) asks the caller to Open again; once a
+// row of the batch was submitted it is returned only when the streams
+// stopped for good (a permanent stream error, or a pool that stopped) and
+// no row of the batch is durable. When part of the batch is durable and
+// the rest could not be submitted or confirmed, the
 // rest come back as row errors wrapping a *TableError (to be retried, not
 // dead-lettered), so the durable rows are never sent again. keyOf may be
 // nil (no ordering).

@@ -405,7 +405,7 @@ func (w *Writer) open(ctx context.Context) error {
 			w.st.Store(&state{})
 			return nil
 		}
-		missing, err := w.missingCoverageColumns(ts.Columns)
+		missing, err := w.missingReservedColumns(ts.Columns)
 		if err != nil {
 			return err
 		}

@@ -80,6 +80,24 @@ func rowStats(t *testing.T, httpURL, table string) (stored, distinct, dups int) 
 	return len(rows), len(seen), len(rows) - len(seen)
 }
 
+// waitEveryRow waits until every one of rows distinct ids is in table:
+// the table's row_count counts duplicates, so it is read first (cheap) and
+// the ids only once it reaches rows. poll, when set, sees each row_count.
+func waitEveryRow(t *testing.T, wait time.Duration, msg, httpURL, table string, rows int, poll func(n int64), logs func() string) {
+	t.Helper()
+	eventually(t, wait, 20*time.Millisecond, msg, func() (bool, string) {
+		n := rowCount(httpURL, table)
+		if poll != nil {
+			poll(n)
+		}
+		if n < int64(rows) {
+			return false, fmt.Sprintf("row_count %d of %d\n%s", n, rows, logs())
+		}
+		_, distinct, _ := rowStats(t, httpURL, table)
+		return distinct >= rows, fmt.Sprintf("row_count %d, %d distinct of %d\n%s", n, distinct, rows, logs())
+	})
+}
+
 // rowCount is the emulator's row_count of table (0 when unreadable).
 func rowCount(httpURL, table string) int64 {
 	ti, err := fetchTableInfo(httpURL, table)
@@ -122,13 +140,11 @@ func TestFaultPermanentMidStream(t *testing.T) {
 	faultLog := pipe.out.String()[logFrom:]
 
 	var healed time.Duration
-	eventually(t, 30*time.Second, 20*time.Millisecond, "the pipeline never healed after the fault was cleared", func() (bool, string) {
-		n := rowCount(httpURL, eventsTable)
+	waitEveryRow(t, 30*time.Second, "the pipeline never healed after the fault was cleared", httpURL, eventsTable, rows, func(n int64) {
 		if healed == 0 && n > landedAtFault+landedDuring {
 			healed = time.Since(cleared)
 		}
-		return n >= rows, fmt.Sprintf("row_count %d of %d\n%s", n, rows, tail(pipe.out.String(), 30))
-	})
+	}, func() string { return tail(pipe.out.String(), 30) })
 	all := time.Since(cleared)
 	select {
 	case err := <-exited:
@@ -276,10 +292,8 @@ func TestFaultMissingTableBacksOff(t *testing.T) {
 
 	created := time.Now()
 	require.NoError(t, ucAt(t, httpURL, "wh-late").Execute(t.Context(), "CREATE TABLE "+table+" ("+eventsCols+")"))
-	eventually(t, 30*time.Second, 20*time.Millisecond, "the rows never landed after the table was created", func() (bool, string) {
-		n := rowCount(httpURL, table)
-		return n >= rows, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
-	})
+	waitEveryRow(t, 30*time.Second, "the rows never landed after the table was created", httpURL, table, rows, nil,
+		func() string { return tail(pipe.out.String(), 20) })
 	healed := time.Since(created)
 	stored, distinct, dups := rowStats(t, httpURL, table)
 	faultLine(t, "missing table (provision off): connect attempts in the first %s=%d; explanations=%d; engine 'Failed to connect' lines=%d; rows sent=%d landed=%d distinct=%d dups=%d; all rows landed %s after CREATE TABLE",
@@ -386,10 +400,7 @@ output:
 		}
 		return ok, fmt.Sprintf("health %s; ready %d\n%s", describeHealth(code, rep, err), rcode, tail(pipe.out.String(), 10))
 	})
-	eventually(t, 60*time.Second, 50*time.Millisecond, "not every row landed", func() (bool, string) {
-		n := rowCount(emu.httpURL(), chaosTable)
-		return n >= rows, fmt.Sprintf("row_count %d of %d", n, rows)
-	})
+	waitEveryRow(t, 60*time.Second, "not every row landed", emu.httpURL(), chaosTable, rows, nil, func() string { return "" })
 	stored, distinct, dups := rowStats(t, emu.httpURL(), chaosTable)
 	faultLine(t, "endpoint killed (kill -9) under 40 rows/s: health 503 after %s, /ready 503 after %s, output_connection_lost after %s; down %s; healthy again %s after restart; rows sent=%d landed=%d distinct=%d dups=%d",
 		health.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), lost.Round(10*time.Millisecond), restarted.Sub(killed).Round(100*time.Millisecond), healed.Round(10*time.Millisecond), rows, stored, distinct, dups)
@@ -510,10 +521,8 @@ func TestFaultTransientAndThrottling(t *testing.T) {
 			during := streamStats(t, httpURL, eventsTable)
 			putFaults(t, httpURL, `{}`)
 			cleared := time.Now()
-			eventually(t, 40*time.Second, 20*time.Millisecond, "not every row landed", func() (bool, string) {
-				n := rowCount(httpURL, eventsTable)
-				return n >= rows, fmt.Sprintf("row_count %d of %d\n%s", n, rows, tail(pipe.out.String(), 20))
-			})
+			waitEveryRow(t, 40*time.Second, "not every row landed", httpURL, eventsTable, rows, nil,
+				func() string { return tail(pipe.out.String(), 20) })
 			all := time.Since(cleared)
 			// The last rows may still be in flight when row_count first
 			// reaches rows (duplicates count too): settle, then read back.
@@ -573,10 +582,8 @@ func TestFaultOAuth(t *testing.T) {
 		stop()
 		emulatorOn(t, httpAddr, grpcAddr, data, "--client-secret", "rotated-secret")
 		fixed := time.Now()
-		eventually(t, 40*time.Second, 20*time.Millisecond, "never healed once the secret was accepted", func() (bool, string) {
-			n := rowCount("http://"+httpAddr, eventsTable)
-			return n >= rows, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
-		})
+		waitEveryRow(t, 40*time.Second, "never healed once the secret was accepted", "http://"+httpAddr, eventsTable, rows, nil,
+			func() string { return tail(pipe.out.String(), 20) })
 		healed := time.Since(fixed)
 		_, distinct, dups := rowStats(t, "http://"+httpAddr, eventsTable)
 		faultLine(t, "OAuth refused (invalid_client) for 8s: connect attempts=%d; explanations naming client_secret=%d; engine 'Failed to connect' lines=%d; all %d rows landed %s after the workspace accepted the secret (distinct=%d dups=%d)",
@@ -596,10 +603,8 @@ func TestFaultOAuth(t *testing.T) {
   interval: 10ms
   mapping: 'root = {"id": counter(), "msg": "m"}'`, zerobusOutput("http://"+grpcAddr, "http://"+httpAddr, eventsTable, "batching:\n  count: 20\n  period: 20ms\n")))
 		began := time.Now()
-		eventually(t, 45*time.Second, 50*time.Millisecond, "not every row landed", func() (bool, string) {
-			n := rowCount("http://"+httpAddr, eventsTable)
-			return n >= rows, fmt.Sprintf("row_count %d\n%s", n, tail(pipe.out.String(), 20))
-		})
+		waitEveryRow(t, 45*time.Second, "not every row landed", "http://"+httpAddr, eventsTable, rows, nil,
+			func() string { return tail(pipe.out.String(), 20) })
 		_, distinct, dups := rowStats(t, "http://"+httpAddr, eventsTable)
 		st := emulatorStats(t, "http://"+httpAddr)
 		faultLine(t, "tokens expiring every 3s: %d rows over %s, distinct=%d dups=%d, tokens issued=%d, refused=%d, nacked batches=%d",

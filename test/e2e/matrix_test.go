@@ -166,21 +166,14 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 	// heal), and for the silenced connection, the first new connection.
 	var healed, redialled time.Duration
 	accepted := bh.Accepted()
-	eventually(t, 75*time.Second, 20*time.Millisecond, "not every row landed", func() (bool, string) {
-		n := landed()
+	waitEveryRow(t, 75*time.Second, "not every row landed", httpURL, table, rows, func(n int64) {
 		if healed == 0 && n > landedAtFault+during.rows {
 			healed = time.Since(faultAt)
 		}
 		if redialled == 0 && bh.Accepted() > accepted {
 			redialled = time.Since(faultAt)
 		}
-		if n < int64(rows) {
-			return false, fmt.Sprintf("row_count %d of %d\n%s", n, rows, tail(pipe.out.String(), 20))
-		}
-		// Duplicates count in row_count: wait for every distinct id.
-		_, distinct, _ := rowStats(t, httpURL, table)
-		return distinct >= rows, fmt.Sprintf("row_count %d, %d distinct of %d\n%s", n, distinct, rows, tail(pipe.out.String(), 20))
-	})
+	}, func() string { return tail(pipe.out.String(), 20) })
 	time.Sleep(300 * time.Millisecond) // a duplicate would land just after the last row
 	stored, distinct, dups := rowStats(t, httpURL, table)
 	explained := countLines(faultLog, "What to do")

@@ -82,10 +82,8 @@ func (r *workspaceRig) landed() int64 { return rowCount(r.httpURL, workspaceTabl
 // rows, distinct ids and duplicates.
 func (r *workspaceRig) waitAllLanded(t *testing.T, wait time.Duration) (stored, distinct, dups int) {
 	t.Helper()
-	eventually(t, wait, 50*time.Millisecond, "not every row landed", func() (bool, string) {
-		n := r.landed()
-		return n >= int64(r.rows), fmt.Sprintf("row_count %d of %d\n%s", n, r.rows, tail(r.pipe.out.String(), 20))
-	})
+	waitEveryRow(t, wait, "not every row landed", r.httpURL, workspaceTable, r.rows, nil,
+		func() string { return tail(r.pipe.out.String(), 20) })
 	time.Sleep(300 * time.Millisecond) // a duplicate would land just after the last row
 	return rowStats(t, r.httpURL, workspaceTable)
 }

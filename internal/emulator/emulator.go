@@ -256,7 +256,7 @@ func (s *Server) open() error {
 		return fmt.Errorf("emulator: %w", err)
 	}
 	s.reg = reg
-	s.ws = workspace.New(reg, workspace.Options{Authorize: s.authorizeWorkspace, Now: time.Now, IcebergLag: s.cfg.IcebergLag, StorageLocation: tableLocation})
+	s.ws = workspace.New(reg, workspace.Options{Authorize: s.authorizeWorkspace, Now: time.Now, IcebergLag: s.cfg.IcebergLag, StorageLocation: tableLocation, OnDrop: s.onDrop})
 	s.s3creds = newS3Credentials(time.Now)
 	key, err := loadTokenKey(filepath.Join(s.cfg.DataDir, ".workspace", "token-signing-key"))
 	if err != nil {
@@ -510,7 +510,13 @@ func (s *Server) store(fullName string) (*tableStore, error) {
 		return nil, errors.New("emulator is closed")
 	}
 	if ts, ok := s.stores[key]; ok {
-		return ts, nil
+		if t, ok := s.reg.Get(key); !ok || t.TableID == ts.tableID {
+			return ts, nil
+		}
+		// Dropped and created again, and the drop's own cleanup (onDrop)
+		// has not run yet: the old store goes first, so nothing of the
+		// dropped table is seen in the new one.
+		s.retireStoreLocked(key, ts)
 	}
 	cat, sch, tbl, err := typemap.ParseTableName(key)
 	if err != nil {
@@ -522,6 +528,32 @@ func (s *Server) store(fullName string) (*tableStore, error) {
 	}
 	s.stores[key] = ts
 	return ts, nil
+}
+
+// onDrop is the workspace's drop hook: the dropped table's streams end,
+// its queued batches fail, its files are removed (so a table created again
+// under its name starts empty at Delta version 0), and its grants go with it
+// (see workspace.Workspace.drop for the source).
+func (s *Server) onDrop(t workspace.Table) {
+	key := workspace.NormalizeName(t.FullName)
+	s.storesMu.Lock()
+	if ts, ok := s.stores[key]; ok && ts.tableID == t.TableID {
+		s.retireStoreLocked(key, ts)
+	}
+	s.storesMu.Unlock()
+	s.grants.dropTable(key)
+	s.log.Info("table dropped", "table", key, "table_id", t.TableID)
+}
+
+// retireStoreLocked drops the store ts of the table key and removes its
+// files; storesMu is held, so no store of a table of the same name opens
+// on the directory meanwhile.
+func (s *Server) retireStoreLocked(key string, ts *tableStore) {
+	delete(s.stores, key)
+	ts.drop()
+	if err := os.RemoveAll(ts.dir); err != nil {
+		s.log.Error("remove the files of a dropped table", "table", key, "table_id", ts.tableID, "err", err)
+	}
 }
 
 func (s *Server) closeStores() {

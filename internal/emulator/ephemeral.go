@@ -75,13 +75,15 @@ func (zs *zerobusService) EphemeralStream(stream zbpb.Zerobus_EphemeralStreamSer
 	}
 	name := workspace.NormalizeName(t.FullName)
 	f := s.currentFaults()
-	release, ts, err := s.admitStream(name, f)
+	release, ts, err := s.admitStream(t, f)
 	if err != nil {
 		return err
 	}
 	defer release()
 
 	ss := newSession(ctx, s, name)
+	ss.gone = ts.gone
+	ss.tableID = ts.tableID
 	ss.sendAck = func(off int64, _ uint64) error {
 		return stream.Send(&zbpb.EphemeralStreamResponse{Payload: &zbpb.EphemeralStreamResponse_IngestRecordResponse{
 			IngestRecordResponse: &zbpb.IngestRecordResponse{DurabilityAckUpToOffset: proto.Int64(off)}}})

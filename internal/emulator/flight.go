@@ -26,7 +26,11 @@ type flightService struct {
 
 // admitStream takes a stream slot for the table (the concurrency cap) and
 // opens its storage; release frees the slot. Both ingest paths start here.
-func (s *Server) admitStream(name string, f *Faults) (release func(), ts *tableStore, err error) {
+//
+// A table dropped meanwhile (after the stream's authorization described it)
+// is refused NOT_FOUND, as a missing table is at open.
+func (s *Server) admitStream(t workspace.Table, f *Faults) (release func(), ts *tableStore, err error) {
+	name := workspace.NormalizeName(t.FullName)
 	if f.OpenError != "" {
 		if c, err := parseCode(f.OpenError); err == nil {
 			s.stats.rejectStream(name)
@@ -42,6 +46,10 @@ func (s *Server) admitStream(name string, f *Faults) (release func(), ts *tableS
 	if err != nil {
 		release()
 		return nil, nil, status.Errorf(codes.Internal, "open table storage: %v", err)
+	}
+	if ts.tableID != t.TableID {
+		release()
+		return nil, nil, droppedStatus(name, t.TableID)
 	}
 	return release, ts, nil
 }
@@ -61,7 +69,7 @@ func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
 	}
 	name := workspace.NormalizeName(t.FullName)
 	f := s.currentFaults()
-	release, ts, err := s.admitStream(name, f)
+	release, ts, err := s.admitStream(t, f)
 	if err != nil {
 		return err
 	}
@@ -94,6 +102,8 @@ func (fs *flightService) DoPut(stream flight.FlightService_DoPutServer) error {
 	conv := newStorageConverter(t.Columns, rdr.Schema())
 
 	ss := newSession(ctx, s, name)
+	ss.gone = ts.gone
+	ss.tableID = ts.tableID
 	ss.sendAck = func(off int64, recs uint64) error {
 		return stream.Send(&flight.PutResult{AppMetadata: fmt.Appendf(nil, `{"ack_up_to_offset":%d,"ack_up_to_records":%d}`, off, recs)})
 	}

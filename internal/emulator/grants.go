@@ -176,6 +176,18 @@ func (g *grantStore) apply(changes ...GrantChange) error {
 	return nil
 }
 
+// dropTable forgets every grant on the table securable name (lower-cased):
+// a table created again under the name starts with none.
+func (g *grantStore) dropTable(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.privs {
+		if k.securable == SecurableTable && k.name == name {
+			delete(g.privs, k)
+		}
+	}
+}
+
 func (g *grantStore) setStrict(strict bool) {
 	g.mu.Lock()
 	g.strict = strict

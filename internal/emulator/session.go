@@ -52,6 +52,10 @@ type session struct {
 	queue   chan *pending
 	failed  chan error
 	drained chan struct{}
+	// gone is closed when the stream's table is dropped (tableStore.gone);
+	// tableID is that table's id. Nil gone: never.
+	gone    <-chan struct{}
+	tableID string
 
 	// quota is the stream's throughput budget and stat its record in
 	// Stats; both are used by the receive loop only (stat is locked).
@@ -111,6 +115,9 @@ func (ss *session) resolve(p *pending, block bool) (bool, error) {
 			}
 		}
 		p.resolved = true
+	}
+	if errors.Is(p.err, errTableDropped) {
+		return false, droppedStatus(ss.table, ss.tableID)
 	}
 	if p.err != nil {
 		return false, status.Errorf(codes.Internal, "storing batch at offset %d failed: %v", p.offset, p.err)
@@ -242,10 +249,28 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 			graceEnd = t.C
 		case <-graceEnd:
 			return rotationError()
+		case <-ss.gone:
+			return droppedStatus(ss.table, ss.tableID)
 		case <-ss.ctx.Done():
 			return status.FromContextError(ss.ctx.Err()).Err()
 		}
 	}
+}
+
+// droppedStatus is how a stream on a dropped table ends, and how an open
+// racing the drop is refused: NOT_FOUND, the status the emulator gives an
+// open on a table that does not exist (authorizeStream). Requests received
+// and not yet durable at the drop are not acknowledged (the client sends
+// them again on a new stream, to the table created again under the name, if
+// any); rows acknowledged before it were in the dropped table and went with
+// it. Assumption: no SDK file, doc or issue says what the service answers to
+// a stream whose table is dropped while it writes; NOT_FOUND is its answer
+// to a missing table (rust/sdk/src/lib.rs create_stream: an error for a
+// table that "doesn't exist"), and the SDKs do not retry it
+// (rust/sdk/src/errors.rs UNRETRIABLE_STATUS_CODES lists NotFound), so a
+// client re-resolves the table rather than reconnect to the dropped one.
+func droppedStatus(table, tableID string) error {
+	return status.Errorf(codes.NotFound, "table %s does not exist: it was dropped (table_id %s)", table, tableID)
 }
 
 // end logs how the stream ended and passes its status through.

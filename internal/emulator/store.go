@@ -58,7 +58,11 @@ type writeReq struct {
 // durable.
 type tableStore struct {
 	fullName string
-	dir      string
+	// tableID is the id of the registry table this store holds the data
+	// of. A table dropped and created again under its name is another
+	// table: its data goes to a new store, never to this one (Server.store).
+	tableID string
+	dir     string
 	reg      *workspace.Registry
 	log      *slog.Logger
 	// onDataCommit, if set, is called with fullName after each data commit
@@ -83,6 +87,10 @@ type tableStore struct {
 	queuedBytes int64
 	closing     bool
 	loopDone    chan struct{}
+	// gone is closed when the table is dropped (drop): the streams open on
+	// it end, and what was queued is failed, not committed.
+	gone    chan struct{}
+	dropped bool
 
 	// Guarded by mu; written only by the commit loop after replay.
 	nextVersion int64
@@ -92,6 +100,7 @@ type tableStore struct {
 	dataCommits int64  // data commits in the whole log, replayed ones included
 	metaKey     string // schemaString + configuration of the last metaData
 	protoKey    string // protocol action last written
+	logTableID  string // the metaData id the log gives the table
 	// dataLog lists every data commit in log order with the files it added,
 	// for the Iceberg metadata generated over them (iceberg.go).
 	dataLog []dataCommit
@@ -116,13 +125,28 @@ type dataFile struct {
 // (writing the CREATE TABLE commit for a new table) and starts its commit
 // loop. onDataCommit may be nil; see tableStore.onDataCommit.
 func openTableStore(fullName, dir string, reg *workspace.Registry, log *slog.Logger, onDataCommit func(string), deltaVersion func(string) (int64, bool)) (*tableStore, error) {
-	ts := &tableStore{fullName: fullName, dir: dir, reg: reg, log: log, onDataCommit: onDataCommit, deltaVersion: deltaVersion, loopDone: make(chan struct{})}
+	ts := &tableStore{fullName: fullName, dir: dir, reg: reg, log: log, onDataCommit: onDataCommit, deltaVersion: deltaVersion,
+		loopDone: make(chan struct{}), gone: make(chan struct{})}
 	ts.cond = sync.NewCond(&ts.mu)
+	t, ok := reg.Get(fullName)
+	if ok {
+		ts.tableID = t.TableID
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "_delta_log"), 0o755); err != nil {
 		return nil, fmt.Errorf("create table dir: %w", err)
 	}
 	if err := ts.replay(); err != nil {
 		return nil, err
+	}
+	if ok && ts.logTableID != "" && ts.logTableID != t.TableID {
+		// The directory holds a dropped table of the same name (the
+		// emulator stopped between the drop and the removal of its
+		// files): none of it belongs to this table.
+		log.Info("removing the data of a dropped table of the same name", "table", fullName, "dropped_table_id", ts.logTableID, "table_id", t.TableID)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("remove the data of dropped table %s (id %s): %w", fullName, ts.logTableID, err)
+		}
+		return openTableStore(fullName, dir, reg, log, onDataCommit, deltaVersion)
 	}
 	if ts.nextVersion == 0 {
 		// Version 0 is the CREATE TABLE commit, so even an empty table is a
@@ -287,6 +311,7 @@ func (ts *tableStore) replayCommit(path string, live map[string]int64, order *[]
 			delete(live, a.Remove.Path)
 		case a.MetaData != nil:
 			ts.metaKey = metaKey(a.MetaData.SchemaString, a.MetaData.Configuration)
+			ts.logTableID = a.MetaData.ID
 		case a.Protocol != nil:
 			pb, _ := json.Marshal(a.Protocol)
 			ts.protoKey = string(pb)
@@ -313,7 +338,11 @@ func (ts *tableStore) submit(rec arrow.RecordBatch) <-chan error {
 	}
 	if ts.closing {
 		rec.Release()
-		done <- errors.New("table store is closed")
+		if ts.dropped {
+			done <- ts.droppedErr()
+		} else {
+			done <- errors.New("table store is closed")
+		}
 		return done
 	}
 	ts.queue = append(ts.queue, writeReq{rec: rec, size: size, done: done})
@@ -342,10 +371,16 @@ func (ts *tableStore) loop() {
 		batch := ts.queue
 		ts.queue, ts.queuedRows, ts.queuedBytes = nil, 0, 0
 		ts.cond.Broadcast() // wake submitters blocked on maxQueuedBytes
+		dropped := ts.dropped
 		ts.mu.Unlock()
 
-		err := ts.commit(batch)
-		if err != nil {
+		var err error
+		if dropped {
+			err = ts.droppedErr()
+		} else {
+			err = ts.commit(batch)
+		}
+		if err != nil && !errors.Is(err, errTableDropped) {
 			ts.log.Error("commit failed", "table", ts.fullName, "err", err)
 		}
 		for _, req := range batch {
@@ -358,6 +393,30 @@ func (ts *tableStore) loop() {
 // close commits what is queued and stops the commit loop.
 func (ts *tableStore) close() {
 	ts.mu.Lock()
+	ts.closing = true
+	ts.cond.Broadcast()
+	ts.mu.Unlock()
+	<-ts.loopDone
+}
+
+// errTableDropped is the failure of a write to a table dropped before the
+// write was durable.
+var errTableDropped = errors.New("table dropped")
+
+func (ts *tableStore) droppedErr() error {
+	return fmt.Errorf("%w: table %s (table_id %s) was dropped before the rows were durable", errTableDropped, ts.fullName, ts.tableID)
+}
+
+// drop retires the store of a dropped table: the streams open on it end
+// (gone), the batches queued and not yet committed fail, a commit in
+// progress finishes (its rows were in the table when it was dropped, and are
+// gone with it), and the commit loop stops. The caller removes the files.
+func (ts *tableStore) drop() {
+	ts.mu.Lock()
+	if !ts.dropped {
+		ts.dropped = true
+		close(ts.gone)
+	}
 	ts.closing = true
 	ts.cond.Broadcast()
 	ts.mu.Unlock()
@@ -381,8 +440,8 @@ func (ts *tableStore) dataCommitCount() int64 {
 // commit makes one Delta version out of the queued batches.
 func (ts *tableStore) commit(batch []writeReq) error {
 	t, ok := ts.reg.Get(ts.fullName)
-	if !ok {
-		return fmt.Errorf("table %s no longer exists", ts.fullName)
+	if !ok || t.TableID != ts.tableID {
+		return ts.droppedErr()
 	}
 	// One Parquet file per distinct schema (streams may omit nullable
 	// columns, and streams opened before a schema change keep theirs).

@@ -229,8 +229,11 @@ func (w *Workspace) execute(st *statement, catalog, schema string) *sqlError {
 	if serr != nil {
 		return serr
 	}
-	if st.Kind == KindCreateTable {
+	switch st.Kind {
+	case KindCreateTable:
 		return w.create(name, st)
+	case KindDropTable:
+		return w.drop(name, st)
 	}
 	before, ok := w.reg.Get(name)
 	if !ok {
@@ -299,6 +302,27 @@ func (w *Workspace) create(name string, st *statement) *sqlError {
 		return &sqlError{Class: "INTERNAL_ERROR", SQLState: "XX000", Code: "INTERNAL_ERROR", Msg: err.Error()}
 	}
 	w.noteCreate(name)
+	return nil
+}
+
+// drop runs DROP TABLE [IF EXISTS]. A missing table is TABLE_OR_VIEW_NOT_FOUND
+// unless IF EXISTS ("If specified, no TABLE_OR_VIEW_NOT_FOUND error is thrown
+// when the table does not exist", Databricks SQL reference, DROP TABLE).
+// The table's grants go with it: Unity Catalog keeps a table's privileges
+// with the dropped table, under its id, and restores them only when that
+// table is undropped ("Table metadata – such as table privileges, column
+// spec, and properties – will be recovered", UNDROP TABLE), so a table
+// created again under the name starts with none.
+func (w *Workspace) drop(name string, st *statement) *sqlError {
+	if _, err := w.Drop(name); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			if st.IfExists {
+				return nil
+			}
+			return notFound(name)
+		}
+		return &sqlError{Class: "INTERNAL_ERROR", SQLState: "XX000", Code: "INTERNAL_ERROR", Msg: err.Error()}
+	}
 	return nil
 }
 

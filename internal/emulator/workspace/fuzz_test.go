@@ -18,6 +18,8 @@ func FuzzParseStatement(f *testing.F) {
 		"COMMENT ON TABLE main.default.t IS 'hello'",
 		"ALTER TABLE main.default.t ALTER COLUMN a COMMENT 'c'",
 		"MSCK REPAIR TABLE main.default.t SYNC METADATA",
+		"DROP TABLE main.default.t",
+		"DROP TABLE IF EXISTS `main`.default.`t`;",
 		"CREATE TABLE a.b.c (x " + strings.Repeat("ARRAY<", 200) + "INT" + strings.Repeat(">", 200) + ")",
 		"CREATE TABLE a.b.c (x STRUCT<a: MAP<STRING, ARRAY<VARIANT>>>)",
 	} {

@@ -291,6 +291,48 @@ func (r *Registry) Update(fullName string, fn func(*Table) error) (Table, error)
 	return next.Clone(), nil
 }
 
+// Drop removes the table named fullName (case-insensitive) and returns it as
+// it was. A table created later under the same name is a new table: a new
+// TableID, Version 1 again, nothing of the dropped one (as Unity Catalog
+// does: a dropped table keeps its id, under which UNDROP TABLE WITH ID can
+// still recover it, and several dropped tables of one name are told apart by
+// it; Databricks SQL reference, UNDROP TABLE). A missing table gives
+// ErrNotFound (wrapped). With a directory the table's file is removed
+// (and the directory fsync'd) before the table leaves the registry.
+func (r *Registry) Drop(fullName string) (Table, error) {
+	key := NormalizeName(fullName)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.tables[key]
+	if !ok {
+		return Table{}, fmt.Errorf("drop table %s: %w", fullName, ErrNotFound)
+	}
+	if err := r.unpersist(cur.FullName); err != nil {
+		return Table{}, fmt.Errorf("drop table %s: %w", fullName, err)
+	}
+	delete(r.tables, key)
+	return cur.Clone(), nil
+}
+
+// unpersist removes the stored file of the table fullName. Callers hold r.mu.
+func (r *Registry) unpersist(fullName string) error {
+	if r.dir == "" {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(r.dir, url.PathEscape(fullName)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unpersist: %w", err)
+	}
+	d, err := os.Open(r.dir)
+	if err != nil {
+		return fmt.Errorf("unpersist: open dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("unpersist: fsync dir: %w", err)
+	}
+	return nil
+}
+
 // persist writes t atomically: temp file, fsync, rename, fsync of the
 // directory. Callers hold r.mu.
 func (r *Registry) persist(t Table) error {

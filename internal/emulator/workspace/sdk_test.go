@@ -126,3 +126,68 @@ func TestDrivenByDatabricksSDK(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, apierr.ErrUnauthenticated), "%v", err)
 }
+
+// TestDropDrivenByDatabricksSDK drops tables with the real databricks-sdk-go
+// client: TablesAPI.Delete (DELETE /api/2.1/unity-catalog/tables/{full_name})
+// and SQL DROP TABLE [IF EXISTS]. A missing table is ErrNotFound for the
+// DELETE and TABLE_OR_VIEW_NOT_FOUND for DROP TABLE without IF EXISTS; a
+// table created again is a new table (new table_id, its own storage
+// location, Delta version 0) and the registry persisted the drop.
+func TestDropDrivenByDatabricksSDK(t *testing.T) {
+	dir := t.TempDir()
+	reg, err := OpenRegistry(dir)
+	require.NoError(t, err)
+	var dropped []Table
+	ws := New(reg, Options{IcebergLag: time.Hour, OnDrop: func(tb Table) { dropped = append(dropped, tb) }})
+	srv := httptest.NewServer(ws.Handler())
+	t.Cleanup(srv.Close)
+	w, err := databricks.NewWorkspaceClient(&databricks.Config{Host: srv.URL, Token: "pat-token"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exec := func(stmt string) *sql.StatementResponse {
+		t.Helper()
+		resp, err := w.StatementExecution.ExecuteStatement(ctx, sql.ExecuteStatementRequest{WarehouseId: "wh-1", Statement: stmt, WaitTimeout: "10s"})
+		require.NoError(t, err)
+		return resp
+	}
+	const name = "main.raw.gone"
+	require.Equal(t, sql.StatementStateSucceeded, exec("CREATE TABLE "+name+" (id BIGINT)").Status.State)
+	first, err := w.Tables.Get(ctx, catalog.GetTableRequest{FullName: name})
+	require.NoError(t, err)
+	ws.NoteDataCommit(name)
+	v, _ := ws.DeltaVersion(name)
+	require.EqualValues(t, 1, v)
+
+	require.NoError(t, w.Tables.Delete(ctx, catalog.DeleteTableRequest{FullName: name}))
+	require.Len(t, dropped, 1)
+	assert.Equal(t, first.TableId, dropped[0].TableID)
+	_, err = w.Tables.Get(ctx, catalog.GetTableRequest{FullName: name})
+	assert.True(t, errors.Is(err, apierr.ErrNotFound), "%v", err)
+	err = w.Tables.Delete(ctx, catalog.DeleteTableRequest{FullName: name})
+	assert.True(t, errors.Is(err, apierr.ErrNotFound), "a second DELETE: %v", err)
+
+	failed := exec("DROP TABLE " + name)
+	assert.Equal(t, sql.StatementStateFailed, failed.Status.State)
+	assert.Equal(t, "42P01", failed.Status.SqlState)
+	assert.Contains(t, failed.Status.Error.Message, "[TABLE_OR_VIEW_NOT_FOUND]")
+	assert.Equal(t, sql.StatementStateSucceeded, exec("DROP TABLE IF EXISTS "+name).Status.State)
+	assert.Len(t, dropped, 1, "IF EXISTS on a missing table drops nothing")
+
+	require.Equal(t, sql.StatementStateSucceeded, exec("CREATE TABLE "+name+" (id BIGINT, v STRING)").Status.State)
+	second, err := w.Tables.Get(ctx, catalog.GetTableRequest{FullName: name})
+	require.NoError(t, err)
+	assert.NotEqual(t, first.TableId, second.TableId)
+	assert.NotEqual(t, first.StorageLocation, second.StorageLocation)
+	assert.Len(t, second.Columns, 2)
+	v, _ = ws.DeltaVersion(name)
+	assert.EqualValues(t, 0, v, "a re-created table starts at Delta version 0")
+
+	require.Equal(t, sql.StatementStateSucceeded, exec("DROP TABLE "+name).Status.State)
+	require.Len(t, dropped, 2)
+	assert.Equal(t, second.TableId, dropped[1].TableID)
+	reopened, err := OpenRegistry(dir)
+	require.NoError(t, err)
+	_, ok := reopened.Get(name)
+	assert.False(t, ok, "the drop is persisted")
+}

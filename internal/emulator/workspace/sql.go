@@ -23,6 +23,7 @@ const (
 	KindSetTags            StatementKind = "ALTER TABLE SET TAGS"
 	KindCommentOnTable     StatementKind = "COMMENT ON TABLE"
 	KindRepairSyncMetadata StatementKind = "MSCK REPAIR TABLE SYNC METADATA"
+	KindDropTable          StatementKind = "DROP TABLE"
 	KindUnsupported        StatementKind = "UNSUPPORTED"
 	KindInvalid            StatementKind = "INVALID"
 )
@@ -36,6 +37,8 @@ type statement struct {
 	Table tableRef
 	// CREATE TABLE
 	IfNotExists bool
+	// DROP TABLE
+	IfExists bool
 	Columns     []typemap.Column // also ADD COLUMNS
 	Comment     *string          // table comment (CREATE, COMMENT ON) or column comment
 	Properties  []property       // TBLPROPERTIES or TAGS
@@ -485,6 +488,8 @@ func parseStatement(src string) (*statement, *sqlError) {
 		st, err = p.parseCommentOn()
 	case first.isWord("MSCK"):
 		st, err = p.parseMSCK()
+	case first.isWord("DROP"):
+		st, err = p.parseDrop()
 	default:
 		return nil, unsupported("%s", firstWords(src))
 	}
@@ -678,4 +683,32 @@ func (p *sqlParser) parseMSCK() (*statement, *sqlError) {
 		return nil, unsupported("MSCK REPAIR TABLE without SYNC METADATA")
 	}
 	return &statement{Kind: KindRepairSyncMetadata, Table: table}, nil
+}
+
+// parseDrop reads "DROP TABLE [IF EXISTS] name", the statement of the
+// Databricks SQL reference (DROP TABLE: "DROP TABLE [ IF EXISTS ]
+// table_name"). Its other forms are refused as unsupported: DROP TEMPORARY
+// TABLE (a session's temporary table, which a warehouse statement never
+// names here), the FORCE clause (a base table of shallow clones, which the
+// emulator has none of), and DROP of any other object (VIEW, SCHEMA, …).
+func (p *sqlParser) parseDrop() (*statement, *sqlError) {
+	p.next() // DROP
+	if !p.acceptWord("TABLE") {
+		return nil, unsupported("DROP %s (only DROP TABLE is supported)", p.peek().describe())
+	}
+	st := &statement{Kind: KindDropTable}
+	if p.acceptWord("IF") {
+		if err := p.expectWord("EXISTS"); err != nil {
+			return nil, err
+		}
+		st.IfExists = true
+	}
+	var err *sqlError
+	if st.Table, err = p.tableName(); err != nil {
+		return nil, err
+	}
+	if t := p.peek(); t.isWord("FORCE") || t.isWord("PURGE") {
+		return nil, unsupported("DROP TABLE … %s", strings.ToUpper(t.text))
+	}
+	return st, nil
 }

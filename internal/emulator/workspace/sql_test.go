@@ -127,6 +127,24 @@ func TestParseStatement(t *testing.T) {
 				assert.Equal(t, tableRef{"c", "s", "t"}, st.Table)
 			},
 		},
+		{
+			name: "drop",
+			sql:  "drop table `main`.raw.`ev ents`;",
+			check: func(t *testing.T, st *statement) {
+				assert.Equal(t, KindDropTable, st.Kind)
+				assert.False(t, st.IfExists)
+				assert.Equal(t, tableRef{"main", "raw", "ev ents"}, st.Table)
+			},
+		},
+		{
+			name: "drop if exists, one part",
+			sql:  "DROP TABLE IF EXISTS t",
+			check: func(t *testing.T, st *statement) {
+				assert.Equal(t, KindDropTable, st.Kind)
+				assert.True(t, st.IfExists)
+				assert.Equal(t, tableRef{"t"}, st.Table)
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,7 +161,16 @@ func TestParseStatementRefuses(t *testing.T) {
 		wantClass string
 		wantIn    string
 	}{
-		{"DROP TABLE c.s.t", "UNSUPPORTED_FEATURE", "unsupported statement: DROP TABLE c.s.t"},
+		{"DROP VIEW c.s.v", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
+		{"DROP SCHEMA c.s", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
+		{"DROP TEMPORARY TABLE t", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
+		{"DROP TABLE c.s.t FORCE", "UNSUPPORTED_FEATURE", "FORCE"},
+		{"DROP TABLE c.s.t PURGE", "UNSUPPORTED_FEATURE", "PURGE"},
+		{"DROP TABLE IF c.s.t", "PARSE_SYNTAX_ERROR", "expected EXISTS"},
+		{"DROP TABLE", "PARSE_SYNTAX_ERROR", "expected a table name"},
+		{"DROP TABLE c.s.t garbage", "PARSE_SYNTAX_ERROR", "unexpected"},
+		{"DROP TABLE c.s.t; DROP TABLE c.s.u", "UNSUPPORTED_FEATURE", "more than one statement"},
+		{"DROP TABLE a.b.c.d", "REQUIRES_SINGLE_PART_NAMESPACE", "4 parts"},
 		{"SELECT 1", "UNSUPPORTED_FEATURE", "unsupported statement"},
 		{"INSERT INTO c.s.t VALUES (1)", "UNSUPPORTED_FEATURE", "unsupported statement"},
 		{"CREATE VIEW c.s.v AS SELECT 1", "UNSUPPORTED_FEATURE", "CREATE"},

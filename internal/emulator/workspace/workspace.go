@@ -37,6 +37,12 @@ type Options struct {
 	// Owner is the owner given to tables created by SQL; "" means
 	// "emulator@databricks.local".
 	Owner string
+	// OnDrop, when set, is called with a table just dropped (SQL DROP TABLE
+	// or the UC DELETE), after it left the registry and before the request
+	// is answered: the emulator core ends the streams open on it and removes
+	// its storage there, so a table created again under its name starts
+	// empty.
+	OnDrop func(Table)
 	// DenyExternalAccess refuses every temporary-credential request, as a
 	// metastore without external data access (or a principal without
 	// EXTERNAL USE SCHEMA) does.
@@ -155,6 +161,7 @@ func (w *Workspace) Executed() []ExecutedStatement {
 //
 //	GET  /api/2.1/unity-catalog/tables/{full_name}
 //	GET  /api/2.1/unity-catalog/tables/{full_name}/exists
+//	DELETE /api/2.1/unity-catalog/tables/{full_name}
 //	GET  /api/2.1/unity-catalog/tables?catalog_name=&schema_name=
 //	GET  /api/2.1/unity-catalog/entity-tag-assignments/tables/{full_name}/tags
 //	POST /api/2.0/sql/statements
@@ -168,6 +175,7 @@ func (w *Workspace) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/2.1/unity-catalog/tables/{full_name}", w.handleGetTable)
 	mux.HandleFunc("GET /api/2.1/unity-catalog/tables/{full_name}/exists", w.handleTableExists)
+	mux.HandleFunc("DELETE /api/2.1/unity-catalog/tables/{full_name}", w.handleDeleteTable)
 	mux.HandleFunc("GET /api/2.1/unity-catalog/tables", w.handleListTables)
 	mux.HandleFunc("GET /api/2.1/unity-catalog/entity-tag-assignments/{entity_type}/{entity_name}/tags", w.handleListTags)
 	mux.HandleFunc("POST /api/2.0/sql/statements", w.handleExecute)
@@ -450,6 +458,39 @@ func (w *Workspace) handleGetTable(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	WriteJSON(rw, http.StatusOK, w.describe(t))
+}
+
+// handleDeleteTable is UC's "Delete a table" (databricks-sdk-go
+// TablesAPI.Delete: DELETE /api/2.1/unity-catalog/tables/{full_name}, no
+// body, an empty answer): the table is dropped as by DROP TABLE. A missing
+// table is 404 TABLE_DOES_NOT_EXIST, as GET answers for it (the SDK maps it
+// to apierr.ErrNotFound); the endpoint has no IF EXISTS.
+func (w *Workspace) handleDeleteTable(rw http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("full_name")
+	if _, err := w.Drop(name); err != nil {
+		WriteError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
+		return
+	}
+	WriteJSON(rw, http.StatusOK, struct{}{})
+}
+
+// Drop drops the table named fullName: it leaves the registry (a table
+// created again under the name is a new one, Registry.Drop), its Delta
+// version and Iceberg conversion state are forgotten, and Options.OnDrop
+// removes its streams and storage. A missing table gives ErrNotFound
+// (wrapped).
+func (w *Workspace) Drop(fullName string) (Table, error) {
+	t, err := w.reg.Drop(fullName)
+	if err != nil {
+		return Table{}, err
+	}
+	w.mu.Lock()
+	delete(w.iceberg, NormalizeName(t.FullName))
+	w.mu.Unlock()
+	if w.opts.OnDrop != nil {
+		w.opts.OnDrop(t)
+	}
+	return t, nil
 }
 
 func (w *Workspace) handleTableExists(rw http.ResponseWriter, r *http.Request) {

@@ -63,8 +63,8 @@ type tableStore struct {
 	// table: its data goes to a new store, never to this one (Server.store).
 	tableID string
 	dir     string
-	reg      *workspace.Registry
-	log      *slog.Logger
+	reg     *workspace.Registry
+	log     *slog.Logger
 	// onDataCommit, if set, is called with fullName after each data commit
 	// is durable and before its writers are acknowledged, so that the
 	// workspace side (Delta version, Iceberg conversion) never lags behind

@@ -38,10 +38,10 @@ type statement struct {
 	// CREATE TABLE
 	IfNotExists bool
 	// DROP TABLE
-	IfExists bool
-	Columns     []typemap.Column // also ADD COLUMNS
-	Comment     *string          // table comment (CREATE, COMMENT ON) or column comment
-	Properties  []property       // TBLPROPERTIES or TAGS
+	IfExists   bool
+	Columns    []typemap.Column // also ADD COLUMNS
+	Comment    *string          // table comment (CREATE, COMMENT ON) or column comment
+	Properties []property       // TBLPROPERTIES or TAGS
 	// ALTER COLUMN
 	Column  string
 	NewType typemap.Type

@@ -72,6 +72,14 @@ type authority struct {
 	versions    atomic.Uint64
 	// seed, when set, stands in for the next open's describe.
 	seed atomic.Pointer[catalog.TableState]
+	// last is the snapshot the writer last wrote on, kept when its streams
+	// stop: a table found gone at the next open (dropped under the running
+	// output) is created again with its columns (provisioning).
+	last atomic.Pointer[snapshot]
+	// creates counts the tables this writer created (createTable): a
+	// companion table's owner tells from it that the table it writes is a
+	// new one (the coverage ranges are then written again).
+	creates atomic.Int64
 	// closing ends when the writer's Close waited for mu past its own ctx:
 	// the change holding mu is cut short then (bound).
 	closing context.Context

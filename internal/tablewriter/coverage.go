@@ -384,20 +384,18 @@ func (w *Writer) coverageWriter(table string) *Writer {
 // flush. created reports that this write created the table (it had been
 // dropped, and provisioning re-created it).
 func (w *Writer) writeCoverage(ctx context.Context, rows []arrowconv.StructuredRow) (created bool, err error) {
-	write := func() ([]RowError, error) {
-		// Only the recorder writes through this writer, one flush at a
-		// time: waiting for the table, this write creates it.
-		fresh := w.Phase() == PhaseWaitingForTable
-		rowErrs, err := w.Write(ctx, rows, nil)
-		created = created || (fresh && w.Phase() == PhaseOpen)
-		return rowErrs, err
-	}
-	rowErrs, err := write()
+	// Only the recorder writes through this writer, one flush at a time:
+	// a table it created meanwhile (waiting for the table, the write
+	// creates it; found dropped, the Open creates it again) is this
+	// flush's doing.
+	before := w.schema.creates.Load()
+	defer func() { created = w.schema.creates.Load() != before }()
+	rowErrs, err := w.Write(ctx, rows, nil)
 	if errors.Is(err, ErrNotOpen) {
 		if oerr := w.Open(ctx); oerr != nil {
 			return created, oerr
 		}
-		rowErrs, err = write()
+		rowErrs, err = w.Write(ctx, rows, nil)
 	}
 	if err != nil {
 		return created, err

@@ -254,7 +254,10 @@ func classify(table, principal string, err error) Fault {
 		strings.Contains(text, "Unauthenticated") || strings.Contains(text, "invalid_client"):
 		f.Cause, f.Advice = "unauthenticated", "fix the credentials: client_id and client_secret (or DATABRICKS_CLIENT_ID / DATABRICKS_CLIENT_SECRET) of a service principal of this workspace"
 	case (ze != nil && ze.Code == codes.NotFound) || strings.Contains(text, "NOT_FOUND") || strings.Contains(text, "does not exist"):
-		f.Cause, f.Advice = "not found", fmt.Sprintf("create table %s (or its catalog and schema), or set catalog.provision: true", table)
+		// One cause with errTableMissing: a stream refused NOT_FOUND (the
+		// table dropped under it) and the describe that then finds no
+		// table are one problem, explained once.
+		f.Cause, f.Advice = "table missing", fmt.Sprintf("create table %s (or its catalog and schema), or set catalog.provision: true", table)
 	default:
 		f.Cause, f.Advice = "permanent", "fix the cause named here; the output retries with back-off and resumes once it is fixed, no restart needed"
 		if zerr {

@@ -139,6 +139,7 @@ func (a *authority) createTable(ctx context.Context, d catalog.DesiredTable, wha
 	if err != nil {
 		return nil, 0, fmt.Errorf("create %s %s: %w", what, d.FullName, err)
 	}
+	a.creates.Add(1)
 	ts := out.State
 	if ts == nil {
 		if ts, err = a.cat.Describe(ctx, d.FullName); err != nil {

@@ -369,7 +369,7 @@ func (w *Writer) Open(ctx context.Context) error {
 	w.startHealth()
 	w.startOutageWatch()
 	if err := w.open(ctx); err != nil {
-		v := w.life.failed(classify(w.cfg.Table, w.cfg.Principal, err))
+		v := w.life.failed(w.classify(err))
 		if v.Action == GiveUp {
 			return err
 		}
@@ -401,6 +401,13 @@ func (w *Writer) open(ctx context.Context) error {
 			if !w.cfg.Provision {
 				return fmt.Errorf("table %s: %w and catalog.provision is false", w.cfg.Table, errTableMissing)
 			}
+			if last := w.schema.last.Load(); last != nil {
+				// It existed, and is gone: dropped under the running
+				// output. Created again at once from the schema the output
+				// wrote, not inferred again from the next batch, so the
+				// rows held meanwhile land with the same columns.
+				return w.recreate(ctx, last)
+			}
 			w.infof("table %s does not exist: it will be created from the first batch (catalog.provision)", w.cfg.Table)
 			w.st.Store(&state{})
 			return nil
@@ -422,6 +429,29 @@ func (w *Writer) open(ctx context.Context) error {
 	return w.openOn(ctx, snap)
 }
 
+// recreate creates the table again, with the columns of last, the snapshot
+// the writer wrote on before it vanished (dropped while the output wrote to
+// it), says so in one line, and opens the streams on it. The new table is a
+// new table (another table_id, an empty Delta log): the rows acknowledged
+// before the drop were in the dropped one and went with it; the rows held
+// or redelivered since land in this one.
+func (w *Writer) recreate(ctx context.Context, last *snapshot) error {
+	ts, statements, err := w.schema.createTable(ctx, w.schema.desiredFromColumns(last.columns()), "table")
+	if err != nil {
+		return err
+	}
+	w.infof("table %s was dropped while the output wrote to it: created it again with the %d columns it was written with (catalog.provision; %d statements, new table_id %s); rows acknowledged before the drop went with the dropped table, the rows held since land in the new one",
+		w.cfg.Table, len(last.columns()), statements, ts.TableID)
+	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
+		w.warnf("register writer on %s: %v", w.cfg.Table, err)
+	}
+	snap, err := w.schema.snapshotOf(ts)
+	if err != nil {
+		return err
+	}
+	return w.openOn(ctx, snap)
+}
+
 // openOn opens the writer's streams on snap.
 func (w *Writer) openOn(ctx context.Context, snap *snapshot) error {
 	if err := w.checkPrimaryRaw(snap.table); err != nil {
@@ -435,6 +465,7 @@ func (w *Writer) openOn(ctx context.Context, snap *snapshot) error {
 		return err
 	}
 	w.st.Store(&state{snap: snap, pool: p})
+	w.schema.last.Store(snap)
 	w.startWatch()
 	return nil
 }
@@ -469,6 +500,7 @@ func (w *Writer) install(ctx context.Context, next *snapshot) error {
 		return err
 	}
 	w.st.Store(&state{snap: next, pool: st.pool})
+	w.schema.last.Store(next)
 	return nil
 }
 
@@ -541,8 +573,21 @@ func (w *Writer) stopLocked(p *pool.Pool, cause error) {
 		w.st.Store(nil)
 		w.lastStopped.Store(p)
 		w.stopped = append(w.stopped, p)
-		w.life.failed(classify(w.cfg.Table, w.cfg.Principal, cause))
+		w.life.failed(w.classify(cause))
 	}
+}
+
+// classify is the writer's Classify: with provisioning, a table found
+// missing (dropped under the running output) is no fault a person must fix,
+// since the next open creates it again (recreate): it is retried at once,
+// not backed off.
+func (w *Writer) classify(err error) Fault {
+	f := classify(w.cfg.Table, w.cfg.Principal, err)
+	if f.Cause == "table missing" && w.cfg.Provision {
+		f.Class = FaultTransient
+		f.Advice = "nothing: catalog.provision creates it again at the next open, with the columns the output wrote"
+	}
+	return f
 }
 
 // permanentStreamErr reports whether a write failed for a reason that

@@ -269,6 +269,13 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 // table that "doesn't exist"), and the SDKs do not retry it
 // (rust/sdk/src/errors.rs UNRETRIABLE_STATUS_CODES lists NotFound), so a
 // client re-resolves the table rather than reconnect to the dropped one.
+// Databricks documents re-creating a target table as unsupported by the
+// connector ("Zerobus Ingest connector limitations", Workspace and target
+// tables), and the service may hold acknowledged rows in its own durable
+// buffer before they reach the table (same page, "Buffered data
+// retention"): with the service, rows acknowledged shortly before a drop may
+// be neither in the dropped table nor in a new one. The emulator stores
+// before it acknowledges, so here they are in the dropped table.
 func droppedStatus(table, tableID string) error {
 	return status.Errorf(codes.NotFound, "table %s does not exist: it was dropped (table_id %s)", table, tableID)
 }

@@ -72,10 +72,11 @@ type authority struct {
 	versions    atomic.Uint64
 	// seed, when set, stands in for the next open's describe.
 	seed atomic.Pointer[catalog.TableState]
-	// last is the snapshot the writer last wrote on, kept when its streams
-	// stop: a table found gone at the next open (dropped under the running
-	// output) is created again with its columns (provisioning).
-	last atomic.Pointer[snapshot]
+	// last is the table as the writer last wrote on it, or was handed it
+	// (Seed), kept when its streams stop: a table found gone at the next
+	// open (dropped under the running output) is created again with its
+	// columns (provisioning).
+	last atomic.Pointer[catalog.TableState]
 	// creates counts the tables this writer created (createTable): a
 	// companion table's owner tells from it that the table it writes is a
 	// new one (the coverage ranges are then written again).

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -429,19 +430,20 @@ func (w *Writer) open(ctx context.Context) error {
 	return w.openOn(ctx, snap)
 }
 
-// recreate creates the table again, with the columns of last, the snapshot
-// the writer wrote on before it vanished (dropped while the output wrote to
-// it), says so in one line, and opens the streams on it. The new table is a
+// recreate creates the table again, with the columns of last, the table as
+// the writer wrote on it (or was handed it) before it vanished (dropped
+// while the output wrote to it), says so in one line, and opens the streams
+// on it. The new table is a
 // new table (another table_id, an empty Delta log): the rows acknowledged
 // before the drop were in the dropped one and went with it; the rows held
 // or redelivered since land in this one.
-func (w *Writer) recreate(ctx context.Context, last *snapshot) error {
-	ts, statements, err := w.schema.createTable(ctx, w.schema.desiredFromColumns(last.columns()), "table")
+func (w *Writer) recreate(ctx context.Context, last *catalog.TableState) error {
+	ts, statements, err := w.schema.createTable(ctx, w.schema.desiredFromColumns(slices.Clone(last.Columns)), "table")
 	if err != nil {
 		return err
 	}
 	w.infof("table %s was dropped while the output wrote to it: created it again with the %d columns it was written with (catalog.provision; %d statements, new table_id %s); rows acknowledged before the drop went with the dropped table, the rows held since land in the new one",
-		w.cfg.Table, len(last.columns()), statements, ts.TableID)
+		w.cfg.Table, len(last.Columns), statements, ts.TableID)
 	if err := w.cat.RegisterWriter(ctx, w.cfg.Table, catalog.WriterInfo{ID: w.cfg.WriterID, Role: w.cfg.Role}); err != nil {
 		w.warnf("register writer on %s: %v", w.cfg.Table, err)
 	}
@@ -465,7 +467,7 @@ func (w *Writer) openOn(ctx context.Context, snap *snapshot) error {
 		return err
 	}
 	w.st.Store(&state{snap: snap, pool: p})
-	w.schema.last.Store(snap)
+	w.schema.last.Store(snap.table)
 	w.startWatch()
 	return nil
 }
@@ -500,7 +502,7 @@ func (w *Writer) install(ctx context.Context, next *snapshot) error {
 		return err
 	}
 	w.st.Store(&state{snap: next, pool: st.pool})
-	w.schema.last.Store(next)
+	w.schema.last.Store(next.table)
 	return nil
 }
 
@@ -516,8 +518,13 @@ func (w *Writer) Described() *catalog.TableState {
 	return &c
 }
 
-// Seed makes the next Open use ts instead of describing the table.
-func (w *Writer) Seed(ts *catalog.TableState) { w.schema.seed.Store(ts) }
+// Seed makes the next Open use ts instead of describing the table (and, if
+// the table is gone by then, create it again with ts's columns, with
+// provisioning).
+func (w *Writer) Seed(ts *catalog.TableState) {
+	w.schema.seed.Store(ts)
+	w.schema.last.Store(ts)
+}
 
 // estimateBytes is a batch's reservation before conversion: the bytes of
 // its messages; a message holding only a decoded value (AsBytes would

@@ -281,7 +281,7 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 // the dead letters keep arriving (none lost: every bad row is a dead letter
 // in the dropped table or the new one), the raw rows never stop for the
 // coverage table, and the new coverage table is written again whole, so it
-// covers every offset of the raw table.
+// covers every offset whose row is durable in the raw table.
 func TestDropDeadLetterAndCoverageTables(t *testing.T) {
 	const (
 		rows       = 3000

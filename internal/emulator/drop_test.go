@@ -15,13 +15,14 @@ import (
 
 // execSQL runs one statement through the SQL statements API and returns its
 // final state and error class text ("" when it succeeded).
-func execSQL(t *testing.T, srv endpoints, token, stmt string) (state, msg string) {
+func execSQL(t testing.TB, srv endpoints, token, stmt string) (state, msg string) {
 	t.Helper()
 	body, err := json.Marshal(map[string]string{"warehouse_id": "wh", "statement": stmt, "wait_timeout": "10s"})
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, srv.HTTPURL()+"/api/2.0/sql/statements", bytes.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

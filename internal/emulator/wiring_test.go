@@ -1,7 +1,6 @@
 package emulator
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -84,24 +83,8 @@ func fetchUCTable(srv endpoints, token, name string) (ucTable, error) {
 // it to succeed.
 func runSQL(t testing.TB, srv endpoints, stmt string) {
 	t.Helper()
-	body, err := json.Marshal(map[string]string{"warehouse_id": "wh", "statement": stmt, "wait_timeout": "10s"})
-	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, srv.HTTPURL()+"/api/2.0/sql/statements", bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+workspaceToken(t, srv))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var out struct {
-		Status struct {
-			State string          `json:"state"`
-			Error json.RawMessage `json:"error"`
-		} `json:"status"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	require.Equal(t, "SUCCEEDED", out.Status.State, "%s: %s", stmt, out.Status.Error)
+	state, msg := execSQL(t, srv, workspaceToken(t, srv), stmt)
+	require.Equal(t, "SUCCEEDED", state, "%s: %s", stmt, msg)
 }
 
 // ingest writes rows [from, from+n) to table over one DoPut stream and waits

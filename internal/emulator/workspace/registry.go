@@ -322,13 +322,19 @@ func (r *Registry) unpersist(fullName string) error {
 	if err := os.Remove(filepath.Join(r.dir, url.PathEscape(fullName)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("unpersist: %w", err)
 	}
-	d, err := os.Open(r.dir)
+	return syncDir(r.dir, "unpersist")
+}
+
+// syncDir fsyncs the directory dir, so that a file created, renamed or
+// removed in it stays so after a crash; what prefixes the error.
+func syncDir(dir, what string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("unpersist: open dir: %w", err)
+		return fmt.Errorf("%s: open dir: %w", what, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("unpersist: fsync dir: %w", err)
+		return fmt.Errorf("%s: fsync dir: %w", what, err)
 	}
 	return nil
 }
@@ -364,15 +370,7 @@ func (r *Registry) persist(t Table) error {
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("persist: rename: %w", err)
 	}
-	d, err := os.Open(r.dir)
-	if err != nil {
-		return fmt.Errorf("persist: open dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("persist: fsync dir: %w", err)
-	}
-	return nil
+	return syncDir(r.dir, "persist")
 }
 
 // storedTable is the on-disk form of a Table. Columns are kept as UC

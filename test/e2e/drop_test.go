@@ -17,9 +17,9 @@ import (
 // what it measured for docs/reliability.md ("Table dropped").
 
 // dropLine logs and prints one measurement line.
-func dropLine(t *testing.T, format string, args ...any) {
+func dropLine(t *testing.T, start time.Time, format string, args ...any) {
 	t.Helper()
-	line := "drop: " + fmt.Sprintf(format, args...)
+	line := "drop: " + fmt.Sprintf(format, args...) + fmt.Sprintf("; the test ran %s", time.Since(start).Round(100*time.Millisecond))
 	t.Log(line)
 	fmt.Println(line)
 }
@@ -98,6 +98,7 @@ func dups(ids map[int64]int) int {
 func TestDropTableProvisionOff(t *testing.T) {
 	const rows = 3000
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
+	start := time.Now() // after the binaries are built
 	pipe, _ := startPipeline(t, writeConfig(t, "INFO", fmt.Sprintf(`generate:
   count: %d
   interval: 2ms
@@ -134,7 +135,7 @@ func TestDropTableProvisionOff(t *testing.T) {
 			again++
 		}
 	}
-	dropLine(t, "provision off: rows=%d; in the dropped table at the drop=%d; in the new table=%d (dups %d; rows of the dropped table written again %d); lost=0; explanations=%d; nacked batches=%d; first row %s after CREATE TABLE (table gone %s)",
+	dropLine(t, start, "provision off: rows=%d; in the dropped table at the drop=%d; in the new table=%d (dups %d; rows of the dropped table written again %d); lost=0; explanations=%d; nacked batches=%d; first row %s after CREATE TABLE (table gone %s)",
 		rows, len(before), len(after), dups(after), again, explained, nacked, healed.Round(10*time.Millisecond), created.Sub(droppedAt).Round(100*time.Millisecond))
 
 	assert.Equal(t, 1, explained, "one explanation naming the table and the fix:\n%s", tail(gone, 30))
@@ -149,6 +150,7 @@ func TestDropTableProvisionOff(t *testing.T) {
 func TestDropTableProvisionOn(t *testing.T) {
 	const rows, table = 3000, "main.default.dropped_prov"
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
+	start := time.Now() // after the binaries are built
 	pipe, _ := startPipeline(t, writeConfig(t, "INFO", fmt.Sprintf(`generate:
   count: %d
   interval: 2ms
@@ -179,7 +181,7 @@ func TestDropTableProvisionOn(t *testing.T) {
 	for _, c := range ti.Columns {
 		cols = append(cols, c.Name)
 	}
-	dropLine(t, "provision on: rows=%d; in the dropped table at the drop=%d; in the new table=%d (dups %d); lost=0; 'created it again' lines=%d; nacked batches=%d; first row in the new table %s after DROP TABLE; columns %v",
+	dropLine(t, start, "provision on: rows=%d; in the dropped table at the drop=%d; in the new table=%d (dups %d); lost=0; 'created it again' lines=%d; nacked batches=%d; first row in the new table %s after DROP TABLE; columns %v",
 		rows, len(before), len(after), dups(after), recreated, nacked, healed.Round(10*time.Millisecond), cols)
 	assert.Equal(t, 1, recreated, "one line says the table was created again:\n%s", tail(out, 30))
 	assert.Zero(t, nacked, "held, not nacked:\n%s", tail(out, 20))
@@ -199,6 +201,7 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 	httpURL, grpcURL, _ := startEmulatorProcess(t,
 		"--table", table+":id BIGINT NOT NULL, msg STRING, qty STRING, tag STRING",
 		"--table", dlq+":source_table STRING, message_index INT, column_name STRING, error STRING, payload STRING")
+	start := time.Now() // after the binaries are built
 	pipe, _ := startPipeline(t, writeConfig(t, "INFO", fmt.Sprintf(`generate:
   count: %d
   interval: 4ms
@@ -267,7 +270,7 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 	for id := range before {
 		assert.NotContains(t, dl, id, "id %d fit the old table: it is no dead letter", id)
 	}
-	dropLine(t, "re-created with another schema (msg dropped, qty STRING->DECIMAL, tag added NOT NULL): rows=%d; in the dropped table=%d; landed in the new one=%d (dups %d); dead letters=%d by column %v; lost=0; converged %s after the drop",
+	dropLine(t, start, "re-created with another schema (msg dropped, qty STRING->DECIMAL, tag added NOT NULL): rows=%d; in the dropped table=%d; landed in the new one=%d (dups %d); dead letters=%d by column %v; lost=0; converged %s after the drop",
 		rows, len(before), len(landed), dups(landed), len(dl), byCol, time.Since(droppedAt).Round(100*time.Millisecond))
 	assert.Positive(t, byCol["msg"], "a dropped column's rows fail naming it")
 	assert.Positive(t, byCol["qty"], "a changed type's rows fail naming it")
@@ -291,6 +294,7 @@ func TestDropDeadLetterAndCoverageTables(t *testing.T) {
 		cov        = table + "_zb_coverage"
 	)
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
+	start := time.Now() // after the binaries are built
 	pipe, _ := startPipeline(t, writeConfig(t, "INFO", fmt.Sprintf(`generate:
   count: %d
   interval: 3ms
@@ -387,7 +391,7 @@ func TestDropDeadLetterAndCoverageTables(t *testing.T) {
 	dl := bad
 	dlRecreated := countLines(out, dlq, "created it again")
 	covRecreated := countLines(out, cov, "created it again")
-	dropLine(t, "dead-letter and coverage tables dropped (provision on): raw rows=%d landed=%d; raw rows landed in the 2s after the coverage drop=%d; dead letters in the dropped dead-letter table at its drop=%d, in the new one=%d, of %d bad rows (none lost); 'created it again' lines: dead-letter=%d coverage=%d; coverage rows in the new coverage table=%d (covering every offset); dead-letter drop at %s, coverage drop at %s",
+	dropLine(t, start, "dead-letter and coverage tables dropped (provision on): raw rows=%d landed=%d; raw rows landed in the 2s after the coverage drop=%d; dead letters in the dropped dead-letter table at its drop=%d, in the new one=%d, of %d bad rows (none lost); 'created it again' lines: dead-letter=%d coverage=%d; coverage rows in the new coverage table=%d (covering every offset); dead-letter drop at %s, coverage drop at %s",
 		rows, rowCount(httpURL, table), rawDuring, len(dlBefore), len(dl), rows/10, dlRecreated, covRecreated, len(covRows), dlDropAt.Format("15:04:05.000"), covDropAt.Format("15:04:05.000"))
 	assert.Equal(t, 1, dlRecreated, "one line: the dead-letter table created again:\n%s", tail(out, 30))
 	assert.Equal(t, 1, covRecreated, "one line: the coverage table created again:\n%s", tail(out, 30))

@@ -327,7 +327,7 @@ func (a *authority) refresh(ctx context.Context, seen *snapshot) *snapshot {
 	case ts == nil:
 		a.errorf("table %s: rows carry fields the table lacks, and the table is gone", a.cfg.Table)
 		return seen
-	case typemap.SameColumns(ts.Columns, seen.columns()):
+	case sameTable(ts, seen):
 		a.infof("table %s: rows carry fields the table lacks; re-described it, no new columns (next look in %s; catalog.provision adds them)", a.cfg.Table, a.cfg.SchemaRefreshInterval)
 		return seen
 	}
@@ -362,14 +362,36 @@ func (a *authority) redescribe(ctx context.Context, seen *snapshot) {
 		a.errorf("re-describe table %s after a schema rejection: the table is gone", a.cfg.Table)
 		return
 	}
-	if typemap.SameColumns(ts.Columns, seen.columns()) {
+	if sameTable(ts, seen) {
 		return
 	}
 	if _, err := a.switchTo(ctx, ts); err != nil {
 		a.errorf("reopen streams of %s on the re-described schema: %v", a.cfg.Table, err)
 		return
 	}
-	a.infof("table %s changed under the pipeline: streams reopened on its new schema", a.cfg.Table)
+	a.infof("table %s changed under the pipeline%s: streams reopened on its new schema", a.cfg.Table, recreatedNote(ts, seen))
+}
+
+// sameTable reports whether the described table ts is the table of seen,
+// unchanged: the same columns and, when both are known, the same table_id.
+// A table dropped and created again under its name between two describes
+// is another table (a new table_id), even with the same columns: the
+// snapshot is replaced so that everything keyed by the table's id (its
+// storage credentials, its properties) is taken from the new one.
+func sameTable(ts *catalog.TableState, seen *snapshot) bool {
+	if ts.TableID != "" && seen.table.TableID != "" && ts.TableID != seen.table.TableID {
+		return false
+	}
+	return typemap.SameColumns(ts.Columns, seen.columns())
+}
+
+// recreatedNote says, for a log line, that ts is a table created again
+// under seen's name ("" when it is the same table).
+func recreatedNote(ts *catalog.TableState, seen *snapshot) string {
+	if ts.TableID != "" && seen.table.TableID != "" && ts.TableID != seen.table.TableID {
+		return fmt.Sprintf(" (dropped and created again: table_id %s, was %s)", ts.TableID, seen.table.TableID)
+	}
+	return ""
 }
 
 func (a *authority) infof(format string, args ...any) { a.log.Info(fmt.Sprintf(format, args...)) }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
 // errDroppedTable is a stream ended by the drop of its table (the
@@ -102,4 +105,24 @@ func TestDroppedTableWithoutProvisioningIsOneCause(t *testing.T) {
 	require.Len(t, failed, 1, "the row lacking the new NOT NULL column fails alone")
 	assert.Contains(t, failed[1], "note")
 	assert.Contains(t, logs.String(), "writing again after")
+}
+
+// A table dropped and created again with the same columns between two
+// describes is another table (a new table_id): the re-describe after a
+// schema rejection or unknown fields replaces the snapshot, and its line
+// says the table was created again.
+func TestRecreatedTableWithSameColumnsIsAnotherTable(t *testing.T) {
+	cols, err := typemap.ParseColumns("id BIGINT NOT NULL, msg STRING")
+	require.NoError(t, err)
+	seen := &snapshot{table: &catalog.TableState{FullName: testTable, TableID: "11111111-1111-4111-8111-111111111111", Columns: cols}}
+	ts := &catalog.TableState{FullName: testTable, TableID: "22222222-2222-4222-8222-222222222222", Columns: slices.Clone(cols)}
+	assert.False(t, sameTable(ts, seen), "a new table_id is another table")
+	assert.Contains(t, recreatedNote(ts, seen), "created again: table_id 22222222")
+	ts.TableID = seen.table.TableID
+	assert.True(t, sameTable(ts, seen))
+	assert.Empty(t, recreatedNote(ts, seen))
+	ts.TableID = ""
+	assert.True(t, sameTable(ts, seen), "an unknown id compares the columns only")
+	ts.Columns = ts.Columns[:1]
+	assert.False(t, sameTable(ts, seen), "other columns")
 }

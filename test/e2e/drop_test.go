@@ -157,8 +157,8 @@ func TestDropTableProvisionOn(t *testing.T) {
   mapping: 'root = {"id": counter(), "msg": "m"}'`, rows),
 		zerobusOutput(grpcURL, httpURL, table, "catalog:\n  provision: true\n  warehouse_id: wh-drop\n", "batching:\n  count: 50\n  period: 20ms\n")))
 	logs := func() string { return tail(pipe.out.String(), 20) }
-	before, droppedAt := dropUnderTraffic(t, httpURL, table, 300, nil, logs)
 	logFrom := len(pipe.out.String())
+	before, droppedAt := dropUnderTraffic(t, httpURL, table, 300, nil, logs)
 	var healed time.Duration
 	eventually(t, 30*time.Second, 50*time.Millisecond, "the rows never all landed after the drop", func() (bool, string) {
 		n := rowCount(httpURL, table)

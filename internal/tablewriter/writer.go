@@ -433,10 +433,9 @@ func (w *Writer) open(ctx context.Context) error {
 // recreate creates the table again, with the columns of last, the table as
 // the writer wrote on it (or was handed it) before it vanished (dropped
 // while the output wrote to it), says so in one line, and opens the streams
-// on it. The new table is a
-// new table (another table_id, an empty Delta log): the rows acknowledged
-// before the drop were in the dropped one and went with it; the rows held
-// or redelivered since land in this one.
+// on it. It is a new table (another table_id, an empty Delta log): the rows
+// acknowledged before the drop were in the dropped one and went with it;
+// the rows held or redelivered since land in this one.
 func (w *Writer) recreate(ctx context.Context, last *catalog.TableState) error {
 	ts, statements, err := w.schema.createTable(ctx, w.schema.desiredFromColumns(slices.Clone(last.Columns)), "table")
 	if err != nil {

@@ -412,7 +412,7 @@ func TestUCStatementErrors(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "FAILED", se.State)
 
-	err = e.uc.Execute(ctx, "DROP TABLE main.raw.events")
+	err = e.uc.Execute(ctx, "DROP TABLE main.raw.missing")
 	require.Error(t, err)
 	assert.False(t, IsAlreadyExists(err), "%v", err)
 

@@ -39,20 +39,31 @@ func dropUnder(t *testing.T, h *harness) {
 	}, 10*time.Second, 10*time.Millisecond, "a dropped table's stopped pool reports ErrNotOpen")
 }
 
-// With provisioning, a table dropped under the writer is created again at
-// the next Open with the columns of the snapshot it wrote on (not inferred
-// again from a batch), said in one line, and written at once.
-func TestDroppedTableIsCreatedAgainFromTheSnapshot(t *testing.T) {
+// loggedHarness is an open writer of testTable (columns cols, provisioning
+// as given) whose log lines (info and up) are kept in the buffer returned.
+func loggedHarness(t *testing.T, cols string, provision bool) (*harness, *bytes.Buffer) {
+	t.Helper()
 	var logs bytes.Buffer
 	cat := catalogfake.New()
-	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING, extra DOUBLE", nil)
-	w := New(Config{Table: testTable, WriterID: "test", Provision: true, Pool: testPoolConfig()}, ingestfake.NewOpener(ingestfake.Config{}), cat,
+	cat.Put(testTable, cols, nil)
+	opener := ingestfake.NewOpener(ingestfake.Config{})
+	w := New(Config{Table: testTable, WriterID: "test", Provision: provision, Pool: testPoolConfig()}, opener, cat,
 		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), nil)
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, w.Open(ctx))
-	h := &harness{w: w, cat: cat, opener: w.opener.(*ingestfake.Opener)}
+	return &harness{w: w, cat: cat, opener: opener}, &logs
+}
+
+// With provisioning, a table dropped under the writer is created again at
+// the next Open with the columns of the snapshot it wrote on (not inferred
+// again from a batch), said in one line, and written at once.
+func TestDroppedTableIsCreatedAgainFromTheSnapshot(t *testing.T) {
+	h, logs := loggedHarness(t, "id BIGINT NOT NULL, msg STRING, extra DOUBLE", true)
+	w, cat := h.w, h.cat
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	require.Empty(t, h.write(t, rows(`{"id":1,"msg":"a"}`)))
 
 	dropUnder(t, h)
@@ -76,16 +87,10 @@ func TestDroppedTableIsCreatedAgainFromTheSnapshot(t *testing.T) {
 // no table are one cause, explained once; the writer writes again once the
 // table exists, on the new table's columns.
 func TestDroppedTableWithoutProvisioningIsOneCause(t *testing.T) {
-	var logs bytes.Buffer
-	cat := catalogfake.New()
-	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
-	w := New(Config{Table: testTable, WriterID: "test", Pool: testPoolConfig()}, ingestfake.NewOpener(ingestfake.Config{}), cat,
-		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})), nil)
-	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	h, logs := loggedHarness(t, "id BIGINT NOT NULL, msg STRING", false)
+	w, cat := h.w, h.cat
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, w.Open(ctx))
-	h := &harness{w: w, cat: cat, opener: w.opener.(*ingestfake.Opener)}
 	require.Empty(t, h.write(t, rows(`{"id":1,"msg":"a"}`)))
 
 	dropUnder(t, h)

@@ -63,6 +63,25 @@ func dropUnderTraffic(t *testing.T, httpURL, table string, atLeast int64, read f
 	return before, at
 }
 
+// waitNothingLost waits until every id 1..rows is in table (the new one) or
+// in before (the dropped one's ids at the drop), and returns how long after
+// since the first row landed in the new table.
+func waitNothingLost(t *testing.T, httpURL, table string, rows int64, before map[int64]int, since time.Time, logs func() string) (healed time.Duration) {
+	t.Helper()
+	eventually(t, 30*time.Second, 50*time.Millisecond, "the rows never all landed in the table or the dropped one", func() (bool, string) {
+		n := rowCount(httpURL, table)
+		if healed == 0 && n > 0 {
+			healed = time.Since(since)
+		}
+		if n+int64(len(before)) < rows {
+			return false, fmt.Sprintf("row_count %d + %d before the drop of %d\n%s", n, len(before), rows, logs())
+		}
+		miss := missingIDs(1, rows, before, idSet(t, httpURL, table))
+		return len(miss) == 0, fmt.Sprintf("%d ids in neither table (first %v)\n%s", len(miss), miss[:min(len(miss), 5)], logs())
+	})
+	return healed
+}
+
 // missingIDs lists the ids in [lo, hi] found in none of sets.
 func missingIDs(lo, hi int64, sets ...map[int64]int) []int64 {
 	var out []int64
@@ -112,18 +131,7 @@ func TestDropTableProvisionOff(t *testing.T) {
 	gone := pipe.out.String()[logFrom:]
 	created := time.Now()
 	require.NoError(t, ucAt(t, httpURL, "wh-drop").Execute(t.Context(), "CREATE TABLE "+eventsTable+" ("+eventsCols+")"))
-	var healed time.Duration
-	eventually(t, 30*time.Second, 50*time.Millisecond, "the rows never all landed after the table was created again", func() (bool, string) {
-		n := rowCount(httpURL, eventsTable)
-		if healed == 0 && n > 0 {
-			healed = time.Since(created)
-		}
-		if n+int64(len(before)) < rows {
-			return false, fmt.Sprintf("row_count %d + %d before the drop of %d\n%s", n, len(before), rows, logs())
-		}
-		miss := missingIDs(1, rows, before, idSet(t, httpURL, eventsTable))
-		return len(miss) == 0, fmt.Sprintf("%d ids in neither table (first %v)\n%s", len(miss), miss[:min(len(miss), 5)], logs())
-	})
+	healed := waitNothingLost(t, httpURL, eventsTable, rows, before, created, logs)
 	after := idSet(t, httpURL, eventsTable)
 	out := pipe.out.String()[logFrom:]
 	explained := countLines(gone, "What to do", eventsTable, "create table")
@@ -159,18 +167,7 @@ func TestDropTableProvisionOn(t *testing.T) {
 	logs := func() string { return tail(pipe.out.String(), 20) }
 	logFrom := len(pipe.out.String())
 	before, droppedAt := dropUnderTraffic(t, httpURL, table, 300, nil, logs)
-	var healed time.Duration
-	eventually(t, 30*time.Second, 50*time.Millisecond, "the rows never all landed after the drop", func() (bool, string) {
-		n := rowCount(httpURL, table)
-		if healed == 0 && n > 0 {
-			healed = time.Since(droppedAt)
-		}
-		if n+int64(len(before)) < rows {
-			return false, fmt.Sprintf("row_count %d + %d before the drop of %d\n%s", n, len(before), rows, logs())
-		}
-		miss := missingIDs(1, rows, before, idSet(t, httpURL, table))
-		return len(miss) == 0, fmt.Sprintf("%d ids in neither table (first %v)\n%s", len(miss), miss[:min(len(miss), 5)], logs())
-	})
+	healed := waitNothingLost(t, httpURL, table, rows, before, droppedAt, logs)
 	after := idSet(t, httpURL, table)
 	out := pipe.out.String()[logFrom:]
 	recreated := countLines(out, table, "created it again")

@@ -188,7 +188,6 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 		kgo.SeedBrokers(cfg.SeedBrokers...),
 		kgo.Dialer(dial),
 		kgo.ConsumeResetOffset(cfg.StartOffset),
-		kgo.DisableAutoCommit(),
 	}
 	if cfg.ClientID != "" {
 		opts = append(opts, kgo.ClientID(cfg.ClientID))
@@ -240,6 +239,7 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 	if cfg.Group != "" {
 		opts = append(opts,
 			kgo.ConsumerGroup(cfg.Group),
+			kgo.DisableAutoCommit(),
 			kgo.BlockRebalanceOnPoll(),
 			kgo.OnPartitionsAssigned(c.onAssigned),
 			kgo.OnPartitionsRevoked(c.onRevoked),

@@ -206,11 +206,11 @@ start_offset: latest
 	assert.Equal(t, kgo.NewOffset().AtEnd().String(), k.Partitions["foo"][2].String())
 
 	for conf, field := range map[string]string{
-		"seed_brokers: [ a:1 ]\ntopics: [ foo, bar:1 ]":   "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:x ]":        "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:3-1 ]":      "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:-4 ]":     "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:2:3 ]":    "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo, bar:1 ]":                 "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:x ]":                      "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:3-1 ]":                    "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:-4 ]":                   "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:2:3 ]":                  "topics",
 		"seed_brokers: [ a:1 ]\ntopics: [ foo ]\nfetch_max_bytes: 3GiB": "fetch_max_bytes",
 	} {
 		pc, err := Spec().ParseYAML(conf, nil)

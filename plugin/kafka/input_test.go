@@ -88,9 +88,16 @@ func TestCapPausesFetch(t *testing.T) {
 		"fetch_max_partition_bytes: 1B", "fetch_max_bytes: 1B", "fetch_max_wait: 100ms"))
 
 	var held []delivery
-	got := 0
+	got, nextOff := 0, 0
+	inOrder := func(d delivery) {
+		for _, o := range d.offsets(t) {
+			require.Equal(t, nextOff, o, "in order, none skipped across pause and resume")
+			nextOff++
+		}
+	}
 	for got < limit {
 		d := read(t, in)
+		inOrder(d)
 		held = append(held, d)
 		got += len(d.msgs)
 	}
@@ -110,6 +117,7 @@ func TestCapPausesFetch(t *testing.T) {
 		}
 		got += len(msgs)
 		held = append(held, delivery{msgs, a})
+		inOrder(held[len(held)-1])
 	}
 	cancel()
 	assert.LessOrEqual(t, got, limit+1, "no more delivered while paused")
@@ -120,6 +128,7 @@ func TestCapPausesFetch(t *testing.T) {
 	// Resumed: the rest arrives, acked as it comes, and all is committed.
 	for got < 100 {
 		d := read(t, in)
+		inOrder(d)
 		got += len(d.msgs)
 		ack(t, d, nil)
 	}
@@ -270,3 +279,57 @@ func (l *recordingLog) count(level string) int {
 }
 
 var _ kafkain.Logger = (*recordingLog)(nil)
+
+// TestLagGrowsWhileUnacked: while nothing is acknowledged (the output
+// refusing writes) and producers go on, the lag reported for the
+// redpanda_lag gauge grows; once everything is acknowledged it falls to 0.
+func TestLagGrowsWhileUnacked(t *testing.T) {
+	const topic, group = "lag", "g-lag"
+	c := newCluster(t, topic, 1)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 1, 0, 10)
+	pc, err := Spec().ParseYAML(groupConf(addrs, topic, group, "topic_lag_refresh_period: 50ms", "max_unacked_per_partition: 10"), nil)
+	require.NoError(t, err)
+	cfg, err := ParseConfig(pc)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	lag := map[kafkain.TP]int64{}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cons, err := kafkain.New(ctx, cfg.Consumer, &recordingLog{}, func(tp kafkain.TP, l int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		lag[tp] = l
+	})
+	require.NoError(t, err)
+	defer func() { _ = cons.Close(ctx) }()
+	lagOf := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		l, ok := lag[kafkain.TP{Topic: topic, Partition: 0}]
+		if !ok {
+			return -1
+		}
+		return l
+	}
+	var held []*kafkain.Batch
+	for n := 0; n < 10; {
+		b, err := cons.Next(ctx)
+		require.NoError(t, err)
+		n += len(cons.Handed(b))
+		held = append(held, b)
+	}
+	require.Eventually(t, func() bool { return lagOf() == 10 }, wait, 10*time.Millisecond, "10 produced, none acknowledged")
+	produce(t, addrs, topic, 1, 10, 15)
+	require.Eventually(t, func() bool { return lagOf() == 25 }, wait, 10*time.Millisecond, "lag grows while the output refuses")
+	for _, b := range held {
+		cons.Ack(b, b.Delivery(), nil)
+	}
+	for n := 0; n < 15; {
+		b, err := cons.Next(ctx)
+		require.NoError(t, err)
+		n += len(cons.Handed(b))
+		cons.Ack(b, b.Delivery(), nil)
+	}
+	require.Eventually(t, func() bool { return lagOf() == 0 }, wait, 10*time.Millisecond, "caught up")
+}

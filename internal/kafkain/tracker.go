@@ -125,6 +125,7 @@ type partition struct {
 	epoch    int32    // leader epoch of the record before durable
 	commit   int64    // last committed offset; -1 none
 	paused   bool
+	nacked   int       // batches in out waiting for their replay
 	nacks    int       // consecutive nacks, for the replay back-off
 	replayAt time.Time // no replay before this
 }
@@ -256,17 +257,24 @@ func (t *Tracker) Next(ctx context.Context) (*Batch, error) {
 		if b != nil {
 			return b, nil
 		}
-		var timer <-chan time.Time
+		var tm *time.Timer
+		var due <-chan time.Time
 		if wait > 0 {
-			tm := time.NewTimer(wait)
-			timer = tm.C
-			defer tm.Stop()
+			tm = time.NewTimer(wait)
+			due = tm.C
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			err := ctx.Err()
+			if tm != nil {
+				tm.Stop()
+			}
+			return nil, err
 		case <-ch:
-		case <-timer:
+		case <-due:
+		}
+		if tm != nil {
+			tm.Stop()
 		}
 	}
 }
@@ -281,7 +289,7 @@ func (t *Tracker) takeLocked() (*Batch, time.Duration) {
 	// nothing newer until it is replayed, so its records go out in order.
 	for _, tp := range t.order {
 		p := t.parts[tp]
-		if p == nil || p.leaving {
+		if p == nil || p.leaving || p.nacked == 0 {
 			continue
 		}
 		for _, b := range p.out {
@@ -296,6 +304,7 @@ func (t *Tracker) takeLocked() (*Batch, time.Duration) {
 			}
 			b.state = stateOut
 			b.delivery++
+			p.nacked--
 			return b, 0
 		}
 	}
@@ -303,22 +312,13 @@ func (t *Tracker) takeLocked() (*Batch, time.Duration) {
 	for i := 0; i < n; i++ {
 		idx := (t.next + i) % n
 		p := t.parts[t.order[idx]]
-		if p == nil || p.leaving || len(p.pending) == 0 || p.hasNacked() {
+		if p == nil || p.leaving || len(p.pending) == 0 || p.nacked > 0 {
 			continue
 		}
 		t.next = (idx + 1) % n
 		return t.yieldLocked(p), 0
 	}
 	return nil, soonest
-}
-
-func (p *partition) hasNacked() bool {
-	for _, b := range p.out {
-		if b.state == stateNacked {
-			return true
-		}
-	}
-	return false
 }
 
 // yieldLocked cuts the next batch from p's pending records.
@@ -381,6 +381,7 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 			return true
 		}
 		b.state = stateNacked
+		p.nacked++
 		p.nacks++
 		d := t.lim.ReplayBackoff << min(p.nacks-1, 16)
 		if t.lim.MaxReplayBackoff > 0 && (d > t.lim.MaxReplayBackoff || d <= 0) {
@@ -426,6 +427,7 @@ func (t *Tracker) Revoke(tps []TP) {
 				b.state = stateHeld
 			}
 		}
+		p.nacked = 0
 	}
 	t.broadcast()
 }

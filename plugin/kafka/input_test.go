@@ -164,6 +164,7 @@ func TestLintNamesTheField(t *testing.T) {
 			err := b.SetYAML("input:\n  redpanda:\n" + indented + "\noutput:\n  drop: {}\n")
 			require.Error(t, err, "lint refuses it")
 			assert.Contains(t, err.Error(), tc.field)
+			assert.NotContains(t, err.Error(), "failed to parse", "every lint rule parses")
 		})
 	}
 

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	// The spec-level lint rule is parsed when Spec is built (in init) and
+	// calls Bloblang's parse_duration, which the pure bundle registers: it
+	// must be initialised first, whatever binary embeds this input.
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"

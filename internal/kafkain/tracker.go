@@ -160,6 +160,13 @@ func NewTracker(lim Limits, flow Flow, auto bool) *Tracker {
 	return &Tracker{lim: lim, flow: flow, auto: auto, parts: map[TP]*partition{}, changed: make(chan struct{}), now: time.Now}
 }
 
+// SetFlow sets what pauses and resumes fetching.
+func (t *Tracker) SetFlow(f Flow) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.flow = f
+}
+
 // broadcast wakes every waiter; callers hold mu.
 func (t *Tracker) broadcast() {
 	close(t.changed)
@@ -413,11 +420,7 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 func (t *Tracker) Revoke(tps []TP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tp := range tps {
-		p := t.parts[tp]
-		if p == nil {
-			continue
-		}
+	t.eachLocked(tps, func(p *partition) {
 		p.leaving = true
 		p.unacked -= len(p.pending)
 		clear(p.pending)
@@ -428,22 +431,33 @@ func (t *Tracker) Revoke(tps []TP) {
 			}
 		}
 		p.nacked = 0
-	}
+	})
 	t.broadcast()
 }
 
-// WaitSettled blocks until no batch of tps is awaiting its ack, or ctx ends
-// (it then reports false).
+// eachLocked calls fn for every owned partition among tps (all when tps is
+// nil); callers hold mu.
+func (t *Tracker) eachLocked(tps []TP, fn func(*partition)) {
+	if tps == nil {
+		for _, p := range t.parts {
+			fn(p)
+		}
+		return
+	}
+	for _, tp := range tps {
+		if p := t.parts[tp]; p != nil {
+			fn(p)
+		}
+	}
+}
+
+// WaitSettled blocks until no batch of tps (all when nil) is awaiting its
+// ack, or ctx ends (it then reports false).
 func (t *Tracker) WaitSettled(ctx context.Context, tps []TP) bool {
 	for {
 		t.mu.Lock()
 		busy := false
-		for _, tp := range tps {
-			if p := t.parts[tp]; p != nil && p.awaiting() {
-				busy = true
-				break
-			}
-		}
+		t.eachLocked(tps, func(p *partition) { busy = busy || p.awaiting() })
 		ch := t.changed
 		t.mu.Unlock()
 		if !busy {
@@ -470,24 +484,20 @@ func (p *partition) awaiting() bool {
 
 // Release forgets partitions: later acks of their batches change nothing,
 // and fetching them is resumed if it was paused (a later assignment must
-// fetch). It returns the partitions that were owned.
+// fetch).
 func (t *Tracker) Release(tps []TP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tp := range tps {
-		p := t.parts[tp]
-		if p == nil {
-			continue
-		}
+	t.eachLocked(tps, func(p *partition) {
 		if p.paused {
 			p.paused = false
 			if t.flow != nil {
-				t.flow.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+				t.flow.ResumeFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
 			}
 		}
-		delete(t.parts, tp)
-		t.order = slices.DeleteFunc(t.order, func(o TP) bool { return o == tp })
-	}
+		delete(t.parts, p.tp)
+		t.order = slices.DeleteFunc(t.order, func(o TP) bool { return o == p.tp })
+	})
 	if t.next >= len(t.order) {
 		t.next = 0
 	}
@@ -510,7 +520,7 @@ func (t *Tracker) Committable(tps []TP) map[string]map[int32]kgo.EpochOffset {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]map[int32]kgo.EpochOffset{}
-	add := func(p *partition) {
+	t.eachLocked(tps, func(p *partition) {
 		if p.durable < 0 || p.durable <= p.commit {
 			return
 		}
@@ -518,18 +528,7 @@ func (t *Tracker) Committable(tps []TP) map[string]map[int32]kgo.EpochOffset {
 			out[p.tp.Topic] = map[int32]kgo.EpochOffset{}
 		}
 		out[p.tp.Topic][p.tp.Partition] = kgo.EpochOffset{Epoch: p.epoch, Offset: p.durable}
-	}
-	if tps == nil {
-		for _, p := range t.parts {
-			add(p)
-		}
-	} else {
-		for _, tp := range tps {
-			if p := t.parts[tp]; p != nil {
-				add(p)
-			}
-		}
-	}
+	})
 	return out
 }
 

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -172,5 +173,69 @@ redpanda:
 	got := committed(t, addrs, group, topic)
 	for p := 0; p < parts; p++ {
 		assert.Equal(t, int64(next[p]), got[int32(p)], "partition %d: committed = delivered", p)
+	}
+}
+
+// TestStreamNackReplay: in a real stream whose output refuses every third
+// batch (a nack, which Benthos hands back to the input), every record is
+// still accepted by the output exactly once (the refused batches come
+// again), and the committed offsets reach the end offsets.
+func TestStreamNackReplay(t *testing.T) {
+	const topic, group, parts, n = "replay", "g-replay", 3, 60
+	c := newCluster(t, topic, parts)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, parts, 0, n)
+
+	b := service.NewStreamBuilder()
+	require.NoError(t, b.SetLoggerYAML("level: warn"))
+	require.NoError(t, b.AddInputYAML(`
+redpanda:
+  seed_brokers: [ "`+addrs[0]+`" ]
+  topics: [ `+topic+` ]
+  consumer_group: `+group+`
+  commit_period: 100ms
+  max_yield_batch_bytes: 100B
+`))
+	var mu sync.Mutex
+	seen := map[[2]int]int{} // (partition, offset) → deliveries
+	calls := 0
+	require.NoError(t, b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls%3 == 0 {
+			return errors.New("refused") // every third batch is nacked once
+		}
+		for _, m := range batch {
+			p, _ := m.MetaGetMut("kafka_partition")
+			o, _ := m.MetaGetMut("kafka_offset")
+			seen[[2]int{p.(int), o.(int)}]++
+		}
+		return nil
+	}))
+	stream, err := b.Build()
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- stream.Run(context.Background()) }()
+	require.Eventually(t, func() bool {
+		got := committed(t, addrs, group, topic)
+		for p := int32(0); p < parts; p++ {
+			if got[p] != n {
+				return false
+			}
+		}
+		return true
+	}, wait, 50*time.Millisecond, "every partition committed to its end")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, stream.Stop(ctx))
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	for p := 0; p < parts; p++ {
+		for o := 0; o < n; o++ {
+			assert.Equal(t, 1, seen[[2]int{p, o}], "partition %d offset %d accepted exactly once", p, o)
+		}
 	}
 }

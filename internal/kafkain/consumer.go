@@ -208,11 +208,17 @@ func (c *Consumer) options() (conn, consume []kgo.Opt, err error) {
 	add(&conn, cfg.ClientID != "", kgo.ClientID(cfg.ClientID))
 	add(&conn, len(cfg.SASL) > 0, kgo.SASL(cfg.SASL...))
 	add(&conn, cfg.MetadataMaxAge > 0, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
+	// franz-go refuses a max age below its min age (5s by default): a
+	// shorter metadata_max_age lowers the min age with it.
+	add(&conn, cfg.MetadataMaxAge > 0 && cfg.MetadataMaxAge < 5*time.Second, kgo.MetadataMinAge(cfg.MetadataMaxAge))
 	add(&conn, cfg.RequestTimeoutOverhead > 0, kgo.RequestTimeoutOverhead(cfg.RequestTimeoutOverhead))
 	add(&conn, cfg.ConnIdleTimeout > 0, kgo.ConnIdleTimeout(cfg.ConnIdleTimeout))
 	opts := []kgo.Opt{kgo.ConsumeResetOffset(cfg.StartOffset)}
 	add(&opts, cfg.RackID != "", kgo.Rack(cfg.RackID))
 	add(&opts, cfg.FetchMaxBytes > 0, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
+	// franz-go reads responses of at most 100 MiB unless told more; a
+	// larger fetch_max_bytes needs room for the response around it.
+	add(&opts, cfg.FetchMaxBytes > 99<<20, kgo.BrokerMaxReadBytes(min(cfg.FetchMaxBytes+(1<<20), 1<<30)))
 	add(&opts, cfg.FetchMinBytes > 0, kgo.FetchMinBytes(cfg.FetchMinBytes))
 	add(&opts, cfg.FetchMaxPartitionBytes > 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	add(&opts, cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))

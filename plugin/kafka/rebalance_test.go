@@ -239,3 +239,58 @@ redpanda:
 		}
 	}
 }
+
+// TestRevokeWaitsForInFlightAcks: when the acks of a revoked partition's
+// in-flight batches arrive within the wait, the partition is committed
+// past them before it goes: the new owner starts at the end, with no
+// duplicate.
+func TestRevokeWaitsForInFlightAcks(t *testing.T) {
+	const topic, group, parts, n = "waits", "g-revoke-wait", 4, 40
+	c := newCluster(t, topic, parts)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, parts, 0, n)
+	conf := groupConf(addrs, topic, group, "rebalance_timeout: 20s", "session_timeout: 30s", "heartbeat_interval: 500ms")
+	a := newTestInput(t, conf)
+
+	held := map[int][]delivery{}
+	for _, d := range readN(t, a, parts*n) {
+		if offs := d.offsets(t); offs[len(offs)-1] >= 30 {
+			held[d.partition(t)] = append(held[d.partition(t)], d)
+			continue
+		}
+		ack(t, d, nil)
+	}
+	require.Len(t, held, parts)
+
+	b := newTestInput(t, conf)
+	// Once A is revoking, ack the held batches of the leaving partitions
+	// (the output finishing its in-flight work).
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		_, leaving := owned(a)
+		return len(leaving) > 0
+	}, wait, 5*time.Millisecond, "A starts revoking")
+	_, leaving := owned(a)
+	time.Sleep(200 * time.Millisecond)
+	for _, p := range leaving {
+		for _, d := range held[int(p)] {
+			ack(t, d, nil)
+		}
+	}
+	require.Eventually(t, func() bool {
+		al, aLeaving := owned(a)
+		bl, _ := owned(b)
+		return len(aLeaving) == 0 && len(bl) > 0 && len(al)+len(bl) == parts
+	}, wait, 20*time.Millisecond)
+	assert.Less(t, time.Since(start), 10*time.Second, "the revoke ended with the acks, not at its bound")
+	moved, _ := owned(b)
+	require.ElementsMatch(t, leaving, moved)
+	got := committed(t, addrs, group, topic)
+	for _, p := range moved {
+		assert.Equal(t, int64(n), got[p], "moved partition %d committed to its end before it went", p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _, err := b.ReadBatch(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the new owner has nothing to redeliver: no duplicates")
+}

@@ -798,14 +798,19 @@ func (p *Pool) supervise(m *member) {
 			if p.ctx.Err() != nil {
 				return
 			}
-			delay, down := p.openFailed(m, epoch, err, &failures, &b)
-			probeDone()
 			if m.extra {
 				// An extra is never retried: the pool did well enough
-				// without it, and the service said no (or failed).
-				p.extraFailed(m, "open failed", err)
+				// without it, and the service said no (or failed). Its
+				// refusal, even one no retry can fix, only holds
+				// growth: the base streams are open on the same table
+				// with the same credentials and keep writing, so it
+				// never stops the pool (a refusal that concerns them
+				// too reaches them on their own streams).
+				p.extraOpenFailed(m, err)
 				return
 			}
+			delay, down := p.openFailed(m, epoch, err, &failures, &b)
+			probeDone()
 			if down {
 				answer(waiting, err)
 				waiting = nil

@@ -158,13 +158,13 @@ func NetCauseOf(field, host string, err error) *NetCause {
 			c.Host = u.Host
 		}
 	}
-	if c.Kind, c.Detail = typedKind(err, &c.Host); c.Kind != 0 {
-		return c
+	if c.Kind, c.Detail = typedKind(err, &c.Host); c.Kind == 0 {
+		c.Kind, c.Detail = textKind(err.Error(), &c.Host)
 	}
-	if c.Kind, c.Detail = textKind(err.Error(), &c.Host); c.Kind != 0 {
-		return c
+	if c.Kind == 0 || (c.Host == "" && c.Field == "") {
+		return nil // none, or nothing to name: a bare deadline says no more
 	}
-	return nil
+	return c
 }
 
 // typedKind recognises the standard library's errors in err's chain; a

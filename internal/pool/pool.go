@@ -368,7 +368,8 @@ func (p *Pool) Config() Config { return p.cfg }
 // its first open attempt and at least one is healthy. Members that failed
 // (for example on a concurrency reject) keep retrying in the background. It
 // returns a FatalConfig error at once, and an error if ctx ends with no
-// healthy member.
+// healthy member; with an OpenGate, also as soon as every member has tried
+// and none is healthy.
 func (p *Pool) Connect(ctx context.Context) error {
 	p.start()
 	for {
@@ -400,6 +401,11 @@ func (p *Pool) Connect(ctx context.Context) error {
 			return nil
 		case down == len(p.members):
 			return fmt.Errorf("pool: connect %s: every stream is down: %w", p.table, lastErr)
+		case p.cfg.OpenGate != nil && healthy == 0 && attempted == len(p.members) && lastErr != nil:
+			// Gated, the next open may be up to OpenBackoffMax away:
+			// the caller hears of the failure now (the members keep
+			// trying, through the gate).
+			return fmt.Errorf("pool: connect %s: every stream's open failed: %w", p.table, lastErr)
 		}
 		select {
 		case <-changed:
@@ -781,8 +787,15 @@ func (p *Pool) supervise(m *member) {
 		}
 	}
 
+	gate := p.cfg.OpenGate
+	if m.extra {
+		gate = nil // never retried: its one open is not the writer's to space
+	}
 	for {
 		if p.ctx.Err() != nil || m.isRetired() {
+			return
+		}
+		if gate != nil && !p.passGate(m, gate, &waiting) {
 			return
 		}
 		p.mu.RLock()
@@ -793,7 +806,13 @@ func (p *Pool) supervise(m *member) {
 		if m.events != nil {
 			openCtx = ingest.WithObserver(p.ctx, m.events)
 		}
+		if gate != nil {
+			openCtx = ingest.WithSingleAttempt(openCtx)
+		}
 		s, err := p.opener.Open(openCtx, p.table, schema)
+		if gate != nil && err == nil {
+			gate.Succeeded()
+		}
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return
@@ -819,6 +838,12 @@ func (p *Pool) supervise(m *member) {
 				}
 				failures = 0
 				b.Reset()
+				continue
+			}
+			if gate != nil {
+				// The gate spaces the next open, of this member or
+				// another: at least delay (a reject's RetryAfter).
+				gate.Failed(ingest.Classify(err).RetryAfter)
 				continue
 			}
 			if !p.sleep(m, delay, &waiting) {
@@ -888,6 +913,37 @@ func (p *Pool) supervise(m *member) {
 		}
 		if !p.sleep(m, delay, &waiting) {
 			return
+		}
+	}
+}
+
+// passGate waits until gate lets member m open (its wait has passed, or a
+// success opened it), queueing the Reopen requests that reach m meanwhile;
+// false when m is to stop.
+func (p *Pool) passGate(m *member, gate *backoff.Gate, waiting *[]reopenReq) bool {
+	for {
+		ok, left, opened := gate.Pass()
+		if ok {
+			return true
+		}
+		t := time.NewTimer(left)
+		woke := false
+		for !woke {
+			select {
+			case <-t.C:
+				woke = true
+			case <-opened:
+				t.Stop()
+				woke = true
+			case req := <-m.reopen:
+				*waiting = append(*waiting, req)
+			case <-m.retired:
+				t.Stop()
+				return false
+			case <-p.ctx.Done():
+				t.Stop()
+				return false
+			}
 		}
 	}
 }

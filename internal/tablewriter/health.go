@@ -212,7 +212,7 @@ func stateRank(s pool.State) int {
 func StateValue(s pool.State) int64 { return int64(stateRank(s)) }
 
 func errorText(err error) string {
-	s := err.Error()
+	s := CauseText(err)
 	if len(s) > maxErrorText {
 		s = s[:maxErrorText] + "…"
 	}

@@ -118,6 +118,10 @@ type Fault struct {
 	// Advice says what to do about it, in the user's terms.
 	Advice string
 	Err    error
+	// Net names the network failure behind a transient fault (which host
+	// did not resolve, which address refused, why TLS failed), nil when
+	// it is none.
+	Net *ingest.NetCause
 }
 
 // Action is what to do after a fault.
@@ -237,6 +241,11 @@ func classify(table, principal string, err error) Fault {
 			f.Cause = "transient " + ze.Code.String()
 		}
 		f.Advice = "the service, the network or the workspace failed; retrying with back-off"
+		if nc := ingest.NetCauseOf("", "", err); nc != nil {
+			// The cause by name: the same for as long as it persists.
+			f.Net, f.Cause = nc, nc.Summary()
+			f.Advice = nc.Advice() + "; retrying with back-off, and writing again by itself once it is fixed"
+		}
 		return f
 	}
 	f.Class = FaultPermanent
@@ -290,13 +299,31 @@ type WaitError struct {
 	// Held is set when no open was tried: the wait of an earlier failure
 	// has not passed yet.
 	Held bool
+	// Advice says what to do about Err ("": nothing to add).
+	Advice string
 }
 
+// Error names the cause first (CauseText), then what to do.
 func (e *WaitError) Error() string {
-	if e.Held {
-		return fmt.Sprintf("%v (next attempt in %s)", e.Err, e.Wait.Round(10*time.Millisecond))
+	s := CauseText(e.Err)
+	if e.Advice != "" {
+		s += "; what to do: " + e.Advice
 	}
-	return e.Err.Error()
+	if e.Held {
+		s += fmt.Sprintf(" (next attempt in %s)", e.Wait.Round(10*time.Millisecond))
+	}
+	return s
+}
+
+// CauseText is err's text, led by its network cause when it has one: the
+// host that did not resolve, the address that refused, why TLS failed,
+// then the failure as it came from the innermost layer that named it
+// (instead of every layer's wrapping, which says less).
+func CauseText(err error) string {
+	if nc := ingest.NetCauseOf("", "", err); nc != nil {
+		return nc.Error()
+	}
+	return err.Error()
 }
 
 func (e *WaitError) Unwrap() error { return e.Err }
@@ -373,7 +400,7 @@ func (l *lifecycle) beginOpen() error {
 	}
 	if l.Phase() == PhaseBackingOff {
 		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
-			return &WaitError{Err: l.fault.Err, Wait: left, Held: true}
+			return &WaitError{Err: l.fault.Err, Wait: left, Held: true, Advice: l.fault.Advice}
 		}
 	}
 	l.set(PhaseOpening)
@@ -432,8 +459,8 @@ func (l *lifecycle) failed(f Fault) Verdict {
 	}
 	if f.Cause != l.explained && v.Action != GiveUp {
 		l.explained = f.Cause
-		msg := fmt.Sprintf("%s %s: %v. What to do: %s. %s (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
-			l.subject, l.table, f.Err, f.Advice, l.held, next, maxWait(f.Class))
+		msg := fmt.Sprintf("%s %s: %s. What to do: %s. %s (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
+			l.subject, l.table, CauseText(f.Err), f.Advice, l.held, next, maxWait(f.Class))
 		if f.Class == FaultTransient {
 			l.log.Warn(msg)
 		} else {
@@ -470,11 +497,11 @@ func (l *lifecycle) outage(f Fault, age time.Duration) {
 	}
 	l.explained, l.outageLogged = f.Cause, true
 	advice := f.Advice
-	if f.Class != FaultPermanent {
+	if f.Class != FaultPermanent && f.Net == nil {
 		advice = outageAdvice
 	}
-	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %v. What to do: %s. %s; the streams reconnect by themselves with back-off, no restart needed (this is logged again only if the cause changes)",
-		l.subject, l.table, age.Round(100*time.Millisecond), f.Err, advice, l.held))
+	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %s. What to do: %s. %s; the streams reconnect by themselves with back-off, no restart needed (this is logged again only if the cause changes)",
+		l.subject, l.table, age.Round(100*time.Millisecond), CauseText(f.Err), advice, l.held))
 }
 
 // outageOver ends the outage in progress, reporting it when it was

@@ -1,9 +1,9 @@
 package pool
 
 import (
-	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"errors"
 	"fmt"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"log/slog"
 	"math"
 	"time"

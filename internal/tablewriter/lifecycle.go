@@ -361,6 +361,8 @@ type lifecycle struct {
 	since     time.Time // when the first failure of this run of cycles came
 	explained string    // the Cause last explained
 	openedAt  time.Time
+	// firstTry is when the first open began; zero before it.
+	firstTry time.Time
 	// outageAt is when the outage in progress began (no stream connected
 	// while the writer is open); zero: none. outageLogged is set when it
 	// was explained; outageEnd is when the last one ended.
@@ -403,8 +405,23 @@ func (l *lifecycle) beginOpen() error {
 			return &WaitError{Err: l.fault.Err, Wait: left, Held: true, Advice: l.fault.Advice}
 		}
 	}
+	if l.firstTry.IsZero() {
+		l.firstTry = l.now()
+	}
 	l.set(PhaseOpening)
 	return nil
+}
+
+// neverOpened returns, for a writer that never opened and whose last open
+// failed, when its first open began; zero otherwise. Such a writer has
+// been unreachable all along: health says down, with the cause.
+func (l *lifecycle) neverOpened() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.openedAt.IsZero() || l.fault == nil {
+		return time.Time{}
+	}
+	return l.firstTry
 }
 
 // opened moves to open (or waiting for the table).

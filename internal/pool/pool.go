@@ -368,8 +368,8 @@ func (p *Pool) Config() Config { return p.cfg }
 // its first open attempt and at least one is healthy. Members that failed
 // (for example on a concurrency reject) keep retrying in the background. It
 // returns a FatalConfig error at once, and an error if ctx ends with no
-// healthy member; with an OpenGate, also as soon as every member has tried
-// and none is healthy.
+// healthy member; with an OpenGate, also as soon as an open failed and no
+// member is healthy.
 func (p *Pool) Connect(ctx context.Context) error {
 	p.start()
 	for {
@@ -401,11 +401,11 @@ func (p *Pool) Connect(ctx context.Context) error {
 			return nil
 		case down == len(p.members):
 			return fmt.Errorf("pool: connect %s: every stream is down: %w", p.table, lastErr)
-		case p.cfg.OpenGate != nil && healthy == 0 && attempted == len(p.members) && lastErr != nil:
-			// Gated, the next open may be up to OpenBackoffMax away:
-			// the caller hears of the failure now (the members keep
-			// trying, through the gate).
-			return fmt.Errorf("pool: connect %s: every stream's open failed: %w", p.table, lastErr)
+		case p.cfg.OpenGate != nil && healthy == 0 && attempted > 0 && lastErr != nil:
+			// Gated, the next open (of any member) may be up to the
+			// gate's longest wait away: the caller hears of the failure
+			// now, and the members keep trying through the gate.
+			return fmt.Errorf("pool: connect %s: no stream is up: %w", p.table, lastErr)
 		}
 		select {
 		case <-changed:

@@ -176,26 +176,25 @@ func TestFaultEndpointRefusedThenListening(t *testing.T) {
 	}
 	later.open(t)
 	opened := time.Now()
-	waitEveryRow(t, 30*time.Second, "not every row landed after the endpoint started listening", httpURL, eventsTable, rows, nil,
-		func() string { return tail(pipe.out.String(), 10) })
+	var up time.Duration // when health said up again
+	waitEveryRow(t, 30*time.Second, "not every row landed after the endpoint started listening", httpURL, eventsTable, rows, func(int64) {
+		if code, body := httpGet(base + healthhttp.Path); up == 0 && code == http.StatusOK && strings.Contains(body, `"status": "up"`) {
+			up = time.Since(opened)
+		}
+	}, func() string { return tail(pipe.out.String(), 10) })
 	healed := time.Since(opened)
-	var up bool
-	eventually(t, 10*time.Second, 50*time.Millisecond, "never healthy after healing", func() (bool, string) {
-		code, body := httpGet(base + healthhttp.Path)
-		up = code == http.StatusOK && strings.Contains(body, `"status": "up"`)
-		return up, body
-	})
 	logs := pipe.out.String()
 	_, distinct, dups := rowStats(t, httpURL, eventsTable)
-	faultLine(t, "endpoint %s refused, listening after 8 s: cause named after %s, health 503 naming it after %s; all %d rows landed %s after it listened (dups=%d); healing lines=%d; 'is now active' lines=%d",
-		later.addr, w.named.Round(10*time.Millisecond), w.down.Round(10*time.Millisecond), rows, healed.Round(10*time.Millisecond), dups,
+	faultLine(t, "endpoint %s refused, listening after 8 s: cause named after %s, health 503 naming it after %s; health up %s and all %d rows landed %s after it listened (dups=%d); healing lines=%d; 'is now active' lines=%d",
+		later.addr, w.named.Round(10*time.Millisecond), w.down.Round(10*time.Millisecond), up.Round(10*time.Millisecond), rows, healed.Round(10*time.Millisecond), dups,
 		countLines(logs, "writing again after"), countLines(logs, "is now active", "zerobus"))
 	require.NotZero(t, w.named, "the cause was never named:\n%s", tail(logs, 20))
-	assert.LessOrEqual(t, w.named, 5*time.Second)
+	assert.LessOrEqual(t, w.named, 5*time.Second, "the cause named within 5 s:\n%s", tail(logs, 40))
 	require.NotZero(t, w.down, "health never said 503 naming the cause:\n%s", tail(logs, 20))
 	assert.LessOrEqual(t, w.down-w.named, 2*time.Second)
 	assert.Equal(t, rows, distinct, "every row landed")
 	assert.Zero(t, dups, "exactly once")
 	assert.Less(t, healed, 20*time.Second, "healed within a back-off step of the endpoint listening")
 	assert.Equal(t, 1, countLines(logs, "writing again after"), "one line says it heals:\n%s", tail(logs, 20))
+	assert.NotZero(t, up, "health said up again once it healed")
 }

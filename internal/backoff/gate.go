@@ -1,7 +1,6 @@
 package backoff
 
 import (
-	"context"
 	"sync"
 	"time"
 )
@@ -71,25 +70,6 @@ func (g *Gate) Pass() (ok bool, left time.Duration, opened <-chan struct{}) {
 	}
 	g.next = now.Add(g.b.Next())
 	return true, 0, nil
-}
-
-// Wait returns once Pass lets the caller through, or with ctx's error.
-func (g *Gate) Wait(ctx context.Context) error {
-	for {
-		ok, left, opened := g.Pass()
-		if ok {
-			return nil
-		}
-		t := time.NewTimer(left)
-		select {
-		case <-t.C:
-		case <-opened:
-			t.Stop()
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-	}
 }
 
 // Failed records a failed attempt: the gate closes for a first wait if it

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +76,9 @@ func TestClassify(t *testing.T) {
 		{"unavailable", status.Error(codes.Unavailable, "connection refused"), FaultTransient, "retrying"},
 		{"deadline", status.Error(codes.DeadlineExceeded, "slow"), FaultTransient, "retrying"},
 		{"internal", status.Error(codes.Internal, "oops"), FaultTransient, "retrying"},
+		{"endpoint does not resolve", fmt.Errorf("open streams: %w", unresolvedEndpoint), FaultTransient, "check `endpoint`: host 123.zerobus.nope.invalid does not resolve"},
+		{"workspace refuses", fmt.Errorf("describe: %w", &url.Error{Op: "Get", URL: "https://adb-1.example/api/2.1/unity-catalog/tables/x",
+			Err: &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 443}, Err: syscall.ECONNREFUSED}}), FaultTransient, "check `workspace_url`: nothing accepts connections at 10.0.0.1:443"},
 		{"no healthy stream", fmt.Errorf("write: %w", pool.ErrNoStream), FaultTransient, "retrying"},
 		{"resource exhausted", status.Error(codes.ResourceExhausted, "too many streams"), FaultThrottled, "streams.max"},
 		{"open refused for concurrency", &OpenError{Table: table, Rejects: 2, Err: errors.New("no stream up")}, FaultThrottled, "streams.max"},

@@ -393,14 +393,16 @@ func (l *lifecycle) writable() bool {
 
 // beginOpen moves to opening, unless the writer is closed (ErrClosed) or
 // the wait of the last failure has not passed (a *WaitError with what is
-// left of it: no open is tried).
-func (l *lifecycle) beginOpen() error {
+// left of it: no open is tried). ready skips the wait: the streams of the
+// failed open connected meanwhile, so the open that follows costs no new
+// stream and heals at once.
+func (l *lifecycle) beginOpen(ready bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isClosed() {
 		return ErrClosed
 	}
-	if l.Phase() == PhaseBackingOff {
+	if l.Phase() == PhaseBackingOff && !ready {
 		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
 			return &WaitError{Err: l.fault.Err, Wait: left, Held: true, Advice: l.fault.Advice}
 		}

@@ -127,7 +127,7 @@ func TestLifecycleCycles(t *testing.T) {
 
 	var waits []time.Duration
 	for range 8 {
-		require.NoError(t, l.beginOpen())
+		require.NoError(t, l.beginOpen(false))
 		assert.Equal(t, PhaseOpening, l.Phase())
 		l.opened(false)
 		assert.True(t, l.writable())
@@ -138,7 +138,7 @@ func TestLifecycleCycles(t *testing.T) {
 
 		// Before the wait has passed, Open is held: nothing is tried.
 		clock.advance(v.Wait / 2)
-		err := l.beginOpen()
+		err := l.beginOpen(false)
 		var we *WaitError
 		require.ErrorAs(t, err, &we)
 		assert.True(t, we.Held)
@@ -153,13 +153,13 @@ func TestLifecycleCycles(t *testing.T) {
 	assert.Contains(t, logs.String(), "GRANT SELECT, MODIFY ON TABLE "+testTable)
 
 	// Another cause: explained too, the history goes on.
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	v := l.failed(Classify(testTable, status.Error(codes.Unauthenticated, "bad token")))
 	assert.Equal(t, 60*s, v.Wait)
 	assert.Equal(t, 2, strings.Count(logs.String(), "What to do"), "explained again on a change of cause")
 
 	clock.advance(v.Wait)
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	l.opened(false)
 	l.progress()
 	assert.Contains(t, logs.String(), "writing again after 9 failed attempts")
@@ -173,16 +173,16 @@ func TestLifecycleCycles(t *testing.T) {
 func TestLifecycleTransientAndLongLived(t *testing.T) {
 	l, clock, _ := newTestLifecycle(t)
 	down := Classify(testTable, status.Error(codes.Unavailable, "connection refused"))
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	v := l.failed(down)
 	assert.Equal(t, RetryNow, v.Action)
-	require.NoError(t, l.beginOpen(), "retry now: the next Open tries at once")
+	require.NoError(t, l.beginOpen(false), "retry now: the next Open tries at once")
 	v = l.failed(down)
 	assert.Equal(t, BackOff, v.Action)
 	assert.Equal(t, 500*time.Millisecond, v.Wait)
 
 	clock.advance(v.Wait)
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	l.opened(false)
 	clock.advance(PermanentBackoffMax + time.Second)
 	v = l.failed(down)
@@ -194,7 +194,7 @@ func TestLifecycleClosed(t *testing.T) {
 	l, _, _ := newTestLifecycle(t)
 	require.True(t, l.draining())
 	assert.False(t, l.draining(), "once")
-	assert.ErrorIs(t, l.beginOpen(), ErrClosed)
+	assert.ErrorIs(t, l.beginOpen(false), ErrClosed)
 	assert.Equal(t, GiveUp, l.failed(Classify(testTable, errors.New("x"))).Action)
 	l.closed()
 	assert.Equal(t, PhaseClosed, l.Phase())

@@ -368,7 +368,8 @@ func (w *Writer) Open(ctx context.Context) error {
 		}
 		// The streams stopped for good: the lifecycle backs off (below).
 	}
-	if err := w.life.beginOpen(); err != nil {
+	sp := w.spare.Load()
+	if err := w.life.beginOpen(sp != nil && sp.pool.AnyConnected()); err != nil {
 		return err
 	}
 	w.closeStopped(ctx)

@@ -124,6 +124,16 @@ type Fault struct {
 	Net *ingest.NetCause
 }
 
+// netAdvice is the advice a WaitError carries to the engine's log: a
+// network cause's (what to check, naming the field), said with the cause
+// each time; the others' advice is the explanation's, said once per cause.
+func (f Fault) netAdvice() string {
+	if f.Net == nil {
+		return ""
+	}
+	return f.Advice
+}
+
 // Action is what to do after a fault.
 type Action int
 
@@ -299,7 +309,8 @@ type WaitError struct {
 	// Held is set when no open was tried: the wait of an earlier failure
 	// has not passed yet.
 	Held bool
-	// Advice says what to do about Err ("": nothing to add).
+	// Advice says what to do about Err ("": nothing to add): a network
+	// cause's, which the engine's log then carries with the cause.
 	Advice string
 }
 
@@ -404,7 +415,7 @@ func (l *lifecycle) beginOpen(ready bool) error {
 	}
 	if l.Phase() == PhaseBackingOff && !ready {
 		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
-			return &WaitError{Err: l.fault.Err, Wait: left, Held: true, Advice: l.fault.Advice}
+			return &WaitError{Err: l.fault.Err, Wait: left, Held: true, Advice: l.fault.netAdvice()}
 		}
 	}
 	if l.firstTry.IsZero() {

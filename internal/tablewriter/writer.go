@@ -381,7 +381,7 @@ func (w *Writer) Open(ctx context.Context) error {
 		if v.Action == GiveUp {
 			return err
 		}
-		return &WaitError{Err: err, Wait: v.Wait, Advice: f.Advice}
+		return &WaitError{Err: err, Wait: v.Wait, Advice: f.netAdvice()}
 	}
 	st := w.st.Load()
 	w.life.opened(st != nil && st.pool == nil)

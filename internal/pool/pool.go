@@ -401,10 +401,13 @@ func (p *Pool) Connect(ctx context.Context) error {
 			return nil
 		case down == len(p.members):
 			return fmt.Errorf("pool: connect %s: every stream is down: %w", p.table, lastErr)
-		case p.cfg.OpenGate != nil && healthy == 0 && attempted > 0 && lastErr != nil:
+		case p.cfg.OpenGate != nil && healthy == 0 && attempted > 0 && lastErr != nil &&
+			ingest.Classify(lastErr).Class != ingest.FatalConfig:
 			// Gated, the next open (of any member) may be up to the
 			// gate's longest wait away: the caller hears of the failure
-			// now, and the members keep trying through the gate.
+			// now, and the members keep trying through the gate. (A
+			// refusal no retry can fix is about to stop the pool, or
+			// came before a Reopen: its own case, above, or a retry.)
 			return fmt.Errorf("pool: connect %s: no stream is up: %w", p.table, lastErr)
 		}
 		select {

@@ -1009,13 +1009,7 @@ func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, sto
 // openFailed classifies an open error and returns how long to back off, or
 // down when the member must give up.
 func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *backoff.Backoff) (delay time.Duration, down bool) {
-	zerr := ingest.Classify(err)
-	p.mu.Lock()
-	m.attempted = true
-	m.lastErr = err
-	p.notifyLocked()
-	p.mu.Unlock()
-	p.openFailures.Add(1)
+	zerr := p.recordOpenFailure(m, err)
 	switch zerr.Class {
 	case ingest.FatalConfig:
 		if !p.setFatal(epoch, err) { // Reopen came meanwhile: retry on its schema
@@ -1024,10 +1018,6 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 		p.setDown(m, err)
 		return 0, true
 	case ingest.ConcurrencyReject:
-		p.rejections.Add(1)
-		if p.obs != nil {
-			p.obs.IncConcurrencyReject(p.table, m.index)
-		}
 		return max(b.Next(), zerr.RetryAfter), false
 	case ingest.Poison:
 		*failures++
@@ -1039,6 +1029,26 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 	default: // transient: the environment, not us
 		return max(b.Next(), zerr.RetryAfter), false
 	}
+}
+
+// recordOpenFailure notes member m's failed open (its attempt, its last
+// error, the counts: a concurrency reject among them) and returns the
+// error classified.
+func (p *Pool) recordOpenFailure(m *member, err error) *ingest.Error {
+	zerr := ingest.Classify(err)
+	p.mu.Lock()
+	m.attempted = true
+	m.lastErr = err
+	p.notifyLocked()
+	p.mu.Unlock()
+	p.openFailures.Add(1)
+	if zerr.Class == ingest.ConcurrencyReject {
+		p.rejections.Add(1)
+		if p.obs != nil {
+			p.obs.IncConcurrencyReject(p.table, m.index)
+		}
+	}
+	return zerr
 }
 
 // install makes a freshly opened stream m's healthy connection.

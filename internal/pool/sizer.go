@@ -302,18 +302,7 @@ func (c *conn) quiesce(ctx context.Context) error {
 // extraOpenFailed records the failed open of extra m as an open failure
 // (Stats, the member's last error) and lets it leave, holding growth.
 func (p *Pool) extraOpenFailed(m *member, err error) {
-	p.mu.Lock()
-	m.attempted = true
-	m.lastErr = err
-	p.notifyLocked()
-	p.mu.Unlock()
-	p.openFailures.Add(1)
-	if ingest.Classify(err).Class == ingest.ConcurrencyReject {
-		p.rejections.Add(1)
-		if p.obs != nil {
-			p.obs.IncConcurrencyReject(p.table, m.index)
-		}
-	}
+	p.recordOpenFailure(m, err)
 	p.extraFailed(m, "open failed", err)
 }
 

@@ -123,7 +123,8 @@ func (s *ArrowStream) connectFirst(ctx context.Context) (err error) {
 		}
 	}()
 	var last *Error
-	for attempt := 1; attempt <= s.cfg.RecoveryAttempts; attempt++ {
+	attempts := firstConnectAttempts(ctx, s.cfg.RecoveryAttempts)
+	for attempt := 1; attempt <= attempts; attempt++ {
 		if attempt > 1 {
 			s.obs.OnRetry(s.table, attempt-1, last)
 			if err := sleepCtx(ctx, s.cfg.RecoveryBackoff); err != nil {
@@ -146,8 +147,11 @@ func (s *ArrowStream) connectFirst(ctx context.Context) (err error) {
 			return last
 		}
 	}
+	if attempts == 1 {
+		return last
+	}
 	return &Error{Class: Transient, Code: last.Code, ServiceCode: last.ServiceCode,
-		Err: fmt.Errorf("%d connection attempts failed: %w", s.cfg.RecoveryAttempts, last)}
+		Err: fmt.Errorf("%d connection attempts failed: %w", attempts, last)}
 }
 
 // installLocked makes c the current connection and starts its ack reader.

@@ -335,11 +335,21 @@ func (c *Client) OpenArrowStream(ctx context.Context, table string, schema *arro
 		table:       table,
 		schemaFrame: schemaFrame,
 		ready:       c.cfg.ReadyTimeout,
+		endpoint:    c.endpointHost(),
 	})
 	if err := s.connectFirst(ctx); err != nil {
 		return nil, fmt.Errorf("open stream to %s: %w", table, WithGrantHint(err, table, c.cfg.ClientID))
 	}
 	return s, nil
+}
+
+// endpointHost is the endpoint's host:port (its host, without a port), as a
+// network failure names it.
+func (c *Client) endpointHost() string {
+	if u, err := url.Parse(c.cfg.Endpoint); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return c.cfg.Endpoint
 }
 
 // Close closes the gRPC connections; streams still open on them fail.

@@ -115,6 +115,8 @@ type connParams struct {
 	table       string
 	schemaFrame []byte
 	ready       time.Duration
+	// endpoint is the endpoint's host:port, named in a network failure.
+	endpoint string
 }
 
 // openFlightConn starts a DoPut call, sends the schema frame and waits for the
@@ -136,9 +138,23 @@ func openFlightConn(ctx context.Context, p connParams, gen uint64) (*flightConn,
 		if ctx.Err() == nil {
 			p.suspect(chGen, e)
 		}
-		return nil, e
+		return nil, withNetCause(e, p.endpoint, err)
 	}
 	return c, nil
+}
+
+// withNetCause is e (classified from err) naming its network cause when it
+// is a transient failure to reach the endpoint or the workspace (see
+// NetCauseOf): the class and codes stay e's.
+func withNetCause(e *Error, endpoint string, err error) *Error {
+	if e.Class != Transient {
+		return e
+	}
+	nc := NetCauseOf(FieldEndpoint, endpoint, err)
+	if nc == nil {
+		return e
+	}
+	return &Error{Class: e.Class, Code: e.Code, ServiceCode: e.ServiceCode, Causes: e.Causes, RetryAfter: e.RetryAfter, Err: nc}
 }
 
 // suspect replaces channel generation chGen when e points at the transport

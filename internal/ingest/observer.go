@@ -45,3 +45,23 @@ func (t tee) OnFailure(table string, err *Error) {
 	t[0].OnFailure(table, err)
 	t[1].OnFailure(table, err)
 }
+
+type singleAttemptKey struct{}
+
+// WithSingleAttempt makes an Open under ctx try to connect once, without
+// the retries within its recovery budget: for a caller that retries opens
+// itself, with a back-off of its own (the pool, gated per writer), so that
+// a dead endpoint costs one connection attempt per open, not a burst of
+// them logged one by one. Reconnects of the stream, once open, keep their
+// budget.
+func WithSingleAttempt(ctx context.Context) context.Context {
+	return context.WithValue(ctx, singleAttemptKey{}, true)
+}
+
+// firstConnectAttempts is how many attempts an Open under ctx makes.
+func firstConnectAttempts(ctx context.Context, budget int) int {
+	if single, _ := ctx.Value(singleAttemptKey{}).(bool); single {
+		return 1
+	}
+	return budget
+}

@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"log/slog"
 	"math"
 	"time"
@@ -60,6 +61,16 @@ type Config struct {
 	RebuildBudget int
 	// PickTimeout bounds how long Write waits for a healthy member.
 	PickTimeout time.Duration
+	// OpenGate, when set, spaces the opens of the base members after a
+	// failed one: one open per wait while they fail, the wait growing
+	// across failures of any member and of any pool sharing the gate (a
+	// table writer shares one across the pools it opens), so that an
+	// endpoint that stays unreachable costs a few opens a minute, not a
+	// burst per member and per pool. Each open then makes one connection
+	// attempt (ingest.WithSingleAttempt): the gate is its retry. And
+	// Connect reports the failure as soon as every member tried once.
+	// Nil: each member backs off on its own (OpenBackoffInitial..Max).
+	OpenGate *backoff.Gate
 }
 
 // DefaultConfig returns conservative defaults: two to sixteen streams sized at

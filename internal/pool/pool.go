@@ -368,7 +368,8 @@ func (p *Pool) Config() Config { return p.cfg }
 // its first open attempt and at least one is healthy. Members that failed
 // (for example on a concurrency reject) keep retrying in the background. It
 // returns a FatalConfig error at once, and an error if ctx ends with no
-// healthy member.
+// healthy member; with an OpenGate, also as soon as an open failed and no
+// member is healthy.
 func (p *Pool) Connect(ctx context.Context) error {
 	p.start()
 	for {
@@ -400,6 +401,14 @@ func (p *Pool) Connect(ctx context.Context) error {
 			return nil
 		case down == len(p.members):
 			return fmt.Errorf("pool: connect %s: every stream is down: %w", p.table, lastErr)
+		case p.cfg.OpenGate != nil && healthy == 0 && attempted > 0 && lastErr != nil &&
+			ingest.Classify(lastErr).Class != ingest.FatalConfig:
+			// Gated, the next open (of any member) may be up to the
+			// gate's longest wait away: the caller hears of the failure
+			// now, and the members keep trying through the gate. (A
+			// refusal no retry can fix is about to stop the pool, or
+			// came before a Reopen: its own case, above, or a retry.)
+			return fmt.Errorf("pool: connect %s: no stream is up: %w", p.table, lastErr)
 		}
 		select {
 		case <-changed:
@@ -781,8 +790,15 @@ func (p *Pool) supervise(m *member) {
 		}
 	}
 
+	gate := p.cfg.OpenGate
+	if m.extra {
+		gate = nil // never retried: its one open is not the writer's to space
+	}
 	for {
 		if p.ctx.Err() != nil || m.isRetired() {
+			return
+		}
+		if gate != nil && !p.passGate(m, gate, &waiting) {
 			return
 		}
 		p.mu.RLock()
@@ -793,19 +809,30 @@ func (p *Pool) supervise(m *member) {
 		if m.events != nil {
 			openCtx = ingest.WithObserver(p.ctx, m.events)
 		}
+		if gate != nil {
+			openCtx = ingest.WithSingleAttempt(openCtx)
+		}
 		s, err := p.opener.Open(openCtx, p.table, schema)
+		if gate != nil && err == nil {
+			gate.Succeeded()
+		}
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return
 			}
-			delay, down := p.openFailed(m, epoch, err, &failures, &b)
-			probeDone()
 			if m.extra {
 				// An extra is never retried: the pool did well enough
-				// without it, and the service said no (or failed).
-				p.extraFailed(m, "open failed", err)
+				// without it, and the service said no (or failed). Its
+				// refusal, even one no retry can fix, only holds
+				// growth: the base streams are open on the same table
+				// with the same credentials and keep writing, so it
+				// never stops the pool (a refusal that concerns them
+				// too reaches them on their own streams).
+				p.extraOpenFailed(m, err)
 				return
 			}
+			delay, down := p.openFailed(m, epoch, err, &failures, &b)
+			probeDone()
 			if down {
 				answer(waiting, err)
 				waiting = nil
@@ -814,6 +841,12 @@ func (p *Pool) supervise(m *member) {
 				}
 				failures = 0
 				b.Reset()
+				continue
+			}
+			if gate != nil {
+				// The gate spaces the next open, of this member or
+				// another: at least delay (a reject's RetryAfter).
+				gate.Failed(ingest.Classify(err).RetryAfter)
 				continue
 			}
 			if !p.sleep(m, delay, &waiting) {
@@ -887,6 +920,37 @@ func (p *Pool) supervise(m *member) {
 	}
 }
 
+// passGate waits until gate lets member m open (its wait has passed, or a
+// success opened it), queueing the Reopen requests that reach m meanwhile;
+// false when m is to stop.
+func (p *Pool) passGate(m *member, gate *backoff.Gate, waiting *[]reopenReq) bool {
+	for {
+		ok, left, opened := gate.Pass()
+		if ok {
+			return true
+		}
+		t := time.NewTimer(left)
+		woke := false
+		for !woke {
+			select {
+			case <-t.C:
+				woke = true
+			case <-opened:
+				t.Stop()
+				woke = true
+			case req := <-m.reopen:
+				*waiting = append(*waiting, req)
+			case <-m.retired:
+				t.Stop()
+				return false
+			case <-p.ctx.Done():
+				t.Stop()
+				return false
+			}
+		}
+	}
+}
+
 // serve watches a healthy stream until it fails (cause), Reopen replaces it
 // (nil cause), or the pool closes (stop). It always leaves c torn down.
 func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, stop bool) {
@@ -945,13 +1009,7 @@ func (p *Pool) serve(m *member, c *conn, waiting *[]reopenReq) (cause error, sto
 // openFailed classifies an open error and returns how long to back off, or
 // down when the member must give up.
 func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *backoff.Backoff) (delay time.Duration, down bool) {
-	zerr := ingest.Classify(err)
-	p.mu.Lock()
-	m.attempted = true
-	m.lastErr = err
-	p.notifyLocked()
-	p.mu.Unlock()
-	p.openFailures.Add(1)
+	zerr := p.recordOpenFailure(m, err)
 	switch zerr.Class {
 	case ingest.FatalConfig:
 		if !p.setFatal(epoch, err) { // Reopen came meanwhile: retry on its schema
@@ -960,10 +1018,6 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 		p.setDown(m, err)
 		return 0, true
 	case ingest.ConcurrencyReject:
-		p.rejections.Add(1)
-		if p.obs != nil {
-			p.obs.IncConcurrencyReject(p.table, m.index)
-		}
 		return max(b.Next(), zerr.RetryAfter), false
 	case ingest.Poison:
 		*failures++
@@ -975,6 +1029,26 @@ func (p *Pool) openFailed(m *member, epoch uint64, err error, failures *int, b *
 	default: // transient: the environment, not us
 		return max(b.Next(), zerr.RetryAfter), false
 	}
+}
+
+// recordOpenFailure notes member m's failed open (its attempt, its last
+// error, the counts: a concurrency reject among them) and returns the
+// error classified.
+func (p *Pool) recordOpenFailure(m *member, err error) *ingest.Error {
+	zerr := ingest.Classify(err)
+	p.mu.Lock()
+	m.attempted = true
+	m.lastErr = err
+	p.notifyLocked()
+	p.mu.Unlock()
+	p.openFailures.Add(1)
+	if zerr.Class == ingest.ConcurrencyReject {
+		p.rejections.Add(1)
+		if p.obs != nil {
+			p.obs.IncConcurrencyReject(p.table, m.index)
+		}
+	}
+	return zerr
 }
 
 // install makes a freshly opened stream m's healthy connection.

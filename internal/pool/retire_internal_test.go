@@ -91,3 +91,54 @@ func TestBaseGivenUpStopsThePoolWhileAnExtraIsUp(t *testing.T) {
 	require.Equal(t, StateUp, p.Health().Members[1].State, "the extra still serves")
 	require.Error(t, p.Stopped(), "every base member gave up")
 }
+
+// An extra stream refused for good, at its open or later on its stream,
+// only holds growth: the pool never stops, and the base stream keeps
+// writing (issue 26). Before, a permanent refusal at an extra's open set
+// the pool's fatal error and stopped every write.
+func TestExtraRefusedForGoodOnlyHoldsGrowth(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// refuse refuses the extra for good: its open, or its stream.
+		refuse func(t *testing.T, o *ingestfake.Opener, p *Pool)
+	}{
+		{"at its open", func(t *testing.T, o *ingestfake.Opener, p *Pool) {
+			o.FailNextOpens(ingestfake.ErrFatalConfig("PERMISSION_DENIED: no MODIFY on the table for this stream"))
+			require.True(t, p.resize(Decision{Action: Grow, Reason: "test"}))
+		}},
+		{"on its stream later", func(t *testing.T, o *ingestfake.Opener, p *Pool) {
+			require.True(t, p.resize(Decision{Action: Grow, Reason: "test"}))
+			streams, err := o.WaitOpens(context.Background(), 2)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return len(p.Health().Members) == 2 && p.Health().Members[1].State == StateUp }, 10*time.Second, time.Millisecond)
+			streams[1].Poison(ingestfake.ErrFatalConfig("PERMISSION_DENIED: revoked"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			o := ingestfake.NewOpener(ingestfake.Config{})
+			p := New(o, "main.default.extra", ingestfake.TestSchema, sizingConfig(2), nil)
+			defer func() {
+				cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer ccancel()
+				_ = p.Close(cctx)
+			}()
+			require.NoError(t, p.Connect(ctx))
+			tc.refuse(t, o, p)
+			require.Eventually(t, func() bool { return p.extraFailures.Load() == 1 && p.Size() == 1 }, 10*time.Second, time.Millisecond,
+				"the refused extra leaves")
+			require.NoError(t, p.Stopped(), "the pool does not stop for an extra")
+			require.Nil(t, p.Health().Fatal)
+			require.True(t, p.growHeldUntil.Load() > time.Now().UnixNano(), "growth is held")
+			for i := range 5 {
+				r := ingestfake.NewRecord(ingestfake.TestSchema, 3)
+				tk, err := p.Write(ctx, "", r)
+				r.Release()
+				require.NoError(t, err, "write %d", i)
+				require.NoError(t, tk.Wait(ctx), "write %d durable on the base stream", i)
+			}
+			require.Equal(t, StateUp, p.Health().Members[0].State)
+		})
+	}
+}

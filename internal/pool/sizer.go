@@ -299,6 +299,13 @@ func (c *conn) quiesce(ctx context.Context) error {
 	return nil
 }
 
+// extraOpenFailed records the failed open of extra m as an open failure
+// (Stats, the member's last error) and lets it leave, holding growth.
+func (p *Pool) extraOpenFailed(m *member, err error) {
+	p.recordOpenFailure(m, err)
+	p.extraFailed(m, "open failed", err)
+}
+
 // extraFailed records that extra m failed (its open refused or failed, or
 // its stream died) and holds growth: at least growHoldAfterFailure, or the
 // service's RetryAfter when longer. The member then leaves the pool.

@@ -140,11 +140,18 @@ func (w *Writer) Health() TableHealth {
 		if cause != nil {
 			th.Reason = errorText(*cause)
 		}
+		// Never connected, and the last open failed: unreachable since
+		// the first open began (down once OutageGrace has passed).
+		th.Unreachable = w.life.neverOpened()
 	}
 	if p == nil {
 		return th
 	}
 	ph := p.Health()
+	if !th.Unreachable.IsZero() && th.Reason != "" {
+		// Said here, before the streams' causes: the open's own failure.
+		th.Reason = "no stream was ever connected: " + th.Reason
+	}
 	worst := th.State
 	if worst == "" {
 		worst = StateUp
@@ -173,8 +180,14 @@ func (w *Writer) Health() TableHealth {
 	}
 	th.StreamWaiters = ph.PickWaiters
 	th.State = worst
-	if since, cause := w.unreachable(ph); !since.IsZero() && th.State != StateStopped {
-		th.Unreachable = since
+	since, cause := w.unreachable(ph)
+	if since.IsZero() && len(ph.Members) > 0 {
+		th.Unreachable = time.Time{} // a stream is connected
+	}
+	if !since.IsZero() && th.State != StateStopped {
+		if th.Unreachable.IsZero() || since.Before(th.Unreachable) {
+			th.Unreachable = since
+		}
 		if th.Reason == "" && cause != nil {
 			th.Reason = "no stream is connected: " + errorText(cause)
 		}
@@ -212,7 +225,7 @@ func stateRank(s pool.State) int {
 func StateValue(s pool.State) int64 { return int64(stateRank(s)) }
 
 func errorText(err error) string {
-	s := err.Error()
+	s := CauseText(err)
 	if len(s) > maxErrorText {
 		s = s[:maxErrorText] + "…"
 	}

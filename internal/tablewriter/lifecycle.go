@@ -118,6 +118,20 @@ type Fault struct {
 	// Advice says what to do about it, in the user's terms.
 	Advice string
 	Err    error
+	// Net names the network failure behind a transient fault (which host
+	// did not resolve, which address refused, why TLS failed), nil when
+	// it is none.
+	Net *ingest.NetCause
+}
+
+// netAdvice is the advice a WaitError carries to the engine's log: a
+// network cause's (what to check, naming the field), said with the cause
+// each time; the others' advice is the explanation's, said once per cause.
+func (f Fault) netAdvice() string {
+	if f.Net == nil {
+		return ""
+	}
+	return f.Advice
 }
 
 // Action is what to do after a fault.
@@ -237,6 +251,11 @@ func classify(table, principal string, err error) Fault {
 			f.Cause = "transient " + ze.Code.String()
 		}
 		f.Advice = "the service, the network or the workspace failed; retrying with back-off"
+		if nc := ingest.NetCauseOf("", "", err); nc != nil {
+			// The cause by name: the same for as long as it persists.
+			f.Net, f.Cause = nc, nc.Summary()
+			f.Advice = nc.Advice() + "; retrying with back-off, and writing again by itself once it is fixed"
+		}
 		return f
 	}
 	f.Class = FaultPermanent
@@ -293,13 +312,32 @@ type WaitError struct {
 	// Held is set when no open was tried: the wait of an earlier failure
 	// has not passed yet.
 	Held bool
+	// Advice says what to do about Err ("": nothing to add): a network
+	// cause's, which the engine's log then carries with the cause.
+	Advice string
 }
 
+// Error names the cause first (CauseText), then what to do.
 func (e *WaitError) Error() string {
-	if e.Held {
-		return fmt.Sprintf("%v (next attempt in %s)", e.Err, e.Wait.Round(10*time.Millisecond))
+	s := CauseText(e.Err)
+	if e.Advice != "" {
+		s += "; what to do: " + e.Advice
 	}
-	return e.Err.Error()
+	if e.Held {
+		s += fmt.Sprintf(" (next attempt in %s)", e.Wait.Round(10*time.Millisecond))
+	}
+	return s
+}
+
+// CauseText is err's text, led by its network cause when it has one: the
+// host that did not resolve, the address that refused, why TLS failed,
+// then the failure as it came from the innermost layer that named it
+// (instead of every layer's wrapping, which says less).
+func CauseText(err error) string {
+	if nc := ingest.NetCauseOf("", "", err); nc != nil {
+		return nc.Error()
+	}
+	return err.Error()
 }
 
 func (e *WaitError) Unwrap() error { return e.Err }
@@ -337,6 +375,8 @@ type lifecycle struct {
 	since     time.Time // when the first failure of this run of cycles came
 	explained string    // the Cause last explained
 	openedAt  time.Time
+	// firstTry is when the first open began; zero before it.
+	firstTry time.Time
 	// outageAt is when the outage in progress began (no stream connected
 	// while the writer is open); zero: none. outageLogged is set when it
 	// was explained; outageEnd is when the last one ended.
@@ -367,20 +407,37 @@ func (l *lifecycle) writable() bool {
 
 // beginOpen moves to opening, unless the writer is closed (ErrClosed) or
 // the wait of the last failure has not passed (a *WaitError with what is
-// left of it: no open is tried).
-func (l *lifecycle) beginOpen() error {
+// left of it: no open is tried). ready skips the wait: the streams of the
+// failed open connected meanwhile, so the open that follows costs no new
+// stream and heals at once.
+func (l *lifecycle) beginOpen(ready bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isClosed() {
 		return ErrClosed
 	}
-	if l.Phase() == PhaseBackingOff {
+	if l.Phase() == PhaseBackingOff && !ready {
 		if left := l.until.Sub(l.now()); left > 0 && l.fault != nil {
-			return &WaitError{Err: l.fault.Err, Wait: left, Held: true}
+			return &WaitError{Err: l.fault.Err, Wait: left, Held: true, Advice: l.fault.netAdvice()}
 		}
+	}
+	if l.firstTry.IsZero() {
+		l.firstTry = l.now()
 	}
 	l.set(PhaseOpening)
 	return nil
+}
+
+// neverOpened returns, for a writer that never opened and whose last open
+// failed, when its first open began; zero otherwise. Such a writer has
+// been unreachable all along: health says down, with the cause.
+func (l *lifecycle) neverOpened() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.openedAt.IsZero() || l.fault == nil {
+		return time.Time{}
+	}
+	return l.firstTry
 }
 
 // opened moves to open (or waiting for the table).
@@ -435,8 +492,8 @@ func (l *lifecycle) failed(f Fault) Verdict {
 	}
 	if f.Cause != l.explained && v.Action != GiveUp {
 		l.explained = f.Cause
-		msg := fmt.Sprintf("%s %s: %v. What to do: %s. %s (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
-			l.subject, l.table, f.Err, f.Advice, l.held, next, maxWait(f.Class))
+		msg := fmt.Sprintf("%s %s: %s. What to do: %s. %s (%s; waits grow to %s while the cause persists, and this is logged again only if the cause changes)",
+			l.subject, l.table, CauseText(f.Err), f.Advice, l.held, next, maxWait(f.Class))
 		if f.Class == FaultTransient {
 			l.log.Warn(msg)
 		} else {
@@ -473,11 +530,11 @@ func (l *lifecycle) outage(f Fault, age time.Duration) {
 	}
 	l.explained, l.outageLogged = f.Cause, true
 	advice := f.Advice
-	if f.Class != FaultPermanent {
+	if f.Class != FaultPermanent && f.Net == nil {
 		advice = outageAdvice
 	}
-	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %v. What to do: %s. %s; the streams reconnect by themselves with back-off, no restart needed (this is logged again only if the cause changes)",
-		l.subject, l.table, age.Round(100*time.Millisecond), f.Err, advice, l.held))
+	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %s. What to do: %s. %s; the streams reconnect by themselves with back-off, no restart needed (this is logged again only if the cause changes)",
+		l.subject, l.table, age.Round(100*time.Millisecond), CauseText(f.Err), advice, l.held))
 }
 
 // outageOver ends the outage in progress, reporting it when it was

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +76,9 @@ func TestClassify(t *testing.T) {
 		{"unavailable", status.Error(codes.Unavailable, "connection refused"), FaultTransient, "retrying"},
 		{"deadline", status.Error(codes.DeadlineExceeded, "slow"), FaultTransient, "retrying"},
 		{"internal", status.Error(codes.Internal, "oops"), FaultTransient, "retrying"},
+		{"endpoint does not resolve", fmt.Errorf("open streams: %w", unresolvedEndpoint), FaultTransient, "check `endpoint`: host 123.zerobus.nope.invalid does not resolve"},
+		{"workspace refuses", fmt.Errorf("describe: %w", &url.Error{Op: "Get", URL: "https://adb-1.example/api/2.1/unity-catalog/tables/x",
+			Err: &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 443}, Err: syscall.ECONNREFUSED}}), FaultTransient, "check `workspace_url`: nothing accepts connections at 10.0.0.1:443"},
 		{"no healthy stream", fmt.Errorf("write: %w", pool.ErrNoStream), FaultTransient, "retrying"},
 		{"resource exhausted", status.Error(codes.ResourceExhausted, "too many streams"), FaultThrottled, "streams.max"},
 		{"open refused for concurrency", &OpenError{Table: table, Rejects: 2, Err: errors.New("no stream up")}, FaultThrottled, "streams.max"},
@@ -121,7 +127,7 @@ func TestLifecycleCycles(t *testing.T) {
 
 	var waits []time.Duration
 	for range 8 {
-		require.NoError(t, l.beginOpen())
+		require.NoError(t, l.beginOpen(false))
 		assert.Equal(t, PhaseOpening, l.Phase())
 		l.opened(false)
 		assert.True(t, l.writable())
@@ -132,7 +138,7 @@ func TestLifecycleCycles(t *testing.T) {
 
 		// Before the wait has passed, Open is held: nothing is tried.
 		clock.advance(v.Wait / 2)
-		err := l.beginOpen()
+		err := l.beginOpen(false)
 		var we *WaitError
 		require.ErrorAs(t, err, &we)
 		assert.True(t, we.Held)
@@ -147,13 +153,13 @@ func TestLifecycleCycles(t *testing.T) {
 	assert.Contains(t, logs.String(), "GRANT SELECT, MODIFY ON TABLE "+testTable)
 
 	// Another cause: explained too, the history goes on.
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	v := l.failed(Classify(testTable, status.Error(codes.Unauthenticated, "bad token")))
 	assert.Equal(t, 60*s, v.Wait)
 	assert.Equal(t, 2, strings.Count(logs.String(), "What to do"), "explained again on a change of cause")
 
 	clock.advance(v.Wait)
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	l.opened(false)
 	l.progress()
 	assert.Contains(t, logs.String(), "writing again after 9 failed attempts")
@@ -167,16 +173,16 @@ func TestLifecycleCycles(t *testing.T) {
 func TestLifecycleTransientAndLongLived(t *testing.T) {
 	l, clock, _ := newTestLifecycle(t)
 	down := Classify(testTable, status.Error(codes.Unavailable, "connection refused"))
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	v := l.failed(down)
 	assert.Equal(t, RetryNow, v.Action)
-	require.NoError(t, l.beginOpen(), "retry now: the next Open tries at once")
+	require.NoError(t, l.beginOpen(false), "retry now: the next Open tries at once")
 	v = l.failed(down)
 	assert.Equal(t, BackOff, v.Action)
 	assert.Equal(t, 500*time.Millisecond, v.Wait)
 
 	clock.advance(v.Wait)
-	require.NoError(t, l.beginOpen())
+	require.NoError(t, l.beginOpen(false))
 	l.opened(false)
 	clock.advance(PermanentBackoffMax + time.Second)
 	v = l.failed(down)
@@ -188,7 +194,7 @@ func TestLifecycleClosed(t *testing.T) {
 	l, _, _ := newTestLifecycle(t)
 	require.True(t, l.draining())
 	assert.False(t, l.draining(), "once")
-	assert.ErrorIs(t, l.beginOpen(), ErrClosed)
+	assert.ErrorIs(t, l.beginOpen(false), ErrClosed)
 	assert.Equal(t, GiveUp, l.failed(Classify(testTable, errors.New("x"))).Action)
 	l.closed()
 	assert.Equal(t, PhaseClosed, l.Phase())

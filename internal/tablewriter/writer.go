@@ -41,6 +41,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -296,6 +297,11 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	if cfg.Pool.Logger == nil {
 		cfg.Pool.Logger = log // the pool logs its changes of size
 	}
+	// One gate for every pool this writer opens: while the endpoint stays
+	// unreachable its streams' opens are spaced by one back-off that grows
+	// across members, pools and open→fail cycles, up to
+	// TransientBackoffMax (at most about 2.5 opens a minute).
+	cfg.Pool.OpenGate = backoff.NewGate(TransientBackoffInitial, TransientBackoffMax, backoff.DefaultJitter)
 	w := &Writer{
 		cfg:     cfg,
 		life:    newLifecycle(cfg.Table, log),
@@ -363,18 +369,20 @@ func (w *Writer) Open(ctx context.Context) error {
 		}
 		// The streams stopped for good: the lifecycle backs off (below).
 	}
-	if err := w.life.beginOpen(); err != nil {
+	sp := w.spare.Load()
+	if err := w.life.beginOpen(sp != nil && sp.pool.AnyConnected()); err != nil {
 		return err
 	}
 	w.closeStopped(ctx)
 	w.startHealth()
 	w.startOutageWatch()
 	if err := w.open(ctx); err != nil {
-		v := w.life.failed(w.classify(err))
+		f := w.classify(err)
+		v := w.life.failed(f)
 		if v.Action == GiveUp {
 			return err
 		}
-		return &WaitError{Err: err, Wait: v.Wait}
+		return &WaitError{Err: err, Wait: v.Wait, Advice: f.netAdvice()}
 	}
 	st := w.st.Load()
 	w.life.opened(st != nil && st.pool == nil)
@@ -747,8 +755,9 @@ func (nopObserver) Reconciled(map[string]int)                   {}
 func (nopObserver) PrimaryRaw([]catalog.Unmet)                  {}
 
 // LogEvents is an ingest.Observer that logs the client's connection events
-// to log: rotations and reconnects are normal (debug), a failed reconnect
-// attempt is a warning, a stream failing for good an error.
+// to log: rotations, reconnects and failed reconnect attempts at debug
+// level (the writer explains an outage once per cause), a stream failing
+// for good as an error.
 func LogEvents(log *slog.Logger) ingest.Observer { return logEvents{log} }
 
 type logEvents struct{ log *slog.Logger }
@@ -761,8 +770,11 @@ func (l logEvents) OnReconnect(table string, reason error) {
 	l.log.Debug(fmt.Sprintf("zerobus stream to %s reconnected: %v", table, reason))
 }
 
+// OnRetry is at debug level: a reconnect that keeps failing ends in the
+// stream's failure (OnFailure), and an outage is explained by the writer,
+// once per cause, with its back-off; a line per attempt would repeat it.
 func (l logEvents) OnRetry(table string, attempt int, err error) {
-	l.log.Warn(fmt.Sprintf("zerobus stream to %s: reconnect attempt %d failed: %v", table, attempt, err))
+	l.log.Debug(fmt.Sprintf("zerobus stream to %s: reconnect attempt %d failed: %s", table, attempt, CauseText(err)))
 }
 
 // OnFailure logs the stream's failure when it happens (what to do about a

@@ -6,6 +6,8 @@ package zerobus
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -105,7 +107,7 @@ func (o *output) ensureClients() error {
 				Compression:      o.cfg.Compression,
 				UserAgent:        userAgent(o.version),
 				Keepalive:        ingest.Keepalive{Time: o.cfg.KeepaliveTime, Timeout: o.cfg.KeepaliveTimeout},
-				Observer:         redialLog{tablewriter.LogEvents(newSlogLogger(o.log)), newSlogLogger(o.log), o.cfg.Endpoint},
+				Observer:         newRedialLog(tablewriter.LogEvents(newSlogLogger(o.log)), newSlogLogger(o.log), o.cfg.Endpoint),
 			})
 			if err != nil {
 				return fmt.Errorf("zerobus client: %w", err)
@@ -148,14 +150,33 @@ func userAgent(version string) string {
 	return "benthos-zerobus/" + version
 }
 
-// redialLog adds to the stream events' log a line for each replacement of
-// the Zerobus connection (see ingest.RedialObserver).
+// redialLog adds to the stream events' log a line for the replacement of
+// the Zerobus connection (see ingest.RedialObserver): a warning, then, while
+// replacements keep coming (an endpoint that stays silent is replaced at
+// each failed open), at most one more per redialQuiet, the others at debug
+// level: the writer explains the outage itself, once per cause.
 type redialLog struct {
 	ingest.Observer
 	log      *slog.Logger
 	endpoint string
+	// lastWarn is when the last warning was logged (unix nanos; 0: never).
+	lastWarn *atomic.Int64
+}
+
+// redialQuiet is the least time between two warnings of replaced
+// connections.
+const redialQuiet = 15 * time.Minute
+
+func newRedialLog(events ingest.Observer, log *slog.Logger, endpoint string) redialLog {
+	return redialLog{Observer: events, log: log, endpoint: endpoint, lastWarn: new(atomic.Int64)}
 }
 
 func (r redialLog) OnRedial(gen uint64, reason error) {
-	r.log.Warn(fmt.Sprintf("zerobus connection to %s replaced by a new one (connection #%d): %v; its streams are rebuilt on the new one and their unacknowledged rows resent", r.endpoint, gen, reason))
+	msg := fmt.Sprintf("zerobus connection to %s replaced by a new one (connection #%d): %s; its streams are rebuilt on the new one and their unacknowledged rows resent", r.endpoint, gen, tablewriter.CauseText(reason))
+	now := time.Now().UnixNano()
+	if last := r.lastWarn.Load(); (last == 0 || now-last >= int64(redialQuiet)) && r.lastWarn.CompareAndSwap(last, now) {
+		r.log.Warn(msg)
+		return
+	}
+	r.log.Debug(msg)
 }

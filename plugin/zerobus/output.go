@@ -191,9 +191,12 @@ func (o *output) Connect(ctx context.Context) error {
 		cause := tablewriter.Classify(o.cfg.Table, err).Cause
 		if cause != o.connectCause {
 			o.connectCause = cause
-			return service.NewErrBackOff(err, wait)
+			return service.NewErrBackOff(err, min(wait, connectPoll))
 		}
-		t := time.NewTimer(wait)
+		// Asked again at least every connectPoll: an Open still in its
+		// wait tries nothing (and logs nothing), but opens at once once
+		// the streams of the failed open connected by themselves.
+		t := time.NewTimer(min(wait, connectPoll))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -202,6 +205,10 @@ func (o *output) Connect(ctx context.Context) error {
 		}
 	}
 }
+
+// connectPoll is the longest Connect waits before asking the writer again
+// while it backs off: how soon it notices that its streams connected.
+const connectPoll = time.Second
 
 // reloadCredentials re-reads the credentials taken from the environment;
 // when they changed (a rotated secret), the writers and clients are dropped

@@ -30,7 +30,9 @@ func App(version string) *cli.App {
 			"(/api/2.1/unity-catalog/iceberg-rest) over HTTP, Zerobus (Arrow Flight DoPut and the " +
 			"JSON EphemeralStream) over gRPC, and table storage over an S3-compatible endpoint (--s3), " +
 			"storing tables as Parquet + Delta log (+ Iceberg metadata once converted, see --iceberg-lag) " +
-			"under --data. Every flag has a loopback default.",
+			"under --data. Every flag has a loopback default. With --kafka it also serves a Kafka broker " +
+			"(franz-go's kfake), and the kafka-produce and kafka-offsets commands feed and inspect it.",
+		Commands: kafkaCommands(),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "http", Value: DefaultHTTPAddr, Usage: "workspace HTTP listen address"},
 			&cli.StringFlag{Name: "grpc", Value: DefaultGRPCAddr, Usage: "Zerobus gRPC listen address"},

@@ -147,3 +147,45 @@ func TestKafkaBusyPortAndFlags(t *testing.T) {
 	_, err = Start(Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(), KafkaTopics: []KafkaTopic{{"orders", 1}}})
 	require.Error(t, err, "topics without a Kafka listener")
 }
+
+// TestKafkaProduceAndOffsetsCommands runs the emulator's kafka-produce and
+// kafka-offsets commands against its broker: the records are spread evenly
+// over the partitions, each a JSON object with its id, and kafka-offsets
+// prints each partition's committed and end offsets.
+func TestKafkaProduceAndOffsetsCommands(t *testing.T) {
+	srv, err := Start(Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(), KafkaAddr: "127.0.0.1:0", KafkaTopics: []KafkaTopic{{"orders", 3}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	var out strings.Builder
+	app := App("test")
+	app.Writer = &out
+	require.NoError(t, app.Run([]string{"zerobus-emulator", "kafka-produce", "--brokers", srv.KafkaAddr(), "--topic", "orders", "--count", "300", "--first", "1001"}))
+	assert.Contains(t, out.String(), "produced 300 records to orders")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(kafkaClient(t, srv))
+	ends, err := adm.ListEndOffsets(ctx, "orders")
+	require.NoError(t, err)
+	ends.Each(func(o kadm.ListedOffset) { assert.EqualValues(t, 100, o.Offset, "partition %d", o.Partition) })
+	cons := kafkaClient(t, srv, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {0: kgo.NewOffset().AtStart()}}))
+	fs := cons.PollFetches(ctx)
+	require.NoError(t, fs.Err())
+	require.NotEmpty(t, fs.Records())
+	assert.Contains(t, string(fs.Records()[0].Value), `"id":1001,`)
+
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "orders", Partition: 1, At: 40, LeaderEpoch: -1})
+	_, err = adm.CommitOffsets(ctx, "demo", offs)
+	require.NoError(t, err)
+	out.Reset()
+	require.NoError(t, app.Run([]string{"zerobus-emulator", "kafka-offsets", "--brokers", srv.KafkaAddr(), "--topic", "orders", "--group", "demo"}))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 4, out.String())
+	assert.Equal(t, []string{"orders", "0", "-", "100", "100"}, strings.Fields(lines[1]))
+	assert.Equal(t, []string{"orders", "1", "40", "100", "60"}, strings.Fields(lines[2]))
+
+	err = app.Run([]string{"zerobus-emulator", "kafka-produce", "--brokers", srv.KafkaAddr(), "--topic", "missing", "--count", "1"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--kafka-topic missing:PARTITIONS")
+}

@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 12m
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo emulator docker clean
+.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
 
 all: build
 
@@ -110,6 +110,12 @@ fuzz:
 ## demo: start the emulator, run the quickstart pipeline into it, print what landed.
 demo: build
 	./scripts/demo.sh $(BIN) $(EMU)
+
+## demo-kafka: the same with Kafka: the emulator serves a broker too (--kafka), records are produced to it,
+## config/examples/kafka.yaml (redpanda → zerobus, a consumer group) runs until all have landed, then prints
+## the table, its coverage and the group's committed offsets.
+demo-kafka: build
+	./scripts/demo.sh kafka $(BIN) $(EMU)
 
 ## emulator: run the local Zerobus + workspace emulator in the foreground.
 emulator: build

@@ -37,7 +37,7 @@ const (
 	kafkaTable = "main.default.kafka_rows"
 	// kafkaCols are the columns of kafkaTable: the record's own fields, its
 	// partition and offset, and the instance that wrote it.
-	kafkaCols = "id BIGINT NOT NULL, msg STRING, kafka_partition BIGINT NOT NULL, kafka_offset BIGINT NOT NULL, instance STRING"
+	kafkaCols  = "id BIGINT NOT NULL, msg STRING, kafka_partition BIGINT NOT NULL, kafka_offset BIGINT NOT NULL, instance STRING"
 	kafkaTopic = "events"
 	kafkaGroup = "zerobus-e2e"
 )

@@ -38,10 +38,12 @@ test: fmt-check vet staticcheck build conformance-deps lint-examples
 ## ack stall, SIGTERM; TestFaultMatrix: each fault class at stream open, mid-stream and during
 ## shutdown, the whole cross product; workspace down with the streams up; token expiry across
 ## rotations), rotation, concurrency rejects, the kill -9 recovery tests and the long
-## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), each against
+## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), and the
+## Kafka runs in their long form (TestKafka*: kill -9 ×3 of 300k records, a consumer group of 3→2→3
+## instances on 12 partitions and 300k records, 20 s of refused writes, a broker outage), each against
 ## the built binaries; then a summary of every cell's "fault:" line. Log: bin/chaos.log.
 ## make test runs the same cells, with the short TestChaos and TestFaultMatrix's compact subset.
-CHAOS_TESTS := ^(TestFault.*|TestChaos|TestNoRowLostAcrossStreamRotation|TestConcurrencyRejectNoStreamStorm|TestRecoveryCrashLeavesCoverageBehind|TestWritesRefusedForTenSecondsLandAfterTheGrant|TestMetricsCountEachFault)$$
+CHAOS_TESTS := ^(TestFault.*|TestChaos|TestKafka.*|TestNoRowLostAcrossStreamRotation|TestConcurrencyRejectNoStreamStorm|TestRecoveryCrashLeavesCoverageBehind|TestWritesRefusedForTenSecondsLandAfterTheGrant|TestMetricsCountEachFault)$$
 chaos: build
 	@mkdir -p bin
 	set -o pipefail; CHAOS_LONG=1 go test -count=1 -p 1 -run '$(CHAOS_TESTS)' -timeout 30m -v ./test/e2e/ 2>&1 | tee bin/chaos.log

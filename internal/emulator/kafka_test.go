@@ -148,10 +148,11 @@ func TestKafkaBusyPortAndFlags(t *testing.T) {
 	require.Error(t, err, "topics without a Kafka listener")
 }
 
-// TestKafkaProduceAndOffsetsCommands runs the emulator's kafka-produce and
-// kafka-offsets commands against its broker: the records are spread evenly
-// over the partitions, each a JSON object with its id, and kafka-offsets
-// prints each partition's committed and end offsets.
+// TestKafkaProduceAndOffsetsCommands runs the emulator's kafka-produce,
+// kafka-offsets and kafka-consume commands against its broker: the records
+// are spread evenly over the partitions, each a JSON object with its id;
+// kafka-offsets prints each partition's committed and end offsets;
+// kafka-consume reads them all back.
 func TestKafkaProduceAndOffsetsCommands(t *testing.T) {
 	srv, err := Start(Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(), KafkaAddr: "127.0.0.1:0", KafkaTopics: []KafkaTopic{{"orders", 3}}})
 	require.NoError(t, err)
@@ -184,6 +185,10 @@ func TestKafkaProduceAndOffsetsCommands(t *testing.T) {
 	require.Len(t, lines, 4, out.String())
 	assert.Equal(t, []string{"orders", "0", "-", "100", "100"}, strings.Fields(lines[1]))
 	assert.Equal(t, []string{"orders", "1", "40", "100", "60"}, strings.Fields(lines[2]))
+
+	out.Reset()
+	require.NoError(t, app.Run([]string{"zerobus-emulator", "kafka-consume", "--brokers", srv.KafkaAddr(), "--topic", "orders", "--group", "bare", "--count", "300"}))
+	assert.Contains(t, out.String(), "consumed 300 records")
 
 	err = app.Run([]string{"zerobus-emulator", "kafka-produce", "--brokers", srv.KafkaAddr(), "--topic", "missing", "--count", "1"})
 	require.Error(t, err)

@@ -42,6 +42,25 @@ func kafkaCommands() []*cli.Command {
 			},
 		},
 		{
+			Name: "kafka-consume",
+			Usage: "consume a topic in a consumer group with a bare franz-go poll loop that discards the records, " +
+				"until --count records, and print records/s and the seconds it took (a baseline for benchmarks of an input)",
+			Flags: []cli.Flag{
+				brokers,
+				&cli.StringFlag{Name: "topic", Value: "orders", Usage: "topic"},
+				&cli.StringFlag{Name: "group", Required: true, Usage: "consumer group (from the start of the topic when it has no commit)"},
+				&cli.IntFlag{Name: "count", Required: true, Usage: "records to consume before stopping"},
+			},
+			Action: func(c *cli.Context) error {
+				n, bytes, took, err := consumeAndDiscard(c.Context, splitBrokers(c.String("brokers")), c.String("topic"), c.String("group"), c.Int("count"))
+				if err != nil {
+					return fmt.Errorf("kafka-consume: %w", err)
+				}
+				fmt.Fprintf(c.App.Writer, "consumed %d records (%d value bytes) in %.3f s: %.0f records/s\n", n, bytes, took.Seconds(), float64(n)/took.Seconds())
+				return nil
+			},
+		},
+		{
 			Name:  "kafka-offsets",
 			Usage: "print a consumer group's committed offset beside the end offset of every partition of a topic",
 			Flags: []cli.Flag{
@@ -105,6 +124,35 @@ func produceDemoRecords(ctx context.Context, brokers []string, topic string, fir
 	default:
 	}
 	return count, nil
+}
+
+// consumeAndDiscard polls topic as a member of group until count records
+// have arrived, touching each record's value and dropping it: the least an
+// input can do. Offsets are committed by franz-go's default autocommit.
+func consumeAndDiscard(ctx context.Context, brokers []string, topic, group string, count int) (n, bytes int, took time.Duration, err error) {
+	began := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer cl.Close()
+	for n < count {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return n, bytes, time.Since(began), err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("%s/%d: %w", t, p, err) })
+		if ferr != nil {
+			return n, bytes, time.Since(began), ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			bytes += len(r.Value)
+		})
+	}
+	return n, bytes, time.Since(began), nil
 }
 
 // partitionCount asks the cluster how many partitions topic has.

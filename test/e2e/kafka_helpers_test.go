@@ -9,9 +9,9 @@ package e2e
 // checked per partition against what the group committed.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -419,22 +419,12 @@ func scrapeGauge(addr, name string) (sum float64, ok bool, err error) {
 		return 0, false, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("%s: %w", line, err)
-		}
-		sum += v
-		ok = true
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false, err
 	}
-	return sum, ok, sc.Err()
+	sum, series := promSum(string(body), name)
+	return sum, series > 0, nil
 }
 
 // randomBetween is a random fraction in [lo, hi).

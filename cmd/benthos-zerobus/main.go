@@ -1,6 +1,11 @@
 // Command benthos-zerobus is a Redpanda Connect / Benthos v4 binary with the
-// core components, the zerobus output, the zerobus_replay input and a prometheus metrics exporter. The
-// local emulator is a binary of its own, cmd/zerobus-emulator.
+// core components, the zerobus output, the zerobus_replay input, the redpanda
+// (Kafka) input and a prometheus metrics exporter. The local emulator is a
+// binary of its own, cmd/zerobus-emulator.
+//
+// The redpanda input (plugin/kafka) is registered here only, not by
+// plugin/zerobus: a Redpanda Connect build that imports the output has its
+// own redpanda input.
 package main
 
 import (
@@ -13,6 +18,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
 	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"

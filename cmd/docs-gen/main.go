@@ -14,6 +14,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/docsgen"
 
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"

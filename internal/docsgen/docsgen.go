@@ -44,6 +44,7 @@ type Component struct {
 var Components = []Component{
 	{Type: "outputs", Name: "zerobus", Source: "plugin/zerobus/spec.go"},
 	{Type: "inputs", Name: "zerobus_replay", Source: "plugin/zerobusreplay", Optional: true},
+	{Type: "inputs", Name: "redpanda", Source: "plugin/kafka/spec.go", Optional: true},
 	{Type: "metrics", Name: "prometheus", Source: "plugin/prometheus/exporter.go"},
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"

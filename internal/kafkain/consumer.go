@@ -1,0 +1,549 @@
+package kafkain
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// Config is what the Consumer needs; the redpanda input's fields map onto
+// it one to one.
+type Config struct {
+	SeedBrokers []string
+	ClientID    string
+	TLS         *tls.Config // nil: plaintext
+	SASL        []sasl.Mechanism
+
+	MetadataMaxAge         time.Duration
+	RequestTimeoutOverhead time.Duration
+	ConnIdleTimeout        time.Duration
+	Dial                   DialConfig
+
+	// Topics are topic names, or regular expressions with Regex; Exclude
+	// are regular expressions of topics to leave out (with Regex).
+	Topics  []string
+	Regex   bool
+	Exclude []string
+	// Partitions are explicit partitions with their start offsets (no
+	// consumer group); when set, Topics is empty.
+	Partitions map[string]map[int32]kgo.Offset
+
+	Group             string
+	InstanceID        string
+	RackID            string
+	RebalanceTimeout  time.Duration
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+
+	// StartOffset is where a partition without a committed offset starts,
+	// and where one restarts after OffsetOutOfRange.
+	StartOffset kgo.Offset
+
+	FetchMaxBytes          int32
+	FetchMinBytes          int32
+	FetchMaxPartitionBytes int32
+	FetchMaxWait           time.Duration
+	ReadCommitted          bool
+
+	CommitPeriod     time.Duration
+	LagRefreshPeriod time.Duration
+
+	Limits Limits
+}
+
+// DialConfig is the TCP dialer's configuration; zero fields keep Go's
+// defaults.
+type DialConfig struct {
+	ConnectTimeout    time.Duration
+	KeepAliveIdle     time.Duration
+	KeepAliveInterval time.Duration
+	KeepAliveCount    int
+	// UserTimeout sets TCP_USER_TIMEOUT (Linux only).
+	UserTimeout time.Duration
+}
+
+// Logger is the part of a Benthos logger the consumer uses.
+type Logger interface {
+	Debugf(format string, v ...any)
+	Infof(format string, v ...any)
+	Warnf(format string, v ...any)
+	Errorf(format string, v ...any)
+}
+
+// LagFunc receives the lag of a partition: its end offset less the offset
+// of its oldest record not acknowledged (what the group has left to do).
+type LagFunc func(tp TP, lag int64)
+
+// Consumer is a franz-go consumer whose commits follow its Tracker.
+type Consumer struct {
+	cfg   Config
+	log   Logger
+	lag   LagFunc
+	cl    *kgo.Client
+	adm   *kadm.Client
+	track *Tracker
+
+	// commitMu serialises every commit, and a revoke's final commit with
+	// the release of its partitions, so that no commit of a partition can
+	// follow its release.
+	commitMu sync.Mutex
+	closing  chanFlag
+
+	pollCtx  context.Context
+	stopPoll context.CancelFunc
+	loops    sync.WaitGroup
+
+	errLog *limitedLog
+}
+
+// chanFlag is a one-way flag.
+type chanFlag struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (f *chanFlag) set() { f.once.Do(func() { close(f.ch) }) }
+func (f *chanFlag) isSet() bool {
+	select {
+	case <-f.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// RevokeWait is how long a revoke waits for the acks of its partitions'
+// in-flight records: four fifths of the rebalance timeout, so that the
+// commit that follows still lands inside it.
+func RevokeWait(rebalanceTimeout time.Duration) time.Duration {
+	return rebalanceTimeout * 4 / 5
+}
+
+// CloseGrace bounds how long Close waits for acks still outstanding before
+// its final commit.
+const CloseGrace = time.Second
+
+// New creates the client and checks that a seed broker answers. lag may be
+// nil.
+func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, error) {
+	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second)}
+	c.closing.ch = make(chan struct{})
+	opts, err := c.options()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("seed brokers %v: %w", cfg.SeedBrokers, err)
+	}
+	c.cl = cl
+	c.adm = kadm.NewClient(cl)
+	c.track = NewTracker(cfg.Limits, cl, cfg.Group == "")
+	c.pollCtx, c.stopPoll = context.WithCancel(context.Background())
+	c.loops.Add(1)
+	go c.pollLoop()
+	if cfg.Group != "" && cfg.CommitPeriod > 0 {
+		c.loops.Add(1)
+		go c.every(cfg.CommitPeriod, func() { _ = c.Commit(c.pollCtx, nil) })
+	}
+	if lag != nil && cfg.LagRefreshPeriod > 0 {
+		c.loops.Add(1)
+		go c.every(cfg.LagRefreshPeriod, c.refreshLag)
+	}
+	return c, nil
+}
+
+func (c *Consumer) options() ([]kgo.Opt, error) {
+	cfg := c.cfg
+	if len(cfg.SeedBrokers) == 0 {
+		return nil, errors.New("no seed brokers")
+	}
+	d := &net.Dialer{Timeout: cfg.Dial.ConnectTimeout}
+	if cfg.Dial.KeepAliveIdle > 0 || cfg.Dial.KeepAliveInterval > 0 || cfg.Dial.KeepAliveCount > 0 {
+		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Dial.KeepAliveIdle, Interval: cfg.Dial.KeepAliveInterval, Count: cfg.Dial.KeepAliveCount}
+	}
+	if cfg.Dial.UserTimeout > 0 {
+		d.Control = userTimeoutControl(cfg.Dial.UserTimeout)
+	}
+	dial := d.DialContext
+	if cfg.TLS != nil {
+		td := &tls.Dialer{NetDialer: d, Config: cfg.TLS}
+		dial = td.DialContext
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.SeedBrokers...),
+		kgo.Dialer(dial),
+		kgo.ConsumeResetOffset(cfg.StartOffset),
+		kgo.DisableAutoCommit(),
+	}
+	if cfg.ClientID != "" {
+		opts = append(opts, kgo.ClientID(cfg.ClientID))
+	}
+	if len(cfg.SASL) > 0 {
+		opts = append(opts, kgo.SASL(cfg.SASL...))
+	}
+	if cfg.MetadataMaxAge > 0 {
+		opts = append(opts, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
+	}
+	if cfg.RequestTimeoutOverhead > 0 {
+		opts = append(opts, kgo.RequestTimeoutOverhead(cfg.RequestTimeoutOverhead))
+	}
+	if cfg.ConnIdleTimeout > 0 {
+		opts = append(opts, kgo.ConnIdleTimeout(cfg.ConnIdleTimeout))
+	}
+	if cfg.RackID != "" {
+		opts = append(opts, kgo.Rack(cfg.RackID))
+	}
+	if cfg.FetchMaxBytes > 0 {
+		opts = append(opts, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
+	}
+	if cfg.FetchMinBytes > 0 {
+		opts = append(opts, kgo.FetchMinBytes(cfg.FetchMinBytes))
+	}
+	if cfg.FetchMaxPartitionBytes > 0 {
+		opts = append(opts, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
+	}
+	if cfg.FetchMaxWait > 0 {
+		opts = append(opts, kgo.FetchMaxWait(cfg.FetchMaxWait))
+	}
+	if cfg.ReadCommitted {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	switch {
+	case len(cfg.Partitions) > 0:
+		opts = append(opts, kgo.ConsumePartitions(cfg.Partitions))
+	case len(cfg.Topics) > 0:
+		opts = append(opts, kgo.ConsumeTopics(cfg.Topics...))
+		if cfg.Regex {
+			opts = append(opts, kgo.ConsumeRegex())
+			if len(cfg.Exclude) > 0 {
+				opts = append(opts, kgo.ConsumeExcludeTopics(cfg.Exclude...))
+			}
+		}
+	default:
+		return nil, errors.New("no topics")
+	}
+	if cfg.Group != "" {
+		opts = append(opts,
+			kgo.ConsumerGroup(cfg.Group),
+			kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsAssigned(c.onAssigned),
+			kgo.OnPartitionsRevoked(c.onRevoked),
+			kgo.OnPartitionsLost(c.onLost),
+		)
+		if cfg.InstanceID != "" {
+			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+		}
+		if cfg.RebalanceTimeout > 0 {
+			opts = append(opts, kgo.RebalanceTimeout(cfg.RebalanceTimeout))
+		}
+		if cfg.SessionTimeout > 0 {
+			opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+		}
+		if cfg.HeartbeatInterval > 0 {
+			opts = append(opts, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
+		}
+	}
+	return opts, nil
+}
+
+func flatten(m map[string][]int32) []TP {
+	var tps []TP
+	for t, ps := range m {
+		for _, p := range ps {
+			tps = append(tps, TP{t, p})
+		}
+	}
+	return tps
+}
+
+func (c *Consumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	tps := flatten(assigned)
+	c.track.Assign(tps)
+	c.log.Infof("redpanda: partitions assigned: %v", tps)
+}
+
+// onRevoked runs in the group's goroutine before the partitions go: it
+// stops handing them out, waits (at most RevokeWait) for the acks of their
+// in-flight records, commits what is durable and releases them; acks that
+// come later commit nothing, and their records go to the next owner again.
+func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	tps := flatten(revoked)
+	if len(tps) == 0 {
+		return
+	}
+	c.track.Revoke(tps)
+	settled := true
+	if !c.closing.isSet() {
+		wctx, cancel := context.WithTimeout(ctx, RevokeWait(c.cfg.RebalanceTimeout))
+		settled = c.track.WaitSettled(wctx, tps)
+		cancel()
+	}
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, c.commitTimeout())
+	err := c.commitLocked(cctx, tps)
+	cancel()
+	c.track.Release(tps)
+	switch {
+	case err != nil:
+		c.log.Warnf("redpanda: partitions revoked %v; final commit failed, their uncommitted records go to the next owner again: %v", tps, err)
+	case !settled:
+		c.log.Warnf("redpanda: partitions revoked %v before every in-flight record was acknowledged (waited %s); committed what was, the rest goes to the next owner again", tps, RevokeWait(c.cfg.RebalanceTimeout))
+	default:
+		c.log.Infof("redpanda: partitions revoked %v, durable offsets committed", tps)
+	}
+}
+
+// onLost releases partitions the group took away (a fatal group error):
+// nothing of them is committed any more.
+func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	tps := flatten(lost)
+	if len(tps) == 0 {
+		return
+	}
+	c.track.Revoke(tps)
+	c.commitMu.Lock()
+	c.track.Release(tps)
+	c.commitMu.Unlock()
+	c.log.Warnf("redpanda: partitions lost %v (group session ended); nothing more of them is committed, their uncommitted records go to the next owner again", tps)
+}
+
+func (c *Consumer) commitTimeout() time.Duration {
+	return max(10*time.Second, c.cfg.CommitPeriod)
+}
+
+// Commit commits, synchronously, the durable offsets of the owned
+// partitions among tps (all when nil) that moved since their last commit.
+// Without a consumer group it does nothing.
+func (c *Consumer) Commit(ctx context.Context, tps []TP) error {
+	if c.cfg.Group == "" {
+		return nil
+	}
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, c.commitTimeout())
+	defer cancel()
+	err := c.commitLocked(ctx, tps)
+	if err != nil {
+		c.errLog.log("commit", "redpanda: committing offsets failed (retried every commit_period; nothing is committed past an unacknowledged record): %v", err)
+	}
+	return err
+}
+
+func (c *Consumer) commitLocked(ctx context.Context, tps []TP) error {
+	if c.cfg.Group == "" {
+		return nil
+	}
+	offs := c.track.Committable(tps)
+	if len(offs) == 0 {
+		return nil
+	}
+	var rerr error
+	c.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil {
+					if rerr == nil {
+						rerr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e)
+					}
+					continue
+				}
+				if eo, ok := offs[t.Topic][p.Partition]; ok {
+					c.track.Committed(TP{t.Topic, p.Partition}, eo.Offset)
+				}
+			}
+		}
+	})
+	return rerr
+}
+
+// pollLoop feeds the tracker. With a consumer group, rebalances are blocked
+// from a poll's return until its records are in the tracker
+// (BlockRebalanceOnPoll), so a record is never added under an ownership it
+// was not fetched in.
+func (c *Consumer) pollLoop() {
+	defer c.loops.Done()
+	idle := time.Duration(0)
+	for {
+		fs := c.cl.PollFetches(c.pollCtx)
+		if c.pollCtx.Err() != nil || fs.IsClientClosed() {
+			c.cl.AllowRebalance()
+			return
+		}
+		n := 0
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 {
+				n += len(p.Records)
+				c.track.Add(TP{p.Topic, p.Partition}, p.Records, p.HighWatermark)
+			}
+		})
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			if ferr == nil {
+				ferr = fmt.Errorf("%s/%d: %w", t, p, err)
+			}
+		})
+		c.cl.AllowRebalance()
+		if ferr != nil {
+			c.errLog.log("fetch", "redpanda: fetch failed (the client reconnects by itself; nothing is committed past an unacknowledged record): %v", ferr)
+		}
+		if n == 0 && ferr != nil {
+			// A poll that only failed: back off a little, so that an
+			// outage does not spin.
+			idle = min(max(2*idle, 50*time.Millisecond), time.Second)
+			select {
+			case <-c.pollCtx.Done():
+				return
+			case <-time.After(idle):
+			}
+		} else {
+			idle = 0
+		}
+	}
+}
+
+// every runs fn every period until the consumer closes.
+func (c *Consumer) every(period time.Duration, fn func()) {
+	defer c.loops.Done()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.pollCtx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// refreshLag reports each owned partition's lag: its end offset less the
+// offset of its oldest record not acknowledged (or, with everything fetched
+// acknowledged, the durable offset). It grows while the output refuses
+// writes, since fetching then pauses and the end moves on.
+func (c *Consumer) refreshLag() {
+	st := c.track.State()
+	if len(st) == 0 {
+		return
+	}
+	topics := map[string]bool{}
+	for _, s := range st {
+		topics[s.TP.Topic] = true
+	}
+	names := make([]string, 0, len(topics))
+	for t := range topics {
+		names = append(names, t)
+	}
+	ctx, cancel := context.WithTimeout(c.pollCtx, max(c.cfg.LagRefreshPeriod, 5*time.Second))
+	defer cancel()
+	ends, err := c.adm.ListEndOffsets(ctx, names...)
+	if err != nil {
+		c.errLog.log("lag", "redpanda: listing end offsets for the lag failed: %v", err)
+		return
+	}
+	for _, s := range st {
+		e, ok := ends.Lookup(s.TP.Topic, s.TP.Partition)
+		if !ok || e.Err != nil {
+			continue
+		}
+		base := s.FirstUnacked
+		if base < 0 {
+			base = s.Durable
+		}
+		if base < 0 {
+			base = s.Committed
+		}
+		if base < 0 {
+			continue
+		}
+		c.lag(s.TP, max(e.Offset-base, 0))
+	}
+}
+
+// Next returns the next batch to deliver; see Tracker.Next. A group
+// session error does not end it: franz-go rejoins by itself (the lost
+// partitions are released by onLost).
+func (c *Consumer) Next(ctx context.Context) (*Batch, error) {
+	return c.track.Next(ctx)
+}
+
+// Handed returns b's records; see Tracker.Handed.
+func (c *Consumer) Handed(b *Batch) []*kgo.Record { return c.track.Handed(b) }
+
+// Ack settles a delivery of b; see Tracker.Ack.
+func (c *Consumer) Ack(b *Batch, delivery int, err error) bool {
+	return c.track.Ack(b, delivery, err)
+}
+
+// Tracker returns the consumer's tracker (for tests and metrics).
+func (c *Consumer) Tracker() *Tracker { return c.track }
+
+// Client returns the franz-go client (for tests).
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Close stops fetching and handing out, waits (bounded by ctx) for the acks
+// of the records in flight, commits what is durable, and leaves the group.
+// Benthos calls it once the pipeline has drained (every ack of the input's
+// batches resolved) unless its shutdown timed out, so ordinarily every ack
+// is in by now and the final commit covers everything delivered.
+func (c *Consumer) Close(ctx context.Context) error {
+	c.track.Close()
+	c.stopPoll()
+	c.loops.Wait()
+	// Benthos calls Close after every ack of the input's batches resolved
+	// (the pipeline drained), or after its shutdown timeout abandoned the
+	// rest: either way no more acks are coming, so the wait is short.
+	wctx, cancel := context.WithTimeout(ctx, CloseGrace)
+	settled := c.track.WaitSettled(wctx, nil2all(c.track))
+	cancel()
+	cerr := c.Commit(context.WithoutCancel(ctx), nil)
+	c.closing.set()
+	done := make(chan struct{})
+	go func() {
+		// Leaving the group revokes every partition: onRevoked commits
+		// again (nothing new) without waiting, then releases them.
+		c.cl.CloseAllowingRebalance()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.log.Warnf("redpanda: leaving the group did not finish before the shutdown deadline")
+	}
+	if !settled {
+		c.log.Warnf("redpanda: closed with records still unacknowledged; they were not committed and will be consumed again")
+	}
+	return cerr
+}
+
+// nil2all lists every owned partition.
+func nil2all(t *Tracker) []TP {
+	st := t.State()
+	tps := make([]TP, len(st))
+	for i, s := range st {
+		tps[i] = s.TP
+	}
+	return tps
+}

@@ -1,0 +1,582 @@
+// Package kafkain is the engine of the redpanda input: a franz-go consumer
+// whose offsets advance only on acknowledged records.
+//
+// Its heart is the Tracker, which holds, per partition, the records fetched
+// but not yet handed out and the batches handed out but not yet
+// acknowledged, in offset order. It answers three questions: what to hand
+// out next (Next), how far a partition is durable (the end of its run of
+// acknowledged batches: what may be committed), and whether a partition
+// holds too much to go on fetching (pause and resume). The Consumer wires it
+// to a kgo.Client: a poll loop feeds it, group callbacks assign, revoke and
+// release partitions, and a commit loop commits what it reports durable.
+//
+// The rules it keeps:
+//   - a partition's commit offset is the offset after the longest prefix of
+//     its handed-out records that are all acknowledged; an acknowledgement
+//     out of order waits for the ones below it;
+//   - a nacked batch is handed out again, before anything newer of its
+//     partition, with the same records (or, without replay, counts as
+//     acknowledged: dropped, as Redpanda Connect's auto_replay_nacks: false);
+//   - a partition holding MaxUnacked records not yet acknowledged, or
+//     BufferBytes of records not yet handed out, is paused;
+//   - every batch belongs to one ownership of its partition (a generation);
+//     an acknowledgement of a batch whose partition was released, or
+//     released and assigned again, changes nothing.
+//
+// One mutex guards all of it; waiters block on a channel closed and replaced
+// at every change (changed), so that they can also honour a context.
+package kafkain
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrClosed is returned by Next once the tracker is closed.
+var ErrClosed = errors.New("kafkain: input closed")
+
+// TP names a topic partition.
+type TP struct {
+	Topic     string
+	Partition int32
+}
+
+// Limits bound what the tracker holds per partition and shape what it hands
+// out.
+type Limits struct {
+	// MaxUnacked is the number of records of one partition fetched but not
+	// yet acknowledged at which its fetching pauses. A fetch already under
+	// way may land on top of it, so the bound is MaxUnacked plus one fetch
+	// (fetch_max_partition_bytes).
+	MaxUnacked int
+	// BufferBytes is the size of the records of one partition fetched but
+	// not yet handed out at which its fetching pauses.
+	BufferBytes int
+	// YieldBytes bounds the records of one handed-out batch (at least one
+	// record).
+	YieldBytes int
+	// Replay keeps the records of every handed-out batch until it is
+	// acknowledged, so that a nack hands them out again. Without it a nack
+	// counts as an acknowledgement.
+	Replay bool
+	// ReplayBackoff is the first delay before a nacked batch is handed out
+	// again, doubled at each consecutive nack of the partition up to
+	// MaxReplayBackoff. Zero hands it out at once.
+	ReplayBackoff, MaxReplayBackoff time.Duration
+}
+
+// Flow pauses and resumes fetching partitions; *kgo.Client satisfies it.
+type Flow interface {
+	PauseFetchPartitions(map[string][]int32) map[string][]int32
+	ResumeFetchPartitions(map[string][]int32)
+}
+
+// Batch is one handed-out run of consecutive records of one partition.
+type Batch struct {
+	TP TP
+	// Records are the records handed out; nil once acknowledged, and
+	// dropped after hand-out when the tracker does not replay.
+	Records []*kgo.Record
+	// HighWatermark is the partition's high watermark when the records
+	// were fetched (for kafka_lag).
+	HighWatermark int64
+
+	gen      uint64
+	first    int64 // offset of the first record
+	end      int64 // offset after the last record
+	epoch    int32 // leader epoch of the last record
+	n        int
+	state    batchState
+	delivery int // hand-outs so far; an ack names the one it settles
+}
+
+type batchState uint8
+
+const (
+	stateOut    batchState = iota // handed out, awaiting its ack
+	stateAcked                    // acknowledged
+	stateNacked                   // nacked, waiting to be handed out again
+	stateHeld                     // nacked while its partition is leaving: never again
+)
+
+// Offsets returns the batch's offsets, [first, end).
+func (b *Batch) Offsets() (first, end int64) { return b.first, b.end }
+
+// Delivery returns the batch's hand-out number (1 for the first); Ack names
+// it.
+func (b *Batch) Delivery() int { return b.delivery }
+
+// partition is the state of one owned partition.
+type partition struct {
+	tp       TP
+	gen      uint64
+	leaving  bool // revoked: no more hand-outs, waiting for acks
+	pending  []*kgo.Record
+	pendBy   int
+	hwm      int64
+	out      []*Batch // handed out and not yet retired, offset order
+	unacked  int      // records pending plus in out and not acknowledged
+	durable  int64    // offset after the acknowledged prefix; -1 none yet
+	epoch    int32    // leader epoch of the record before durable
+	commit   int64    // last committed offset; -1 none
+	paused   bool
+	nacks    int       // consecutive nacks, for the replay back-off
+	replayAt time.Time // no replay before this
+}
+
+// Tracker is the per-partition commit tracker. Its zero value is not usable:
+// see NewTracker.
+type Tracker struct {
+	lim  Limits
+	flow Flow
+	auto bool // partitions are owned on first sight (no consumer group)
+
+	mu      sync.Mutex
+	parts   map[TP]*partition
+	order   []TP // round-robin order of hand-outs
+	next    int
+	gen     uint64
+	closed  bool
+	changed chan struct{}
+	now     func() time.Time
+}
+
+// NewTracker returns a tracker. With auto, a partition is owned as soon as
+// records of it are added (direct consuming, no group); otherwise only
+// between Assign and Release. flow may be nil (nothing is paused).
+func NewTracker(lim Limits, flow Flow, auto bool) *Tracker {
+	if lim.MaxUnacked < 1 {
+		lim.MaxUnacked = 1
+	}
+	if lim.BufferBytes < 1 {
+		lim.BufferBytes = 1
+	}
+	return &Tracker{lim: lim, flow: flow, auto: auto, parts: map[TP]*partition{}, changed: make(chan struct{}), now: time.Now}
+}
+
+// broadcast wakes every waiter; callers hold mu.
+func (t *Tracker) broadcast() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// Assign starts a new ownership of each partition. A partition still owned
+// keeps its state (the group kept it across a rebalance).
+func (t *Tracker) Assign(tps []TP) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tp := range tps {
+		if _, ok := t.parts[tp]; !ok {
+			t.addLocked(tp)
+		}
+	}
+}
+
+func (t *Tracker) addLocked(tp TP) *partition {
+	t.gen++
+	p := &partition{tp: tp, gen: t.gen, durable: -1, commit: -1, epoch: -1, hwm: -1}
+	t.parts[tp] = p
+	t.order = append(t.order, tp)
+	return p
+}
+
+// Add hands the tracker the records of one fetched partition, in offset
+// order, with the partition's high watermark. Records of a partition not
+// owned (or leaving) are dropped: the group gave it away and its new owner
+// fetches them.
+func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.parts[tp]
+	if p == nil {
+		if !t.auto || t.closed {
+			return
+		}
+		p = t.addLocked(tp)
+	}
+	if hwm >= 0 {
+		p.hwm = hwm
+	}
+	if p.leaving || len(recs) == 0 {
+		return
+	}
+	for _, r := range recs {
+		p.pending = append(p.pending, r)
+		p.pendBy += recordBytes(r)
+	}
+	p.unacked += len(recs)
+	t.flowLocked(p)
+	t.broadcast()
+}
+
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// flowLocked pauses or resumes fetching p as its holdings require.
+func (t *Tracker) flowLocked(p *partition) {
+	full := p.unacked >= t.lim.MaxUnacked || p.pendBy >= t.lim.BufferBytes
+	switch {
+	case full && !p.paused && !p.leaving:
+		p.paused = true
+		if t.flow != nil {
+			t.flow.PauseFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
+		}
+	case !full && p.paused:
+		p.paused = false
+		if t.flow != nil {
+			t.flow.ResumeFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
+		}
+	}
+}
+
+// Next blocks until a batch can be handed out and returns it: a nacked batch
+// due for replay first, else up to YieldBytes of the pending records of the
+// next partition in turn. It returns ctx's error when ctx ends first and
+// ErrClosed once the tracker is closed.
+func (t *Tracker) Next(ctx context.Context) (*Batch, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		b, wait := t.takeLocked()
+		ch := t.changed
+		t.mu.Unlock()
+		if b != nil {
+			return b, nil
+		}
+		var timer <-chan time.Time
+		if wait > 0 {
+			tm := time.NewTimer(wait)
+			timer = tm.C
+			defer tm.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		case <-timer:
+		}
+	}
+}
+
+// takeLocked returns the next batch to hand out, or nil and how long until a
+// nacked batch is due (0: nothing is due).
+func (t *Tracker) takeLocked() (*Batch, time.Duration) {
+	now := t.now()
+	var soonest time.Duration
+	// Replays first: the oldest nacked batch of any partition whose
+	// back-off has passed. A partition with a nacked batch hands out
+	// nothing newer until it is replayed, so its records go out in order.
+	for _, tp := range t.order {
+		p := t.parts[tp]
+		if p == nil || p.leaving {
+			continue
+		}
+		for _, b := range p.out {
+			if b.state != stateNacked {
+				continue
+			}
+			if d := p.replayAt.Sub(now); d > 0 {
+				if soonest == 0 || d < soonest {
+					soonest = d
+				}
+				break
+			}
+			b.state = stateOut
+			b.delivery++
+			return b, 0
+		}
+	}
+	n := len(t.order)
+	for i := 0; i < n; i++ {
+		idx := (t.next + i) % n
+		p := t.parts[t.order[idx]]
+		if p == nil || p.leaving || len(p.pending) == 0 || p.hasNacked() {
+			continue
+		}
+		t.next = (idx + 1) % n
+		return t.yieldLocked(p), 0
+	}
+	return nil, soonest
+}
+
+func (p *partition) hasNacked() bool {
+	for _, b := range p.out {
+		if b.state == stateNacked {
+			return true
+		}
+	}
+	return false
+}
+
+// yieldLocked cuts the next batch from p's pending records.
+func (t *Tracker) yieldLocked(p *partition) *Batch {
+	k, by := 0, 0
+	for k < len(p.pending) {
+		sz := recordBytes(p.pending[k])
+		if k > 0 && by+sz > t.lim.YieldBytes {
+			break
+		}
+		by += sz
+		k++
+	}
+	recs := slices.Clone(p.pending[:k])
+	clear(p.pending[:k])
+	p.pending = p.pending[k:]
+	if len(p.pending) == 0 {
+		p.pending = nil
+	}
+	p.pendBy -= by
+	last := recs[len(recs)-1]
+	b := &Batch{
+		TP: p.tp, Records: recs, HighWatermark: p.hwm,
+		gen: p.gen, first: recs[0].Offset, end: last.Offset + 1, epoch: last.LeaderEpoch,
+		n: len(recs), state: stateOut, delivery: 1,
+	}
+	p.out = append(p.out, b)
+	t.flowLocked(p)
+	return b
+}
+
+// Handed returns the records of b for building the delivery and, when the
+// tracker does not replay, lets the batch drop them.
+func (t *Tracker) Handed(b *Batch) []*kgo.Record {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	recs := b.Records
+	if !t.lim.Replay {
+		b.Records = nil
+	}
+	return recs
+}
+
+// Ack settles delivery number delivery of b: err == nil acknowledges it,
+// anything else nacks it. It reports whether the ack counted (false for a
+// partition released since, or a delivery already settled).
+func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.parts[b.TP]
+	if p == nil || p.gen != b.gen || b.delivery != delivery || b.state != stateOut {
+		return false
+	}
+	defer t.broadcast()
+	if err != nil && t.lim.Replay {
+		if p.leaving {
+			// Its partition is leaving: never handed out again, it
+			// holds the commit below it; the next owner redelivers.
+			b.state = stateHeld
+			return true
+		}
+		b.state = stateNacked
+		p.nacks++
+		d := t.lim.ReplayBackoff << min(p.nacks-1, 16)
+		if t.lim.MaxReplayBackoff > 0 && (d > t.lim.MaxReplayBackoff || d <= 0) {
+			d = t.lim.MaxReplayBackoff
+		}
+		p.replayAt = t.now().Add(d)
+		return true
+	}
+	b.state = stateAcked
+	b.Records = nil
+	p.nacks = 0
+	p.unacked -= b.n
+	for len(p.out) > 0 && p.out[0].state == stateAcked {
+		head := p.out[0]
+		p.durable, p.epoch = head.end, head.epoch
+		p.out[0] = nil
+		p.out = p.out[1:]
+	}
+	if len(p.out) == 0 {
+		p.out = nil
+	}
+	t.flowLocked(p)
+	return true
+}
+
+// Revoke marks partitions as leaving: their pending records are dropped,
+// nothing more of them is handed out, and nacks of their batches hold the
+// commit instead of replaying. Their acks still count until Release.
+func (t *Tracker) Revoke(tps []TP) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tp := range tps {
+		p := t.parts[tp]
+		if p == nil {
+			continue
+		}
+		p.leaving = true
+		p.unacked -= len(p.pending)
+		clear(p.pending)
+		p.pending, p.pendBy = nil, 0
+		for _, b := range p.out {
+			if b.state == stateNacked {
+				b.state = stateHeld
+			}
+		}
+	}
+	t.broadcast()
+}
+
+// WaitSettled blocks until no batch of tps is awaiting its ack, or ctx ends
+// (it then reports false).
+func (t *Tracker) WaitSettled(ctx context.Context, tps []TP) bool {
+	for {
+		t.mu.Lock()
+		busy := false
+		for _, tp := range tps {
+			if p := t.parts[tp]; p != nil && p.awaiting() {
+				busy = true
+				break
+			}
+		}
+		ch := t.changed
+		t.mu.Unlock()
+		if !busy {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
+
+// awaiting reports whether a handed-out batch of p waits for its ack, or
+// (when p is not leaving) a nacked one for its replay.
+func (p *partition) awaiting() bool {
+	for _, b := range p.out {
+		if b.state == stateOut || (b.state == stateNacked && !p.leaving) {
+			return true
+		}
+	}
+	return false
+}
+
+// Release forgets partitions: later acks of their batches change nothing,
+// and fetching them is resumed if it was paused (a later assignment must
+// fetch). It returns the partitions that were owned.
+func (t *Tracker) Release(tps []TP) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tp := range tps {
+		p := t.parts[tp]
+		if p == nil {
+			continue
+		}
+		if p.paused {
+			p.paused = false
+			if t.flow != nil {
+				t.flow.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+			}
+		}
+		delete(t.parts, tp)
+		t.order = slices.DeleteFunc(t.order, func(o TP) bool { return o == tp })
+	}
+	if t.next >= len(t.order) {
+		t.next = 0
+	}
+	t.broadcast()
+}
+
+// Close makes Next return ErrClosed; acks still count.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	t.broadcast()
+}
+
+// Committable returns, for each owned partition among tps (all when tps is
+// nil), the offset to commit when it moved past the last committed one: the
+// offset after its acknowledged prefix, with the leader epoch of the record
+// before it.
+func (t *Tracker) Committable(tps []TP) map[string]map[int32]kgo.EpochOffset {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]map[int32]kgo.EpochOffset{}
+	add := func(p *partition) {
+		if p.durable < 0 || p.durable <= p.commit {
+			return
+		}
+		if out[p.tp.Topic] == nil {
+			out[p.tp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		out[p.tp.Topic][p.tp.Partition] = kgo.EpochOffset{Epoch: p.epoch, Offset: p.durable}
+	}
+	if tps == nil {
+		for _, p := range t.parts {
+			add(p)
+		}
+	} else {
+		for _, tp := range tps {
+			if p := t.parts[tp]; p != nil {
+				add(p)
+			}
+		}
+	}
+	return out
+}
+
+// Committed records that offset was committed for tp.
+func (t *Tracker) Committed(tp TP, offset int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.parts[tp]; p != nil && offset > p.commit {
+		p.commit = offset
+	}
+}
+
+// PartitionState is a snapshot of one partition, for the lag metric, logs
+// and tests.
+type PartitionState struct {
+	TP TP
+	// Durable is the offset after the acknowledged prefix (-1: nothing
+	// acknowledged yet); Committed the last committed offset (-1: none).
+	Durable, Committed int64
+	// FirstUnacked is the offset of the oldest record not acknowledged (-1
+	// when every record fetched is).
+	FirstUnacked int64
+	// Unacked counts records fetched and not acknowledged; Pending those
+	// not yet handed out.
+	Unacked, Pending int
+	HighWatermark    int64
+	Paused, Leaving  bool
+}
+
+// State returns a snapshot of every owned partition, in no order.
+func (t *Tracker) State() []PartitionState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]PartitionState, 0, len(t.parts))
+	for _, p := range t.parts {
+		s := PartitionState{
+			TP: p.tp, Durable: p.durable, Committed: p.commit, FirstUnacked: -1,
+			Unacked: p.unacked, Pending: len(p.pending), HighWatermark: p.hwm, Paused: p.paused, Leaving: p.leaving,
+		}
+		for _, b := range p.out {
+			if b.state != stateAcked {
+				s.FirstUnacked = b.first
+				break
+			}
+		}
+		if s.FirstUnacked < 0 && len(p.pending) > 0 {
+			s.FirstUnacked = p.pending[0].Offset
+		}
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,160 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
+)
+
+// Name is the input's registered name.
+const Name = "redpanda"
+
+// LagMetric is the lag gauge's name, labelled topic and partition, as
+// Redpanda Connect's input names it.
+const LagMetric = "redpanda_lag"
+
+func init() {
+	err := service.RegisterBatchInput(Name, Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+		cfg, err := ParseConfig(conf)
+		if err != nil {
+			return nil, err
+		}
+		return newInput(cfg, mgr), nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// input is the redpanda BatchInput: Connect creates the consumer, ReadBatch
+// turns its batches into messages, their acks go back to it.
+type input struct {
+	cfg  Config
+	log  *service.Logger
+	mLag *service.MetricGauge
+
+	mu   sync.Mutex
+	cons *kafkain.Consumer
+}
+
+func newInput(cfg Config, mgr *service.Resources) *input {
+	return &input{cfg: cfg, log: mgr.Logger(), mLag: mgr.Metrics().NewGauge(LagMetric, "topic", "partition")}
+}
+
+// Connect logs the configuration once and creates the consumer (which pings
+// a seed broker). Once connected it is a no-op: franz-go reconnects to the
+// brokers by itself.
+func (in *input) Connect(ctx context.Context) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.cons != nil {
+		return nil
+	}
+	in.logConfig()
+	cons, err := kafkain.New(ctx, in.cfg.Consumer, in.log, func(tp kafkain.TP, lag int64) {
+		in.mLag.Set(lag, tp.Topic, strconv.Itoa(int(tp.Partition)))
+	})
+	if err != nil {
+		return err
+	}
+	in.cons = cons
+	return nil
+}
+
+func (in *input) logConfig() {
+	c, k := in.cfg, in.cfg.Consumer
+	topics := strings.Join(k.Topics, ",")
+	if len(k.Partitions) > 0 {
+		var parts []string
+		for t, ps := range k.Partitions {
+			for p, o := range ps {
+				parts = append(parts, t+":"+strconv.Itoa(int(p))+"@"+o.String())
+			}
+		}
+		topics = strings.Join(parts, ",")
+	}
+	group := k.Group
+	if group == "" {
+		group = "(none: no commits)"
+	}
+	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d auto_replay_nacks=%t",
+		k.SeedBrokers, k.ClientID, c.TLSEnabled, c.SkipVerify, c.SASLMechs, k.MetadataMaxAge, k.RequestTimeoutOverhead, k.ConnIdleTimeout,
+		k.Dial.ConnectTimeout, k.Dial.KeepAliveIdle, k.Dial.KeepAliveInterval, k.Dial.KeepAliveCount, k.Dial.UserTimeout,
+		topics, k.Regex, k.Exclude, group, k.InstanceID, k.RackID, k.RebalanceTimeout, k.SessionTimeout, k.HeartbeatInterval, c.StartOffset,
+		k.FetchMaxBytes, k.FetchMaxWait, k.FetchMinBytes, k.FetchMaxPartitionBytes, c.Isolation, k.CommitPeriod, k.Limits.BufferBytes,
+		k.LagRefreshPeriod, k.Limits.YieldBytes, k.Limits.MaxUnacked, k.Limits.Replay)
+}
+
+func (in *input) consumer() *kafkain.Consumer {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cons
+}
+
+// ReadBatch returns the next batch of one partition, with Redpanda
+// Connect's metadata on every message; its ack settles the batch in the
+// commit tracker.
+func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	cons := in.consumer()
+	if cons == nil {
+		return nil, nil, service.ErrNotConnected
+	}
+	b, err := cons.Next(ctx)
+	if errors.Is(err, kafkain.ErrClosed) {
+		return nil, nil, service.ErrEndOfInput
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	recs := cons.Handed(b)
+	batch := make(service.MessageBatch, len(recs))
+	for i, r := range recs {
+		batch[i] = message(r, b.HighWatermark)
+	}
+	delivery := b.Delivery()
+	return batch, func(_ context.Context, err error) error {
+		cons.Ack(b, delivery, err)
+		return nil
+	}, nil
+}
+
+// message builds the message of one record, with the metadata Redpanda
+// Connect's redpanda input sets.
+func message(r *kgo.Record, hwm int64) *service.Message {
+	m := service.NewMessage(r.Value)
+	m.MetaSetMut("kafka_key", string(r.Key))
+	m.MetaSetMut("kafka_topic", r.Topic)
+	m.MetaSetMut("kafka_partition", int(r.Partition))
+	m.MetaSetMut("kafka_offset", int(r.Offset))
+	lag := int64(0)
+	if hwm > 0 {
+		lag = max(hwm-r.Offset-1, 0)
+	}
+	m.MetaSetMut("kafka_lag", lag)
+	m.MetaSetMut("kafka_timestamp_ms", r.Timestamp.UnixMilli())
+	m.MetaSetMut("kafka_timestamp_unix", r.Timestamp.Unix())
+	m.MetaSetMut("kafka_tombstone_message", r.Value == nil)
+	for _, h := range r.Headers {
+		m.MetaSetMut(h.Key, string(h.Value))
+	}
+	return m
+}
+
+// Close stops the consumer: it commits what is durable and leaves the
+// group (see kafkain.Consumer.Close).
+func (in *input) Close(ctx context.Context) error {
+	in.mu.Lock()
+	cons := in.cons
+	in.mu.Unlock()
+	if cons == nil {
+		return nil
+	}
+	return cons.Close(ctx)
+}

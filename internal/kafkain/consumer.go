@@ -138,6 +138,10 @@ const CloseGrace = time.Second
 func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second)}
 	c.closing.ch = make(chan struct{})
+	// The tracker exists before the client: the group may assign
+	// partitions as soon as the client is created. It gets the client as
+	// its Flow before the poll loop, the only one that pauses, starts.
+	c.track = NewTracker(cfg.Limits, nil, cfg.Group == "")
 	opts, err := c.options()
 	if err != nil {
 		return nil, err
@@ -152,7 +156,7 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	}
 	c.cl = cl
 	c.adm = kadm.NewClient(cl)
-	c.track = NewTracker(cfg.Limits, cl, cfg.Group == "")
+	c.track.SetFlow(cl)
 	c.pollCtx, c.stopPoll = context.WithCancel(context.Background())
 	c.loops.Add(1)
 	go c.pollLoop()
@@ -188,41 +192,24 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 		kgo.SeedBrokers(cfg.SeedBrokers...),
 		kgo.Dialer(dial),
 		kgo.ConsumeResetOffset(cfg.StartOffset),
-		kgo.DisableAutoCommit(),
 	}
-	if cfg.ClientID != "" {
-		opts = append(opts, kgo.ClientID(cfg.ClientID))
+	// add appends o when its field is set (franz-go's defaults otherwise).
+	add := func(set bool, o kgo.Opt) {
+		if set {
+			opts = append(opts, o)
+		}
 	}
-	if len(cfg.SASL) > 0 {
-		opts = append(opts, kgo.SASL(cfg.SASL...))
-	}
-	if cfg.MetadataMaxAge > 0 {
-		opts = append(opts, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
-	}
-	if cfg.RequestTimeoutOverhead > 0 {
-		opts = append(opts, kgo.RequestTimeoutOverhead(cfg.RequestTimeoutOverhead))
-	}
-	if cfg.ConnIdleTimeout > 0 {
-		opts = append(opts, kgo.ConnIdleTimeout(cfg.ConnIdleTimeout))
-	}
-	if cfg.RackID != "" {
-		opts = append(opts, kgo.Rack(cfg.RackID))
-	}
-	if cfg.FetchMaxBytes > 0 {
-		opts = append(opts, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
-	}
-	if cfg.FetchMinBytes > 0 {
-		opts = append(opts, kgo.FetchMinBytes(cfg.FetchMinBytes))
-	}
-	if cfg.FetchMaxPartitionBytes > 0 {
-		opts = append(opts, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
-	}
-	if cfg.FetchMaxWait > 0 {
-		opts = append(opts, kgo.FetchMaxWait(cfg.FetchMaxWait))
-	}
-	if cfg.ReadCommitted {
-		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	}
+	add(cfg.ClientID != "", kgo.ClientID(cfg.ClientID))
+	add(len(cfg.SASL) > 0, kgo.SASL(cfg.SASL...))
+	add(cfg.MetadataMaxAge > 0, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
+	add(cfg.RequestTimeoutOverhead > 0, kgo.RequestTimeoutOverhead(cfg.RequestTimeoutOverhead))
+	add(cfg.ConnIdleTimeout > 0, kgo.ConnIdleTimeout(cfg.ConnIdleTimeout))
+	add(cfg.RackID != "", kgo.Rack(cfg.RackID))
+	add(cfg.FetchMaxBytes > 0, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
+	add(cfg.FetchMinBytes > 0, kgo.FetchMinBytes(cfg.FetchMinBytes))
+	add(cfg.FetchMaxPartitionBytes > 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
+	add(cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))
+	add(cfg.ReadCommitted, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	switch {
 	case len(cfg.Partitions) > 0:
 		opts = append(opts, kgo.ConsumePartitions(cfg.Partitions))
@@ -240,23 +227,16 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 	if cfg.Group != "" {
 		opts = append(opts,
 			kgo.ConsumerGroup(cfg.Group),
+			kgo.DisableAutoCommit(),
 			kgo.BlockRebalanceOnPoll(),
 			kgo.OnPartitionsAssigned(c.onAssigned),
 			kgo.OnPartitionsRevoked(c.onRevoked),
 			kgo.OnPartitionsLost(c.onLost),
 		)
-		if cfg.InstanceID != "" {
-			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
-		}
-		if cfg.RebalanceTimeout > 0 {
-			opts = append(opts, kgo.RebalanceTimeout(cfg.RebalanceTimeout))
-		}
-		if cfg.SessionTimeout > 0 {
-			opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
-		}
-		if cfg.HeartbeatInterval > 0 {
-			opts = append(opts, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
-		}
+		add(cfg.InstanceID != "", kgo.InstanceID(cfg.InstanceID))
+		add(cfg.RebalanceTimeout > 0, kgo.RebalanceTimeout(cfg.RebalanceTimeout))
+		add(cfg.SessionTimeout > 0, kgo.SessionTimeout(cfg.SessionTimeout))
+		add(cfg.HeartbeatInterval > 0, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
 	}
 	return opts, nil
 }
@@ -281,7 +261,7 @@ func (c *Consumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[str
 // stops handing them out, waits (at most RevokeWait) for the acks of their
 // in-flight records, commits what is durable and releases them; acks that
 // come later commit nothing, and their records go to the next owner again.
-func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (c *Consumer) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	tps := flatten(revoked)
 	if len(tps) == 0 {
 		return
@@ -296,7 +276,7 @@ func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, c.commitTimeout())
-	err := c.commitLocked(cctx, tps)
+	err := c.commitLocked(cctx, cl, tps)
 	cancel()
 	c.track.Release(tps)
 	switch {
@@ -338,14 +318,16 @@ func (c *Consumer) Commit(ctx context.Context, tps []TP) error {
 	defer c.commitMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, c.commitTimeout())
 	defer cancel()
-	err := c.commitLocked(ctx, tps)
+	err := c.commitLocked(ctx, c.cl, tps)
 	if err != nil {
 		c.errLog.log("commit", "redpanda: committing offsets failed (retried every commit_period; nothing is committed past an unacknowledged record): %v", err)
 	}
 	return err
 }
 
-func (c *Consumer) commitLocked(ctx context.Context, tps []TP) error {
+// commitLocked commits with cl (the group callbacks' own client: they can
+// run before New has stored it); callers hold commitMu.
+func (c *Consumer) commitLocked(ctx context.Context, cl *kgo.Client, tps []TP) error {
 	if c.cfg.Group == "" {
 		return nil
 	}
@@ -354,7 +336,7 @@ func (c *Consumer) commitLocked(ctx context.Context, tps []TP) error {
 		return nil
 	}
 	var rerr error
-	c.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			rerr = err
 			return
@@ -516,7 +498,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	// (the pipeline drained), or after its shutdown timeout abandoned the
 	// rest: either way no more acks are coming, so the wait is short.
 	wctx, cancel := context.WithTimeout(ctx, CloseGrace)
-	settled := c.track.WaitSettled(wctx, nil2all(c.track))
+	settled := c.track.WaitSettled(wctx, nil)
 	cancel()
 	cerr := c.Commit(context.WithoutCancel(ctx), nil)
 	c.closing.set()
@@ -536,14 +518,4 @@ func (c *Consumer) Close(ctx context.Context) error {
 		c.log.Warnf("redpanda: closed with records still unacknowledged; they were not committed and will be consumed again")
 	}
 	return cerr
-}
-
-// nil2all lists every owned partition.
-func nil2all(t *Tracker) []TP {
-	st := t.State()
-	tps := make([]TP, len(st))
-	for i, s := range st {
-		tps[i] = s.TP
-	}
-	return tps
 }

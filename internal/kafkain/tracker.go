@@ -125,6 +125,7 @@ type partition struct {
 	epoch    int32    // leader epoch of the record before durable
 	commit   int64    // last committed offset; -1 none
 	paused   bool
+	nacked   int       // batches in out waiting for their replay
 	nacks    int       // consecutive nacks, for the replay back-off
 	replayAt time.Time // no replay before this
 }
@@ -157,6 +158,13 @@ func NewTracker(lim Limits, flow Flow, auto bool) *Tracker {
 		lim.BufferBytes = 1
 	}
 	return &Tracker{lim: lim, flow: flow, auto: auto, parts: map[TP]*partition{}, changed: make(chan struct{}), now: time.Now}
+}
+
+// SetFlow sets what pauses and resumes fetching.
+func (t *Tracker) SetFlow(f Flow) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.flow = f
 }
 
 // broadcast wakes every waiter; callers hold mu.
@@ -256,17 +264,24 @@ func (t *Tracker) Next(ctx context.Context) (*Batch, error) {
 		if b != nil {
 			return b, nil
 		}
-		var timer <-chan time.Time
+		var tm *time.Timer
+		var due <-chan time.Time
 		if wait > 0 {
-			tm := time.NewTimer(wait)
-			timer = tm.C
-			defer tm.Stop()
+			tm = time.NewTimer(wait)
+			due = tm.C
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			err := ctx.Err()
+			if tm != nil {
+				tm.Stop()
+			}
+			return nil, err
 		case <-ch:
-		case <-timer:
+		case <-due:
+		}
+		if tm != nil {
+			tm.Stop()
 		}
 	}
 }
@@ -281,7 +296,7 @@ func (t *Tracker) takeLocked() (*Batch, time.Duration) {
 	// nothing newer until it is replayed, so its records go out in order.
 	for _, tp := range t.order {
 		p := t.parts[tp]
-		if p == nil || p.leaving {
+		if p == nil || p.leaving || p.nacked == 0 {
 			continue
 		}
 		for _, b := range p.out {
@@ -296,6 +311,7 @@ func (t *Tracker) takeLocked() (*Batch, time.Duration) {
 			}
 			b.state = stateOut
 			b.delivery++
+			p.nacked--
 			return b, 0
 		}
 	}
@@ -303,22 +319,13 @@ func (t *Tracker) takeLocked() (*Batch, time.Duration) {
 	for i := 0; i < n; i++ {
 		idx := (t.next + i) % n
 		p := t.parts[t.order[idx]]
-		if p == nil || p.leaving || len(p.pending) == 0 || p.hasNacked() {
+		if p == nil || p.leaving || len(p.pending) == 0 || p.nacked > 0 {
 			continue
 		}
 		t.next = (idx + 1) % n
 		return t.yieldLocked(p), 0
 	}
 	return nil, soonest
-}
-
-func (p *partition) hasNacked() bool {
-	for _, b := range p.out {
-		if b.state == stateNacked {
-			return true
-		}
-	}
-	return false
 }
 
 // yieldLocked cuts the next batch from p's pending records.
@@ -381,6 +388,7 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 			return true
 		}
 		b.state = stateNacked
+		p.nacked++
 		p.nacks++
 		d := t.lim.ReplayBackoff << min(p.nacks-1, 16)
 		if t.lim.MaxReplayBackoff > 0 && (d > t.lim.MaxReplayBackoff || d <= 0) {
@@ -412,11 +420,7 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 func (t *Tracker) Revoke(tps []TP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tp := range tps {
-		p := t.parts[tp]
-		if p == nil {
-			continue
-		}
+	t.eachLocked(tps, func(p *partition) {
 		p.leaving = true
 		p.unacked -= len(p.pending)
 		clear(p.pending)
@@ -426,22 +430,34 @@ func (t *Tracker) Revoke(tps []TP) {
 				b.state = stateHeld
 			}
 		}
-	}
+		p.nacked = 0
+	})
 	t.broadcast()
 }
 
-// WaitSettled blocks until no batch of tps is awaiting its ack, or ctx ends
-// (it then reports false).
+// eachLocked calls fn for every owned partition among tps (all when tps is
+// nil); callers hold mu.
+func (t *Tracker) eachLocked(tps []TP, fn func(*partition)) {
+	if tps == nil {
+		for _, p := range t.parts {
+			fn(p)
+		}
+		return
+	}
+	for _, tp := range tps {
+		if p := t.parts[tp]; p != nil {
+			fn(p)
+		}
+	}
+}
+
+// WaitSettled blocks until no batch of tps (all when nil) is awaiting its
+// ack, or ctx ends (it then reports false).
 func (t *Tracker) WaitSettled(ctx context.Context, tps []TP) bool {
 	for {
 		t.mu.Lock()
 		busy := false
-		for _, tp := range tps {
-			if p := t.parts[tp]; p != nil && p.awaiting() {
-				busy = true
-				break
-			}
-		}
+		t.eachLocked(tps, func(p *partition) { busy = busy || p.awaiting() })
 		ch := t.changed
 		t.mu.Unlock()
 		if !busy {
@@ -468,24 +484,20 @@ func (p *partition) awaiting() bool {
 
 // Release forgets partitions: later acks of their batches change nothing,
 // and fetching them is resumed if it was paused (a later assignment must
-// fetch). It returns the partitions that were owned.
+// fetch).
 func (t *Tracker) Release(tps []TP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tp := range tps {
-		p := t.parts[tp]
-		if p == nil {
-			continue
-		}
+	t.eachLocked(tps, func(p *partition) {
 		if p.paused {
 			p.paused = false
 			if t.flow != nil {
-				t.flow.ResumeFetchPartitions(map[string][]int32{tp.Topic: {tp.Partition}})
+				t.flow.ResumeFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
 			}
 		}
-		delete(t.parts, tp)
-		t.order = slices.DeleteFunc(t.order, func(o TP) bool { return o == tp })
-	}
+		delete(t.parts, p.tp)
+		t.order = slices.DeleteFunc(t.order, func(o TP) bool { return o == p.tp })
+	})
 	if t.next >= len(t.order) {
 		t.next = 0
 	}
@@ -508,7 +520,7 @@ func (t *Tracker) Committable(tps []TP) map[string]map[int32]kgo.EpochOffset {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]map[int32]kgo.EpochOffset{}
-	add := func(p *partition) {
+	t.eachLocked(tps, func(p *partition) {
 		if p.durable < 0 || p.durable <= p.commit {
 			return
 		}
@@ -516,18 +528,7 @@ func (t *Tracker) Committable(tps []TP) map[string]map[int32]kgo.EpochOffset {
 			out[p.tp.Topic] = map[int32]kgo.EpochOffset{}
 		}
 		out[p.tp.Topic][p.tp.Partition] = kgo.EpochOffset{Epoch: p.epoch, Offset: p.durable}
-	}
-	if tps == nil {
-		for _, p := range t.parts {
-			add(p)
-		}
-	} else {
-		for _, tp := range tps {
-			if p := t.parts[tp]; p != nil {
-				add(p)
-			}
-		}
-	}
+	})
 	return out
 }
 

@@ -90,7 +90,7 @@ func yamlConf(addrs []string, lines ...string) string {
 
 // newTestInput parses conf and returns a connected input, closed at the end
 // of the test.
-func newTestInput(t *testing.T, conf string) *input {
+func newTestInput(t testing.TB, conf string) *input {
 	t.Helper()
 	pc, err := Spec().ParseYAML(conf, nil)
 	require.NoError(t, err)

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	// The spec-level lint rule is parsed when Spec is built (in init) and
+	// calls Bloblang's parse_duration, which the pure bundle registers: it
+	// must be initialised first, whatever binary embeds this input.
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -100,6 +104,12 @@ func bytesLint(field string) string {
 	return `root = if !this.string().re_match("` + bytesRE + `") { [ "field ` + field + `: must be a size such as 1MB, 50MiB or 1B, got " + this.string().quote() ] } else { [] }`
 }
 
+// enumLint names the field when a value is not one of opts (Benthos' own
+// enum check gives only the line).
+func enumLint(field string, opts ...string) string {
+	return `root = if ![ "` + strings.Join(opts, `", "`) + `" ].contains(this) { [ "field ` + field + `: must be one of ` + strings.Join(opts, ", ") + `, got " + this.string().quote() ] } else { [] }`
+}
+
 func nonNegDurationLint(field string) string {
 	return `root = if this.type() == "string" && this.parse_duration().catch(-1) < 0 { [ "field ` + field + `: must be a duration such as 0s, 10s or 5m, got " + this.quote() ] } else { [] }`
 }
@@ -167,7 +177,8 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 					MechScramSHA256: "SCRAM based authentication as specified in RFC5802.",
 					MechScramSHA512: "SCRAM based authentication as specified in RFC5802.",
 					MechOAuthBearer: "OAuth Bearer based authentication.",
-				}).Description("The SASL mechanism to use. (Redpanda Connect's AWS_MSK_IAM is not supported here.)"),
+				}).Description("The SASL mechanism to use. (Redpanda Connect's AWS_MSK_IAM is not supported here.)").
+					LintRule(enumLint(fSASL+"[]."+fSASLMechanism, MechNone, MechPlain, MechScramSHA256, MechScramSHA512, MechOAuthBearer)),
 				service.NewStringField(fSASLUsername).Description("A username to provide for PLAIN or SCRAM-* authentication.").Default(""),
 				service.NewStringField(fSASLPassword).Description("A password to provide for PLAIN or SCRAM-* authentication.").Secret().Default(""),
 				service.NewStringField(fSASLToken).Description("The token to use for a single session's OAUTHBEARER authentication.").Secret().Default(""),
@@ -225,7 +236,7 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				StartLatest:    "Start from the latest offset. Corresponds to Kafka's `auto.offset.reset=latest` option.",
 				StartCommitted: "Prevents consuming a partition in a group if the partition has no prior commits. Corresponds to Kafka's `auto.offset.reset=none` option.",
 			}).Description("Where a partition without a committed offset starts, and where one restarts after an `OffsetOutOfRange` error on a fetch.").
-				Default(StartEarliest).Advanced(),
+				Default(StartEarliest).LintRule(enumLint(fStartOffset, StartEarliest, StartLatest, StartCommitted)).Advanced(),
 			service.NewStringField(fFetchMaxBytes).
 				Description("The maximum number of bytes that a broker tries to send during a fetch. Records larger than this are still sent.").
 				Default("50MiB").LintRule(bytesLint(fFetchMaxBytes)).Advanced(),
@@ -242,7 +253,7 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				"read_uncommitted": "Uncommitted transactional records are processed too.",
 				"read_committed":   "Only committed transactional records are processed.",
 			}).Description("The isolation level for transactional records.").
-				Default("read_uncommitted"),
+				Default("read_uncommitted").LintRule(enumLint(fIsolation, "read_uncommitted", "read_committed")),
 			service.NewStringField(fConsumerGroup).
 				Description("An optional consumer group. With one, the partitions of the `topics` are distributed across the consumers sharing it, and offsets are committed and resumed under its name. Not supported with explicit partitions in `topics`.").
 				Optional(),

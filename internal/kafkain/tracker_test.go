@@ -1,0 +1,382 @@
+package kafkain
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var tp0 = TP{"t", 0}
+
+func records(tp TP, from, n int) []*kgo.Record {
+	out := make([]*kgo.Record, n)
+	for i := range out {
+		out[i] = &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Offset: int64(from + i), Value: []byte("0123456789")}
+	}
+	return out
+}
+
+// flowLog records pause and resume calls.
+type flowLog struct {
+	mu     sync.Mutex
+	paused map[TP]bool
+	calls  []string
+}
+
+func (f *flowLog) PauseFetchPartitions(m map[string][]int32) map[string][]int32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for t, ps := range m {
+		for _, p := range ps {
+			f.paused[TP{t, p}] = true
+			f.calls = append(f.calls, "pause")
+		}
+	}
+	return nil
+}
+
+func (f *flowLog) ResumeFetchPartitions(m map[string][]int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for t, ps := range m {
+		for _, p := range ps {
+			f.paused[TP{t, p}] = false
+			f.calls = append(f.calls, "resume")
+		}
+	}
+}
+
+func (f *flowLog) isPaused(tp TP) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.paused[tp]
+}
+
+func next(t *testing.T, tr *Tracker) *Batch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := tr.Next(ctx)
+	require.NoError(t, err)
+	return b
+}
+
+func noNext(t *testing.T, tr *Tracker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	b, err := tr.Next(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "nothing to hand out, got %v", b)
+}
+
+func commitOf(tr *Tracker, tp TP) int64 {
+	if eo, ok := tr.Committable([]TP{tp})[tp.Topic][tp.Partition]; ok {
+		return eo.Offset
+	}
+	return -1
+}
+
+// lim10 cuts batches of ten 10-byte records.
+var lim10 = Limits{MaxUnacked: 1000, BufferBytes: 1 << 20, YieldBytes: 100, Replay: true}
+
+func TestTrackerCommitIsAckedPrefix(t *testing.T) {
+	for seed := range uint64(50) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		tr := NewTracker(lim10, nil, false)
+		tr.Assign([]TP{tp0})
+		tr.Add(tp0, records(tp0, 100, 200), 300)
+		var bs []*Batch
+		for range 20 {
+			bs = append(bs, next(t, tr))
+		}
+		noNext(t, tr)
+		acked := make([]bool, len(bs))
+		for _, i := range r.Perm(len(bs)) {
+			require.True(t, tr.Ack(bs[i], bs[i].Delivery(), nil))
+			acked[i] = true
+			want := int64(-1)
+			for j := 0; j < len(bs) && acked[j]; j++ {
+				_, want = bs[j].Offsets()
+			}
+			require.Equal(t, want, commitOf(tr, tp0), "seed %d: the commit is the end of the acked prefix", seed)
+		}
+		require.Equal(t, int64(300), commitOf(tr, tp0))
+		tr.Committed(tp0, 300)
+		assert.Empty(t, tr.Committable(nil), "nothing new once committed")
+	}
+}
+
+func TestTrackerNackReplaysBeforeNewer(t *testing.T) {
+	tr := NewTracker(lim10, nil, false)
+	tr.Assign([]TP{tp0})
+	tr.Add(tp0, records(tp0, 0, 30), 30)
+	b1, b2 := next(t, tr), next(t, tr)
+	require.True(t, tr.Ack(b2, 1, nil))
+	require.True(t, tr.Ack(b1, 1, errors.New("refused")))
+	again := next(t, tr)
+	require.Same(t, b1, again, "the nacked batch first")
+	assert.Equal(t, 2, again.Delivery())
+	assert.Len(t, again.Records, 10, "with its records")
+	assert.False(t, tr.Ack(b1, 1, nil), "an ack of the earlier delivery does not count")
+	assert.Equal(t, int64(-1), commitOf(tr, tp0), "the hole holds the commit")
+	require.True(t, tr.Ack(again, 2, nil))
+	assert.Equal(t, int64(20), commitOf(tr, tp0))
+	b3 := next(t, tr)
+	first, _ := b3.Offsets()
+	assert.Equal(t, int64(20), first)
+}
+
+func TestTrackerReplayBackoff(t *testing.T) {
+	lim := lim10
+	lim.ReplayBackoff, lim.MaxReplayBackoff = 150*time.Millisecond, time.Second
+	tr := NewTracker(lim, nil, false)
+	tr.Assign([]TP{tp0})
+	tr.Add(tp0, records(tp0, 0, 20), 20)
+	b1 := next(t, tr)
+	tr.Ack(b1, 1, errors.New("refused"))
+	start := time.Now()
+	again := next(t, tr)
+	require.Same(t, b1, again, "nothing newer of the partition jumps the nacked batch")
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "replayed after the back-off")
+}
+
+func TestTrackerNoReplayDrops(t *testing.T) {
+	lim := lim10
+	lim.Replay = false
+	tr := NewTracker(lim, nil, false)
+	tr.Assign([]TP{tp0})
+	tr.Add(tp0, records(tp0, 0, 20), 20)
+	b1 := next(t, tr)
+	assert.Len(t, tr.Handed(b1), 10)
+	assert.Nil(t, b1.Records, "records dropped after hand-out without replay")
+	tr.Ack(b1, 1, errors.New("refused"))
+	assert.Equal(t, int64(10), commitOf(tr, tp0), "a nack counts as delivered")
+}
+
+func TestTrackerPausesAtTheCap(t *testing.T) {
+	f := &flowLog{paused: map[TP]bool{}}
+	lim := lim10
+	lim.MaxUnacked = 25
+	tr := NewTracker(lim, f, false)
+	tr.Assign([]TP{tp0})
+	tr.Add(tp0, records(tp0, 0, 20), 20)
+	assert.False(t, f.isPaused(tp0))
+	tr.Add(tp0, records(tp0, 20, 10), 30)
+	assert.True(t, f.isPaused(tp0), "30 unacked >= 25")
+	var bs []*Batch
+	for range 3 {
+		bs = append(bs, next(t, tr))
+	}
+	assert.True(t, f.isPaused(tp0), "handed out is still unacked")
+	tr.Ack(bs[0], 1, nil)
+	assert.False(t, f.isPaused(tp0), "20 unacked < 25: resumed")
+
+	// Buffer bytes: 10 records of 10 bytes pending pause at 100 bytes.
+	f2 := &flowLog{paused: map[TP]bool{}}
+	lim.BufferBytes = 100
+	tr2 := NewTracker(lim, f2, false)
+	tr2.Assign([]TP{tp0})
+	tr2.Add(tp0, records(tp0, 0, 10), 10)
+	assert.True(t, f2.isPaused(tp0))
+	next(t, tr2)
+	assert.False(t, f2.isPaused(tp0), "handed out: the buffer is empty")
+
+	// Release resumes a paused partition, so a later owner fetches it.
+	tr.Add(tp0, records(tp0, 30, 10), 40)
+	require.True(t, f.isPaused(tp0))
+	tr.Revoke([]TP{tp0})
+	tr.Release([]TP{tp0})
+	assert.False(t, f.isPaused(tp0))
+}
+
+func TestTrackerRevokeAndRelease(t *testing.T) {
+	tr := NewTracker(lim10, nil, false)
+	tp1 := TP{"t", 1}
+	tr.Assign([]TP{tp0, tp1})
+	tr.Add(tp0, records(tp0, 0, 30), 30)
+	tr.Add(tp1, records(tp1, 0, 10), 10)
+	var b []*Batch
+	for range 3 {
+		b = append(b, next(t, tr))
+	}
+	// One of tp0 and one of tp1 handed out (round robin), plus another.
+	var t0 []*Batch
+	for _, x := range b {
+		if x.TP == tp0 {
+			t0 = append(t0, x)
+		}
+	}
+	require.Len(t, t0, 2)
+	tr.Revoke([]TP{tp0})
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		x, err := tr.Next(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		require.NotEqual(t, tp0, x.TP, "a leaving partition is not handed out")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	assert.False(t, tr.WaitSettled(ctx, []TP{tp0}), "two batches await their acks")
+	cancel()
+	tr.Ack(t0[0], 1, nil)
+	tr.Ack(t0[1], 1, errors.New("refused")) // held: never replayed
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	assert.True(t, tr.WaitSettled(ctx, []TP{tp0}))
+	cancel()
+	assert.Equal(t, int64(10), commitOf(tr, tp0), "committed to the held nack, not past it")
+	tr.Release([]TP{tp0})
+	assert.Equal(t, int64(-1), commitOf(tr, tp0), "released: nothing to commit")
+
+	// Assigned again: a new ownership; a stale ack changes nothing.
+	tr.Assign([]TP{tp0})
+	tr.Add(tp0, records(tp0, 10, 10), 30)
+	assert.False(t, tr.Ack(t0[1], 1, nil), "ack of a released ownership")
+	assert.Equal(t, int64(-1), commitOf(tr, tp0))
+	nb := next(t, tr)
+	first, _ := nb.Offsets()
+	assert.Equal(t, int64(10), first)
+}
+
+func TestTrackerGroupModeDropsUnowned(t *testing.T) {
+	tr := NewTracker(lim10, nil, false)
+	tr.Add(tp0, records(tp0, 0, 10), 10)
+	noNext(t, tr)
+	auto := NewTracker(lim10, nil, true)
+	auto.Add(tp0, records(tp0, 0, 10), 10)
+	next(t, auto)
+}
+
+func TestTrackerCloseEndsNext(t *testing.T) {
+	tr := NewTracker(lim10, nil, true)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.Next(context.Background())
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	tr.Close()
+	select {
+	case err := <-errc:
+		assert.ErrorIs(t, err, ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not return on Close")
+	}
+}
+
+// TestTrackerConcurrentNeverCommitsPastUnacked: a feeder adds records, a
+// reader hands them out, several ackers ack (and nack) them in random
+// order, and a checker keeps reading the commit: every offset below it must
+// have been acknowledged before it was read. Run with -race.
+func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
+	const parts, perPart, chunk = 3, 3000, 50
+	lim := Limits{MaxUnacked: 400, BufferBytes: 1 << 20, YieldBytes: 70, Replay: true}
+	f := &flowLog{paused: map[TP]bool{}}
+	tr := NewTracker(lim, f, false)
+	var tps []TP
+	for p := range parts {
+		tps = append(tps, TP{"t", int32(p)})
+	}
+	tr.Assign(tps)
+	acked := make([][]atomic.Bool, parts)
+	for p := range acked {
+		acked[p] = make([]atomic.Bool, perPart)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	// Feeder: respects pause, as franz-go does.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pos := make([]int, parts)
+		for ctx.Err() == nil {
+			progressed := false
+			for p, tp := range tps {
+				if pos[p] < perPart && !f.isPaused(tp) {
+					n := min(chunk, perPart-pos[p])
+					tr.Add(tp, records(tp, pos[p], n), int64(perPart))
+					pos[p] += n
+					progressed = true
+				}
+			}
+			if !progressed {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	work := make(chan *Batch, 64)
+	// Reader.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(work)
+		for {
+			b, err := tr.Next(ctx)
+			if err != nil {
+				return
+			}
+			work <- b
+		}
+	}()
+	// Ackers: a tenth of the batches are nacked once.
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for b := range work {
+				time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
+				if b.Delivery() == 1 && r.IntN(10) == 0 {
+					tr.Ack(b, b.Delivery(), errors.New("nack"))
+					continue
+				}
+				for _, rec := range b.Records {
+					acked[rec.Partition][rec.Offset].Store(true)
+				}
+				tr.Ack(b, b.Delivery(), nil)
+			}
+		}()
+	}
+	// Checker.
+	var violations atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			for p, tp := range tps {
+				c := commitOf(tr, tp)
+				for o := int64(0); o < c; o++ {
+					if !acked[p][o].Load() {
+						violations.Add(1)
+					}
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	require.Eventually(t, func() bool {
+		for _, tp := range tps {
+			if commitOf(tr, tp) != perPart {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 10*time.Millisecond, "every record acknowledged and committable")
+	cancel()
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "a commit past an unacknowledged record")
+	for _, s := range tr.State() {
+		assert.LessOrEqual(t, s.Unacked, 0)
+	}
+}

@@ -1,0 +1,336 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
+)
+
+// TestMetadataAsRedpandaConnect: every message carries Redpanda Connect's
+// kafka_* metadata, with the values of its record, and the record headers.
+func TestMetadataAsRedpandaConnect(t *testing.T) {
+	const topic = "meta"
+	c := newCluster(t, topic, 2)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 2, 0, 5)
+	// A tombstone (nil value) on partition 1.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	ts := time.UnixMilli(1767225600123)
+	require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: 1, Key: []byte("gone"), Timestamp: ts}).FirstErr())
+	cl.Close()
+
+	// No consumer group: both partitions, from the start.
+	in := newTestInput(t, yamlConf(addrs, "topics: [ "+topic+" ]"))
+	seen := map[string]*service.Message{}
+	for len(seen) < 11 {
+		d := read(t, in)
+		for _, m := range d.msgs {
+			p, _ := m.MetaGetMut("kafka_partition")
+			o, _ := m.MetaGetMut("kafka_offset")
+			seen[fmt.Sprintf("%d/%d", p, o)] = m
+		}
+		ack(t, d, nil)
+	}
+	require.Len(t, seen, 11)
+
+	m := seen["0/2"]
+	require.NotNil(t, m)
+	meta := map[string]any{}
+	require.NoError(t, m.MetaWalkMut(func(k string, v any) error { meta[k] = v; return nil }))
+	assert.Equal(t, "0-2", meta["kafka_key"])
+	assert.Equal(t, topic, meta["kafka_topic"])
+	assert.Equal(t, 0, meta["kafka_partition"])
+	assert.Equal(t, 2, meta["kafka_offset"])
+	assert.Equal(t, int64(2), meta["kafka_lag"], "high watermark 5, offset 2: 2 records behind")
+	assert.Equal(t, false, meta["kafka_tombstone_message"])
+	assert.Equal(t, "v2", meta["h"], "record header")
+	ms, ok := meta["kafka_timestamp_ms"].(int64)
+	require.True(t, ok)
+	assert.InDelta(t, time.Now().UnixMilli(), ms, float64(time.Hour.Milliseconds()))
+	assert.Equal(t, ms/1000, meta["kafka_timestamp_unix"])
+	body, err := m.AsBytes()
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"p":0,"i":2}`, string(body))
+
+	tomb := seen["1/5"]
+	require.NotNil(t, tomb)
+	v, _ := tomb.MetaGetMut("kafka_tombstone_message")
+	assert.Equal(t, true, v)
+	v, _ = tomb.MetaGetMut("kafka_timestamp_ms")
+	assert.Equal(t, ts.UnixMilli(), v)
+	v, _ = tomb.MetaGetMut("kafka_timestamp_unix")
+	assert.Equal(t, ts.Unix(), v)
+	v, _ = tomb.MetaGetMut("kafka_lag")
+	assert.Equal(t, int64(0), v)
+}
+
+// TestCapPausesFetch: with max_unacked_per_partition records handed out and
+// not acknowledged, the partition stops fetching (nothing more is
+// delivered), and acknowledging them resumes it.
+func TestCapPausesFetch(t *testing.T) {
+	const topic, group, limit = "capped", "g-cap", 10
+	c := newCluster(t, topic, 1)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 1, 0, 100)
+	in := newTestInput(t, groupConf(addrs, topic, group,
+		fmt.Sprintf("max_unacked_per_partition: %d", limit),
+		"fetch_max_partition_bytes: 1B", "fetch_max_bytes: 1B", "fetch_max_wait: 100ms"))
+
+	var held []delivery
+	got, nextOff := 0, 0
+	inOrder := func(d delivery) {
+		for _, o := range d.offsets(t) {
+			require.Equal(t, nextOff, o, "in order, none skipped across pause and resume")
+			nextOff++
+		}
+	}
+	for got < limit {
+		d := read(t, in)
+		inOrder(d)
+		held = append(held, d)
+		got += len(d.msgs)
+	}
+	tr := in.consumer().Tracker()
+	require.Eventually(t, func() bool { return tr.State()[0].Paused }, wait, 10*time.Millisecond, "paused at the cap")
+
+	// Nothing beyond the cap plus one fetch (one record batch, one record
+	// here) is fetched, however long we wait.
+	time.Sleep(500 * time.Millisecond)
+	st := tr.State()[0]
+	assert.LessOrEqual(t, st.Unacked, limit+1, "unacknowledged records bounded by the cap plus one fetch")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	for {
+		msgs, a, err := in.ReadBatch(ctx)
+		if err != nil {
+			break
+		}
+		got += len(msgs)
+		held = append(held, delivery{msgs, a})
+		inOrder(held[len(held)-1])
+	}
+	cancel()
+	assert.LessOrEqual(t, got, limit+1, "no more delivered while paused")
+
+	for _, d := range held {
+		ack(t, d, nil)
+	}
+	// Resumed: the rest arrives, acked as it comes, and all is committed.
+	for got < 100 {
+		d := read(t, in)
+		inOrder(d)
+		got += len(d.msgs)
+		ack(t, d, nil)
+	}
+	assert.Equal(t, 100, got)
+	waitCommitted(t, addrs, group, topic, 0, 100)
+}
+
+// TestLintNamesTheField: lint (the spec's rules, and Benthos' unknown-field
+// check) refuses bad values and Redpanda Connect fields this binary does
+// not have, naming the field.
+func TestLintNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		conf, field string
+	}{
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nunordered_processing:\n  enabled: true", "unordered_processing"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\ntimely_nacks_maximum_wait: 10s", "timely_nacks_maximum_wait"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nfetch_max_bytes: lots", "fetch_max_bytes"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\npartition_buffer_bytes: -1MB", "partition_buffer_bytes"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nmax_unacked_per_partition: 0", "max_unacked_per_partition"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\ncommit_period: 0s", "commit_period"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nstart_offset: newest", "start_offset"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nheartbeat_interval: 30s\nsession_timeout: 1m", "heartbeat_interval"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t:0 ]\nconsumer_group: g", "consumer_group"},
+		{"seed_brokers: [ a:9092 ]\nconsumer_group: g", "topics"},
+		{"topics: [ t ]", "seed_brokers"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nregexp_topics_include: [ 'x.*' ]", "regexp_topics_include"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nsasl:\n  - mechanism: AWS_MSK_IAM", "mechanism"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\ntcp:\n  connect_timeout: -1s", "tcp.connect_timeout"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			b := service.NewStreamBuilder()
+			indented := "    " + strings.ReplaceAll(tc.conf, "\n", "\n    ")
+			err := b.SetYAML("input:\n  redpanda:\n" + indented + "\noutput:\n  drop: {}\n")
+			require.Error(t, err, "lint refuses it")
+			assert.Contains(t, err.Error(), tc.field)
+			assert.NotContains(t, err.Error(), "failed to parse", "every lint rule parses")
+		})
+	}
+
+	// And a valid Redpanda Connect config passes lint as it is.
+	b := service.NewStreamBuilder()
+	require.NoError(t, b.SetYAML(`
+input:
+  redpanda:
+    seed_brokers: [ "localhost:9092" ]
+    client_id: redpanda-connect
+    tls: { enabled: false }
+    sasl:
+      - mechanism: SCRAM-SHA-512
+        username: foo
+        password: bar
+    topics: [ "foo,bar" ]
+    consumer_group: g
+    start_offset: committed
+    fetch_max_bytes: 50MiB
+    fetch_min_bytes: 1B
+    fetch_max_partition_bytes: 1MiB
+    partition_buffer_bytes: 1MB
+    max_yield_batch_bytes: 32KB
+    transaction_isolation_level: read_committed
+    tcp: { connect_timeout: 0s, keep_alive: { idle: 15s, interval: 15s, count: 9 }, tcp_user_timeout: 0s }
+    auto_replay_nacks: true
+output:
+  drop: {}
+`))
+}
+
+// TestParseConfigExplicitPartitions: topic:partition, ranges and
+// topic:partition:offset, without a group.
+func TestParseConfigExplicitPartitions(t *testing.T) {
+	pc, err := Spec().ParseYAML(`
+seed_brokers: [ "a:1,b:2" ]
+topics: [ "foo:0,foo:2-3", "bar:1:10" ]
+start_offset: latest
+`, nil)
+	require.NoError(t, err)
+	cfg, err := ParseConfig(pc)
+	require.NoError(t, err)
+	k := cfg.Consumer
+	assert.Equal(t, []string{"a:1", "b:2"}, k.SeedBrokers)
+	assert.Empty(t, k.Topics)
+	require.Len(t, k.Partitions, 2)
+	assert.Len(t, k.Partitions["foo"], 3)
+	assert.Equal(t, kgo.NewOffset().At(10).String(), k.Partitions["bar"][1].String())
+	assert.Equal(t, kgo.NewOffset().AtEnd().String(), k.Partitions["foo"][2].String())
+
+	for conf, field := range map[string]string{
+		"seed_brokers: [ a:1 ]\ntopics: [ foo, bar:1 ]":                 "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:x ]":                      "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:3-1 ]":                    "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:-4 ]":                   "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:2:3 ]":                  "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo ]\nfetch_max_bytes: 3GiB": "fetch_max_bytes",
+	} {
+		pc, err := Spec().ParseYAML(conf, nil)
+		require.NoError(t, err)
+		_, err = ParseConfig(pc)
+		require.Error(t, err, conf)
+		assert.Contains(t, err.Error(), "field "+field, conf)
+	}
+}
+
+// TestExplicitPartitionsNoGroup: explicit partitions are consumed in order,
+// from the offset given, and nothing is committed (no group).
+func TestExplicitPartitionsNoGroup(t *testing.T) {
+	const topic = "explicit"
+	c := newCluster(t, topic, 3)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 3, 0, 20)
+	in := newTestInput(t, yamlConf(addrs, "topics: [ "+topic+":1:5 ]", "max_yield_batch_bytes: 100B"))
+	next := 5
+	for next < 20 {
+		d := read(t, in)
+		require.Equal(t, 1, d.partition(t), "only the partition asked for")
+		for _, o := range d.offsets(t) {
+			require.Equal(t, next, o)
+			next++
+		}
+		ack(t, d, nil)
+	}
+}
+
+// recordingLog counts a consumer's log lines.
+type recordingLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordingLog) add(level, f string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, level+" "+fmt.Sprintf(f, v...))
+}
+func (l *recordingLog) Debugf(f string, v ...any) { l.add("DEBUG", f, v...) }
+func (l *recordingLog) Infof(f string, v ...any)  { l.add("INFO", f, v...) }
+func (l *recordingLog) Warnf(f string, v ...any)  { l.add("WARN", f, v...) }
+func (l *recordingLog) Errorf(f string, v ...any) { l.add("ERROR", f, v...) }
+
+func (l *recordingLog) count(level string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if strings.HasPrefix(s, level+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+var _ kafkain.Logger = (*recordingLog)(nil)
+
+// TestLagGrowsWhileUnacked: while nothing is acknowledged (the output
+// refusing writes) and producers go on, the lag reported for the
+// redpanda_lag gauge grows; once everything is acknowledged it falls to 0.
+func TestLagGrowsWhileUnacked(t *testing.T) {
+	const topic, group = "lag", "g-lag"
+	c := newCluster(t, topic, 1)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 1, 0, 10)
+	pc, err := Spec().ParseYAML(groupConf(addrs, topic, group, "topic_lag_refresh_period: 50ms", "max_unacked_per_partition: 10"), nil)
+	require.NoError(t, err)
+	cfg, err := ParseConfig(pc)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	lag := map[kafkain.TP]int64{}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cons, err := kafkain.New(ctx, cfg.Consumer, &recordingLog{}, func(tp kafkain.TP, l int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		lag[tp] = l
+	})
+	require.NoError(t, err)
+	defer func() { _ = cons.Close(ctx) }()
+	lagOf := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		l, ok := lag[kafkain.TP{Topic: topic, Partition: 0}]
+		if !ok {
+			return -1
+		}
+		return l
+	}
+	var held []*kafkain.Batch
+	for n := 0; n < 10; {
+		b, err := cons.Next(ctx)
+		require.NoError(t, err)
+		n += len(cons.Handed(b))
+		held = append(held, b)
+	}
+	require.Eventually(t, func() bool { return lagOf() == 10 }, wait, 10*time.Millisecond, "10 produced, none acknowledged")
+	produce(t, addrs, topic, 1, 10, 15)
+	require.Eventually(t, func() bool { return lagOf() == 25 }, wait, 10*time.Millisecond, "lag grows while the output refuses")
+	for _, b := range held {
+		cons.Ack(b, b.Delivery(), nil)
+	}
+	for n := 0; n < 15; {
+		b, err := cons.Next(ctx)
+		require.NoError(t, err)
+		n += len(cons.Handed(b))
+		cons.Ack(b, b.Delivery(), nil)
+	}
+	require.Eventually(t, func() bool { return lagOf() == 0 }, wait, 10*time.Millisecond, "caught up")
+}

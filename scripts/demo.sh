@@ -97,7 +97,8 @@ else
   RUN_PID=$!
   landed=0
   for _ in $(seq 1 1200); do
-    landed=$(curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE" 2>/dev/null | sed -n 's/.*"row_count":\([0-9]*\).*/\1/p')
+    # The table is created (catalog.provision) from the first records: 404 until then.
+    landed=$(curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE" 2>/dev/null | sed -n 's/.*"row_count":\([0-9]*\).*/\1/p' || true)
     [ "${landed:-0}" -ge "$KAFKA_COUNT" ] && break
     if ! kill -0 "$RUN_PID" 2>/dev/null; then
       echo "== the pipeline ended early; its log:" >&2

@@ -29,7 +29,8 @@ import (
 //
 //	go test ./test/e2e/ -run '^$' -bench Kafka -benchtime 1x -timeout 40m
 //
-// KAFKA_BENCH_RECORDS changes the backlog (default 5M). The machine may be
+// KAFKA_BENCH_RECORDS changes the backlog (default 5M), KAFKA_BENCH_REPS
+// the reps (default 3). The machine may be
 // shared, so the sides of each ratio run back to back, alternating which
 // goes first, and benchreport prints the median over the reps and the range.
 //
@@ -47,10 +48,17 @@ import (
 // ceiling for all of them (the bare poll loop's rate shows it).
 
 const (
-	kafkaBenchRecords = 5_000_000
-	kafkaBenchReps    = 3
-	kafkaBenchParts   = 6
+	kafkaBenchRecords     = 5_000_000
+	kafkaBenchRepsDefault = 3
+	kafkaBenchParts       = 6
 )
+
+func kafkaBenchReps() int {
+	if n, err := strconv.Atoi(os.Getenv("KAFKA_BENCH_REPS")); err == nil && n > 0 {
+		return n
+	}
+	return kafkaBenchRepsDefault
+}
 
 func kafkaBenchCount() int {
 	if n, err := strconv.Atoi(os.Getenv("KAFKA_BENCH_RECORDS")); err == nil && n > 0 {
@@ -94,7 +102,7 @@ func BenchmarkKafka(b *testing.B) {
 	}
 	zbOut := emu.outputYAML(benchOutputExtra())
 	var x, input, peaks, zbRates, dropRates, bareRates, zbCPU, dropCPU, bareCPU, walls []float64
-	for rep := range b.N * kafkaBenchReps {
+	for rep := range b.N * kafkaBenchReps() {
 		var zb, batched, drop, poll kafkaRun
 		runs := []func(){
 			func() {

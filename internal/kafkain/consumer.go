@@ -142,17 +142,25 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	// partitions as soon as the client is created. It gets the client as
 	// its Flow before the poll loop, the only one that pauses, starts.
 	c.track = NewTracker(cfg.Limits, nil, cfg.Group == "")
-	opts, err := c.options()
+	conn, consume, err := c.options()
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
+	// Ping with a client of the connection options only: a consumer
+	// group's client joins the group as soon as it exists, and closing it
+	// after a failed ping would wait on a group it never reached.
+	probe, err := kgo.NewClient(conn...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.Ping(ctx); err != nil {
-		cl.Close()
+	err = probe.Ping(ctx)
+	probe.Close()
+	if err != nil {
 		return nil, fmt.Errorf("seed brokers %v: %w", cfg.SeedBrokers, err)
+	}
+	cl, err := kgo.NewClient(append(conn, consume...)...)
+	if err != nil {
+		return nil, err
 	}
 	c.cl = cl
 	c.adm = kadm.NewClient(cl)
@@ -171,10 +179,11 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	return c, nil
 }
 
-func (c *Consumer) options() ([]kgo.Opt, error) {
+// options returns the client's connection options and its consuming ones.
+func (c *Consumer) options() (conn, consume []kgo.Opt, err error) {
 	cfg := c.cfg
 	if len(cfg.SeedBrokers) == 0 {
-		return nil, errors.New("no seed brokers")
+		return nil, nil, errors.New("no seed brokers")
 	}
 	d := &net.Dialer{Timeout: cfg.Dial.ConnectTimeout}
 	if cfg.Dial.KeepAliveIdle > 0 || cfg.Dial.KeepAliveInterval > 0 || cfg.Dial.KeepAliveCount > 0 {
@@ -188,28 +197,32 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 		td := &tls.Dialer{NetDialer: d, Config: cfg.TLS}
 		dial = td.DialContext
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.SeedBrokers...),
-		kgo.Dialer(dial),
-		kgo.ConsumeResetOffset(cfg.StartOffset),
-	}
-	// add appends o when its field is set (franz-go's defaults otherwise).
-	add := func(set bool, o kgo.Opt) {
+	conn = []kgo.Opt{kgo.SeedBrokers(cfg.SeedBrokers...), kgo.Dialer(dial)}
+	// add appends o to opts when its field is set (franz-go's defaults
+	// otherwise).
+	add := func(opts *[]kgo.Opt, set bool, o kgo.Opt) {
 		if set {
-			opts = append(opts, o)
+			*opts = append(*opts, o)
 		}
 	}
-	add(cfg.ClientID != "", kgo.ClientID(cfg.ClientID))
-	add(len(cfg.SASL) > 0, kgo.SASL(cfg.SASL...))
-	add(cfg.MetadataMaxAge > 0, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
-	add(cfg.RequestTimeoutOverhead > 0, kgo.RequestTimeoutOverhead(cfg.RequestTimeoutOverhead))
-	add(cfg.ConnIdleTimeout > 0, kgo.ConnIdleTimeout(cfg.ConnIdleTimeout))
-	add(cfg.RackID != "", kgo.Rack(cfg.RackID))
-	add(cfg.FetchMaxBytes > 0, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
-	add(cfg.FetchMinBytes > 0, kgo.FetchMinBytes(cfg.FetchMinBytes))
-	add(cfg.FetchMaxPartitionBytes > 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
-	add(cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))
-	add(cfg.ReadCommitted, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	add(&conn, cfg.ClientID != "", kgo.ClientID(cfg.ClientID))
+	add(&conn, len(cfg.SASL) > 0, kgo.SASL(cfg.SASL...))
+	add(&conn, cfg.MetadataMaxAge > 0, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
+	// franz-go refuses a max age below its min age (5s by default): a
+	// shorter metadata_max_age lowers the min age with it.
+	add(&conn, cfg.MetadataMaxAge > 0 && cfg.MetadataMaxAge < 5*time.Second, kgo.MetadataMinAge(cfg.MetadataMaxAge))
+	add(&conn, cfg.RequestTimeoutOverhead > 0, kgo.RequestTimeoutOverhead(cfg.RequestTimeoutOverhead))
+	add(&conn, cfg.ConnIdleTimeout > 0, kgo.ConnIdleTimeout(cfg.ConnIdleTimeout))
+	opts := []kgo.Opt{kgo.ConsumeResetOffset(cfg.StartOffset)}
+	add(&opts, cfg.RackID != "", kgo.Rack(cfg.RackID))
+	add(&opts, cfg.FetchMaxBytes > 0, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
+	// franz-go reads responses of at most 100 MiB unless told more; a
+	// larger fetch_max_bytes needs room for the response around it.
+	add(&opts, cfg.FetchMaxBytes > 99<<20, kgo.BrokerMaxReadBytes(min(cfg.FetchMaxBytes+(1<<20), 1<<30)))
+	add(&opts, cfg.FetchMinBytes > 0, kgo.FetchMinBytes(cfg.FetchMinBytes))
+	add(&opts, cfg.FetchMaxPartitionBytes > 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
+	add(&opts, cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))
+	add(&opts, cfg.ReadCommitted, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	switch {
 	case len(cfg.Partitions) > 0:
 		opts = append(opts, kgo.ConsumePartitions(cfg.Partitions))
@@ -222,7 +235,7 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 			}
 		}
 	default:
-		return nil, errors.New("no topics")
+		return nil, nil, errors.New("no topics")
 	}
 	if cfg.Group != "" {
 		opts = append(opts,
@@ -233,12 +246,12 @@ func (c *Consumer) options() ([]kgo.Opt, error) {
 			kgo.OnPartitionsRevoked(c.onRevoked),
 			kgo.OnPartitionsLost(c.onLost),
 		)
-		add(cfg.InstanceID != "", kgo.InstanceID(cfg.InstanceID))
-		add(cfg.RebalanceTimeout > 0, kgo.RebalanceTimeout(cfg.RebalanceTimeout))
-		add(cfg.SessionTimeout > 0, kgo.SessionTimeout(cfg.SessionTimeout))
-		add(cfg.HeartbeatInterval > 0, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
+		add(&opts, cfg.InstanceID != "", kgo.InstanceID(cfg.InstanceID))
+		add(&opts, cfg.RebalanceTimeout > 0, kgo.RebalanceTimeout(cfg.RebalanceTimeout))
+		add(&opts, cfg.SessionTimeout > 0, kgo.SessionTimeout(cfg.SessionTimeout))
+		add(&opts, cfg.HeartbeatInterval > 0, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
 	}
-	return opts, nil
+	return conn, opts, nil
 }
 
 func flatten(m map[string][]int32) []TP {

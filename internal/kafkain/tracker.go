@@ -82,8 +82,8 @@ type Batch struct {
 	// Records are the records handed out; nil once acknowledged, and
 	// dropped after hand-out when the tracker does not replay.
 	Records []*kgo.Record
-	// HighWatermark is the partition's high watermark when the records
-	// were fetched (for kafka_lag).
+	// HighWatermark is the partition's high watermark as last fetched when
+	// the batch was cut (for kafka_lag).
 	HighWatermark int64
 
 	gen      uint64

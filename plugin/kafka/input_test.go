@@ -11,6 +11,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
@@ -149,6 +150,8 @@ func TestLintNamesTheField(t *testing.T) {
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\npartition_buffer_bytes: -1MB", "partition_buffer_bytes"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nmax_unacked_per_partition: 0", "max_unacked_per_partition"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\ncommit_period: 0s", "commit_period"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nconn_idle_timeout: 1h", "conn_idle_timeout"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nfetch_max_wait: 1ms", "fetch_max_wait"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nstart_offset: newest", "start_offset"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nheartbeat_interval: 30s\nsession_timeout: 1m", "heartbeat_interval"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t:0 ]\nconsumer_group: g", "consumer_group"},
@@ -216,12 +219,14 @@ start_offset: latest
 	assert.Equal(t, kgo.NewOffset().AtEnd().String(), k.Partitions["foo"][2].String())
 
 	for conf, field := range map[string]string{
-		"seed_brokers: [ a:1 ]\ntopics: [ foo, bar:1 ]":                 "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:x ]":                      "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:3-1 ]":                    "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:-4 ]":                   "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:2:3 ]":                  "topics",
-		"seed_brokers: [ a:1 ]\ntopics: [ foo ]\nfetch_max_bytes: 3GiB": "fetch_max_bytes",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo, bar:1 ]":                         "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:x ]":                              "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:3-1 ]":                            "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:-4 ]":                           "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo:1:2:3 ]":                          "topics",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo ]\nfetch_max_bytes: 3GiB":         "fetch_max_bytes",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo ]\nfetch_max_bytes: 600MiB":       "fetch_max_bytes",
+		"seed_brokers: [ a:1 ]\ntopics: [ foo ]\nrequest_timeout_overhead: 20m": "request_timeout_overhead",
 	} {
 		pc, err := Spec().ParseYAML(conf, nil)
 		require.NoError(t, err)
@@ -333,4 +338,56 @@ func TestLagGrowsWhileUnacked(t *testing.T) {
 		cons.Ack(b, b.Delivery(), nil)
 	}
 	require.Eventually(t, func() bool { return lagOf() == 0 }, wait, 10*time.Millisecond, "caught up")
+}
+
+// TestRegexpTopics: regexp_topics_include picks every matching topic,
+// regexp_topics_exclude leaves some out.
+func TestRegexpTopics(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "logs_app", "logs_db", "logs_internal", "metrics"))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	for _, topic := range []string{"logs_app", "logs_db", "logs_internal", "metrics"} {
+		produce(t, addrs, topic, 1, 0, 3)
+	}
+	in := newTestInput(t, yamlConf(addrs, "regexp_topics_include: [ '^logs_.*' ]", "regexp_topics_exclude: [ '_internal$' ]", "metadata_max_age: 1s", "fetch_max_bytes: 200MiB"))
+	got := map[string]int{}
+	for total := 0; total < 6; {
+		d := read(t, in)
+		for _, m := range d.msgs {
+			topic, _ := m.MetaGetMut("kafka_topic")
+			got[topic.(string)]++
+			total++
+		}
+		ack(t, d, nil)
+	}
+	assert.Equal(t, map[string]int{"logs_app": 3, "logs_db": 3}, got)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, _, err = in.ReadBatch(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "nothing of the excluded or unmatched topics")
+}
+
+// TestStartOffset: latest skips what was there before the start; committed
+// consumes nothing of a partition the group never committed, and resumes
+// from the commit of one it did.
+func TestStartOffset(t *testing.T) {
+	const topic = "start"
+	c := newCluster(t, topic, 1)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 1, 0, 5)
+
+	latest := newTestInput(t, groupConf(addrs, topic, "g-latest", "start_offset: latest"))
+	// Wait for the assignment before producing what latest must see.
+	require.Eventually(t, func() bool { return len(latest.consumer().Tracker().State()) == 1 }, wait, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	produce(t, addrs, topic, 1, 5, 2)
+	d := read(t, latest)
+	assert.Equal(t, 5, d.offsets(t)[0], "latest: only records produced after the start")
+
+	committedIn := newTestInput(t, groupConf(addrs, topic, "g-none", "start_offset: committed"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _, err := committedIn.ReadBatch(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "committed: no commit, nothing consumed")
 }

@@ -13,6 +13,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// waitRebalanced waits until the group's parts partitions are shared by a
+// and b, b owning some, none of a's leaving.
+func waitRebalanced(t *testing.T, a, b *input, parts int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		al, aLeaving := owned(a)
+		bl, _ := owned(b)
+		return len(aLeaving) == 0 && len(bl) > 0 && len(al)+len(bl) == parts
+	}, wait, 20*time.Millisecond, "the group rebalanced onto both members")
+}
+
 func owned(in *input) (live, leaving []int32) {
 	for _, s := range in.consumer().Tracker().State() {
 		if s.Leaving {
@@ -54,11 +65,7 @@ func TestRevokeMidFlight(t *testing.T) {
 	}
 
 	b := newTestInput(t, conf)
-	require.Eventually(t, func() bool {
-		al, aLeaving := owned(a)
-		bl, _ := owned(b)
-		return len(aLeaving) == 0 && len(bl) > 0 && len(al)+len(bl) == parts
-	}, wait, 20*time.Millisecond, "the group rebalanced onto both members")
+	waitRebalanced(t, a, b, parts)
 	kept, _ := owned(a)
 	moved, _ := owned(b)
 	t.Logf("A kept %v, B took %v", kept, moved)
@@ -104,17 +111,15 @@ func TestRevokeMidFlight(t *testing.T) {
 	}
 }
 
-// TestShutdownCommitsAcksFromTheDrain: a real stream whose output is slow
-// is stopped mid-run. Benthos stops the input from reading first and lets
-// the output drain; the acks of the drain are committed before the member
-// leaves (commit_period is an hour, so only the shutdown commits), and
-// every partition's committed offset is exactly what the output got.
-func TestShutdownCommitsAcksFromTheDrain(t *testing.T) {
-	const topic, group, parts, n = "drain", "g-drain", 2, 100
+// streamOf starts a cluster with n records in each of parts partitions of
+// topic and returns its addresses and a stream builder whose input is the
+// group's redpanda input (commit_period as given, batches of about four
+// records).
+func streamOf(t *testing.T, topic, group string, parts int32, n int, commitPeriod string) ([]string, *service.StreamBuilder) {
+	t.Helper()
 	c := newCluster(t, topic, parts)
 	addrs := c.ListenAddrs()
 	produce(t, addrs, topic, parts, 0, n)
-
 	b := service.NewStreamBuilder()
 	require.NoError(t, b.SetLoggerYAML("level: warn"))
 	require.NoError(t, b.AddInputYAML(`
@@ -122,9 +127,20 @@ redpanda:
   seed_brokers: [ "`+addrs[0]+`" ]
   topics: [ `+topic+` ]
   consumer_group: `+group+`
-  commit_period: 1h
+  commit_period: `+commitPeriod+`
   max_yield_batch_bytes: 100B
 `))
+	return addrs, b
+}
+
+// TestShutdownCommitsAcksFromTheDrain: a real stream whose output is slow
+// is stopped mid-run. Benthos stops the input from reading first and lets
+// the output drain; the acks of the drain are committed before the member
+// leaves (commit_period is an hour, so only the shutdown commits), and
+// every partition's committed offset is exactly what the output got.
+func TestShutdownCommitsAcksFromTheDrain(t *testing.T) {
+	const topic, group, parts, n = "drain", "g-drain", 2, 100
+	addrs, b := streamOf(t, topic, group, parts, n, "1h")
 	var mu sync.Mutex
 	next := map[int]int{}
 	total := 0
@@ -182,20 +198,7 @@ redpanda:
 // again), and the committed offsets reach the end offsets.
 func TestStreamNackReplay(t *testing.T) {
 	const topic, group, parts, n = "replay", "g-replay", 3, 60
-	c := newCluster(t, topic, parts)
-	addrs := c.ListenAddrs()
-	produce(t, addrs, topic, parts, 0, n)
-
-	b := service.NewStreamBuilder()
-	require.NoError(t, b.SetLoggerYAML("level: warn"))
-	require.NoError(t, b.AddInputYAML(`
-redpanda:
-  seed_brokers: [ "`+addrs[0]+`" ]
-  topics: [ `+topic+` ]
-  consumer_group: `+group+`
-  commit_period: 100ms
-  max_yield_batch_bytes: 100B
-`))
+	addrs, b := streamOf(t, topic, group, parts, n, "100ms")
 	var mu sync.Mutex
 	seen := map[[2]int]int{} // (partition, offset) → deliveries
 	calls := 0
@@ -238,4 +241,55 @@ redpanda:
 			assert.Equal(t, 1, seen[[2]int{p, o}], "partition %d offset %d accepted exactly once", p, o)
 		}
 	}
+}
+
+// TestRevokeWaitsForInFlightAcks: when the acks of a revoked partition's
+// in-flight batches arrive within the wait, the partition is committed
+// past them before it goes: the new owner starts at the end, with no
+// duplicate.
+func TestRevokeWaitsForInFlightAcks(t *testing.T) {
+	const topic, group, parts, n = "waits", "g-revoke-wait", 4, 40
+	c := newCluster(t, topic, parts)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, parts, 0, n)
+	conf := groupConf(addrs, topic, group, "rebalance_timeout: 20s", "session_timeout: 30s", "heartbeat_interval: 500ms")
+	a := newTestInput(t, conf)
+
+	held := map[int][]delivery{}
+	for _, d := range readN(t, a, parts*n) {
+		if offs := d.offsets(t); offs[len(offs)-1] >= 30 {
+			held[d.partition(t)] = append(held[d.partition(t)], d)
+			continue
+		}
+		ack(t, d, nil)
+	}
+	require.Len(t, held, parts)
+
+	b := newTestInput(t, conf)
+	// Once A is revoking, ack the held batches of the leaving partitions
+	// (the output finishing its in-flight work).
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		_, leaving := owned(a)
+		return len(leaving) > 0
+	}, wait, 5*time.Millisecond, "A starts revoking")
+	_, leaving := owned(a)
+	time.Sleep(200 * time.Millisecond)
+	for _, p := range leaving {
+		for _, d := range held[int(p)] {
+			ack(t, d, nil)
+		}
+	}
+	waitRebalanced(t, a, b, parts)
+	assert.Less(t, time.Since(start), 10*time.Second, "the revoke ended with the acks, not at its bound")
+	moved, _ := owned(b)
+	require.ElementsMatch(t, leaving, moved)
+	got := committed(t, addrs, group, topic)
+	for _, p := range moved {
+		assert.Equal(t, int64(n), got[p], "moved partition %d committed to its end before it went", p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _, err := b.ReadBatch(ctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the new owner has nothing to redeliver: no duplicates")
 }

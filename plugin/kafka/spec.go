@@ -11,6 +11,7 @@ package kafka
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -104,6 +105,27 @@ func bytesLint(field string) string {
 	return `root = if !this.string().re_match("` + bytesRE + `") { [ "field ` + field + `: must be a size such as 1MB, 50MiB or 1B, got " + this.string().quote() ] } else { [] }`
 }
 
+// durationRanges are the bounds franz-go's client accepts for these
+// durations (kgo's config validation); outside them it refuses to start.
+var durationRanges = map[string][2]time.Duration{
+	fMetadataMaxAge:   {10 * time.Millisecond, time.Hour},
+	fReqTimeoutOver:   {100 * time.Millisecond, 15 * time.Minute},
+	fConnIdleTimeout:  {100 * time.Millisecond, 15 * time.Minute},
+	fRebalanceTimeout: {100 * time.Millisecond, math.MaxInt32 * time.Millisecond},
+	fSessionTimeout:   {100 * time.Millisecond, math.MaxInt32 * time.Millisecond},
+	fFetchMaxWait:     {10 * time.Millisecond, math.MaxInt32 * time.Millisecond},
+}
+
+func durationRangeLint(field string) string {
+	r := durationRanges[field]
+	return fmt.Sprintf(`root = if this.type() == "string" && (this.parse_duration().catch(-1) < %d || this.parse_duration().catch(-1) > %d) { [ "field %s: must be a duration between %s and %s, got " + this.quote() ] } else { [] }`,
+		r[0].Nanoseconds(), r[1].Nanoseconds(), field, r[0], r[1])
+}
+
+// maxFetchBytes bounds fetch_max_bytes: franz-go reads responses of at most
+// 1 GiB (BrokerMaxReadBytes), which is set to fit it.
+const maxFetchBytes = 512 << 20
+
 // enumLint names the field when a value is not one of opts (Benthos' own
 // enum check gives only the line).
 func enumLint(field string, opts ...string) string {
@@ -188,13 +210,13 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Optional().Advanced(),
 			service.NewDurationField(fMetadataMaxAge).
 				Description("The maximum period of time after which metadata is refreshed.").
-				Default("1m").LintRule(lintrule.Duration(fMetadataMaxAge)).Advanced(),
+				Default("1m").LintRule(durationRangeLint(fMetadataMaxAge)).Advanced(),
 			service.NewDurationField(fReqTimeoutOver).
 				Description("Grants an additional buffer or overhead to requests that have timeout fields defined. This field is based on the behavior of Apache Kafka's `request.timeout.ms` parameter.").
-				Default("10s").LintRule(lintrule.Duration(fReqTimeoutOver)).Advanced(),
+				Default("10s").LintRule(durationRangeLint(fReqTimeoutOver)).Advanced(),
 			service.NewDurationField(fConnIdleTimeout).
 				Description("The maximum duration that connections can remain idle before they are automatically closed.").
-				Default("20s").LintRule(lintrule.Duration(fConnIdleTimeout)).Advanced(),
+				Default("20s").LintRule(durationRangeLint(fConnIdleTimeout)).Advanced(),
 			service.NewObjectField(fTCP,
 				service.NewDurationField(fTCPConnectTimeout).Description("Maximum time to establish a TCP connection; 0s means the default of 10s.").
 					Default("0s").LintRule(nonNegDurationLint(fTCP+"."+fTCPConnectTimeout)),
@@ -224,10 +246,10 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Default("").Advanced(),
 			service.NewDurationField(fRebalanceTimeout).
 				Description("With a `consumer_group`, how long every member has to finish its work and commit once a rebalance has begun. A revoked partition waits up to four fifths of it for its in-flight records' acknowledgements.").
-				Default("45s").LintRule(lintrule.Duration(fRebalanceTimeout)).Advanced(),
+				Default("45s").LintRule(durationRangeLint(fRebalanceTimeout)).Advanced(),
 			service.NewDurationField(fSessionTimeout).
 				Description("With a `consumer_group`, the longest time between heartbeats before the broker removes the member from the group and rebalances.").
-				Default("1m").LintRule(lintrule.Duration(fSessionTimeout)).Advanced(),
+				Default("1m").LintRule(durationRangeLint(fSessionTimeout)).Advanced(),
 			service.NewDurationField(fHeartbeat).
 				Description("With a `consumer_group`, how often the member heartbeats; less than a third of `session_timeout`.").
 				Default("3s").LintRule(lintrule.Duration(fHeartbeat)).Advanced(),
@@ -242,7 +264,7 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Default("50MiB").LintRule(bytesLint(fFetchMaxBytes)).Advanced(),
 			service.NewDurationField(fFetchMaxWait).
 				Description("The maximum period of time a broker can wait for a fetch response to reach `fetch_min_bytes`.").
-				Default("5s").LintRule(lintrule.Duration(fFetchMaxWait)).Advanced(),
+				Default("5s").LintRule(durationRangeLint(fFetchMaxWait)).Advanced(),
 			service.NewStringField(fFetchMinBytes).
 				Description("The minimum number of bytes that a broker tries to send during a fetch (Java's `fetch.min.bytes`).").
 				Default("1B").LintRule(bytesLint(fFetchMinBytes)).Advanced(),
@@ -367,8 +389,12 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 		}
 	}
 	for _, f := range []string{fMetadataMaxAge, fReqTimeoutOver, fConnIdleTimeout, fRebalanceTimeout, fSessionTimeout, fHeartbeat, fFetchMaxWait, fCommitPeriod, fLagRefresh} {
-		if d, _ := conf.FieldDuration(f); d <= 0 {
+		d, _ := conf.FieldDuration(f)
+		if d <= 0 {
 			return c, fail(f, fmt.Errorf("must be a positive duration, got %s", d))
+		}
+		if r, ok := durationRanges[f]; ok && (d < r[0] || d > r[1]) {
+			return c, fail(f, fmt.Errorf("must be a duration between %s and %s, got %s", r[0], r[1], d))
 		}
 	}
 	if k.HeartbeatInterval*3 >= k.SessionTimeout {
@@ -389,6 +415,9 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 		if *s.dst, err = byteSize(conf, s.field); err != nil {
 			return c, err
 		}
+	}
+	if fetchMax > maxFetchBytes {
+		return c, fail(fFetchMaxBytes, fmt.Errorf("must be at most 512MiB, got %d bytes", fetchMax))
 	}
 	k.FetchMaxBytes, k.FetchMinBytes, k.FetchMaxPartitionBytes = int32(fetchMax), int32(fetchMin), int32(fetchPart)
 

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -420,7 +421,12 @@ func TestKafkaOrderPerPartition(t *testing.T) {
 	srv := startEmulator(t, emulator.Faults{}, kafkaTable+":"+kafkaCols)
 	b := startKafkaBroker(t, kafkaTopic, parts)
 	require.NoError(t, b.produce(kafkaTopic, parts, 0, n, func(i int) []byte { return kafkaValue(i, 200) }))
-	p := startKafkaProduct(t, kafkaPipeline(srv, b.addr, kafkaTopic, kafkaTable, "", "", "ordering_key: ${! @kafka_partition }\nmax_in_flight: 1"), "one")
+	// One processing thread: Benthos' pipeline threads (one per CPU by
+	// default) process batches concurrently and may pass them on out of
+	// order.
+	config := strings.Replace(kafkaPipeline(srv, b.addr, kafkaTopic, kafkaTable, "", "", "ordering_key: ${! @kafka_partition }"),
+		"pipeline:\n  processors:", "pipeline:\n  threads: 1\n  processors:", 1)
+	p := startKafkaProduct(t, config, "one")
 	_, end, err := b.offsets(kafkaTopic, kafkaGroup)
 	require.NoError(t, err)
 	waitAllLanded(t, srv, kafkaTable, end, 120*time.Second, p.out.String)
@@ -440,5 +446,5 @@ func TestKafkaOrderPerPartition(t *testing.T) {
 		}
 	}
 	assert.Zero(t, outOfOrder, "rows stored out of their partition's offset order")
-	faultLine(t, "kafka order (ordering_key ${! @kafka_partition }, max_in_flight 1, %d records, %d partitions): %d rows stored, %d out of offset order", n, parts, l.rows, outOfOrder)
+	faultLine(t, "kafka order (ordering_key ${! @kafka_partition }, pipeline threads 1, %d records, %d partitions): %d rows stored, %d out of offset order", n, parts, l.rows, outOfOrder)
 }

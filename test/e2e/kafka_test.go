@@ -445,6 +445,6 @@ func TestKafkaOrderPerPartition(t *testing.T) {
 			}
 		}
 	}
-	assert.Zero(t, outOfOrder, "rows stored out of their partition's offset order")
+	assert.Zero(t, outOfOrder, "rows stored out of their partition's offset order; the binary's log:\n%s", tail(p.out.String(), 40))
 	faultLine(t, "kafka order (ordering_key ${! @kafka_partition }, pipeline threads 1, %d records, %d partitions): %d rows stored, %d out of offset order", n, parts, l.rows, outOfOrder)
 }

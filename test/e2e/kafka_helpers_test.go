@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -171,9 +172,9 @@ func (b *kafkaBroker) offsets(topic, group string) (committed, end map[int32]int
 	return committed, end, nil
 }
 
-func isNoGroup(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), kerr.GroupIDNotFound.Message) || err == kerr.GroupIDNotFound)
-}
+// isNoGroup says the group has never committed (kfake answers
+// GROUP_ID_NOT_FOUND for a group it does not know).
+func isNoGroup(err error) bool { return errors.Is(err, kerr.GroupIDNotFound) }
 
 // landed is what a table holds, per partition: how many rows each offset
 // has, and which instances wrote the partition's rows, in storage order.

@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 12m
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo emulator docker clean
+.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
 
 all: build
 
@@ -38,10 +38,12 @@ test: fmt-check vet staticcheck build conformance-deps lint-examples
 ## ack stall, SIGTERM; TestFaultMatrix: each fault class at stream open, mid-stream and during
 ## shutdown, the whole cross product; workspace down with the streams up; token expiry across
 ## rotations), rotation, concurrency rejects, the kill -9 recovery tests and the long
-## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), each against
+## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), and the
+## Kafka runs in their long form (TestKafka*: kill -9 ×3 of 300k records, a consumer group of 3→2→3
+## instances on 12 partitions and 300k records, 20 s of refused writes, a broker outage), each against
 ## the built binaries; then a summary of every cell's "fault:" line. Log: bin/chaos.log.
 ## make test runs the same cells, with the short TestChaos and TestFaultMatrix's compact subset.
-CHAOS_TESTS := ^(TestFault.*|TestChaos|TestNoRowLostAcrossStreamRotation|TestConcurrencyRejectNoStreamStorm|TestRecoveryCrashLeavesCoverageBehind|TestWritesRefusedForTenSecondsLandAfterTheGrant|TestMetricsCountEachFault)$$
+CHAOS_TESTS := ^(TestFault.*|TestChaos|TestKafka.*|TestNoRowLostAcrossStreamRotation|TestConcurrencyRejectNoStreamStorm|TestRecoveryCrashLeavesCoverageBehind|TestWritesRefusedForTenSecondsLandAfterTheGrant|TestMetricsCountEachFault)$$
 chaos: build
 	@mkdir -p bin
 	set -o pipefail; CHAOS_LONG=1 go test -count=1 -p 1 -run '$(CHAOS_TESTS)' -timeout 30m -v ./test/e2e/ 2>&1 | tee bin/chaos.log
@@ -73,7 +75,8 @@ fmt-check:
 
 ## bench: every promised figure against a baseline measured in the same run — converter ratios,
 ## pipeline vs drop, ack latency tolerance, peak RSS, cost by row size and pool size, durability
-## latency, replay vs plain Parquet, our transport vs the official SDK — then a summary of every
+## latency, replay vs plain Parquet, redpanda → zerobus vs → drop and the input vs a bare franz-go poll
+## loop (BenchmarkKafka, 5M records), our transport vs the official SDK — then a summary of every
 ## `TARGET` line (median, range over the runs, target, met or not). Log: bin/bench.log.
 bench: build conformance-deps
 	@mkdir -p bin
@@ -110,6 +113,12 @@ fuzz:
 ## demo: start the emulator, run the quickstart pipeline into it, print what landed.
 demo: build
 	./scripts/demo.sh $(BIN) $(EMU)
+
+## demo-kafka: the same with Kafka: the emulator serves a broker too (--kafka), records are produced to it,
+## config/examples/kafka.yaml (redpanda → zerobus, a consumer group) runs until all have landed, then prints
+## the table, its coverage and the group's committed offsets.
+demo-kafka: build
+	./scripts/demo.sh kafka $(BIN) $(EMU)
 
 ## emulator: run the local Zerobus + workspace emulator in the foreground.
 emulator: build

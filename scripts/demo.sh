@@ -3,20 +3,39 @@
 # Starts the local Zerobus + workspace emulator (bin/zerobus-emulator), runs the quickstart pipeline
 # (generate -> zerobus) against it, and prints what landed in the table.
 #
+# demo.sh kafka (make demo-kafka): the emulator serves a Kafka broker too (--kafka, a topic "orders"
+# of three partitions); `zerobus-emulator kafka-produce` writes DEMO_KAFKA_COUNT records (default
+# 5000) to it, config/examples/kafka.yaml (redpanda -> zerobus, a consumer group) runs until every
+# record has landed and is then stopped (SIGTERM: it commits what is durable and leaves the group),
+# and the demo prints the table, its coverage and the group's committed offsets beside the end offsets.
+#
 # Ports: every listener of the emulator (workspace HTTP, Zerobus gRPC, S3 storage) is on a free
 # loopback port unless DEMO_HTTP_ADDR / DEMO_GRPC_ADDR / DEMO_S3_ADDR name one; the pipeline's own
 # HTTP server (metrics) uses DEMO_METRICS_ADDR, by default 127.0.0.1:4195 when free, else a free port.
 # A named port that is taken stops the demo with the emulator's own error, which names the port.
 set -euo pipefail
+MODE=quickstart
+if [ "${1:-}" = kafka ]; then MODE=kafka; shift; fi
 BIN=${1:-bin/benthos-zerobus}
 EMU=${2:-bin/zerobus-emulator}
 HTTP_ADDR=${DEMO_HTTP_ADDR:-127.0.0.1:0}
 GRPC_ADDR=${DEMO_GRPC_ADDR:-127.0.0.1:0}
 S3_ADDR=${DEMO_S3_ADDR:-127.0.0.1:0}
 TABLE=main.default.quickstart
+EMU_ARGS=(--table "$TABLE:id BIGINT NOT NULL, device STRING, temperature DOUBLE, reading_ts TIMESTAMP, tags ARRAY<STRING>, _zb_emit_ts TIMESTAMP")
+if [ "$MODE" = kafka ]; then
+  TABLE=main.default.orders
+  KAFKA_COUNT=${DEMO_KAFKA_COUNT:-5000}
+  EMU_ARGS=(--kafka "${DEMO_KAFKA_ADDR:-127.0.0.1:0}" --kafka-topic orders:3)
+fi
 DATA=$(mktemp -d)
 EMU_PID=
+RUN_PID=
 cleanup() {
+  if [ -n "$RUN_PID" ] && kill -0 "$RUN_PID" 2>/dev/null; then
+    kill "$RUN_PID" 2>/dev/null || true
+    wait "$RUN_PID" 2>/dev/null || true
+  fi
   if [ -n "$EMU_PID" ] && kill -0 "$EMU_PID" 2>/dev/null; then
     kill "$EMU_PID" 2>/dev/null || true
     wait "$EMU_PID" 2>/dev/null || true
@@ -29,8 +48,7 @@ trap cleanup EXIT
 port_in_use() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
 
 "$EMU" --http "$HTTP_ADDR" --grpc "$GRPC_ADDR" --s3 "$S3_ADDR" --data "$DATA/tables" \
-  --addr-file "$DATA/addr.env" \
-  --table "$TABLE:id BIGINT NOT NULL, device STRING, temperature DOUBLE, reading_ts TIMESTAMP, tags ARRAY<STRING>, _zb_emit_ts TIMESTAMP" \
+  --addr-file "$DATA/addr.env" "${EMU_ARGS[@]}" \
   >"$DATA/emulator.log" 2>&1 &
 EMU_PID=$!
 
@@ -53,7 +71,7 @@ if [ ! -f "$DATA/addr.env" ]; then
   exit 1
 fi
 # shellcheck disable=SC1091
-. "$DATA/addr.env"   # DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3
+. "$DATA/addr.env"   # DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3 (and KAFKA_BROKERS)
 
 if ! curl -fsS "$DATABRICKS_HOST/emulator/v1/health" >/dev/null || ! kill -0 "$EMU_PID" 2>/dev/null; then
   echo "== the emulator is not healthy at $DATABRICKS_HOST/emulator/v1/health; its log:" >&2
@@ -67,11 +85,49 @@ if [ -z "${DEMO_METRICS_ADDR:-}" ] && port_in_use "$METRICS_ADDR"; then
   METRICS_ADDR=127.0.0.1:0
 fi
 
-echo "== emulator up (pid $EMU_PID): workspace $DATABRICKS_HOST, Zerobus $ZEROBUS_ENDPOINT, S3 $ZEROBUS_EMULATOR_S3"
-ZEROBUS_ENDPOINT="$ZEROBUS_ENDPOINT" DATABRICKS_HOST="$DATABRICKS_HOST" HTTP_ADDRESS="$METRICS_ADDR" \
-  "$BIN" run config/examples/quickstart.yaml
+echo "== emulator up (pid $EMU_PID): workspace $DATABRICKS_HOST, Zerobus $ZEROBUS_ENDPOINT, S3 $ZEROBUS_EMULATOR_S3${KAFKA_BROKERS:+, Kafka $KAFKA_BROKERS}"
+if [ "$MODE" = quickstart ]; then
+  ZEROBUS_ENDPOINT="$ZEROBUS_ENDPOINT" DATABRICKS_HOST="$DATABRICKS_HOST" HTTP_ADDRESS="$METRICS_ADDR" \
+    "$BIN" run config/examples/quickstart.yaml
+else
+  "$EMU" kafka-produce --brokers "$KAFKA_BROKERS" --topic orders --count "$KAFKA_COUNT"
+  echo "== running config/examples/kafka.yaml (redpanda -> zerobus) until all $KAFKA_COUNT records have landed"
+  ZEROBUS_ENDPOINT="$ZEROBUS_ENDPOINT" DATABRICKS_HOST="$DATABRICKS_HOST" HTTP_ADDRESS="$METRICS_ADDR" \
+    KAFKA_BROKERS="$KAFKA_BROKERS" "$BIN" run config/examples/kafka.yaml >"$DATA/pipeline.log" 2>&1 &
+  RUN_PID=$!
+  landed=0
+  for _ in $(seq 1 1200); do
+    # The table is created (catalog.provision) from the first records: 404 until then.
+    landed=$(curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE" 2>/dev/null | sed -n 's/.*"row_count":\([0-9]*\).*/\1/p' || true)
+    [ "${landed:-0}" -ge "$KAFKA_COUNT" ] && break
+    if ! kill -0 "$RUN_PID" 2>/dev/null; then
+      echo "== the pipeline ended early; its log:" >&2
+      cat "$DATA/pipeline.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  if [ "${landed:-0}" -lt "$KAFKA_COUNT" ]; then
+    echo "== only ${landed:-0} of $KAFKA_COUNT records landed within 120 s; the pipeline's log:" >&2
+    cat "$DATA/pipeline.log" >&2
+    exit 1
+  fi
+  # SIGTERM: the input commits what is durable, then leaves the group.
+  kill -TERM "$RUN_PID"
+  wait "$RUN_PID" || { echo "== the pipeline did not stop cleanly; its log:" >&2; cat "$DATA/pipeline.log" >&2; exit 1; }
+  RUN_PID=
+  echo "== the pipeline's start-up and last lines:"
+  grep -iE 'redpanda|kafka|consumer|group' "$DATA/pipeline.log" | head -5 || true
+  tail -n 3 "$DATA/pipeline.log"
+fi
 
 echo "== table $TABLE after the run:"
 curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE"; echo
 echo "== first rows:"
 curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE/rows?limit=3"; echo
+if [ "$MODE" = kafka ]; then
+  echo "== coverage (durable offset ranges per partition, ${TABLE}_zb_coverage; the first 6 rows):"
+  curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/${TABLE}_zb_coverage/rows?limit=6"; echo
+  echo "== the group's committed offsets (== the end offsets: every record durable, then committed):"
+  "$EMU" kafka-offsets --brokers "$KAFKA_BROKERS" --topic orders --group zerobus-orders
+fi

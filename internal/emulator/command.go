@@ -30,12 +30,16 @@ func App(version string) *cli.App {
 			"(/api/2.1/unity-catalog/iceberg-rest) over HTTP, Zerobus (Arrow Flight DoPut and the " +
 			"JSON EphemeralStream) over gRPC, and table storage over an S3-compatible endpoint (--s3), " +
 			"storing tables as Parquet + Delta log (+ Iceberg metadata once converted, see --iceberg-lag) " +
-			"under --data. Every flag has a loopback default.",
+			"under --data. Every flag has a loopback default. With --kafka it also serves a Kafka broker " +
+			"(franz-go's kfake), and the kafka-produce and kafka-offsets commands feed and inspect it.",
+		Commands: kafkaCommands(),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "http", Value: DefaultHTTPAddr, Usage: "workspace HTTP listen address"},
 			&cli.StringFlag{Name: "grpc", Value: DefaultGRPCAddr, Usage: "Zerobus gRPC listen address"},
 			&cli.StringFlag{Name: "s3", Value: DefaultS3Addr, Usage: "S3-compatible storage listen address (default: a free port, vended as s3.endpoint): table files for Iceberg readers, read-only, signed with the credentials the Iceberg REST catalog vends"},
-			&cli.StringFlag{Name: "addr-file", Usage: "once every listener is up, write the chosen addresses here as DATABRICKS_HOST=…, ZEROBUS_ENDPOINT=…, ZEROBUS_EMULATOR_S3=… lines (with 127.0.0.1:0 addresses: the free ports picked)"},
+			&cli.StringFlag{Name: "kafka", Usage: "serve an embedded Kafka broker (franz-go's kfake) on this address, e.g. 127.0.0.1:9092 (127.0.0.1:0 picks a free port; --addr-file reports it): topics, records and committed group offsets are kept under --data; off when empty"},
+			&cli.StringSliceFlag{Name: "kafka-topic", Usage: "create a Kafka topic 'NAME:PARTITIONS' on the --kafka broker unless it exists, e.g. orders:3 (repeatable)"},
+			&cli.StringFlag{Name: "addr-file", Usage: "once every listener is up, write the chosen addresses here as DATABRICKS_HOST=…, ZEROBUS_ENDPOINT=…, ZEROBUS_EMULATOR_S3=… lines, and KAFKA_BROKERS=… with --kafka (with 127.0.0.1:0 addresses: the free ports picked)"},
 			&cli.DurationFlag{Name: "credential-ttl", Value: DefaultCredentialTTL, Usage: "lifetime of the storage credentials vended by the Iceberg REST catalog"},
 			&cli.StringFlag{Name: "data", Value: DefaultDataDir(), Usage: "data directory (tables persist across restarts)"},
 			// Not a StringSliceFlag: that splits values on commas, and a
@@ -96,6 +100,7 @@ func configFromFlags(c *cli.Context) (Config, error) {
 	}
 	cfg := Config{
 		HTTPAddr:      c.String("http"),
+		KafkaAddr:     c.String("kafka"),
 		GRPCAddr:      c.String("grpc"),
 		S3Addr:        c.String("s3"),
 		CredentialTTL: c.Duration("credential-ttl"),
@@ -124,6 +129,16 @@ func configFromFlags(c *cli.Context) (Config, error) {
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return Config{}, fmt.Errorf("--tls-cert and --tls-key: set both or neither")
+	}
+	for _, spec := range c.StringSlice("kafka-topic") {
+		t, err := ParseKafkaTopic(spec)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.KafkaTopics = append(cfg.KafkaTopics, t)
+	}
+	if cfg.KafkaAddr == "" && len(cfg.KafkaTopics) > 0 {
+		return Config{}, fmt.Errorf("--kafka-topic needs --kafka ADDR (e.g. --kafka 127.0.0.1:9092) to serve the topics on")
 	}
 	rates, err := parseErrorRates(c.StringSlice("error-rate"))
 	if err != nil {
@@ -209,6 +224,12 @@ Press Ctrl-C to stop.
 		srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), srv.HTTPURL(), adminMode(cfg), grantsMode(cfg.Grants), srv.HTTPURL(), srv.HTTPURL(), srv.cfg.CredentialTTL)
 	for _, t := range srv.Registry().List() {
 		fmt.Fprintf(w, "  table %s (%d columns)\n", t.FullName, len(t.Columns))
+	}
+	if addr := srv.KafkaAddr(); addr != "" {
+		fmt.Fprintf(w, "  Kafka broker (seed_brokers):    %s\n", addr)
+		for _, t := range cfg.KafkaTopics {
+			fmt.Fprintf(w, "  kafka topic %s (%d partitions)\n", t.Name, len(srv.Kafka().PartitionInfos(t.Name)))
+		}
 	}
 }
 

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -134,6 +135,13 @@ type Config struct {
 	// (/emulator/v1/…) requires, from any client; empty means the admin API
 	// answers loopback clients only (admin.go).
 	AdminToken string
+	// KafkaAddr, when set, is the listen address of an embedded Kafka
+	// broker (kafka.go; "127.0.0.1:0" picks a free port, see
+	// Server.KafkaAddr). Empty means no Kafka.
+	KafkaAddr string
+	// KafkaTopics are created on the Kafka broker at start unless they
+	// already exist; they need KafkaAddr.
+	KafkaTopics []KafkaTopic
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -194,6 +202,7 @@ type Server struct {
 	grpcSrv *grpc.Server
 	s3Ln    net.Listener
 	s3Srv   *http.Server
+	kafka   *kafkaBroker // nil without Config.KafkaAddr
 
 	storesMu sync.Mutex
 	stores   map[string]*tableStore // key: workspace.NormalizeName
@@ -211,6 +220,9 @@ func Start(cfg Config) (*Server, error) {
 	cfg.applyDefaults()
 	if err := cfg.Faults.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.KafkaAddr == "" && len(cfg.KafkaTopics) > 0 {
+		return nil, fmt.Errorf("emulator: --kafka-topic needs --kafka ADDR (e.g. --kafka 127.0.0.1:9092) to serve the topics on")
 	}
 	s := &Server{
 		cfg:    cfg,
@@ -347,6 +359,18 @@ func (s *Server) listen() error {
 		s.grpcLn.Close()
 		return err
 	}
+	if s.cfg.KafkaAddr != "" {
+		ln, err := listenOn("Kafka", "kafka", s.cfg.KafkaAddr)
+		if err == nil {
+			s.kafka, err = startKafka(ln, kafkaDir(s.cfg.DataDir), s.cfg.KafkaTopics, tlsConf, s.log)
+		}
+		if err != nil {
+			s.httpLn.Close()
+			s.grpcLn.Close()
+			s.s3Ln.Close()
+			return err
+		}
+	}
 	// Each server gets its own copy: ServeTLS configures HTTP/2 on it.
 	s.s3Srv = &http.Server{Handler: s.s3Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf.Clone(), ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 
@@ -401,7 +425,7 @@ func (s *Server) listen() error {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
-	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "data", s.cfg.DataDir, "admin_api", adminMode(s.cfg))
+	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "kafka", s.KafkaAddr(), "data", s.cfg.DataDir, "admin_api", adminMode(s.cfg))
 	return nil
 }
 
@@ -417,6 +441,24 @@ func (s *Server) GRPCURL() string { return s.scheme + "://" + s.grpcLn.Addr().St
 // S3URL is the S3-compatible storage endpoint ("http://127.0.0.1:port", or
 // https:// with TLS) vended as s3.endpoint with Iceberg tables.
 func (s *Server) S3URL() string { return s.scheme + "://" + s.s3Ln.Addr().String() }
+
+// KafkaAddr is the embedded Kafka broker's host:port (a seed_brokers
+// entry), or "" when the emulator serves no Kafka.
+func (s *Server) KafkaAddr() string {
+	if s.kafka == nil {
+		return ""
+	}
+	return s.kafka.addr
+}
+
+// Kafka is the embedded Kafka cluster (nil without Config.KafkaAddr): for
+// tests that inspect or change it in process.
+func (s *Server) Kafka() *kfake.Cluster {
+	if s.kafka == nil {
+		return nil
+	}
+	return s.kafka.cluster
+}
 
 // tableDir is the directory holding a table's files.
 func (s *Server) tableDir(fullName string) string {
@@ -578,6 +620,10 @@ func (s *Server) Close() error {
 			s.closeErr = fmt.Errorf("emulator: close s3: %w", err)
 		}
 		s.wg.Wait()
+		if s.kafka != nil {
+			// Saves the topics and group offsets under the data directory.
+			s.kafka.cluster.Close()
+		}
 		s.closeStores()
 		if s.removeDir {
 			if err := os.RemoveAll(s.cfg.DataDir); err != nil && s.closeErr == nil {

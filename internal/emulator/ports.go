@@ -35,12 +35,15 @@ type Addresses struct {
 	HTTP string `json:"http"` // the workspace URL (DATABRICKS_HOST)
 	GRPC string `json:"grpc"` // the Zerobus endpoint (ZEROBUS_ENDPOINT)
 	S3   string `json:"s3"`   // the S3-compatible storage endpoint
+	// Kafka is the embedded Kafka broker's host:port (seed_brokers), empty
+	// without --kafka.
+	Kafka string `json:"kafka,omitempty"`
 }
 
 // Addresses reports the URLs the emulator listens on, with the ports it
 // picked for any ":0" address.
 func (s *Server) Addresses() Addresses {
-	return Addresses{HTTP: s.HTTPURL(), GRPC: s.GRPCURL(), S3: s.S3URL()}
+	return Addresses{HTTP: s.HTTPURL(), GRPC: s.GRPCURL(), S3: s.S3URL(), Kafka: s.KafkaAddr()}
 }
 
 // handleHealth is the readiness endpoint: it answers 200 once every
@@ -51,11 +54,14 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 }
 
 // WriteAddrFile writes the emulator's addresses to path as shell variable
-// assignments (DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3),
-// atomically: a reader polling for the file sees it whole or not at all.
+// assignments (DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3, and
+// with --kafka KAFKA_BROKERS), atomically: a reader polling for the file sees it whole or not at all.
 func (s *Server) WriteAddrFile(path string) error {
 	a := s.Addresses()
 	body := fmt.Sprintf("DATABRICKS_HOST=%s\nZEROBUS_ENDPOINT=%s\nZEROBUS_EMULATOR_S3=%s\n", a.HTTP, a.GRPC, a.S3)
+	if a.Kafka != "" {
+		body += "KAFKA_BROKERS=" + a.Kafka + "\n"
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".addr-*")
 	if err != nil {
 		return fmt.Errorf("emulator: --addr-file: %w", err)

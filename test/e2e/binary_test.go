@@ -129,9 +129,18 @@ func startBinary(tb testing.TB, path string, env []string, args ...string) *proc
 // extra may name --s3 (a later flag wins).
 func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL string, p *proc) {
 	tb.Helper()
+	vars, p := startEmulatorProcessVars(tb, extra...)
+	return vars["DATABRICKS_HOST"], vars["ZEROBUS_ENDPOINT"], p
+}
+
+// startEmulatorProcessVars is startEmulatorProcess returning every line of
+// the --addr-file (DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3,
+// and KAFKA_BROKERS with --kafka).
+func startEmulatorProcessVars(tb testing.TB, extra ...string) (map[string]string, *proc) {
+	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "addr.env")
 	args := append([]string{"--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--s3", "127.0.0.1:0", "--data", tb.TempDir(), "--log-level", "warn", "--addr-file", path}, extra...)
-	p = startBinary(tb, emulatorBinary(tb), nil, args...)
+	p := startBinary(tb, emulatorBinary(tb), nil, args...)
 	vars := map[string]string{}
 	eventually(tb, 30*time.Second, 20*time.Millisecond, "emulator did not start", func() (bool, string) {
 		raw, err := os.ReadFile(path)
@@ -145,7 +154,7 @@ func startEmulatorProcess(tb testing.TB, extra ...string) (httpURL, grpcURL stri
 		}
 		return vars["DATABRICKS_HOST"] != "" && vars["ZEROBUS_ENDPOINT"] != "", string(raw) + p.out.String()
 	})
-	return vars["DATABRICKS_HOST"], vars["ZEROBUS_ENDPOINT"], p
+	return vars, p
 }
 
 type tableInfo struct {

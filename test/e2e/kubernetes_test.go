@@ -250,3 +250,88 @@ func TestKubernetesManifests(t *testing.T) {
 		return info.RowCount >= 1, fmt.Sprintf("%+v", info)
 	})
 }
+
+// TestKubernetesKafkaConfigMap checks deploy/kubernetes/kafka/configmap.yaml,
+// the Kafka variant of the ConfigMap: it replaces the same ConfigMap (same
+// name and key) with a redpanda input under a consumer group, and the built
+// binary runs it, with the environment the Deployment sets (pointed at an
+// emulator) and the brokers of a kfake cluster: both probe paths answer,
+// every record lands with its coverage, and after SIGTERM the group's
+// committed offsets are the end offsets.
+func TestKubernetesKafkaConfigMap(t *testing.T) {
+	objs := readManifests(t)
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "kubernetes", "kafka", "configmap.yaml"))
+	require.NoError(t, err)
+	var cm k8sObject
+	require.NoError(t, yaml.Unmarshal(raw, &cm))
+	assert.Equal(t, "ConfigMap", cm.Kind)
+	assert.Equal(t, objs["ConfigMap"].Metadata.Name, cm.Metadata.Name, "the same ConfigMap, so applying it replaces the HTTP one")
+	var dep deploymentSpec
+	depObj := objs["Deployment"]
+	require.NoError(t, depObj.Spec.Decode(&dep))
+	c := dep.Template.Spec.Containers[0]
+	conf, ok := cm.Data[c.VolumeMounts[0].SubPath]
+	require.True(t, ok, "the Kafka ConfigMap holds %q, the key the Deployment mounts", c.VolumeMounts[0].SubPath)
+	var cfg map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(conf), &cfg))
+	in, _ := cfg["input"].(map[string]any)
+	rp, ok := in["redpanda"].(map[string]any)
+	require.True(t, ok, "the input is redpanda: %v", in)
+	require.NotEmpty(t, rp["consumer_group"], "replicas share one consumer group")
+	httpSection, _ := cfg["http"].(map[string]any)
+	_, cfgPort, err := net.SplitHostPort(fmt.Sprint(httpSection["address"]))
+	require.NoError(t, err)
+	assert.Equal(t, strconv.Itoa(c.Ports[0].ContainerPort), cfgPort, "the container port is the config's http.address")
+
+	const parts, n = 3, 3000
+	srv := startEmulator(t, emulator.Faults{}, kafkaTable+":"+kafkaCols+", _zb_source STRING, _zb_offset BIGINT",
+		kafkaTable+"_zb_coverage:writer_id STRING, source STRING, start BIGINT, end BIGINT, _zb_emit_ts TIMESTAMP")
+	b := startKafkaBroker(t, kafkaTopic, parts)
+	require.NoError(t, b.produce(kafkaTopic, parts, 0, n, func(i int) []byte { return kafkaValue(i, 100) }))
+
+	local := freeAddr(t)
+	httpSection["address"] = local
+	out, err := yaml.Marshal(cfg)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "benthos.yaml")
+	require.NoError(t, os.WriteFile(path, out, 0o600))
+	group := "k8s-kafka"
+	env := []string{"DATABRICKS_CLIENT_ID=" + emulator.DefaultClientID, "DATABRICKS_CLIENT_SECRET=" + emulator.DefaultClientSecret,
+		"KAFKA_BROKERS=" + b.addr, "KAFKA_TOPIC=" + kafkaTopic, "KAFKA_CONSUMER_GROUP=" + group}
+	for _, e := range c.Env {
+		v := e.Value
+		switch e.Name {
+		case "ZEROBUS_ENDPOINT":
+			v = srv.GRPCURL()
+		case "DATABRICKS_HOST":
+			v = srv.HTTPURL()
+		case "ZEROBUS_TABLE":
+			v = kafkaTable
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	p := start(t, env, append(c.Args[:0:0], "run", path)...)
+	_, end, err := b.offsets(kafkaTopic, group)
+	require.NoError(t, err)
+	l := waitAllLanded(t, srv, kafkaTable, end, 60*time.Second, p.out.String)
+	assert.Equal(t, n, l.distinct())
+	for _, probe := range []string{c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path} {
+		eventually(t, 30*time.Second, 100*time.Millisecond, "probe "+probe+" answers 200", func() (bool, string) {
+			resp, err := http.Get("http://" + local + probe)
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d\n%s", resp.StatusCode, tail(p.out.String(), 10))
+		})
+	}
+	code, err := terminate(p, 60*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code, tail(p.out.String(), 20))
+	committed, end, err := b.offsets(kafkaTopic, group)
+	require.NoError(t, err)
+	assert.Equal(t, end, committed, "after SIGTERM the group's committed offsets are the end offsets")
+	cov, err := srv.TableRows(kafkaTable+"_zb_coverage", 0)
+	require.NoError(t, err)
+	assert.NotEmpty(t, cov, "coverage recorded")
+}

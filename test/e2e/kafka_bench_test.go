@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
+)
+
+// Benchmarks of the redpanda input (issue 25), whole process: the built
+// binary consumes a backlog of records of about 200 bytes from a kfake
+// broker in this process, as one consumer group per run, and the emulator
+// binary acks without storing (--ack-only, its own process). Each run lasts
+// until every record has been sent by the output (output_sent), and its
+// rate is the records over the whole run's wall time, start-up and group
+// join included; its CPU is the binary's user+sys (rusage at exit).
+//
+//	go test ./test/e2e/ -run '^$' -bench Kafka -benchtime 1x -timeout 40m
+//
+// KAFKA_BENCH_RECORDS changes the backlog (default 5M), KAFKA_BENCH_REPS
+// the reps (default 3). The machine may be
+// shared, so the sides of each ratio run back to back, alternating which
+// goes first, and benchreport prints the median over the reps and the range.
+//
+//   - kafka/zerobus_vs_batched_drop: redpanda → zerobus (defaults) ÷
+//     redpanda → drop behind the zerobus output's default batching. Target
+//     >= 0.90.
+//   - kafka/input_vs_bare_poll: redpanda → drop ÷ a bare franz-go poll loop
+//     that discards the records (zerobus-emulator kafka-consume, its own
+//     process, the same group settings). Aim >= 0.70.
+//   - kafka/peak_rss: the binary's peak RSS (VmHWM) in the zerobus runs, at
+//     the defaults. Target <= 160 MiB.
+//
+// The kfake broker serves every side from one goroutine of this process: it
+// shares the two cores with the binary and the emulator, and its rate is a
+// ceiling for all of them (the bare poll loop's rate shows it).
+
+const (
+	kafkaBenchRecords     = 5_000_000
+	kafkaBenchRepsDefault = 3
+	kafkaBenchParts       = 6
+)
+
+func kafkaBenchReps() int {
+	if n, err := strconv.Atoi(os.Getenv("KAFKA_BENCH_REPS")); err == nil && n > 0 {
+		return n
+	}
+	return kafkaBenchRepsDefault
+}
+
+func kafkaBenchCount() int {
+	if n, err := strconv.Atoi(os.Getenv("KAFKA_BENCH_RECORDS")); err == nil && n > 0 {
+		return n
+	}
+	return kafkaBenchRecords
+}
+
+// kafkaBenchValue is record i: about 200 bytes of JSON with the events
+// table's columns.
+func kafkaBenchValue(i int) []byte {
+	return []byte(fmt.Sprintf(`{"id":%d,"msg":"%s","level":"info","ts":"2026-01-02T03:04:05Z"}`, i, strings.Repeat("m", 128)))
+}
+
+// kafkaRun is one whole-process run.
+type kafkaRun struct {
+	wall time.Duration
+	cpu  time.Duration
+	peak int64 // VmHWM, bytes
+}
+
+func (r kafkaRun) rate(n int) float64 { return float64(n) / r.wall.Seconds() }
+
+func BenchmarkKafka(b *testing.B) {
+	n := kafkaBenchCount()
+	emu := startBenchEmulator(b)
+	broker := startKafkaBroker(b, kafkaTopic, kafkaBenchParts)
+	began := time.Now()
+	require.NoError(b, broker.produce(kafkaTopic, kafkaBenchParts, 0, n, kafkaBenchValue))
+	b.Logf("produced %d records of %d bytes in %s", n, len(kafkaBenchValue(n)), time.Since(began).Round(time.Millisecond))
+	bin, emuBin := binary(b), emulatorBinary(b)
+
+	group := 0
+	run := func(output string) kafkaRun {
+		group++
+		return runKafkaBinary(b, bin, broker.addr, fmt.Sprintf("bench-%d", group), n, output)
+	}
+	bare := func() kafkaRun {
+		group++
+		return runBarePoll(b, emuBin, broker.addr, fmt.Sprintf("bench-%d", group), n)
+	}
+	zbOut := emu.outputYAML(benchOutputExtra())
+	var x, input, peaks, zbRates, dropRates, bareRates, zbCPU, dropCPU, bareCPU, walls []float64
+	for rep := range b.N * kafkaBenchReps() {
+		var zb, batched, drop, poll kafkaRun
+		runs := []func(){
+			func() {
+				acked := emu.rowsAcked(b)
+				zb = run(zbOut)
+				require.GreaterOrEqual(b, emu.rowsAcked(b)-acked, int64(n), "every record acked")
+			},
+			func() { batched = run(batchedDropOutput) },
+			func() { drop = run("drop: {}") },
+			func() { poll = bare() },
+		}
+		if rep%2 == 1 { // alternate which side goes first
+			runs[0], runs[1], runs[2], runs[3] = runs[1], runs[0], runs[3], runs[2]
+		}
+		for _, f := range runs {
+			f()
+		}
+		x = append(x, zb.rate(n)/batched.rate(n))
+		input = append(input, drop.rate(n)/poll.rate(n))
+		peaks = append(peaks, float64(zb.peak)/(1<<20))
+		zbRates, dropRates, bareRates = append(zbRates, zb.rate(n)), append(dropRates, drop.rate(n)), append(bareRates, poll.rate(n))
+		perM := func(r kafkaRun) float64 { return r.cpu.Seconds() * 1e6 / float64(n) }
+		zbCPU, dropCPU, bareCPU = append(zbCPU, perM(zb)), append(dropCPU, perM(drop)), append(bareCPU, perM(poll))
+		walls = append(walls, zb.wall.Seconds(), batched.wall.Seconds(), drop.wall.Seconds(), poll.wall.Seconds())
+		b.Logf("rep %d: zerobus %s (cpu %s, peak %.0f MiB), batched drop %s (cpu %s), drop %s (cpu %s), bare poll %s (cpu %s)", rep+1,
+			zb.wall.Round(time.Millisecond), zb.cpu.Round(time.Millisecond), float64(zb.peak)/(1<<20),
+			batched.wall.Round(time.Millisecond), batched.cpu.Round(time.Millisecond),
+			drop.wall.Round(time.Millisecond), drop.cpu.Round(time.Millisecond),
+			poll.wall.Round(time.Millisecond), poll.cpu.Round(time.Millisecond))
+	}
+	benchreport.Report("kafka/zerobus_records_per_s", zbRates, benchreport.Info, 0, "rows/s")
+	benchreport.Report("kafka/drop_records_per_s", dropRates, benchreport.Info, 0, "rows/s")
+	benchreport.Report("kafka/bare_poll_records_per_s", bareRates, benchreport.Info, 0, "rows/s")
+	benchreport.Report("kafka/zerobus_cpu_per_million", zbCPU, benchreport.Info, 0, "s")
+	benchreport.Report("kafka/drop_cpu_per_million", dropCPU, benchreport.Info, 0, "s")
+	benchreport.Report("kafka/bare_poll_cpu_per_million", bareCPU, benchreport.Info, 0, "s")
+	benchreport.Report("kafka/run_wall", walls, benchreport.Info, 0, "s")
+	b.ReportMetric(benchreport.Report("kafka/zerobus_vs_batched_drop", x, benchreport.AtLeast, 0.90, ""), "x_vs_batched_drop")
+	b.ReportMetric(benchreport.Report("kafka/input_vs_bare_poll", input, benchreport.AtLeast, 0.70, ""), "x_vs_bare_poll")
+	b.ReportMetric(benchreport.Report("kafka/peak_rss", peaks, benchreport.AtMost, 160, "MiB"), "peak_rss_MiB")
+}
+
+// runKafkaBinary runs the product binary on redpanda (brokers, the topic,
+// group, from the start) → output until the output has sent n records,
+// then stops it (SIGTERM) and returns the wall time to the last record,
+// its CPU and its peak RSS.
+func runKafkaBinary(b *testing.B, bin, brokers, group string, n int, output string) kafkaRun {
+	b.Helper()
+	addr := freeAddr(b)
+	cfg := filepath.Join(b.TempDir(), "pipeline.yaml")
+	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+http:
+  address: %s
+logger:
+  level: warn
+metrics:
+  prometheus:
+    add_go_metrics: false
+    add_process_metrics: false
+input:
+  redpanda:
+    seed_brokers: [ %q ]
+    topics: [ %q ]
+    consumer_group: %s
+    start_offset: earliest
+output:
+%s
+`, addr, brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
+	began := time.Now()
+	p := startBinary(b, bin, nil, "run", cfg)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	var peak int64
+	var wall time.Duration
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for wall == 0 {
+		select {
+		case err := <-done:
+			b.Fatalf("the pipeline ended before sending %d records: %v\n%s", n, err, tail(p.out.String(), 30))
+		case <-tick.C:
+		}
+		if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
+			peak = max(peak, v)
+		}
+		if sent, ok := outputSent(addr); ok && sent >= float64(n) {
+			wall = time.Since(began)
+		}
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		require.NoError(b, err, "the pipeline's stop:\n%s", tail(p.out.String(), 30))
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		b.Fatalf("the pipeline did not stop within 60 s of SIGTERM:\n%s", tail(p.out.String(), 30))
+	}
+	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	require.True(b, ok, "no rusage for the pipeline process")
+	return kafkaRun{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), peak: peak}
+}
+
+// outputSent reads the engine's output_sent from the binary's /metrics.
+func outputSent(addr string) (float64, bool) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	n, series := promSum(string(body), "output_sent")
+	return n, series > 0
+}
+
+var consumedLine = regexp.MustCompile(`consumed (\d+) records`)
+
+// runBarePoll runs the emulator binary's kafka-consume (a bare franz-go
+// poll loop that discards the records) for n records.
+func runBarePoll(b *testing.B, emuBin, brokers, group string, n int) kafkaRun {
+	b.Helper()
+	began := time.Now()
+	cmd := exec.Command(emuBin, "kafka-consume", "--brokers", brokers, "--topic", kafkaTopic, "--group", group, "--count", strconv.Itoa(n))
+	out, err := cmd.CombinedOutput()
+	wall := time.Since(began)
+	require.NoError(b, err, "kafka-consume:\n%s", out)
+	m := consumedLine.FindSubmatch(out)
+	require.NotNil(b, m, "kafka-consume said:\n%s", out)
+	got, _ := strconv.Atoi(string(m[1]))
+	require.GreaterOrEqual(b, got, n)
+	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return kafkaRun{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+}

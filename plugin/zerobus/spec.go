@@ -284,7 +284,7 @@ func Spec() *service.ConfigSpec {
 			).Description("The stream pool: a few long-lived streams sized to bandwidth and rows per second, never a stream per batch, growing while they are saturated.").Advanced().
 				LintRule(fmt.Sprintf(`root = if this.min.or(%[1]d) > this.max.or(%[2]d) { [ "field `+fStreams+`: max (%%v) must be at least min (%%v)".format(this.max.or(%[2]d), this.min.or(%[1]d)) ] } else { [] }`, pool.DefaultConfig().MinStreams, pool.DefaultConfig().MaxStreams)),
 			service.NewInterpolatedStringField(fOrderingKey).
-				Description("When set, rows whose key is equal always go to the same stream, so Zerobus keeps their relative order. Empty (the default) means batches are spread round-robin.").
+				Description("When set, rows whose key is equal always go to the same stream, so Zerobus keeps their relative order as the output receives them. Order across batches also needs `max_in_flight: 1` (concurrent batches are not ordered with each other) and, when the config has `pipeline.processors`, `pipeline.threads: 1` (the default, one worker per CPU, lets batches pass each other before they reach the output). Empty (the default) means batches are spread round-robin.").
 				Default("").
 				Example("${! this.device_id }").
 				Example(`${! meta("kafka_key") }`),

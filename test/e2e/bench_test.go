@@ -555,7 +555,7 @@ generate:
 func BenchmarkRoutingThrash(b *testing.B) {
 	const tables, rows = 200, 20_000
 	srv := startEmulator(b, emulator.Faults{})
-	input := func(routed bool) string {
+	input := func(rows int, routed bool) string {
 		meta := ""
 		if routed {
 			meta = fmt.Sprintf("    meta t = ($n %% %d).string()\n", tables)
@@ -589,13 +589,15 @@ generate:
 	rate := func(open int) float64 {
 		run++
 		schema := fmt.Sprintf("thrash%d_%d", open, run)
-		table := "main." + schema + `.t${! meta("t") }`
+		table, n := "main."+schema+`.t${! meta("t") }`, rows
 		if open == 0 {
-			table, open = "main."+schema+".single", 1
+			// Five times the rows: one table is fast, and its run must
+			// last long enough for a steady rate.
+			table, open, n = "main."+schema+".single", 1, 5*rows
 		}
 		out := outputYAML(srv, table,
 			fmt.Sprintf("max_open_tables: %d\nbatching:\n  count: 0\ncatalog:\n  provision: true\n  warehouse_id: wh-e2e\n", open))
-		return runPipelineWith(b, rows, input(strings.Contains(table, "${")), out, acked(schema))
+		return runPipelineWith(b, n, input(n, strings.Contains(table, "${")), out, acked(schema))
 	}
 	reps := benchReps
 	if _, err := fmt.Sscan(os.Getenv("ZEROBUS_BENCH_REPS"), &reps); err != nil || reps < 1 {

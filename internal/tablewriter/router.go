@@ -118,11 +118,10 @@ func NewRouter(newWriter func(table string) *Writer, cfg RouterConfig) *Router {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{newWriter: newWriter, max: cfg.MaxOpen, closeTimeout: cfg.CloseTimeout, log: cfg.Log,
+	return &Router{newWriter: newWriter, max: cfg.MaxOpen, closeTimeout: cfg.CloseTimeout, log: cfg.Log,
 		evictions: cfg.Evictions, thrash: newThrashWatch(cfg.MaxOpen, cfg.now),
 		byTable: map[string]*routed{}, idle: list.New(), waiting: list.New(), waitingBy: map[string]*list.Element{},
 		described: map[string]describedTable{}}
-	return r
 }
 
 // Write writes rows into table through its writer, opening it first when

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
@@ -83,13 +84,32 @@ type routed struct {
 	idleAt *list.Element // its place in Router.idle while refs == 0
 }
 
-// waitingTable is a table waiting for a writer: the Writes waiting, and
-// the writer granted to all of them at once.
+// waitingTable is a table waiting for a writer: the callers of acquire
+// and the shared writes waiting, and the writer granted to all of them at
+// once.
 type waitingTable struct {
 	table string
-	n     int     // Writes waiting
-	e     *routed // granted; nil while waiting or when the router closed
-	ready chan struct{}
+	n     int            // acquire callers waiting
+	subs  []*sharedWrite // writes to make as one, the first one leading
+	e     *routed        // granted; nil while waiting or when the router closed
+	// settled is set, under the router's lock, once the table got its
+	// writer or the router closed: the waiters are then fixed.
+	settled bool
+	ready   chan struct{}
+}
+
+// sharedWrite is one batch's rows for a table, waiting for the table's
+// writer with those of other batches: once the writer is granted, the
+// leading one writes the rows of all in one Writer.Write (one request and
+// one commit instead of one each) and hands each its share of the outcome.
+type sharedWrite struct {
+	ctx   context.Context
+	rows  []Row
+	keyOf KeyFunc
+	lead  chan struct{} // closed when it leads
+	done  chan struct{} // closed once errs and err are set
+	errs  []RowError
+	err   error
 }
 
 // RouterConfig is what a Router needs besides how to make a writer.
@@ -128,11 +148,7 @@ func NewRouter(newWriter func(table string) *Writer, cfg RouterConfig) *Router {
 // needed; keyOf may be nil. It is Writer.Write, plus the writer's Open.
 func (r *Router) Write(ctx context.Context, table string, rows []Row, keyOf KeyFunc) ([]RowError, error) {
 	r.thrash.wrote(table)
-	e, err := r.acquire(ctx, table)
-	if err != nil {
-		return nil, err
-	}
-	return r.writeOn(ctx, e, rows, keyOf)
+	return r.writeShared(ctx, table, rows, keyOf)
 }
 
 // writeOn writes rows through e, which the caller acquired, and releases
@@ -183,10 +199,7 @@ func (r *Router) acquire(ctx context.Context, table string) (*routed, error) {
 			r.mu.Unlock()
 		default:
 			wt.n--
-			if wt.n == 0 {
-				r.waiting.Remove(el)
-				delete(r.waitingBy, table)
-			}
+			r.leaveLocked(el)
 			r.mu.Unlock()
 			return nil, ctx.Err()
 		}
@@ -195,6 +208,151 @@ func (r *Router) acquire(ctx context.Context, table string) (*routed, error) {
 		return nil, ErrClosed
 	}
 	return wt.e, nil
+}
+
+// leaveLocked takes the table of el out of the line once nobody waits for
+// it.
+func (r *Router) leaveLocked(el *list.Element) {
+	wt := el.Value.(*waitingTable)
+	if wt.n == 0 && len(wt.subs) == 0 {
+		r.waiting.Remove(el)
+		delete(r.waitingBy, wt.table)
+	}
+}
+
+// writeShared is Write for one batch's rows of table: through its writer
+// at once when it is open; otherwise the rows wait in line with those of
+// the other batches waiting for the table, and are written with them in
+// one Write once the table gets its writer.
+func (r *Router) writeShared(ctx context.Context, table string, rows []Row, keyOf KeyFunc) ([]RowError, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e, ok := r.byTable[table]; ok {
+		r.useLocked(e, 1)
+		r.mu.Unlock()
+		return r.writeOn(ctx, e, rows, keyOf)
+	}
+	el, ok := r.waitingBy[table]
+	if !ok {
+		el = r.waiting.PushBack(&waitingTable{table: table, ready: make(chan struct{})})
+		r.waitingBy[table] = el
+	}
+	wt := el.Value.(*waitingTable)
+	sw := &sharedWrite{ctx: ctx, rows: rows, keyOf: keyOf, lead: make(chan struct{}), done: make(chan struct{})}
+	if len(wt.subs) == 0 {
+		close(sw.lead)
+	}
+	wt.subs = append(wt.subs, sw)
+	victims := r.grantLocked()
+	r.mu.Unlock()
+	r.closeInBackground(victims)
+
+	for {
+		select {
+		case <-sw.done:
+			return sw.errs, sw.err
+		case <-sw.lead: // leading: wait for the grant
+			select {
+			case <-wt.ready:
+				r.writeSubs(wt)
+				return sw.errs, sw.err
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+		// ctx ended: leave the line, unless the writer was granted
+		// meanwhile (then the rows are written with the others, bounded by
+		// their ctx: wait for the outcome).
+		r.mu.Lock()
+		if wt.settled {
+			leads := wt.subs[0] == sw
+			r.mu.Unlock()
+			if leads {
+				r.writeSubs(wt)
+			}
+			<-sw.done
+			return sw.errs, sw.err
+		}
+		i := slices.Index(wt.subs, sw)
+		wt.subs = slices.Delete(wt.subs, i, i+1)
+		if i == 0 && len(wt.subs) > 0 {
+			close(wt.subs[0].lead) // the next one leads
+		}
+		r.leaveLocked(el)
+		r.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// writeSubs is the leader's work once wt is settled: the rows of every
+// shared write in one Write through the granted writer (released after),
+// under a ctx that ends when every one of theirs has ended, and each
+// write's share of the row errors (indices into its own rows) or of the
+// error.
+func (r *Router) writeSubs(wt *waitingTable) {
+	r.mu.Lock()
+	subs, e := wt.subs, wt.e
+	r.mu.Unlock()
+	finish := func(errs func(k int) []RowError, err error) {
+		for k, sw := range subs {
+			if errs != nil {
+				sw.errs = errs(k)
+			}
+			sw.err = err
+			close(sw.done)
+		}
+	}
+	if e == nil {
+		finish(nil, ErrClosed)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(subs[0].ctx))
+	defer cancel()
+	var left atomic.Int32
+	left.Store(int32(len(subs)))
+	for _, sw := range subs {
+		stop := context.AfterFunc(sw.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	// start[k] is where write k's rows begin in all.
+	start := make([]int, len(subs)+1)
+	for k, sw := range subs {
+		start[k+1] = start[k] + len(sw.rows)
+	}
+	all := make([]Row, 0, start[len(subs)])
+	for _, sw := range subs {
+		all = append(all, sw.rows...)
+	}
+	owner := func(i int) int { // the write row i of all belongs to
+		k, _ := slices.BinarySearch(start, i+1)
+		return k - 1
+	}
+	var keyOf KeyFunc
+	if subs[0].keyOf != nil {
+		keyOf = func(i int) (string, error) {
+			k := owner(i)
+			return subs[k].keyOf(i - start[k])
+		}
+	}
+	rowErrs, err := r.writeOn(ctx, e, all, keyOf)
+	if err != nil {
+		finish(nil, err)
+		return
+	}
+	per := make([][]RowError, len(subs))
+	for _, re := range rowErrs {
+		k := owner(re.Index)
+		re.Index -= start[k]
+		per[k] = append(per[k], re)
+	}
+	finish(func(k int) []RowError { return per[k] }, nil)
 }
 
 // pin marks the writers of tables that are open now in use, each once
@@ -238,8 +396,10 @@ func (r *Router) grantLocked() []*routed {
 			r.waiting.Remove(el)
 			delete(r.waitingBy, wt.table)
 			e := r.newEntryLocked(wt.table)
-			r.useLocked(e, wt.n)
-			wt.e = e
+			// One use for each acquire caller, one for the shared writes
+			// (their leader releases it).
+			r.useLocked(e, wt.n+min(len(wt.subs), 1))
+			wt.e, wt.settled = e, true
 			close(wt.ready)
 			continue
 		}
@@ -408,7 +568,9 @@ func (r *Router) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	for el := r.waiting.Front(); el != nil; el = el.Next() {
-		close(el.Value.(*waitingTable).ready)
+		wt := el.Value.(*waitingTable)
+		wt.settled = true
+		close(wt.ready)
 	}
 	r.waiting.Init()
 	clear(r.waitingBy)
@@ -484,13 +646,12 @@ func (r *Router) WriteRouted(ctx context.Context, rows []Row, tableOf TableFunc,
 			if keyOf != nil {
 				subKey = func(k int) (string, error) { return keyOf(idx[k]) }
 			}
-			e, err := pinned[g], error(nil)
-			if e == nil {
-				e, err = r.acquire(ctx, table)
-			}
 			var rowErrs []RowError
-			if err == nil {
+			var err error
+			if e := pinned[g]; e != nil {
 				rowErrs, err = r.writeOn(ctx, e, sub, subKey)
+			} else {
+				rowErrs, err = r.writeShared(ctx, table, sub, subKey)
 			}
 			if err != nil {
 				te := &TableError{Table: table, Err: err}

@@ -206,7 +206,8 @@ func TestRouterWaitsForRoomAndCountsClosingWriters(t *testing.T) {
 }
 
 // The Writes of many batches waiting for one table share the one writer
-// made for it: one open, not one per batch.
+// made for it, and go as one Write: one open and one request, not one of
+// each per batch.
 func TestRouterWaitersShareOneWriter(t *testing.T) {
 	r, opener, _ := newRouter(t, 1, "c.s.a", "c.s.b")
 	ctx := context.Background()
@@ -221,7 +222,7 @@ func TestRouterWaitersShareOneWriter(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		el, ok := r.waitingBy["c.s.b"]
-		return ok && el.Value.(*waitingTable).n == batches
+		return ok && len(el.Value.(*waitingTable).subs) == batches
 	}, 10*time.Second, time.Millisecond, "every batch waits for b")
 	r.release(a)
 	for range batches {
@@ -231,6 +232,52 @@ func TestRouterWaitersShareOneWriter(t *testing.T) {
 	assert.Equal(t, int64(2), opened, "a, then one writer for b shared by the %d batches", batches)
 	assert.Equal(t, int64(1), evicted)
 	assert.Equal(t, int64(batches), recordedRows(opener)["c.s.b"])
+	var records int
+	for _, s := range opener.Streams() {
+		if s.Table() == "c.s.b" {
+			records += len(s.Records())
+		}
+	}
+	assert.LessOrEqual(t, records, testPoolConfig().MaxStreams, "one Write, split at most over the pool's streams")
+}
+
+// Shared writes keep each batch's outcome its own: a row that fails fails
+// in its own batch, at its own index; a waiting batch whose ctx ends
+// leaves the line and the others still land.
+func TestRouterSharedWritesSplitTheOutcome(t *testing.T) {
+	r, opener, _ := newRouter(t, 1, "c.s.a", "c.s.b")
+	ctx := context.Background()
+	a, err := r.acquire(ctx, "c.s.a")
+	require.NoError(t, err)
+	good := make(chan []RowError, 1)
+	go func() { good <- r.WriteRouted(ctx, rows(`{"id":1}`, `{"id":2}`), to("c.s.b"), nil) }()
+	bad := make(chan []RowError, 1)
+	go func() { bad <- r.WriteRouted(ctx, rows(`{"id":3}`, `{"id":"four"}`), to("c.s.b"), nil) }()
+	gone, cancel := context.WithCancel(ctx)
+	left := make(chan []RowError, 1)
+	go func() { left <- r.WriteRouted(gone, rows(`{"id":5}`), to("c.s.b"), nil) }()
+	waiting := func(n int) func() bool {
+		return func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			el, ok := r.waitingBy["c.s.b"]
+			return ok && len(el.Value.(*waitingTable).subs) == n
+		}
+	}
+	require.Eventually(t, waiting(3), 10*time.Second, time.Millisecond)
+	cancel()
+	errs := <-left
+	require.Len(t, errs, 1)
+	assert.ErrorIs(t, errs[0].Err, context.Canceled)
+	require.Eventually(t, waiting(2), 10*time.Second, time.Millisecond)
+
+	r.release(a)
+	assert.Empty(t, <-good)
+	errs = <-bad
+	require.Len(t, errs, 1)
+	assert.Equal(t, 1, errs[0].Index, "the bad row's index in its own batch")
+	assert.Equal(t, "id", errs[0].Column)
+	assert.Equal(t, int64(3), recordedRows(opener)["c.s.b"], "1, 2 and 3; not 5")
 }
 
 // A Write waiting for room gives up when its ctx ends, and leaves the line.

@@ -42,10 +42,11 @@ type describedTable struct {
 // evicted one has finished closing. The writers in use by a Write are never
 // evicted; the victim is the idle writer whose last Write ended longest ago
 // (least recently used). Tables waiting for a writer are served first come,
-// first served, and every Write waiting for the same table shares the one
-// writer made for it: with many batches in flight, a table's rows of all of
-// them go through one open instead of one open each. A Write holds one
-// writer at a time, so waiting never deadlocks.
+// first served, and the rows of every batch waiting for the same table are
+// written as one Write through the one writer made for it: with many
+// batches in flight, a table's rows of all of them cost one open and one
+// request instead of one of each per batch. A Write holds one writer at a
+// time, so waiting never deadlocks.
 type Router struct {
 	newWriter    func(table string) *Writer
 	max          int
@@ -335,9 +336,12 @@ func (r *Router) writeSubs(wt *waitingTable) {
 		return k - 1
 	}
 	var keyOf KeyFunc
-	if subs[0].keyOf != nil {
+	if slices.ContainsFunc(subs, func(sw *sharedWrite) bool { return sw.keyOf != nil }) {
 		keyOf = func(i int) (string, error) {
 			k := owner(i)
+			if subs[k].keyOf == nil {
+				return "", nil
+			}
 			return subs[k].keyOf(i - start[k])
 		}
 	}

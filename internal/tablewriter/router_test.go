@@ -348,3 +348,38 @@ func TestRouterManyTablesFewOpen(t *testing.T) {
 	assert.Positive(t, evicted)
 	assert.LessOrEqual(t, open, 4)
 }
+
+// Shared writes keep each batch's ordering keys: a key that cannot be
+// computed fails its row alone, at its index in its own batch.
+func TestRouterSharedWritesKeepTheirKeys(t *testing.T) {
+	r, opener, _ := newRouter(t, 1, "c.s.a", "c.s.b")
+	ctx := context.Background()
+	a, err := r.acquire(ctx, "c.s.a")
+	require.NoError(t, err)
+	first := make(chan []RowError, 1)
+	go func() {
+		first <- r.WriteRouted(ctx, rows(`{"id":1}`, `{"id":2}`), to("c.s.b"), func(int) (string, error) { return "k", nil })
+	}()
+	second := make(chan []RowError, 1)
+	go func() {
+		second <- r.WriteRouted(ctx, rows(`{"id":3}`, `{"id":4}`), to("c.s.b"), func(i int) (string, error) {
+			if i == 1 {
+				return "", errors.New("no key")
+			}
+			return "k", nil
+		})
+	}()
+	require.Eventually(t, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		el, ok := r.waitingBy["c.s.b"]
+		return ok && len(el.Value.(*waitingTable).subs) == 2
+	}, 10*time.Second, time.Millisecond)
+	r.release(a)
+	assert.Empty(t, <-first)
+	errs := <-second
+	require.Len(t, errs, 1)
+	assert.Equal(t, 1, errs[0].Index)
+	assert.Equal(t, OrderingKeyColumn, errs[0].Column)
+	assert.Equal(t, int64(3), recordedRows(opener)["c.s.b"])
+}

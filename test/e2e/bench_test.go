@@ -612,7 +612,7 @@ func BenchmarkRoutingThrash(b *testing.B) {
 
 // routingThrashBefore is BenchmarkRoutingThrash's 8-open/256-open ratio on
 // the landed router (commit 612ee1a, whose 8-open case evicted a writer for
-// nearly every table of every batch): median 0.22 (0.16, 0.21, 0.22, 0.34
-// over 4 runs, 101..163 rows/s against 478..692) on the shared, busy 2-core
-// machine, each run beside one of this router.
+// nearly every table of every batch): median 0.22 (0.16, 0.21, 0.22, 0.24,
+// 0.34 over 5 runs; 101..163 rows/s against 478..692) on the shared, busy
+// 2-core machine, each run beside one of this router.
 const routingThrashBefore = 0.22

@@ -170,20 +170,9 @@ func (r *Router) writeOn(ctx context.Context, e *routed, rows []Row, keyOf KeyFu
 // longer have theirs, the one made for it when an evicted writer has
 // closed. It waits under ctx.
 func (r *Router) acquire(ctx context.Context, table string) (*routed, error) {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if e, ok := r.byTable[table]; ok {
-		r.useLocked(e, 1)
-		r.mu.Unlock()
-		return e, nil
-	}
-	el, ok := r.waitingBy[table]
-	if !ok {
-		el = r.waiting.PushBack(&waitingTable{table: table, ready: make(chan struct{})})
-		r.waitingBy[table] = el
+	e, el, err := r.openOrLine(table)
+	if e != nil || err != nil {
+		return e, err
 	}
 	wt := el.Value.(*waitingTable)
 	wt.n++
@@ -221,25 +210,39 @@ func (r *Router) leaveLocked(el *list.Element) {
 	}
 }
 
-// writeShared is Write for one batch's rows of table: through its writer
-// at once when it is open; otherwise the rows wait in line with those of
-// the other batches waiting for the table, and are written with them in
-// one Write once the table gets its writer.
-func (r *Router) writeShared(ctx context.Context, table string, rows []Row, keyOf KeyFunc) ([]RowError, error) {
+// openOrLine returns table's open writer, in use by the caller; or, with
+// r.mu still held, table's place in the line of tables waiting (made when
+// absent), for the caller to join and unlock; or ErrClosed.
+func (r *Router) openOrLine(table string) (*routed, *list.Element, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if e, ok := r.byTable[table]; ok {
 		r.useLocked(e, 1)
 		r.mu.Unlock()
-		return r.writeOn(ctx, e, rows, keyOf)
+		return e, nil, nil
 	}
 	el, ok := r.waitingBy[table]
 	if !ok {
 		el = r.waiting.PushBack(&waitingTable{table: table, ready: make(chan struct{})})
 		r.waitingBy[table] = el
+	}
+	return nil, el, nil
+}
+
+// writeShared is Write for one batch's rows of table: through its writer
+// at once when it is open; otherwise the rows wait in line with those of
+// the other batches waiting for the table, and are written with them in
+// one Write once the table gets its writer.
+func (r *Router) writeShared(ctx context.Context, table string, rows []Row, keyOf KeyFunc) ([]RowError, error) {
+	e, el, err := r.openOrLine(table)
+	if err != nil {
+		return nil, err
+	}
+	if e != nil {
+		return r.writeOn(ctx, e, rows, keyOf)
 	}
 	wt := el.Value.(*waitingTable)
 	sw := &sharedWrite{ctx: ctx, rows: rows, keyOf: keyOf, lead: make(chan struct{}), done: make(chan struct{})}

@@ -218,12 +218,7 @@ func TestRouterWaitersShareOneWriter(t *testing.T) {
 	for k := range batches {
 		go func() { done <- r.WriteRouted(ctx, rows(fmt.Sprintf(`{"id":%d}`, k)), to("c.s.b"), nil) }()
 	}
-	require.Eventually(t, func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		el, ok := r.waitingBy["c.s.b"]
-		return ok && len(el.Value.(*waitingTable).subs) == batches
-	}, 10*time.Second, time.Millisecond, "every batch waits for b")
+	require.Eventually(t, sharedWaiting(r, "c.s.b", batches), 10*time.Second, time.Millisecond, "every batch waits for b")
 	r.release(a)
 	for range batches {
 		assert.Empty(t, <-done)
@@ -256,20 +251,12 @@ func TestRouterSharedWritesSplitTheOutcome(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	left := make(chan []RowError, 1)
 	go func() { left <- r.WriteRouted(gone, rows(`{"id":5}`), to("c.s.b"), nil) }()
-	waiting := func(n int) func() bool {
-		return func() bool {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			el, ok := r.waitingBy["c.s.b"]
-			return ok && len(el.Value.(*waitingTable).subs) == n
-		}
-	}
-	require.Eventually(t, waiting(3), 10*time.Second, time.Millisecond)
+	require.Eventually(t, sharedWaiting(r, "c.s.b", 3), 10*time.Second, time.Millisecond)
 	cancel()
 	errs := <-left
 	require.Len(t, errs, 1)
 	assert.ErrorIs(t, errs[0].Err, context.Canceled)
-	require.Eventually(t, waiting(2), 10*time.Second, time.Millisecond)
+	require.Eventually(t, sharedWaiting(r, "c.s.b", 2), 10*time.Second, time.Millisecond)
 
 	r.release(a)
 	assert.Empty(t, <-good)
@@ -369,12 +356,7 @@ func TestRouterSharedWritesKeepTheirKeys(t *testing.T) {
 			return "k", nil
 		})
 	}()
-	require.Eventually(t, func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		el, ok := r.waitingBy["c.s.b"]
-		return ok && len(el.Value.(*waitingTable).subs) == 2
-	}, 10*time.Second, time.Millisecond)
+	require.Eventually(t, sharedWaiting(r, "c.s.b", 2), 10*time.Second, time.Millisecond)
 	r.release(a)
 	assert.Empty(t, <-first)
 	errs := <-second
@@ -382,4 +364,14 @@ func TestRouterSharedWritesKeepTheirKeys(t *testing.T) {
 	assert.Equal(t, 1, errs[0].Index)
 	assert.Equal(t, OrderingKeyColumn, errs[0].Column)
 	assert.Equal(t, int64(3), recordedRows(opener)["c.s.b"])
+}
+
+// sharedWaiting reports whether n batches' writes wait in line for table.
+func sharedWaiting(r *Router, table string, n int) func() bool {
+	return func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		el, ok := r.waitingBy[table]
+		return ok && len(el.Value.(*waitingTable).subs) == n
+	}
 }

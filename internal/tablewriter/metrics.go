@@ -56,6 +56,9 @@ const (
 	mRowErrors         = "zerobus_row_errors_total"
 	mPrimaryRawUnmet   = "zerobus_primary_raw_unmet"
 	mRescuedFields     = "zerobus_rescued_fields_total"
+	// mTableEvictions counts the writers a Router evicted to make room for
+	// another table (max_open_tables); output-wide, no table label.
+	mTableEvictions = "zerobus_table_evictions_total"
 	// From the writer's Health, every HealthInterval.
 	mAckAge       = "zerobus_ack_age_ms"
 	mStreamState  = "zerobus_stream_state"
@@ -147,6 +150,16 @@ func NewMetrics(m Sink, table string) *Metrics {
 		x.reconcile.Incr(0, table, k)
 	}
 	return x
+}
+
+// NewEvictionCounter makes zerobus_table_evictions_total in m, at 0 from
+// here on: the Router's count of writers evicted to make room for another
+// table. It has no table label: its rate, not which table, says whether
+// max_open_tables is too small.
+func NewEvictionCounter(m Sink) Counter {
+	c := m.Counter(mTableEvictions)
+	c.Incr(0)
+	return c
 }
 
 // stream returns the handles of stream i, creating its series at 0.

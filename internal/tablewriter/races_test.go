@@ -151,7 +151,7 @@ func TestRouterSeedSkipsTheSecondDescribe(t *testing.T) {
 	opener := ingestfake.NewOpener(ingestfake.Config{})
 	r := NewRouter(func(table string) *Writer {
 		return New(Config{Table: table, Provision: true, Pool: testPoolConfig()}, opener, cat, nil, nil)
-	}, 1, time.Second, nil)
+	}, RouterConfig{MaxOpen: 1, CloseTimeout: time.Second})
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	to := func(table string) TableFunc { return func(int) (string, error) { return table, nil } }
 	ctx := context.Background()

@@ -250,7 +250,8 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 			cfg := o.wcfg
 			cfg.Table = table
 			return newWriter(cfg)
-		}, o.cfg.MaxOpenTables, o.cfg.CloseTimeout, log)
+		}, tablewriter.RouterConfig{MaxOpen: o.cfg.MaxOpenTables, CloseTimeout: o.cfg.CloseTimeout, Log: log,
+			Evictions: tablewriter.NewEvictionCounter(metricsSink{o.mgr.Metrics()})})
 	}
 	if o.cfg.DLTable != "" {
 		cfg := o.wcfg

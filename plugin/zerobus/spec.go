@@ -217,7 +217,7 @@ func Spec() *service.ConfigSpec {
 				Example("main.default.events").
 				Example(`main.cdc.${! meta("table_name") }`),
 			service.NewIntField(fMaxOpenTables).
-				Description("With an interpolated `table`: the most table writers kept open; the least recently used is drained and closed to make room.").
+				Description("With an interpolated `table`: the most tables whose writers hold streams at once, counting the evicted writers still closing (so at most `max_open_tables` × `streams.max` streams; one per table at `streams.min: 0` without self-sizing). A batch's tables beyond it wait their turn, first come first served, and the rows of every batch in flight waiting for one table go in one write through the one writer opened for it; to make room, the writer idle longest is drained and closed (evicted). Size it to the number of distinct tables written within a minute, so that writers are not evicted in steady state: an eviction costs a stream close and an open (and a describe, once a minute per table) for the table's next rows, so evicting more than a few writers a second makes routing slow; the output then logs one warning naming the distinct tables of the last minute and the eviction rate, and `zerobus_table_evictions_total` counts every eviction. Each open table holds its streams (counted against the workspace's stream quota) and a converter; lower it only to bound those.").
 				Default(tablewriter.DefaultMaxOpenTables).LintRule(lintrule.AtLeast(fMaxOpenTables, 1)).Advanced(),
 			service.NewObjectField(fDeadLetter,
 				service.NewStringField(fDLTable).

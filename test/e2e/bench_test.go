@@ -477,22 +477,13 @@ func BenchmarkManyTables(b *testing.B) {
 	}
 	srv := startEmulator(b, emulator.Faults{AckOnly: true}, append(specs, eventsTable+":"+eventsCols)...)
 	input := func(routed bool) string {
-		meta := ""
+		n := 0
 		if routed {
-			meta = fmt.Sprintf("    meta t = ($n %% %d).string()\n", tables)
+			n = tables
 		}
-		return fmt.Sprintf(`
-generate:
-  count: %d
-  interval: 10ms
-  batch_size: %d
-  mapping: |
-    let n = counter()
-    root.id = $n
-    root.msg = "row %%d".format($n)
+		return routedGenerate(rate*seconds, "10ms", rate/100, n, `
     root.level = "info"
-    root.ts = "2026-01-02T03:04:05Z"
-%s`, rate*seconds, rate/100, meta)
+    root.ts = "2026-01-02T03:04:05Z"`)
 	}
 	opens := func() (n int64) {
 		for _, t := range srv.Stats().Tables {
@@ -541,3 +532,87 @@ generate:
 	b.ReportMetric(roomy/single, "x_vs_single_256_open")
 	b.ReportMetric(float64(roomyOpens), "stream_opens_256_open")
 }
+
+// routedGenerate is a generate input of count rows (id, msg, then the
+// Bloblang lines of extra) in batches of batch every interval; tables > 0
+// spreads them over that many tables through the metadata field t.
+func routedGenerate(count int, interval string, batch, tables int, extra string) string {
+	meta := ""
+	if tables > 0 {
+		meta = fmt.Sprintf("\n    meta t = ($n %% %d).string()", tables)
+	}
+	return fmt.Sprintf(`
+generate:
+  count: %d
+  interval: %s
+  batch_size: %d
+  mapping: |
+    let n = counter()
+    root.id = $n
+    root.msg = "row %%d".format($n)%s%s
+`, count, interval, batch, extra, meta)
+}
+
+// BenchmarkRoutingThrash writes 20,000 rows in 500-message batches, each
+// batch spanning 200 tables it provisions, through max_open_tables: 8: each
+// batch needs far more writers than may be open, so writers are evicted on
+// every batch. In the same run it writes the same rows into the 200 tables
+// with room for all (max_open_tables: 256, no eviction): the pace of the
+// machine and of the emulator's commits (one per table written, each
+// fsync'd), which eviction does not touch. x_vs_before is this run's
+// 8-open/256-open ratio over the one the landed router (commit 612ee1a) had
+// on this bench (routingThrashBefore): the speed-up of the thrashing case,
+// with the machine's load divided out. Target >= 3. ZEROBUS_BENCH_REPS sets
+// the reps (default benchReps).
+func BenchmarkRoutingThrash(b *testing.B) {
+	const tables, rows = 200, 20_000
+	srv := startEmulator(b, emulator.Faults{})
+	input := routedGenerate(rows, `""`, 500, tables, "")
+	// Rows acknowledged in the schema of the run.
+	acked := func(schema string) func() float64 {
+		return func() float64 {
+			var n int64
+			for name, t := range srv.Stats().Tables {
+				if strings.HasPrefix(name, "main."+schema+".") {
+					n += t.RowsAcked
+				}
+			}
+			return float64(n)
+		}
+	}
+	run := 0
+	// rate runs the load into a schema of its own (every table provisioned
+	// afresh), with open writers at most.
+	rate := func(open int) float64 {
+		run++
+		schema := fmt.Sprintf("thrash%d_%d", open, run)
+		out := outputYAML(srv, "main."+schema+`.t${! meta("t") }`,
+			fmt.Sprintf("max_open_tables: %d\nbatching:\n  count: 0\ncatalog:\n  provision: true\n  warehouse_id: wh-e2e\n", open))
+		return runPipelineWith(b, rows, input, out, acked(schema))
+	}
+	reps := benchReps
+	if _, err := fmt.Sscan(os.Getenv("ZEROBUS_BENCH_REPS"), &reps); err != nil || reps < 1 {
+		reps = benchReps
+	}
+	var few, roomy, x []float64
+	for range b.N {
+		for range reps {
+			f, r := rate(8), rate(256)
+			few, roomy = append(few, f), append(roomy, r)
+			x = append(x, f/r/routingThrashBefore)
+		}
+	}
+	benchreport.Report("routing_thrash/x_vs_before", x, benchreport.AtLeast, 3, "")
+	benchreport.Report("routing_thrash/rows_per_s_8_open", few, benchreport.Info, 0, "")
+	benchreport.Report("routing_thrash/rows_per_s_256_open", roomy, benchreport.Info, 0, "")
+	b.ReportMetric(benchreport.Median(few), "8_open_rows/s")
+	b.ReportMetric(benchreport.Median(roomy), "256_open_rows/s")
+	b.ReportMetric(benchreport.Median(few)/benchreport.Median(roomy), "8_vs_256_open")
+}
+
+// routingThrashBefore is BenchmarkRoutingThrash's 8-open/256-open ratio on
+// the landed router (commit 612ee1a, whose 8-open case evicted a writer for
+// nearly every table of every batch): median 0.22 (0.16, 0.21, 0.22, 0.24,
+// 0.34 over 5 runs; 101..163 rows/s against 478..692) on the shared, busy
+// 2-core machine, each run beside one of this router.
+const routingThrashBefore = 0.22

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -201,4 +202,66 @@ func TestWritesRefusedForTenSecondsLandAfterTheGrant(t *testing.T) {
 	}
 	assert.Len(t, rowsByID(t, srv, eventsTable), 100)
 	t.Logf("refused for %s, rows landed %s after the start", 10*time.Second, time.Since(began).Round(time.Millisecond))
+}
+
+// Routing into far more tables than max_open_tables (60 tables, 4 open,
+// provisioning on, 100-row batches each spanning the 60 tables, many
+// batches in flight): every row lands once, in its table; the evictions
+// are counted in zerobus_table_evictions_total, and one warning names
+// max_open_tables, the distinct tables and the eviction rate.
+func TestRoutingManyTablesFewOpenLandsEveryRowOnce(t *testing.T) {
+	srv := startEmulator(t, emulator.Faults{})
+	const n, tables = 3000, 60
+	mux := http.NewServeMux()
+	b := service.NewStreamBuilder()
+	b.SetHTTPMux(mux)
+	logs := &syncBuffer{}
+	b.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	require.NoError(t, b.SetMetricsYAML("prometheus:\n  add_go_metrics: false\n  add_process_metrics: false\n"))
+	require.NoError(t, b.AddInputYAML(fmt.Sprintf(`generate:
+  count: %d
+  interval: ""
+  batch_size: 100
+  mapping: |
+    root.id = counter() - 1
+    root.msg = "row " + (counter() - 1).string()
+    meta t = ((counter() - 1) %% %d).string()
+`, n, tables)))
+	require.NoError(t, b.AddOutputYAML(outputYAML(srv, `main.fewopen.t${! meta("t") }`,
+		"max_open_tables: 4\nbatching:\n  count: 0\ncatalog:\n  provision: true\n  warehouse_id: wh-e2e\n")))
+	s, err := b.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	require.NoError(t, s.Run(ctx), "the pipeline ends when generate is done:\n%s", logs.String())
+
+	total := 0
+	for k := range tables {
+		table := fmt.Sprintf("main.fewopen.t%d", k)
+		got, err := srv.TableRows(table, 0)
+		require.NoError(t, err)
+		seen := map[int64]int{}
+		for _, r := range got {
+			id, ok := asInt64(r["id"])
+			require.True(t, ok, "row without an integer id in %s: %v", table, r)
+			seen[id]++
+			assert.Equal(t, k, int(id)%tables, "row %d is in %s", id, table)
+		}
+		for id, c := range seen {
+			assert.Equal(t, 1, c, "row %d of %s landed once", id, table)
+		}
+		assert.Len(t, seen, n/tables, "table %s holds every one of its rows", table)
+		total += len(seen)
+	}
+	assert.Equal(t, n, total)
+
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	evictions, series := promSum(rec.Body.String(), "zerobus_table_evictions_total")
+	assert.Equal(t, 1, series, "one output-wide series:\n%s", rec.Body.String())
+	assert.Greater(t, evictions, float64(tables), "batches spanning 60 tables through 4 writers evict")
+	l := logs.String()
+	assert.Equal(t, 1, strings.Count(l, "table writers are evicted at"), "one thrash warning:\n%s", l)
+	assert.Contains(t, l, "max_open_tables is 4")
+	assert.Contains(t, l, "60 distinct tables were written in the last minute")
 }

@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 12m
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo emulator docker clean
+.PHONY: all help build test chaos soak docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo emulator docker clean
 
 all: build
 
@@ -46,6 +46,14 @@ chaos: build
 	@mkdir -p bin
 	set -o pipefail; CHAOS_LONG=1 go test -count=1 -p 1 -run '$(CHAOS_TESTS)' -timeout 30m -v ./test/e2e/ 2>&1 | tee bin/chaos.log
 	@echo; echo "== fault matrix (bin/chaos.log) =="; grep -hoE 'fault: .*' bin/chaos.log | sort -u
+
+## soak: the e2e package (the tests make test runs there) SOAK_N times (default 5) beside two
+## CPU-bound busy loops, to find a flake before CI does: each failed run's failing tests with their
+## failure lines, then a summary of how often each failed. Logs: bin/soak/. SOAK_RUN=regexp soaks a subset.
+SOAK_N   ?= 5
+SOAK_RUN ?=
+soak:
+	./scripts/soak.sh $(SOAK_N) $(TEST_TIMEOUT) '$(SOAK_RUN)'
 
 ## docs: regenerate docs/components/ from the component specs (internal/docsgen); `make test` fails when they are stale.
 docs:

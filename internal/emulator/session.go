@@ -241,6 +241,12 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 			defer t.Stop()
 			graceEnd = t.C
 		case <-graceEnd:
+			// The close period is over: the call ends even with requests
+			// stored but not yet acked. They stay stored, their acks are
+			// lost with the call and the client resends them: a duplicate
+			// that at-least-once delivery allows (the official SDK waits
+			// for acks only up to the announced duration, then resends;
+			// TestRotationDeadlineLeavesStoredBatchesUnacked).
 			return rotationError()
 		case <-ss.ctx.Done():
 			return status.FromContextError(ss.ctx.Err()).Err()

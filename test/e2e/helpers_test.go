@@ -150,15 +150,32 @@ fallback:
 	return dead
 }
 
-// repoRoot finds the module root from this file's location.
+// repoRoot finds the module root from this file's location, or from the
+// working directory go test gives the package when the build trimmed it.
 func repoRoot(tb testing.TB) string {
 	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	require.True(tb, ok)
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	dir := sourceDir()
+	if dir == "" {
+		// Built with -trimpath (make test): file names carry no
+		// directory, and go test runs in the package's directory.
+		wd, err := os.Getwd()
+		require.NoError(tb, err)
+		dir = wd
+	}
+	root := filepath.Clean(filepath.Join(dir, "..", ".."))
 	_, err := os.Stat(filepath.Join(root, "go.mod"))
 	require.NoError(tb, err)
 	return root
+}
+
+// sourceDir is this file's directory as the compiler saw it, or "" when
+// the build trimmed it (-trimpath).
+func sourceDir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return ""
+	}
+	return filepath.Dir(file)
 }
 
 // rowsByID reads back every stored row of table keyed by its id column.

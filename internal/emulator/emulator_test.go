@@ -467,6 +467,7 @@ func TestRotationDeadlineLeavesStoredBatchesUnacked(t *testing.T) {
 	st := srv.Stats().Tables[testTable]
 	assert.EqualValues(t, 5, st.RowsReceived)
 	assert.Zero(t, st.RowsAcked, "and never acked: a client must resend it")
+	assert.EqualValues(t, 5, st.RowsLeftUnacked, "counted as left unacked by a stream the server ended")
 }
 
 func TestConcurrencyCap(t *testing.T) {

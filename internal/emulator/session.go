@@ -254,8 +254,16 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 	}
 }
 
-// end logs how the stream ended and passes its status through.
+// end logs how the stream ended and passes its status through. A stream
+// the server ended itself (any status but OK, or Canceled: the client's
+// doing) leaves its unacked rows to be resent: they are counted in
+// RowsLeftUnacked.
 func (ss *session) end(err error) error {
+	if code := status.Code(err); code != codes.OK && code != codes.Canceled && ss.stat != nil {
+		if left := ss.stat.received() - int64(ss.records.Load()); left > 0 {
+			ss.srv.stats.leftUnacked(ss.table, left)
+		}
+	}
 	ss.srv.log.Debug("stream ended", "table", ss.table, "code", status.Code(err).String(),
 		"err", err, "acked_offset", ss.lastOff.Load(), "acked_records", ss.records.Load())
 	return err

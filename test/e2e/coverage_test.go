@@ -199,23 +199,14 @@ func TestCoverageTableRefusedRowsKeepFlowing(t *testing.T) {
 	require.NoError(t, stop())
 	raw, n := rawOffsets(t, srv.HTTPURL(), table)
 	require.Equal(t, []coverage.Range{{Start: 0, End: int64(next)}}, raw["t/0"].Ranges(), "every row landed")
-	// Duplicates: the contract is at-least-once (docs/protocol.md), and
-	// this test rotates the raw table's streams every 500 ms with a 100 ms
-	// close grace. A batch that becomes durable after the grace ended is
-	// stored, but its ack goes down with the stream, so the output resends
-	// it on the next one, as the official SDK does with what is unacked
-	// when the close period is over: a duplicate the contract allows (a
-	// loaded CI box once stored one 20-row batch twice here). Anything
-	// else stored twice is a bug: a batch the emulator acknowledged and
-	// the output resent anyway, or a coverage failure resending raw rows.
-	// So every duplicate must be a row the emulator received and never
-	// acknowledged.
-	st := srv.Stats().Tables[table]
-	dups, unacked := int64(n-next), st.RowsReceived-st.RowsAcked
-	assert.LessOrEqual(t, dups, unacked, "every duplicate is a row the emulator stored without acknowledging it (%d received, %d acked)",
-		st.RowsReceived, st.RowsAcked)
+	// Streams rotate every 500 ms here with a 100 ms close period: on a
+	// loaded machine a batch stored after it ran out loses its ack with
+	// the stream and is resent (a CI run once stored one 20-row batch
+	// twice). Duplicates are counted, and only those are allowed.
+	dups := n - next
+	left := assertAtLeastOnce(t, srv.Stats().Tables[table], dups)
 	assert.Equal(t, raw["t/0"].Ranges(), covered().Ranges(), "coverage is exactly the rows stored: no gap")
 	assert.Contains(t, logs.String(), "coverage table "+covTable+": written again")
-	t.Logf("%d rows, %d written while the coverage table refused; %d duplicates, %d rows received and never acked (at-least-once)",
-		next, next-refusedAt, dups, unacked)
+	t.Logf("%d rows, %d written while the coverage table refused; %d duplicates, %d rows left unacked by streams the emulator ended (at-least-once)",
+		next, next-refusedAt, dups, left)
 }

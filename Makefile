@@ -50,10 +50,12 @@ chaos: build
 ## soak: the e2e package (the tests make test runs there) SOAK_N times (default 5) beside two
 ## CPU-bound busy loops, to find a flake before CI does: each failed run's failing tests with their
 ## failure lines, then a summary of how often each failed. Logs: bin/soak/. SOAK_RUN=regexp soaks a subset.
-SOAK_N   ?= 5
-SOAK_RUN ?=
+## Each run gets SOAK_TIMEOUT (30m); one slower than TEST_TIMEOUT is reported as a make test timeout.
+SOAK_N       ?= 5
+SOAK_RUN     ?=
+SOAK_TIMEOUT ?= 30m
 soak:
-	./scripts/soak.sh $(SOAK_N) $(TEST_TIMEOUT) '$(SOAK_RUN)'
+	./scripts/soak.sh $(SOAK_N) $(SOAK_TIMEOUT) '$(SOAK_RUN)' $(TEST_TIMEOUT)
 
 ## docs: regenerate docs/components/ from the component specs (internal/docsgen); `make test` fails when they are stale.
 docs:

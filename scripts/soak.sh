@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# soak.sh N TIMEOUT RUN: run the e2e package (the tests `make test` runs there) N times beside two
-# CPU-bound busy loops, to find the flakes a loaded CI box would find. The test binary is compiled
+# soak.sh N TIMEOUT RUN LIMIT: run the e2e package (the tests `make test` runs there) N times beside
+# two CPU-bound busy loops, to find the flakes a loaded CI box would find. The test binary is compiled
 # once; each run's output goes to bin/soak/run-K.log. After each failed run the failing tests are
-# printed with their failure lines (testify's Error Trace … Messages blocks, panics, timeouts);
-# at the end a summary: runs, failed runs, and how often each test failed. Exit status 1 if any
-# run failed. RUN, when not empty, is passed as -test.run (to soak a subset).
+# printed with their failure lines (testify's Error Trace … Messages blocks, panics, timeouts); at the
+# end a summary: runs, failed runs, how often each test failed. TIMEOUT bounds each run (go test's
+# -timeout); a run slower than LIMIT (make test's TEST_TIMEOUT) is reported as one that would have
+# timed out in make test. RUN, when not empty, is passed as -test.run (to soak a subset). Exit
+# status 1 if any run failed.
 set -uo pipefail
 
 n=${1:-5}
 timeout=${2:-12m}
 run=${3:-}
+limit=${4:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 2
 out=$root/bin/soak
@@ -46,7 +49,19 @@ failures() {
 	' "$1"
 }
 
+# seconds converts a Go duration of one unit (90s, 12m, 1h) to seconds.
+seconds() {
+	case $1 in
+	*h) echo $((${1%h} * 3600)) ;;
+	*m) echo $((${1%m} * 60)) ;;
+	*s) echo "${1%s}" ;;
+	*) echo 0 ;;
+	esac
+}
+limit_s=$(seconds "${limit:-0s}")
+
 failed=0
+slow=0
 declare -A count
 for k in $(seq 1 "$n"); do
 	log=$out/run-$k.log
@@ -54,6 +69,10 @@ for k in $(seq 1 "$n"); do
 	(cd "$root/test/e2e" && "$out/e2e.test" -test.count=1 -test.timeout="$timeout" ${run:+-test.run="$run"}) >"$log" 2>&1
 	rc=$?
 	took=$(($(date +%s) - start))
+	if [ "$limit_s" -gt 0 ] && [ "$took" -gt "$limit_s" ]; then
+		slow=$((slow + 1))
+		echo "-- run $k/$n took ${took}s: longer than the make test timeout $limit"
+	fi
 	if [ "$rc" -eq 0 ]; then
 		echo "-- run $k/$n: ok (${took}s)"
 		continue
@@ -70,6 +89,6 @@ for k in $(seq 1 "$n"); do
 done
 
 echo
-echo "== soak summary: $n runs, $failed failed"
+echo "== soak summary: $n runs, $failed failed${limit:+, $slow longer than the make test timeout $limit}"
 for t in "${!count[@]}"; do echo "   ${count[$t]}x $t"; done | sort -rn
 [ "$failed" -eq 0 ]

@@ -118,6 +118,13 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		bh.Silence()
 		faultAt = time.Now()
 	case c.phase == "open":
+		// The fault is in force before the pipeline starts; the hold
+		// counts from its first refused open, so that a pipeline slow to
+		// start (a loaded machine: make soak once saw none within a 4 s
+		// hold) still meets the fault for the whole hold.
+		eventually(t, 30*time.Second, 20*time.Millisecond, "the pipeline never tried to open a stream", func() (bool, string) {
+			return streamStats(t, httpURL, table).StreamsRejected > 0, tail(pipe.out.String(), 10)
+		})
 		faultAt = time.Now()
 	default:
 		eventually(t, 30*time.Second, 20*time.Millisecond, "rows never started landing", func() (bool, string) {
@@ -136,6 +143,9 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		faultAt, landedAtFault = time.Now(), landed()
 	}
 	before := streamStats(t, httpURL, table)
+	if c.phase == "open" && !c.silence {
+		before = emulator.TableStats{} // a fresh emulator: the first refused open counts too
+	}
 	name := c.class + " at " + c.phase
 
 	if c.phase == "shutdown" {

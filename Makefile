@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 12m
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
+.PHONY: all help build test chaos soak docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
 
 all: build
 
@@ -29,9 +29,17 @@ build:
 	$(GOFLAGS_BUILD) -o $(EMU) ./cmd/zerobus-emulator
 
 ## test: everything CI runs — format, vet, staticcheck, the binary, example lint, all tests (race on concurrency packages), SDK conformance.
+## Everything it compiles without -race is built as the release binary is (CGO off, -trimpath).
+# One build configuration for vet, staticcheck (go run, go list), the binary, the tests and the
+# binaries the e2e tests build themselves: they share one build cache, so a fresh machine compiles
+# the module graph twice (that and -race), not three times (vet's configuration, then the release
+# binary's). Exported so that every go command underneath inherits it (GOFLAGS keeps what go env
+# already sets); soak tests the same build.
+test soak: export CGO_ENABLED := 0
+test soak: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath)
 test: fmt-check vet staticcheck build conformance-deps lint-examples
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	CGO_ENABLED=1 go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 ## chaos: the fault matrix (docs/reliability.md), long form: every TestFault* cell (transient,
 ## throttling, permanent mid-stream, missing table, OAuth, silent dead connection, endpoint down,
@@ -48,6 +56,16 @@ chaos: build
 	@mkdir -p bin
 	set -o pipefail; CHAOS_LONG=1 go test -count=1 -p 1 -run '$(CHAOS_TESTS)' -timeout 30m -v ./test/e2e/ 2>&1 | tee bin/chaos.log
 	@echo; echo "== fault matrix (bin/chaos.log) =="; grep -hoE 'fault: .*' bin/chaos.log | sort -u
+
+## soak: the e2e package (the tests make test runs there) SOAK_N times (default 5) beside two
+## CPU-bound busy loops, to find a flake before CI does: each failed run's failing tests with their
+## failure lines, then a summary of how often each failed. Logs: bin/soak/. SOAK_RUN=regexp soaks a subset.
+## Each run gets SOAK_TIMEOUT (30m); one slower than TEST_TIMEOUT is reported as a make test timeout.
+SOAK_N       ?= 5
+SOAK_RUN     ?=
+SOAK_TIMEOUT ?= 30m
+soak:
+	./scripts/soak.sh $(SOAK_N) $(SOAK_TIMEOUT) '$(SOAK_RUN)' $(TEST_TIMEOUT)
 
 ## docs: regenerate docs/components/ from the component specs (internal/docsgen); `make test` fails when they are stale.
 docs:

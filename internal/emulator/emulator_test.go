@@ -433,6 +433,43 @@ func TestRotation(t *testing.T) {
 	assert.EqualValues(t, 10, rowCount(t, srv, testTable))
 }
 
+// TestRotationDeadlineLeavesStoredBatchesUnacked pins what the emulator
+// claims when a rotation's close period runs out before a batch is acked:
+// the batch stays stored, the call ends UNAVAILABLE 6002 without its ack,
+// and the client resends it on its next stream, a duplicate that
+// at-least-once delivery allows. The official SDK waits for in-flight acks
+// only up to the close duration the server announced, then recovers and
+// resends what is unacked (stream_paused_max_wait_time_ms in
+// rust/sdk/src/stream_configuration.rs; the CloseStreamSignal branch in
+// rust/sdk/src/lib.rs); that the service keeps such a batch is an
+// assumption consistent with its at-least-once guarantee. The ack latency
+// stands in for a durability slower than the grace (a loaded machine).
+func TestRotationDeadlineLeavesStoredBatchesUnacked(t *testing.T) {
+	srv := startEmu(t, func(c *Config) {
+		c.Faults = Faults{StreamLifetime: 100 * time.Millisecond, RotationGrace: 200 * time.Millisecond, AckLatency: 5 * time.Second}
+	})
+	conn := dial(t, srv)
+	p, _, err := openPut(t, conn, zerobusToken(t, srv, testTable), testTable, testSchema)
+	require.NoError(t, err)
+	rec := makeBatch(0, 5)
+	defer rec.Release()
+	require.NoError(t, p.send(rec, 0))
+	a, err := p.recv()
+	require.NoError(t, err)
+	require.NotNil(t, a.CloseMS, "the close signal comes first: nothing is acked before the ack latency")
+	assert.Zero(t, a.Records)
+	_, err = p.recv()
+	require.Error(t, err, "the call ends at the deadline with the batch unacked")
+	assert.Equal(t, codes.Unavailable, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "Error Code: 6002")
+	require.Eventually(t, func() bool { return rowCount(t, srv, testTable) == 5 }, 10*time.Second, 20*time.Millisecond,
+		"the batch is stored all the same")
+	st := srv.Stats().Tables[testTable]
+	assert.EqualValues(t, 5, st.RowsReceived)
+	assert.Zero(t, st.RowsAcked, "and never acked: a client must resend it")
+	assert.EqualValues(t, 5, st.RowsLeftUnacked, "counted as left unacked by a stream the server ended")
+}
+
 func TestConcurrencyCap(t *testing.T) {
 	srv := startEmu(t, func(c *Config) { c.Faults.MaxStreamsPerTable = 2 })
 	conn := dial(t, srv)

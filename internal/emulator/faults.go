@@ -306,6 +306,12 @@ type TableStats struct {
 	RowsReceived    int64 `json:"rows_received"`
 	// RowsAcked counts rows covered by acks sent.
 	RowsAcked int64 `json:"rows_acked"`
+	// RowsLeftUnacked counts the rows of streams the server ended itself
+	// (a rotation's close period over, a refused batch, a failure) that it
+	// had received and not acknowledged. Stored or not, a client resends
+	// them, so they bound the duplicates at-least-once delivery allows. A
+	// stream the client half-closed or cancelled adds nothing.
+	RowsLeftUnacked int64 `json:"rows_left_unacked"`
 	// RowCount is the number of rows stored (durable) in the table, replayed
 	// ones included; Commits the Delta commits written since start;
 	// DeltaVersion the latest Delta log version (-1: none).
@@ -417,6 +423,12 @@ func (c *statsCollector) batch(name string, rows int64) {
 func (c *statsCollector) acked(name string, rows int64) {
 	c.mu.Lock()
 	c.table(name).RowsAcked += rows
+	c.mu.Unlock()
+}
+
+func (c *statsCollector) leftUnacked(name string, rows int64) {
+	c.mu.Lock()
+	c.table(name).RowsLeftUnacked += rows
 	c.mu.Unlock()
 }
 

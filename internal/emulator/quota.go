@@ -207,6 +207,13 @@ func (s *streamStat) request(rows, bytes int64, waited time.Duration) {
 	s.throttled += waited
 }
 
+// received is the rows the stream's requests carried so far.
+func (s *streamStat) received() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rows
+}
+
 func (s *streamStat) reject() {
 	s.mu.Lock()
 	s.rejected++

@@ -248,6 +248,12 @@ func (ss *session) run(recvDone <-chan error, f *Faults) error {
 			defer t.Stop()
 			graceEnd = t.C
 		case <-graceEnd:
+			// The close period is over: the call ends even with requests
+			// stored but not yet acked. They stay stored, their acks are
+			// lost with the call and the client resends them: a duplicate
+			// that at-least-once delivery allows (the official SDK waits
+			// for acks only up to the announced duration, then resends;
+			// TestRotationDeadlineLeavesStoredBatchesUnacked).
 			return rotationError()
 		case <-ss.gone:
 			return droppedStatus(ss.table, ss.tableID)
@@ -280,8 +286,16 @@ func droppedStatus(table, tableID string) error {
 	return status.Errorf(codes.NotFound, "table %s does not exist: it was dropped (table_id %s)", table, tableID)
 }
 
-// end logs how the stream ended and passes its status through.
+// end logs how the stream ended and passes its status through. A stream
+// the server ended itself (any status but OK, or Canceled: the client's
+// doing) leaves its unacked rows to be resent: they are counted in
+// RowsLeftUnacked.
 func (ss *session) end(err error) error {
+	if code := status.Code(err); code != codes.OK && code != codes.Canceled && ss.stat != nil {
+		if left := ss.stat.received() - int64(ss.records.Load()); left > 0 {
+			ss.srv.stats.leftUnacked(ss.table, left)
+		}
+	}
 	ss.srv.log.Debug("stream ended", "table", ss.table, "code", status.Code(err).String(),
 		"err", err, "acked_offset", ss.lastOff.Load(), "acked_records", ss.records.Load())
 	return err

@@ -254,41 +254,39 @@ func (r *Router) writeShared(ctx context.Context, table string, rows []Row, keyO
 	r.mu.Unlock()
 	r.closeInBackground(victims)
 
-	for {
+	select {
+	case <-sw.done:
+		return sw.errs, sw.err
+	case <-sw.lead: // leading: wait for the grant
 		select {
-		case <-sw.done:
+		case <-wt.ready:
+			r.writeSubs(wt)
 			return sw.errs, sw.err
-		case <-sw.lead: // leading: wait for the grant
-			select {
-			case <-wt.ready:
-				r.writeSubs(wt)
-				return sw.errs, sw.err
-			case <-ctx.Done():
-			}
 		case <-ctx.Done():
 		}
-		// ctx ended: leave the line, unless the writer was granted
-		// meanwhile (then the rows are written with the others, bounded by
-		// their ctx: wait for the outcome).
-		r.mu.Lock()
-		if wt.settled {
-			leads := wt.subs[0] == sw
-			r.mu.Unlock()
-			if leads {
-				r.writeSubs(wt)
-			}
-			<-sw.done
-			return sw.errs, sw.err
-		}
-		i := slices.Index(wt.subs, sw)
-		wt.subs = slices.Delete(wt.subs, i, i+1)
-		if i == 0 && len(wt.subs) > 0 {
-			close(wt.subs[0].lead) // the next one leads
-		}
-		r.leaveLocked(el)
-		r.mu.Unlock()
-		return nil, ctx.Err()
+	case <-ctx.Done():
 	}
+	// ctx ended: leave the line, unless the writer was granted
+	// meanwhile (then the rows are written with the others, bounded by
+	// their ctx: wait for the outcome).
+	r.mu.Lock()
+	if wt.settled {
+		leads := wt.subs[0] == sw
+		r.mu.Unlock()
+		if leads {
+			r.writeSubs(wt)
+		}
+		<-sw.done
+		return sw.errs, sw.err
+	}
+	i := slices.Index(wt.subs, sw)
+	wt.subs = slices.Delete(wt.subs, i, i+1)
+	if i == 0 && len(wt.subs) > 0 {
+		close(wt.subs[0].lead) // the next one leads
+	}
+	r.leaveLocked(el)
+	r.mu.Unlock()
+	return nil, ctx.Err()
 }
 
 // writeSubs is the leader's work once wt is settled: the rows of every

@@ -198,8 +198,15 @@ func TestCoverageTableRefusedRowsKeepFlowing(t *testing.T) {
 	})
 	require.NoError(t, stop())
 	raw, n := rawOffsets(t, srv.HTTPURL(), table)
-	require.Equal(t, next, n, "every row landed once")
+	require.Equal(t, []coverage.Range{{Start: 0, End: int64(next)}}, raw["t/0"].Ranges(), "every row landed")
+	// Streams rotate every 500 ms here with a 100 ms close period: on a
+	// loaded machine a batch stored after it ran out loses its ack with
+	// the stream and is resent (a CI run once stored one 20-row batch
+	// twice). Duplicates are counted, and only those are allowed.
+	dups := n - next
+	left := assertAtLeastOnce(t, srv.Stats().Tables[table], dups)
 	assert.Equal(t, raw["t/0"].Ranges(), covered().Ranges(), "coverage is exactly the rows stored: no gap")
 	assert.Contains(t, logs.String(), "coverage table "+covTable+": written again")
-	t.Logf("%d rows, %d written while the coverage table refused", next, next-refusedAt)
+	t.Logf("%d rows, %d written while the coverage table refused; %d duplicates, %d rows left unacked by streams the emulator ended (at-least-once)",
+		next, next-refusedAt, dups, left)
 }

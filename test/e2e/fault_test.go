@@ -161,7 +161,10 @@ func TestFaultPermanentMidStream(t *testing.T) {
 	assert.Zero(t, nacked, "no batch is nacked into the input while the fault lasts (held):\n%s", tail(faultLog, 8))
 	assert.Equal(t, 1, explained, "one explanation naming what to do (grant MODIFY):\n%s", tail(faultLog, 8))
 	assert.Equal(t, rows, distinct, "every row landed")
-	assert.Zero(t, dups, "every row landed exactly once")
+	// A refused batch ends its stream at once: batches before it that the
+	// emulator stored but had not acked yet are resent (16 rows once, on a
+	// loaded machine).
+	assertAtLeastOnce(t, emulatorStats(t, httpURL).Tables[eventsTable], dups)
 	assert.Less(t, healed, 10*time.Second, "healed within one back-off step of the clear")
 }
 
@@ -533,6 +536,7 @@ func TestFaultTransientAndThrottling(t *testing.T) {
 			faultLine(t, "%s (%s, then 5s more): rows sent=%d landed=%d distinct=%d dups=%d; stream opens during=%d, refused opens=%d; nacked batches=%d; all rows landed %s after clear",
 				tc.name, tc.faults, rows, stored, distinct, dups, opens, rejected, countLines(faultLog, "Failed to send message"), all.Round(10*time.Millisecond))
 			assert.Equal(t, rows, distinct, "nothing lost")
+			assertAtLeastOnce(t, emulatorStats(t, httpURL).Tables[eventsTable], dups)
 			assert.LessOrEqual(t, rejected, int64(10), "the service's hint is honoured: no storm of refused opens")
 		})
 	}

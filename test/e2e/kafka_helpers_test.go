@@ -91,15 +91,6 @@ func (b *kafkaBroker) restart() {
 	}
 }
 
-// client is a franz-go client of the broker, closed at cleanup.
-func (b *kafkaBroker) client(opts ...kgo.Opt) *kgo.Client {
-	b.tb.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.addr), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
-	require.NoError(b.tb, err)
-	b.tb.Cleanup(cl.Close)
-	return cl
-}
-
 // kafkaValue is record id's value: {"id": id, "msg": "<size bytes>"}.
 func kafkaValue(id, size int) []byte {
 	return []byte(fmt.Sprintf(`{"id":%d,"msg":"%s"}`, id, strings.Repeat("x", size)))

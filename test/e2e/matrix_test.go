@@ -118,6 +118,13 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		bh.Silence()
 		faultAt = time.Now()
 	case c.phase == "open":
+		// The fault is in force before the pipeline starts; the hold
+		// counts from its first refused open, so that a pipeline slow to
+		// start (a loaded machine: make soak once saw none within a 4 s
+		// hold) still meets the fault for the whole hold.
+		eventually(t, 30*time.Second, 20*time.Millisecond, "the pipeline never tried to open a stream", func() (bool, string) {
+			return streamStats(t, httpURL, table).StreamsRejected > 0, tail(pipe.out.String(), 10)
+		})
 		faultAt = time.Now()
 	default:
 		eventually(t, 30*time.Second, 20*time.Millisecond, "rows never started landing", func() (bool, string) {
@@ -136,6 +143,9 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		faultAt, landedAtFault = time.Now(), landed()
 	}
 	before := streamStats(t, httpURL, table)
+	if c.phase == "open" && !c.silence {
+		before = emulator.TableStats{} // a fresh emulator: the first refused open counts too
+	}
 	name := c.class + " at " + c.phase
 
 	if c.phase == "shutdown" {
@@ -150,7 +160,7 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 			strings.TrimSpace(firstLineWith(logs, "zerobus: closed")), stored, distinct, dups)
 		assert.LessOrEqual(t, took, matrixCloseTimeout+time.Second, "exit within close_timeout + 1 s:\n%s", tail(logs, 30))
 		assert.Equal(t, 1, notDelivered+allDelivered, "one closing line says what was not delivered:\n%s", tail(logs, 30))
-		assert.Zero(t, dups, "no row stored twice")
+		assertAtLeastOnce(t, emulatorStats(t, httpURL).Tables[table], dups)
 		return
 	}
 
@@ -214,13 +224,11 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		}
 	}
 	assert.Equal(t, rows, distinct, "every row landed")
-	if c.class == "transient" && c.phase == "mid" {
-		// A stream failed mid-flight loses the acks of batches stored but
-		// not yet acknowledged; the output resends them: duplicates that
-		// at-least-once delivery allows, measured above.
-		return
-	}
-	assert.Zero(t, dups, "no row stored twice")
+	// A stream the emulator ends (a failure, a refused batch, a rotation's
+	// close period over) loses the acks of batches stored but not yet
+	// acknowledged; the output resends them: duplicates that at-least-once
+	// delivery allows, measured above, and only those.
+	assertAtLeastOnce(t, emulatorStats(t, httpURL).Tables[table], dups)
 }
 
 // streamStatsDelta is what the emulator counted for a table between two

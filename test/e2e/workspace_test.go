@@ -157,7 +157,7 @@ func TestFaultWorkspaceDown(t *testing.T) {
 	assert.LessOrEqual(t, explained, 2, "explained once per cause, not per reconnect:\n%s", tail(faultLog, 20))
 	assert.Less(t, healthy, 20*time.Second, "healed within a back-off step")
 	assert.Equal(t, rows, distinct, "every row landed")
-	assert.Zero(t, dups, "no row stored twice")
+	assertAtLeastOnce(t, emulatorStats(t, r.httpURL).Tables[workspaceTable], dups) // rotations, a 300 ms close period
 }
 
 // Tokens expire while the pipeline runs. The official SDK takes a token when
@@ -192,5 +192,5 @@ func TestFaultTokenExpiryAcrossRotations(t *testing.T) {
 	assert.GreaterOrEqual(t, 2*st.TokensIssued, ts.StreamsOpened, "reopens after expiry fetched fresh tokens")
 	assert.Zero(t, unauth, "no open refused for an expired token:\n%s", firstLineWith(logs, "nauthenticated"))
 	assert.Equal(t, rows, distinct, "every row landed")
-	assert.Zero(t, dups, "no row stored twice")
+	assertAtLeastOnce(t, emulatorStats(t, r.httpURL).Tables[workspaceTable], dups) // rotations, a 300 ms close period
 }

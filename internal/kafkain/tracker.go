@@ -213,13 +213,52 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 	if p.leaving || len(recs) == 0 {
 		return
 	}
-	for _, r := range recs {
-		p.pending = append(p.pending, r)
-		p.pendBy += recordBytes(r)
-	}
+	p.pending = slices.Grow(p.pending, len(recs))
+	p.pendBy += detach(recs, tp.Topic, func(r *kgo.Record) { p.pending = append(p.pending, r) })
 	p.unacked += len(recs)
 	t.flowLocked(p)
 	t.broadcast()
+}
+
+// detach copies recs (all of partition topic) into records of its own and
+// passes each to keep, returning their size (recordBytes summed). The copies
+// share one slab of records and one buffer of keys, values and headers,
+// exactly as large as they need. Keeping franz-go's records instead would
+// pin what they point into until the last of them is acknowledged: the slab
+// of every record of their fetch and the whole decompressed record batch (a
+// 200-byte record held ~a megabyte); the copies free those once the poll's
+// fetches are dropped, and what stays is proportional to the records still
+// held.
+func detach(recs []*kgo.Record, topic string, keep func(*kgo.Record)) int {
+	size := 0
+	for _, r := range recs {
+		size += recordBytes(r)
+	}
+	buf := make([]byte, 0, size)
+	clone := func(b []byte) []byte {
+		if b == nil {
+			return nil // a tombstone stays one
+		}
+		at := len(buf)
+		buf = append(buf, b...)
+		return buf[at:len(buf):len(buf)]
+	}
+	slab := make([]kgo.Record, len(recs))
+	for i, r := range recs {
+		c := &slab[i]
+		c.Key, c.Value = clone(r.Key), clone(r.Value)
+		if len(r.Headers) > 0 {
+			c.Headers = make([]kgo.RecordHeader, len(r.Headers))
+			for j, h := range r.Headers {
+				c.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: clone(h.Value)}
+			}
+		}
+		c.Timestamp, c.Topic, c.Partition = r.Timestamp, topic, r.Partition
+		c.Attrs, c.ProducerEpoch, c.ProducerID = r.Attrs, r.ProducerEpoch, r.ProducerID
+		c.LeaderEpoch, c.Offset = r.LeaderEpoch, r.Offset
+		keep(c)
+	}
+	return size
 }
 
 func recordBytes(r *kgo.Record) int {
@@ -228,6 +267,35 @@ func recordBytes(r *kgo.Record) int {
 		n += len(h.Key) + len(h.Value)
 	}
 	return n
+}
+
+// Room returns how many more records the tracker takes before every
+// partition it fetches reaches its bound: the sum, over the owned partitions
+// still fetching, of MaxUnacked less their unacknowledged records. With no
+// partition yet it is one partition's bound. The poll loop asks franz-go for
+// no more than this, so that the rest of a fetch stays in franz-go's one
+// buffered fetch instead of piling up here on top of the next one.
+func (t *Tracker) Room() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.parts) == 0 {
+		return t.lim.MaxUnacked
+	}
+	room := 0
+	for _, p := range t.parts {
+		if !p.paused && !p.leaving {
+			room += max(t.lim.MaxUnacked-p.unacked, 0)
+		}
+	}
+	return room
+}
+
+// Changed returns a channel closed at the tracker's next change (an add, a
+// hand-out, an ack, a revoke, a release).
+func (t *Tracker) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
 }
 
 // flowLocked pauses or resumes fetching p as its holdings require.

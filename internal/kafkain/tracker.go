@@ -214,51 +214,13 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 		return
 	}
 	p.pending = slices.Grow(p.pending, len(recs))
-	p.pendBy += detach(recs, tp.Topic, func(r *kgo.Record) { p.pending = append(p.pending, r) })
+	for _, r := range recs {
+		p.pending = append(p.pending, r)
+		p.pendBy += recordBytes(r)
+	}
 	p.unacked += len(recs)
 	t.flowLocked(p)
 	t.broadcast()
-}
-
-// detach copies recs (all of partition topic) into records of its own and
-// passes each to keep, returning their size (recordBytes summed). The copies
-// share one slab of records and one buffer of keys, values and headers,
-// exactly as large as they need. Keeping franz-go's records instead would
-// pin what they point into until the last of them is acknowledged: the slab
-// of every record of their fetch and the whole decompressed record batch (a
-// 200-byte record held ~a megabyte); the copies free those once the poll's
-// fetches are dropped, and what stays is proportional to the records still
-// held.
-func detach(recs []*kgo.Record, topic string, keep func(*kgo.Record)) int {
-	size := 0
-	for _, r := range recs {
-		size += recordBytes(r)
-	}
-	buf := make([]byte, 0, size)
-	clone := func(b []byte) []byte {
-		if b == nil {
-			return nil // a tombstone stays one
-		}
-		at := len(buf)
-		buf = append(buf, b...)
-		return buf[at:len(buf):len(buf)]
-	}
-	slab := make([]kgo.Record, len(recs))
-	for i, r := range recs {
-		c := &slab[i]
-		c.Key, c.Value = clone(r.Key), clone(r.Value)
-		if len(r.Headers) > 0 {
-			c.Headers = make([]kgo.RecordHeader, len(r.Headers))
-			for j, h := range r.Headers {
-				c.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: clone(h.Value)}
-			}
-		}
-		c.Timestamp, c.Topic, c.Partition = r.Timestamp, topic, r.Partition
-		c.Attrs, c.ProducerEpoch, c.ProducerID = r.Attrs, r.ProducerEpoch, r.ProducerID
-		c.LeaderEpoch, c.Offset = r.LeaderEpoch, r.Offset
-		keep(c)
-	}
-	return size
 }
 
 func recordBytes(r *kgo.Record) int {

@@ -408,37 +408,3 @@ func TestTrackerRoomBoundsThePoll(t *testing.T) {
 	tr.Revoke([]TP{tp1})
 	assert.Equal(t, 5, tr.Room(), "a leaving partition takes nothing")
 }
-
-// TestTrackerDetachesRecords: the tracker keeps copies of the fetched
-// records, not franz-go's (which pin their whole fetch): changing the
-// fetched bytes changes nothing handed out, and a tombstone (nil value)
-// stays one while an empty value stays empty.
-func TestTrackerDetachesRecords(t *testing.T) {
-	tr := NewTracker(lim10, nil, false)
-	tr.Assign([]TP{tp0})
-	ts := time.UnixMilli(1700000000123)
-	fetched := []*kgo.Record{
-		{Topic: "t", Offset: 7, LeaderEpoch: 3, Timestamp: ts, Key: []byte("k"), Value: []byte("v1"),
-			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("hv")}}},
-		{Topic: "t", Offset: 8, Value: nil},
-		{Topic: "t", Offset: 9, Value: []byte{}},
-	}
-	tr.Add(tp0, fetched, 10)
-	fetched[0].Key[0], fetched[0].Value[0], fetched[0].Headers[0].Value[0] = 'X', 'X', 'X'
-	recs := tr.Handed(next(t, tr))
-	require.Len(t, recs, 3)
-	assert.NotSame(t, fetched[0], recs[0])
-	assert.Equal(t, "k", string(recs[0].Key))
-	assert.Equal(t, "v1", string(recs[0].Value))
-	assert.Equal(t, []kgo.RecordHeader{{Key: "h", Value: []byte("hv")}}, recs[0].Headers)
-	assert.Equal(t, int64(7), recs[0].Offset)
-	assert.Equal(t, int32(3), recs[0].LeaderEpoch)
-	assert.True(t, ts.Equal(recs[0].Timestamp))
-	assert.Nil(t, recs[1].Value, "a tombstone stays nil")
-	assert.NotNil(t, recs[2].Value, "an empty value is not a tombstone")
-	assert.Empty(t, recs[2].Value)
-	// Appending to one value must not run into the next.
-	_ = append(recs[0].Value, 'Z')
-	assert.Nil(t, recs[1].Value)
-	assert.Equal(t, "v1", string(recs[0].Value))
-}

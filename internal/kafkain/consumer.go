@@ -379,7 +379,22 @@ func (c *Consumer) pollLoop() {
 	defer c.loops.Done()
 	idle := time.Duration(0)
 	for {
-		fs := c.cl.PollFetches(c.pollCtx)
+		// Take no more than the tracker has room for: the rest stays
+		// in franz-go's buffered fetch (which it does not replace
+		// until it is drained), so a fetch is held once, not twice.
+		room := c.track.Room()
+		if room == 0 {
+			select {
+			case <-c.pollCtx.Done():
+				return
+			case <-c.track.Changed():
+			case <-time.After(100 * time.Millisecond):
+				// Partitions assigned since are counted at the
+				// next look.
+			}
+			continue
+		}
+		fs := c.cl.PollRecords(c.pollCtx, room)
 		if c.pollCtx.Err() != nil || fs.IsClientClosed() {
 			c.cl.AllowRebalance()
 			return

@@ -213,6 +213,7 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 	if p.leaving || len(recs) == 0 {
 		return
 	}
+	p.pending = slices.Grow(p.pending, len(recs))
 	for _, r := range recs {
 		p.pending = append(p.pending, r)
 		p.pendBy += recordBytes(r)
@@ -228,6 +229,35 @@ func recordBytes(r *kgo.Record) int {
 		n += len(h.Key) + len(h.Value)
 	}
 	return n
+}
+
+// Room returns how many more records the tracker takes before every
+// partition it fetches reaches its bound: the sum, over the owned partitions
+// still fetching, of MaxUnacked less their unacknowledged records. With no
+// partition yet it is one partition's bound. The poll loop asks franz-go for
+// no more than this, so that the rest of a fetch stays in franz-go's one
+// buffered fetch instead of piling up here on top of the next one.
+func (t *Tracker) Room() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.parts) == 0 {
+		return t.lim.MaxUnacked
+	}
+	room := 0
+	for _, p := range t.parts {
+		if !p.paused && !p.leaving {
+			room += max(t.lim.MaxUnacked-p.unacked, 0)
+		}
+	}
+	return room
+}
+
+// Changed returns a channel closed at the tracker's next change (an add, a
+// hand-out, an ack, a revoke, a release).
+func (t *Tracker) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
 }
 
 // flowLocked pauses or resumes fetching p as its holdings require.

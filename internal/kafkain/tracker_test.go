@@ -380,3 +380,31 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 		assert.LessOrEqual(t, s.Unacked, 0)
 	}
 }
+
+// TestTrackerRoomBoundsThePoll: Room is the records the tracker takes
+// before its partitions reach MaxUnacked; a paused or leaving partition
+// counts for nothing, and with no partition yet it is one partition's cap.
+func TestTrackerRoomBoundsThePoll(t *testing.T) {
+	tp1 := TP{"t", 1}
+	lim := lim10
+	lim.MaxUnacked = 25
+	tr := NewTracker(lim, &flowLog{paused: map[TP]bool{}}, false)
+	assert.Equal(t, 25, tr.Room(), "no partition yet")
+	tr.Assign([]TP{tp0, tp1})
+	assert.Equal(t, 50, tr.Room())
+	tr.Add(tp0, records(tp0, 0, 20), 20)
+	assert.Equal(t, 5+25, tr.Room())
+	ch := tr.Changed()
+	tr.Add(tp0, records(tp0, 20, 10), 30)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("an add closes Changed's channel")
+	}
+	assert.Equal(t, 25, tr.Room(), "tp0 paused at the cap")
+	b := next(t, tr)
+	tr.Ack(b, 1, nil)
+	assert.Equal(t, 25-20+25, tr.Room(), "tp0 resumed with 20 unacked")
+	tr.Revoke([]TP{tp1})
+	assert.Equal(t, 5, tr.Room(), "a leaving partition takes nothing")
+}

@@ -95,7 +95,7 @@ const (
 )
 
 // DefaultMaxUnacked is the default of max_unacked_per_partition.
-const DefaultMaxUnacked = 4096
+const DefaultMaxUnacked = 16384
 
 // bytesRE is the shape humanize.ParseBytes reads ("1MB", "50MiB", "1B",
 // "32KB", "1048576"), for lint.
@@ -292,7 +292,7 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Description("The maximum size of each batch this input yields (records of one partition; a larger record goes alone).").
 				Default("32KB").LintRule(bytesLint(fMaxYieldBytes)).Advanced(),
 			service.NewIntField(fMaxUnacked).
-				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses. It bounds the input's memory and is its back-pressure; a fetch already under way may add one more `fetch_max_partition_bytes`.").
+				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses. It bounds the input's memory and is its back-pressure: the input takes from franz-go no more records than its partitions have room for (the rest of a fetch stays in franz-go's buffer). The default, 16384, keeps a few partitions above what the zerobus output holds in flight at its defaults (16 batches of 4,000 rows); a lower one starves it.").
 				Default(DefaultMaxUnacked).LintRule(lintrule.AtLeast(fMaxUnacked, 1)).Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).

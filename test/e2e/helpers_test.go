@@ -25,6 +25,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 )

@@ -9,7 +9,7 @@ DATE       ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS    := -s -w -X main.version=$(VERSION) -X main.dateBuilt=$(DATE)
 GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 # Packages whose correctness is about concurrency: always run under the race detector.
-RACE_PKGS  := ./internal/acklane/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
+RACE_PKGS  := ./internal/acklane/... ./internal/kafkain/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 15m
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2

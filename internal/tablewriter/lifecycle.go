@@ -223,6 +223,10 @@ var errTableMissing = errors.New("the table does not exist")
 // table, with the advice a user needs.
 func Classify(table string, err error) Fault { return classify(table, "", err) }
 
+// causeTableMissing is the one cause of a table that does not exist: a
+// describe that finds none and a stream refused NOT_FOUND (dropped under it).
+const causeTableMissing = "table missing"
+
 // classify is Classify naming principal (the service principal's
 // application id, "" when unknown) in the grants to issue.
 func classify(table, principal string, err error) Fault {
@@ -232,7 +236,7 @@ func classify(table, principal string, err error) Fault {
 		f.Class, f.Cause = FaultClosed, "closed"
 		return f
 	case errors.Is(err, errTableMissing):
-		f.Class, f.Cause = FaultPermanent, "table missing"
+		f.Class, f.Cause = FaultPermanent, causeTableMissing
 		f.Advice = fmt.Sprintf("create table %s, or set catalog.provision: true so the output creates it", table)
 		return f
 	}
@@ -276,7 +280,7 @@ func classify(table, principal string, err error) Fault {
 		// One cause with errTableMissing: a stream refused NOT_FOUND (the
 		// table dropped under it) and the describe that then finds no
 		// table are one problem, explained once.
-		f.Cause, f.Advice = "table missing", fmt.Sprintf("create table %s (or its catalog and schema), or set catalog.provision: true", table)
+		f.Cause, f.Advice = causeTableMissing, fmt.Sprintf("create table %s (or its catalog and schema), or set catalog.provision: true", table)
 	default:
 		f.Cause, f.Advice = "permanent", "fix the cause named here; the output retries with back-off and resumes once it is fixed, no restart needed"
 		if zerr {

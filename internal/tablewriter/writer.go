@@ -597,7 +597,7 @@ func (w *Writer) stopLocked(p *pool.Pool, cause error) {
 // not backed off.
 func (w *Writer) classify(err error) Fault {
 	f := classify(w.cfg.Table, w.cfg.Principal, err)
-	if f.Cause == "table missing" && w.cfg.Provision {
+	if f.Cause == causeTableMissing && w.cfg.Provision {
 		f.Class = FaultTransient
 		f.Advice = "nothing: catalog.provision creates it again at the next open, with the columns the output wrote"
 	}

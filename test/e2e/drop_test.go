@@ -218,16 +218,8 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 	// dead is each dead-lettered id and the column its dead letter names.
 	dead := func() map[int64]string {
 		out := map[int64]string{}
-		if _, err := fetchTableInfo(httpURL, dlq); err != nil {
-			return out
-		}
-		for _, r := range readRows(t, httpURL, dlq) {
-			var m struct {
-				ID int64 `json:"id"`
-			}
-			p, _ := r["payload"].(string)
-			require.NoError(t, json.Unmarshal([]byte(p), &m), "payload %v", r)
-			out[m.ID] = fmt.Sprint(r["column_name"])
+		for _, d := range readDeadLetterRows(t, httpURL, dlq) {
+			out[d.id] = d.column
 		}
 		return out
 	}
@@ -309,16 +301,8 @@ func TestDropDeadLetterAndCoverageTables(t *testing.T) {
 	logFrom := len(pipe.out.String())
 	deadIDs := func() map[int64]int {
 		out := map[int64]int{}
-		if _, err := fetchTableInfo(httpURL, dlq); err != nil {
-			return out
-		}
-		for _, r := range readRows(t, httpURL, dlq) {
-			var m struct {
-				ID int64 `json:"id"`
-			}
-			p, _ := r["payload"].(string)
-			require.NoError(t, json.Unmarshal([]byte(p), &m), "payload %v", r)
-			out[m.ID]++
+		for _, d := range readDeadLetterRows(t, httpURL, dlq) {
+			out[d.id]++
 		}
 		return out
 	}
@@ -397,4 +381,30 @@ func TestDropDeadLetterAndCoverageTables(t *testing.T) {
 	for id := range dl {
 		assert.Equal(t, int64(9), id%10, "id %d dead-lettered, but it fits", id)
 	}
+}
+
+// deadLetterRow is one row of a dead-letter table: the id of the message in
+// its payload and the column its error names.
+type deadLetterRow struct {
+	id     int64
+	column string
+}
+
+// readDeadLetterRows reads the dead-letter table dlq (none while it does not
+// exist), decoding each payload's id.
+func readDeadLetterRows(t *testing.T, httpURL, dlq string) []deadLetterRow {
+	t.Helper()
+	if _, err := fetchTableInfo(httpURL, dlq); err != nil {
+		return nil
+	}
+	var out []deadLetterRow
+	for _, r := range readRows(t, httpURL, dlq) {
+		var m struct {
+			ID int64 `json:"id"`
+		}
+		p, _ := r["payload"].(string)
+		require.NoError(t, json.Unmarshal([]byte(p), &m), "payload %v", r)
+		out = append(out, deadLetterRow{id: m.ID, column: fmt.Sprint(r["column_name"])})
+	}
+	return out
 }

@@ -11,6 +11,8 @@ GOFLAGS_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)'
 # Packages whose correctness is about concurrency: always run under the race detector.
 RACE_PKGS  := ./internal/acklane/... ./internal/kafkain/... ./internal/pool/... ./internal/ingest/... ./internal/tablewriter/... ./plugin/...
 TEST_TIMEOUT ?= 15m
+# How many t.Parallel tests of one package make test runs at once.
+TEST_PARALLEL ?= 4
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -37,9 +39,21 @@ build:
 # already sets); soak tests the same build.
 test soak: export CGO_ENABLED := 0
 test soak: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath)
+# The concurrency packages (RACE_PKGS) run only under the race detector, every other package
+# without it, and the two passes run at the same time: the e2e package spends most of its time
+# waiting on the binaries it drives, and the race pass's compile and tests fill that time. The
+# race pass's output is kept in bin/test-race.log and printed when both have ended. Tests that
+# call t.Parallel (the e2e package's long ones, each with its own emulator and binaries) run
+# TEST_PARALLEL at a time.
 test: fmt-check vet staticcheck build conformance-deps lint-examples
-	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	CGO_ENABLED=1 go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	@mkdir -p bin
+	@plain=$$(comm -23 <(go list ./... | sort) <(go list $(RACE_PKGS) | sort)); \
+	CGO_ENABLED=1 go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS) >bin/test-race.log 2>&1 & race=$$!; \
+	echo "go test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) <every package but RACE_PKGS>   (race pass: bin/test-race.log)"; \
+	go test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $$plain; plainrc=$$?; \
+	wait $$race; racerc=$$?; \
+	echo "== CGO_ENABLED=1 go test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)"; cat bin/test-race.log; \
+	[ $$plainrc -eq 0 ] && [ $$racerc -eq 0 ]
 
 ## chaos: the fault matrix (docs/reliability.md), long form: every TestFault* cell (transient,
 ## throttling, permanent mid-stream, missing table, OAuth, silent dead connection, endpoint down,
@@ -65,7 +79,7 @@ SOAK_N       ?= 5
 SOAK_RUN     ?=
 SOAK_TIMEOUT ?= 30m
 soak:
-	./scripts/soak.sh $(SOAK_N) $(SOAK_TIMEOUT) '$(SOAK_RUN)' $(TEST_TIMEOUT)
+	SOAK_PARALLEL=$(TEST_PARALLEL) ./scripts/soak.sh $(SOAK_N) $(SOAK_TIMEOUT) '$(SOAK_RUN)' $(TEST_TIMEOUT)
 
 ## docs: regenerate docs/components/ from the component specs (internal/docsgen); `make test` fails when they are stale.
 docs:

@@ -66,7 +66,7 @@ declare -A count
 for k in $(seq 1 "$n"); do
 	log=$out/run-$k.log
 	start=$(date +%s)
-	(cd "$root/test/e2e" && "$out/e2e.test" -test.count=1 -test.timeout="$timeout" ${run:+-test.run="$run"}) >"$log" 2>&1
+	(cd "$root/test/e2e" && "$out/e2e.test" -test.count=1 -test.parallel="${SOAK_PARALLEL:-4}" -test.timeout="$timeout" ${run:+-test.run="$run"}) >"$log" 2>&1
 	rc=$?
 	took=$(($(date +%s) - start))
 	if [ "$limit_s" -gt 0 ] && [ "$took" -gt "$limit_s" ]; then

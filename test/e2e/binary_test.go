@@ -224,6 +224,7 @@ const (
 )
 
 func TestBinaryQuickstart(t *testing.T) {
+	t.Parallel()
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", quickstartTable+":"+quickstartCols)
 	const rows = 3000
 	logs := runExample(t, httpURL, grpcURL, "quickstart.yaml", fmt.Sprintf("QUICKSTART_COUNT=%d", rows), "LOG_LEVEL=INFO", "GOMEMLIMIT=")

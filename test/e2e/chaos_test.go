@@ -106,6 +106,7 @@ func chaosPlanFromEnv() (string, chaosPlan) {
 }
 
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	name, plan := chaosPlanFromEnv()
 	binaries(t) // built first, so the times below are the run's own
 	begin := time.Now()

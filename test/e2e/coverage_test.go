@@ -102,6 +102,7 @@ coverage:
 // table catches up by itself, no restart: its ranges are exactly the rows
 // stored.
 func TestCoverageTableRefusedRowsKeepFlowing(t *testing.T) {
+	t.Parallel()
 	const (
 		table    = "main.default.cov_refused"
 		covTable = table + "_zb_coverage"

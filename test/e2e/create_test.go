@@ -19,6 +19,7 @@ import (
 // The printed optional fields are empty defaults, never examples posing as
 // values (a corporate proxy, an ordering key).
 func TestCreatedConfigLintsAndRuns(t *testing.T) {
+	t.Parallel()
 	const table = "main.default.created"
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", table+":id BIGINT NOT NULL, device STRING, _zb_emit_ts TIMESTAMP")
 

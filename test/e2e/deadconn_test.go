@@ -30,6 +30,7 @@ import (
 // had stored would make the output resend that batch, a duplicate that
 // at-least-once delivery allows and this test does not set out to measure.
 func TestFaultSilentDeadConnection(t *testing.T) {
+	t.Parallel()
 	const (
 		table    = "main.default.deadconn"
 		rows     = 1000 // 25 s at 40 rows/s

@@ -115,6 +115,7 @@ func dups(ids map[int64]int) int {
 // restart. Every row is either in the new table or was acknowledged before
 // the drop (and went with the dropped table).
 func TestDropTableProvisionOff(t *testing.T) {
+	t.Parallel()
 	const rows = 3000
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
 	start := time.Now() // after the binaries are built
@@ -156,6 +157,7 @@ func TestDropTableProvisionOff(t *testing.T) {
 // With provisioning: the output creates the table again at once from the
 // schema it wrote (one line says so) and the rows land in it.
 func TestDropTableProvisionOn(t *testing.T) {
+	t.Parallel()
 	const rows, table = 3000, "main.default.dropped_prov"
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
 	start := time.Now() // after the binaries are built
@@ -194,6 +196,7 @@ func TestDropTableProvisionOn(t *testing.T) {
 // land, each row that no longer fits goes to the dead-letter table alone,
 // naming its column (msg, qty or tag), and nothing else is lost.
 func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
+	t.Parallel()
 	const rows, table, dlq = 1500, "main.default.shapes", "main.default.shapes_dlq"
 	httpURL, grpcURL, _ := startEmulatorProcess(t,
 		"--table", table+":id BIGINT NOT NULL, msg STRING, qty STRING, tag STRING",
@@ -275,6 +278,7 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 // coverage table, and the new coverage table is written again whole, so it
 // covers every offset whose row is durable in the raw table.
 func TestDropDeadLetterAndCoverageTables(t *testing.T) {
+	t.Parallel()
 	const (
 		rows       = 3000
 		partitions = 3

@@ -114,6 +114,7 @@ func rowCount(httpURL, table string) int64 {
 // and heals within one back-off step once the fault is cleared, every row
 // landing exactly once.
 func TestFaultPermanentMidStream(t *testing.T) {
+	t.Parallel()
 	const rows = 2000
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
 	cfg := writeConfig(t, "INFO", `generate:
@@ -216,6 +217,7 @@ func sigterm(t *testing.T, pipe *proc, exited <-chan error, limit time.Duration)
 // SIGTERM in any state exits within close_timeout + 1 s, logging once how
 // many rows were not delivered (and will be redelivered).
 func TestFaultSIGTERM(t *testing.T) {
+	t.Parallel()
 	const closeTimeout = 2 * time.Second
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
 	input := `generate:
@@ -274,6 +276,7 @@ func TestFaultSIGTERM(t *testing.T) {
 // 1 s doubling (not a retry every second), says once what to do, and
 // writes as soon as the table is created, within one back-off step.
 func TestFaultMissingTableBacksOff(t *testing.T) {
+	t.Parallel()
 	const table, rows = "main.default.late", 100
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
 	pipe, _ := startPipeline(t, writeConfig(t, "DEBUG", `generate:
@@ -326,6 +329,7 @@ func httpGet(url string) (int, string) {
 // status says not connected (/ready 503, output_connection_lost counted),
 // and once it is back everything heals with every row landed.
 func TestFaultEndpointDownHealth(t *testing.T) {
+	t.Parallel()
 	binaries(t)
 	emu := newChaosEmulator(t, chaosPlan{lifetime: time.Hour})
 	require.NoError(t, emu.start(true))
@@ -422,6 +426,7 @@ output:
 // health says 503 once the oldest rows wait past ack.timeout, and the rows
 // land once acks are back.
 func TestFaultAckStall(t *testing.T) {
+	t.Parallel()
 	const ackTimeout = 2 * time.Second
 	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
 	produce, ctx, hs, metrics := startOneStreamRig(t, srv, ackTimeout.String())
@@ -490,6 +495,7 @@ func streamStats(t *testing.T, httpURL, table string) emulator.TableStats {
 // force reopens: retried with back-off inside the streams, the service's
 // hint honoured (no storm of refused opens), nothing lost.
 func TestFaultTransientAndThrottling(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, faults string
 		atStart      bool // in force from the first open, not mid-stream
@@ -564,6 +570,7 @@ func emulatorOn(t *testing.T, httpAddr, grpcAddr, dataDir string, extra ...strin
 // healed without a restart once the workspace accepts it. Tokens expiring
 // every few seconds mid-run: renewed, nothing lost.
 func TestFaultOAuth(t *testing.T) {
+	t.Parallel()
 	t.Run("refused then accepted", func(t *testing.T) {
 		const rows = 200
 		httpAddr, grpcAddr, data := freeAddr(t), freeAddr(t), t.TempDir()

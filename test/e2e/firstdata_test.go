@@ -143,6 +143,7 @@ func TestFirstDataFieldNamesNeedingQuotes(t *testing.T) {
 // The rescue_column example: every row lands, the ones whose qty is not a
 // number with qty NULL and {"qty": "n/a"} in the rescue column.
 func TestBinaryExampleRescueColumn(t *testing.T) {
+	t.Parallel()
 	const table = "main.bronze.orders_rescued"
 	httpURL, grpcURL, _ := startEmulatorProcess(t)
 	runExample(t, httpURL, grpcURL, "rescue_column.yaml", "RESCUE_COUNT=1000")

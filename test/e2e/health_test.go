@@ -61,6 +61,7 @@ func startOneStreamRig(t *testing.T, srv *emulator.Server, ackTimeout string) (p
 // the lane counts retries, and nothing is poisoned or rebuilt. Acks back,
 // it is 200 again.
 func TestHealthEndpointSlowAck(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{}, eventsTable+":"+eventsCols)
 	produce, ctx, hs, scrape := startOneStreamRig(t, srv, "1s")
 	tbl := `table="` + eventsTable + `"`
@@ -123,6 +124,7 @@ func TestHealthEndpointSlowAck(t *testing.T) {
 // its streams stopped on /zerobus/health (503) and zerobus_stream_state 2;
 // once the grant is back it is connected and healthy again, no restart.
 func TestConnectionStatusFollowsStoppedStreams(t *testing.T) {
+	t.Parallel()
 	p := emulator.DefaultClientID
 	all := []emulator.Grant{
 		{Principal: p, SecurableType: "CATALOG", FullName: "main", Privileges: []string{"USE CATALOG"}},
@@ -229,6 +231,7 @@ output:
 // The built binary serves /zerobus/health next to /ping on its HTTP server,
 // one report listing both zerobus outputs of a fan-out by label.
 func TestBinaryServesHealthEndpoint(t *testing.T) {
+	t.Parallel()
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
 	addr := freeAddr(t)
 	zb := func(label string) string {

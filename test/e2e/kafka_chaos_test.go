@@ -27,6 +27,7 @@ import (
 // records that were durable but not yet committed at the kills (which a
 // restart must read again), and are never more than those.
 func TestKafkaKillNineUnderLoad(t *testing.T) {
+	t.Parallel()
 	const parts = 6
 	n := 30_000
 	if chaosLong() {
@@ -111,6 +112,7 @@ func settle(srv *emulator.Server, table string) {
 // only from partitions that moved between instances (rows of more than one
 // instance); once all stop, the committed offsets are the end offsets.
 func TestKafkaConsumerGroupScaleOut(t *testing.T) {
+	t.Parallel()
 	const parts = 12
 	n, rate := 30_000, 3000
 	if chaosLong() {

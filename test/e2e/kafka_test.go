@@ -81,6 +81,7 @@ func TestEmulatorBinaryServesKafka(t *testing.T) {
 // partition's coverage is [0, end) but for its dead-lettered offsets, which
 // are not in the table.
 func TestBinaryExampleKafka(t *testing.T) {
+	t.Parallel()
 	const (
 		parts = 3
 		good  = 6000
@@ -178,6 +179,7 @@ func TestBinaryExampleKafka(t *testing.T) {
 // The input reconnects and goes on; nothing is lost; and no commit is ever
 // ahead of the table (checked throughout by a monitor).
 func TestKafkaBrokerOutage(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	n, outage := 20_000, 5*time.Second
 	if chaosLong() {
@@ -223,6 +225,7 @@ func TestKafkaBrokerOutage(t *testing.T) {
 // offset moves; the binary's peak RSS stays within 256 MiB at the defaults;
 // once writes are accepted again every record lands.
 func TestKafkaWritesRefused(t *testing.T) {
+	t.Parallel()
 	const (
 		parts = 4
 		rate  = 1000 // records/s, 1 KB each
@@ -419,6 +422,7 @@ func (m *commitMonitor) stop() (int, []string) {
 // reorder and fails the test; a second copy is a re-send (at-least-once),
 // which this run, with no fault injected, must not have either.
 func TestKafkaOrderPerPartition(t *testing.T) {
+	t.Parallel()
 	const parts = 4
 	n := 20_000
 	if chaosLong() {

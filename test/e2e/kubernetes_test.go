@@ -130,6 +130,7 @@ func readManifests(t *testing.T) map[string]k8sObject {
 // pointed at an emulator, the server on a free loopback port) and asks both
 // probe paths, and posts a row through the Service's path.
 func TestKubernetesManifests(t *testing.T) {
+	t.Parallel()
 	objs := readManifests(t)
 	for _, kind := range []string{"Deployment", "ConfigMap", "HorizontalPodAutoscaler", "Service"} {
 		require.Contains(t, objs, kind)
@@ -259,6 +260,7 @@ func TestKubernetesManifests(t *testing.T) {
 // every record lands with its coverage, and after SIGTERM the group's
 // committed offsets are the end offsets.
 func TestKubernetesKafkaConfigMap(t *testing.T) {
+	t.Parallel()
 	objs := readManifests(t)
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "kubernetes", "kafka", "configmap.yaml"))
 	require.NoError(t, err)

@@ -36,6 +36,7 @@ import (
 // `make test` runs a compact subset with short holds; CHAOS_LONG=1 (`make
 // chaos`) the whole cross product. Each cell logs one "fault:" line.
 func TestFaultMatrix(t *testing.T) {
+	t.Parallel()
 	long := os.Getenv("CHAOS_LONG") != ""
 	hold := 4 * time.Second
 	if long {

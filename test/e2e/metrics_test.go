@@ -37,6 +37,7 @@ func promValue(text, name string, want ...string) float64 {
 // moved, each counting what it is; every per-stream series exists at 0 from
 // start-up with {table, stream} labels.
 func TestMetricsCountEachFault(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{MaxStreamsPerTable: 1}, eventsTable+":"+eventsCols)
 	mux := http.NewServeMux()
 	b := newStream(t, outputYAML(srv, eventsTable, "batching:\n  count: 0\n"))

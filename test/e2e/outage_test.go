@@ -79,6 +79,7 @@ func (w *outageWatch) poll(pipe *proc, base string, since time.Time, cause strin
 // `down` with the cause, the engine never says the output is active, and
 // over 20 s the warnings and errors are a handful, not one a second.
 func TestFaultEndpointUnresolvable(t *testing.T) {
+	t.Parallel()
 	httpURL, _, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
 	addr := freeAddr(t)
 	const host = "123.zerobus.nope.invalid"
@@ -157,6 +158,7 @@ func (l *laterListener) open(t *testing.T) {
 // something starts listening there and the output heals by itself,
 // without a restart, every row landing exactly once.
 func TestFaultEndpointRefusedThenListening(t *testing.T) {
+	t.Parallel()
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
 	later := &laterListener{addr: freeAddr(t), upstream: strings.TrimPrefix(grpcURL, "http://")}
 	addr := freeAddr(t)

@@ -107,6 +107,7 @@ func freeAddr(tb testing.TB) string {
 }
 
 func TestHTTPGatewayAnswersOnlyAfterDurable(t *testing.T) {
+	t.Parallel()
 	const ackLatency = 300 * time.Millisecond
 	srv := startEmulator(t, emulator.Faults{AckLatency: ackLatency}, eventsTable+":"+eventsCols)
 	addr := freeAddr(t)
@@ -195,6 +196,7 @@ func TestFallbackReceivesBadRowsWithError(t *testing.T) {
 }
 
 func TestProvisioningCreatesAndEvolves(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{})
 	const table = "main.bronze.orders"
 
@@ -395,6 +397,7 @@ func buildProducer(t *testing.T, output string) (service.MessageBatchHandlerFunc
 }
 
 func TestNoRowLostAcrossStreamRotation(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{StreamLifetime: 300 * time.Millisecond, RotationGrace: 100 * time.Millisecond},
 		eventsTable+":"+eventsCols)
 	produce, ctx, stop := buildProducer(t, outputYAML(srv, eventsTable, "batching:\n  count: 0\n"))
@@ -423,6 +426,7 @@ func TestNoRowLostAcrossStreamRotation(t *testing.T) {
 }
 
 func TestConcurrencyRejectNoStreamStorm(t *testing.T) {
+	t.Parallel()
 	// The table admits one stream; the default pool wants two.
 	srv := startEmulator(t, emulator.Faults{MaxStreamsPerTable: 1}, eventsTable+":"+eventsCols)
 	produce, ctx, stop := buildProducer(t, outputYAML(srv, eventsTable, "batching:\n  count: 0\n"))
@@ -456,6 +460,7 @@ func maxBackedOffAttempts(d time.Duration) int64 {
 }
 
 func TestProvisionedPrimaryRawTableMeetsItsPreconditions(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{})
 	const table = "main.raw.events"
 	produce, ctx, stop := buildProducer(t, outputYAML(srv, table, `catalog:

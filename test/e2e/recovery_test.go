@@ -219,6 +219,7 @@ func window(from, to int64) string {
 // conversion an hour behind, tolerate replays only the visible rows and
 // says how many are not, force converts and replays them all.
 func TestRecoveryWriteWithCoverageThenReplayAWindow(t *testing.T) {
+	t.Parallel()
 	const table = "main.raw.orders"
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--iceberg-lag", "1h")
 	began := time.Now()
@@ -341,6 +342,7 @@ func assertCoverageWithinRaw(t *testing.T, cov, raw map[string]*coverage.RangeSe
 // offsets stored in the raw table, and a replay of the whole source with
 // require_complete finds it complete.
 func TestRecoveryTwoWritersCoverageUnion(t *testing.T) {
+	t.Parallel()
 	const (
 		table     = "main.raw.shared"
 		perWriter = 15_000 // 5,000 offsets of each source per writer
@@ -400,6 +402,7 @@ meta kafka_offset = $off.int64().string()
 // whose raw rows are stored, and it covers fewer offsets than were stored:
 // coverage behind the data, never ahead.
 func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
+	t.Parallel()
 	const table = "main.raw.crash"
 	httpURL, grpcURL, _ := startEmulatorProcess(t, "--iceberg-lag", "-1s")
 	body, err := json.Marshal(map[string]any{"tables": map[string]any{table + "_zb_coverage": map[string]any{"ack_stall": true}}})
@@ -464,6 +467,7 @@ func TestRecoveryCrashLeavesCoverageBehind(t *testing.T) {
 // and exit status 3 — whereas an unreachable workspace is retried with
 // back-off and the pipeline keeps running.
 func TestReplayRefusalEndsThePipeline(t *testing.T) {
+	t.Parallel()
 	binaries(t)
 	began := time.Now()
 	httpURL, _, _ := startEmulatorProcess(t)

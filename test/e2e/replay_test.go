@@ -210,6 +210,7 @@ func wantRaw(ids ...[2]int) []rawRow {
 }
 
 func TestReplayWholeTableAndWindows(t *testing.T) {
+	t.Parallel()
 	srv := startReplayEmulator(t)
 	createTable(t, ucClient(t, srv), replayTable, replayCols, true)
 	writeRaw(t, srv, 0, 3000)
@@ -274,6 +275,7 @@ func TestReplayLagToleratedAndForced(t *testing.T) {
 }
 
 func TestReplayRenewsVendedCredentials(t *testing.T) {
+	t.Parallel()
 	// Storage credentials live 2s and the replay takes longer: the emulator
 	// refuses expired ones, so the replay only completes if the input
 	// reloads the table (new credentials) before they expire.

@@ -23,6 +23,7 @@ import (
 // One pipeline routes generated rows by a metadata field into three tables
 // it provisions; each table holds exactly its rows.
 func TestRoutingIntoThreeProvisionedTables(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{})
 	const n = 300
 	b := service.NewStreamBuilder()
@@ -153,6 +154,7 @@ func TestRotatedSecretFromEnvironmentHeals(t *testing.T) {
 // MODIFY on the table) for 10 s logs what to grant, backs off, and lands all
 // its rows once the grant is given, with no restart.
 func TestWritesRefusedForTenSecondsLandAfterTheGrant(t *testing.T) {
+	t.Parallel()
 	p := emulator.DefaultClientID
 	srv, err := emulator.Start(emulator.Config{
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(),
@@ -210,6 +212,7 @@ func TestWritesRefusedForTenSecondsLandAfterTheGrant(t *testing.T) {
 // are counted in zerobus_table_evictions_total, and one warning names
 // max_open_tables, the distinct tables and the eviction rate.
 func TestRoutingManyTablesFewOpenLandsEveryRowOnce(t *testing.T) {
+	t.Parallel()
 	srv := startEmulator(t, emulator.Faults{})
 	const n, tables = 3000, 60
 	mux := http.NewServeMux()

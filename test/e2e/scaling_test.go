@@ -23,6 +23,7 @@ import (
 // stay few: an instance whose extra stream is refused holds its growth,
 // and a refused base stream backs off (the anti-storm rule).
 func TestThreeInstancesShareATableCappedAtEightStreams(t *testing.T) {
+	t.Parallel()
 	const (
 		instances = 3
 		perInst   = 150_000

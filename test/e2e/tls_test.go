@@ -120,6 +120,7 @@ func TestTLSCustomRootCA(t *testing.T) {
 }
 
 func TestTLSWithoutCAFailsNamingTheCertificate(t *testing.T) {
+	t.Parallel()
 	srv, _ := startTLSEmulator(t)
 	logs, err := writeEvents(t, outputYAML(srv, eventsTable, ""), 10, 3*time.Second)
 	require.Error(t, err, "nothing can be acknowledged without trusting the server")
@@ -186,6 +187,7 @@ func assertNoCredentialSeen(t *testing.T, proxy *testnet.Proxy) {
 // net/http reads the proxy environment once per process) with HTTPS_PROXY
 // set and no proxy_url.
 func TestBinaryHonoursHTTPSProxy(t *testing.T) {
+	t.Parallel()
 	srv, ca := startTLSEmulator(t)
 	proxy := testnet.StartProxy(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")

@@ -81,6 +81,7 @@ func canon(t *testing.T, v any) string {
 // A table with a column the service cannot ingest (an ARRAY of MAPs) is
 // refused at Connect, with a message naming the column, before any row.
 func TestArrayOfMapRefusedAtConnect(t *testing.T) {
+	t.Parallel()
 	const table = "main.default.arrmap"
 	srv := startEmulator(t, emulator.Faults{})
 	// Unity Catalog creates such a table (DDL allows it); only the stream

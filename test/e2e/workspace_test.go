@@ -96,6 +96,7 @@ func (r *workspaceRig) waitAllLanded(t *testing.T, wait time.Duration) (stored, 
 // is not writable, and once the workspace is back everything heals. No row
 // lost, none twice.
 func TestFaultWorkspaceDown(t *testing.T) {
+	t.Parallel()
 	const down = 8 * time.Second
 	rows := 600
 	r := startWorkspaceRig(t, 3*time.Second, 4*time.Second, rows)
@@ -172,6 +173,7 @@ func TestFaultWorkspaceDown(t *testing.T) {
 // reopen must fetch a fresh token: no open refused UNAUTHENTICATED, no row
 // lost, none twice.
 func TestFaultTokenExpiryAcrossRotations(t *testing.T) {
+	t.Parallel()
 	rows := 400
 	if os.Getenv("CHAOS_LONG") != "" {
 		rows = 800

@@ -136,7 +136,7 @@ const CloseGrace = time.Second
 // New creates the client and checks that a seed broker answers. lag may be
 // nil.
 func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, error) {
-	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second)}
+	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second, 15*time.Minute)}
 	c.closing.ch = make(chan struct{})
 	// The tracker exists before the client: the group may assign
 	// partitions as soon as the client is created. It gets the client as
@@ -334,6 +334,8 @@ func (c *Consumer) Commit(ctx context.Context, tps []TP) error {
 	err := c.commitLocked(ctx, c.cl, tps)
 	if err != nil {
 		c.errLog.log("commit", "redpanda: committing offsets failed (retried every commit_period; nothing is committed past an unacknowledged record): %v", err)
+	} else {
+		c.errLog.ok("commit", "committing offsets")
 	}
 	return err
 }
@@ -416,7 +418,9 @@ func (c *Consumer) pollLoop() {
 			}
 		})
 		c.cl.AllowRebalance()
-		if ferr != nil {
+		if ferr == nil && n > 0 { // records came: fetching works
+			c.errLog.ok("fetch", "fetching")
+		} else if ferr != nil {
 			c.errLog.log("fetch", "redpanda: fetch failed (the client reconnects by itself; nothing is committed past an unacknowledged record): %v", ferr)
 		}
 		if n == 0 && ferr != nil {
@@ -473,6 +477,7 @@ func (c *Consumer) refreshLag() {
 		c.errLog.log("lag", "redpanda: listing end offsets for the lag failed: %v", err)
 		return
 	}
+	c.errLog.ok("lag", "listing end offsets for the lag")
 	for _, s := range st {
 		e, ok := ends.Lookup(s.TP.Topic, s.TP.Partition)
 		if !ok || e.Err != nil {

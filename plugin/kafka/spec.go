@@ -14,6 +14,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -153,7 +154,14 @@ root = [
 `
 
 // Spec is the redpanda input's config spec.
-func Spec() *service.ConfigSpec {
+func Spec() *service.ConfigSpec { return spec() }
+
+// spec builds the spec once: its lint rules are Bloblang mappings, parsed
+// when built, and every config parse (each test's too) asks for it. Nothing
+// adds to the spec once built, so one instance serves every caller.
+var spec = sync.OnceValue(newSpec)
+
+func newSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Services").

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -137,9 +138,9 @@ func durationDefault(d time.Duration) string {
 
 // warehouseLint is the lint rule of the catalog block: provisioning runs DDL
 // on a SQL warehouse, so it needs warehouse_id, unless the environment the
-// spec is built in (the lint run's) has DATABRICKS_WAREHOUSE_ID.
-func warehouseLint() string {
-	if os.Getenv(EnvWarehouseID) != "" {
+// spec is built in (the lint run's) has DATABRICKS_WAREHOUSE_ID (fromEnv).
+func warehouseLint(fromEnv bool) string {
+	if fromEnv {
 		return `root = []`
 	}
 	return `root = if this.provision.or(false) && this.warehouse_id.or("") == "" { [ "field ` + fCatalog + "." + fWarehouseID + `: required when ` + fCatalog + "." + fProvision + ` is true (or set ` + EnvWarehouseID + `)" ] } else { [] }`
@@ -176,7 +177,24 @@ root = if $plain.length() == 0 { [] } else { [
 var description string
 
 // Spec returns the configuration spec of the zerobus output.
+// Its catalog lint rule depends on whether DATABRICKS_WAREHOUSE_ID is set.
 func Spec() *service.ConfigSpec {
+	if os.Getenv(EnvWarehouseID) != "" {
+		return specs[1]()
+	}
+	return specs[0]()
+}
+
+// specs builds each of the two specs once: their lint rules are Bloblang
+// mappings, parsed when built, and every config parse (each test's too) asks
+// for one. Nothing adds to a spec once built, so one instance serves every
+// caller.
+var specs = [2]func() *service.ConfigSpec{
+	sync.OnceValue(func() *service.ConfigSpec { return newSpec(false) }),
+	sync.OnceValue(func() *service.ConfigSpec { return newSpec(true) }),
+}
+
+func newSpec(warehouseFromEnv bool) *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Services").
@@ -342,7 +360,7 @@ func Spec() *service.ConfigSpec {
 					Description("How often the primary-raw preconditions are re-checked (a table property can change under a running pipeline).").
 					Default(durationDefault(tablewriter.DefaultRecheckInterval)).LintRule(lintrule.Duration(fCatalog+"."+fRecheck)),
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
-				LintRule(warehouseLint()),
+				LintRule(warehouseLint(warehouseFromEnv)),
 		).
 		LintRule(plaintextLint).
 		Example("Quickstart against the local emulator",

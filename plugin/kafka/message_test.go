@@ -16,6 +16,9 @@ import (
 // TestMessageMetadataPerRecord: the values boxed once per batch (topic,
 // partition, the last timestamps) never leak from one record into the
 // next: each message carries its own record's timestamp, offset and lag.
+// The builder is sized for no records, so every value takes the ordinary
+// boxing path (TestBatchMessagesKeepTheirOwnValues covers the per-batch
+// arrays).
 func TestMessageMetadataPerRecord(t *testing.T) {
 	mb := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 3}, nil)
 	t1, t2 := time.UnixMilli(1700000000123), time.UnixMilli(1700000005999)

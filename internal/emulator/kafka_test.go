@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +191,35 @@ func TestKafkaProduceAndOffsetsCommands(t *testing.T) {
 	out.Reset()
 	require.NoError(t, app.Run([]string{"zerobus-emulator", "kafka-consume", "--brokers", srv.KafkaAddr(), "--topic", "orders", "--group", "bare", "--count", "300"}))
 	assert.Contains(t, out.String(), "consumed 300 records")
+	assert.Contains(t, out.String(), "in 1 passes")
+
+	// --min-duration: passes of 300 records, each a fresh group from the
+	// start, until the duration has passed; the count covers them all. The
+	// duration doubles until it asks for a second pass.
+	re := regexp.MustCompile(`consumed (\d+) records \(\d+ value bytes\) in (\d+) passes, ([0-9.]+) s`)
+	for i, d := 0, 300*time.Millisecond; ; i, d = i+1, 2*d {
+		require.Less(t, d, time.Minute, "a pass took longer than the duration asked for every time")
+		group := fmt.Sprintf("again%d", i)
+		out.Reset()
+		require.NoError(t, app.Run([]string{"zerobus-emulator", "kafka-consume", "--brokers", srv.KafkaAddr(), "--topic", "orders", "--group", group, "--count", "300", "--min-duration", d.String()}))
+		m := re.FindStringSubmatch(out.String())
+		require.NotNil(t, m, out.String())
+		passes, _ := strconv.Atoi(m[2])
+		secs, _ := strconv.ParseFloat(m[3], 64)
+		assert.Equal(t, strconv.Itoa(300*passes), m[1], "every pass read the whole topic: %s", out.String())
+		assert.GreaterOrEqual(t, secs, d.Seconds(), "ran at least --min-duration")
+		if passes < 2 {
+			continue
+		}
+		// Each pass after the first was its own group.
+		groups, err := adm.ListGroups(ctx)
+		require.NoError(t, err)
+		for k := 2; k <= passes; k++ {
+			_, ok := groups[fmt.Sprintf("%s-%d", group, k)]
+			assert.True(t, ok, "group %s-%d of pass %d", group, k, k)
+		}
+		break
+	}
 
 	err = app.Run([]string{"zerobus-emulator", "kafka-produce", "--brokers", srv.KafkaAddr(), "--topic", "missing", "--count", "1"})
 	require.Error(t, err)

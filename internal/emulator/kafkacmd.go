@@ -50,13 +50,28 @@ func kafkaCommands() []*cli.Command {
 				&cli.StringFlag{Name: "topic", Value: "orders", Usage: "topic"},
 				&cli.StringFlag{Name: "group", Required: true, Usage: "consumer group (from the start of the topic when it has no commit)"},
 				&cli.IntFlag{Name: "count", Required: true, Usage: "records to consume before stopping"},
+				&cli.DurationFlag{Name: "min-duration", Usage: "once --count records are consumed, read the topic again from its start, " +
+					"each pass as a fresh consumer group (GROUP-2, GROUP-3, …) of --count records, until at least this long has passed since the start; " +
+					"the records, bytes and rate printed cover every pass (a benchmark's baseline that runs as long as the side it is compared with)"},
 			},
 			Action: func(c *cli.Context) error {
-				n, bytes, took, err := consumeAndDiscard(c.Context, splitBrokers(c.String("brokers")), c.String("topic"), c.String("group"), c.Int("count"))
-				if err != nil {
-					return fmt.Errorf("kafka-consume: %w", err)
+				brokers, topic, group, count := splitBrokers(c.String("brokers")), c.String("topic"), c.String("group"), c.Int("count")
+				began := time.Now()
+				n, bytes, passes := 0, 0, 0
+				for passes == 0 || time.Since(began) < c.Duration("min-duration") {
+					passes++
+					g := group
+					if passes > 1 {
+						g = fmt.Sprintf("%s-%d", group, passes)
+					}
+					pn, pb, _, err := consumeAndDiscard(c.Context, brokers, topic, g, count)
+					n, bytes = n+pn, bytes+pb
+					if err != nil {
+						return fmt.Errorf("kafka-consume: pass %d (group %s): %w", passes, g, err)
+					}
 				}
-				fmt.Fprintf(c.App.Writer, "consumed %d records (%d value bytes) in %.3f s: %.0f records/s\n", n, bytes, took.Seconds(), float64(n)/took.Seconds())
+				took := time.Since(began)
+				fmt.Fprintf(c.App.Writer, "consumed %d records (%d value bytes) in %d passes, %.3f s: %.0f records/s\n", n, bytes, passes, took.Seconds(), float64(n)/took.Seconds())
 				return nil
 			},
 		},

@@ -6,10 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
 )
@@ -115,56 +113,12 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 		return nil, nil, err
 	}
 	recs := cons.Handed(b)
-	batch := make(service.MessageBatch, len(recs))
-	mb := newMetaBoxes(b.TP)
-	for i, r := range recs {
-		batch[i] = mb.message(r, b.HighWatermark)
-	}
+	batch := newBatchBuilder(b.TP, recs).messages(recs, b.HighWatermark)
 	delivery := b.Delivery()
 	return batch, func(_ context.Context, err error) error {
 		cons.Ack(b, delivery, err)
 		return nil
 	}, nil
-}
-
-// metaBoxes holds metadata values boxed once for a batch, all of one
-// partition, and shared by its messages: the topic and partition, and the
-// timestamps of the last record (records of a batch mostly share them).
-// Boxing an int64 or a string into an interface allocates; the values are
-// immutable, so sharing them is safe.
-type metaBoxes struct {
-	topic, partition any
-	ts               time.Time
-	tsMs, tsUnix     any
-}
-
-func newMetaBoxes(tp kafkain.TP) *metaBoxes {
-	return &metaBoxes{topic: tp.Topic, partition: int(tp.Partition)}
-}
-
-// message builds the message of one record, with the metadata Redpanda
-// Connect's redpanda input sets.
-func (mb *metaBoxes) message(r *kgo.Record, hwm int64) *service.Message {
-	m := service.NewMessage(r.Value)
-	m.MetaSetMut("kafka_key", string(r.Key))
-	m.MetaSetMut("kafka_topic", mb.topic)
-	m.MetaSetMut("kafka_partition", mb.partition)
-	m.MetaSetMut("kafka_offset", int(r.Offset))
-	lag := int64(0)
-	if hwm > 0 {
-		lag = max(hwm-r.Offset-1, 0)
-	}
-	m.MetaSetMut("kafka_lag", lag)
-	if mb.tsMs == nil || !r.Timestamp.Equal(mb.ts) {
-		mb.ts, mb.tsMs, mb.tsUnix = r.Timestamp, r.Timestamp.UnixMilli(), r.Timestamp.Unix()
-	}
-	m.MetaSetMut("kafka_timestamp_ms", mb.tsMs)
-	m.MetaSetMut("kafka_timestamp_unix", mb.tsUnix)
-	m.MetaSetMut("kafka_tombstone_message", r.Value == nil)
-	for _, h := range r.Headers {
-		m.MetaSetMut(h.Key, string(h.Value))
-	}
-	return m
 }
 
 // Close stops the consumer: it commits what is durable and leaves the

@@ -16,7 +16,7 @@ RACE_SLOW_PKG   := ./plugin/zerobusreplay/
 RACE_SLOW_TESTS := ^TestNestedBodies(KeyValueMap|Variant)?Depth(Limit)?$$
 TEST_TIMEOUT ?= 15m
 # How many t.Parallel tests of one package make test runs at once.
-TEST_PARALLEL ?= 4
+TEST_PARALLEL ?= 6
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -44,21 +44,24 @@ build:
 test soak: export CGO_ENABLED := 0
 test soak: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath)
 # The concurrency packages (RACE_PKGS) run only under the race detector, every other package
-# without it, and the two passes run at the same time: the e2e package spends most of its time
-# waiting on the binaries it drives, and the race pass's compile and tests fill that time. The
-# race pass's output is kept in bin/test-race.log and printed when both have ended. Tests that
+# without it, and the two passes and staticcheck run at the same time: the e2e package spends
+# most of its time waiting on the binaries it drives, and the race pass's compile and tests and
+# staticcheck's analysis fill that time. Their output is kept in bin/test-race.log and
+# bin/staticcheck.log and printed when all have ended. Tests that
 # call t.Parallel (the e2e package's long ones, each with its own emulator and binaries) run
 # TEST_PARALLEL at a time.
-test: fmt-check vet staticcheck build conformance-deps lint-examples
+test: fmt-check vet build conformance-deps lint-examples
 	@mkdir -p bin
 	@plain=$$(comm -23 <(go list ./... | sort) <(go list $(RACE_PKGS) | sort)); \
+	$(MAKE) --no-print-directory staticcheck >bin/staticcheck.log 2>&1 & sc=$$!; \
 	CGO_ENABLED=1 go test -count=1 -race -skip '$(RACE_SLOW_TESTS)' -timeout $(TEST_TIMEOUT) $(RACE_PKGS) >bin/test-race.log 2>&1 & race=$$!; \
 	echo "go test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) <every package but RACE_PKGS>   (race pass: bin/test-race.log)"; \
 	go test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $$plain && \
 	go test -count=1 -run '$(RACE_SLOW_TESTS)' -timeout $(TEST_TIMEOUT) $(RACE_SLOW_PKG); plainrc=$$?; \
-	wait $$race; racerc=$$?; \
+	wait $$race; racerc=$$?; wait $$sc; scrc=$$?; \
 	echo "== CGO_ENABLED=1 go test -count=1 -race -skip '$(RACE_SLOW_TESTS)' -timeout $(TEST_TIMEOUT) $(RACE_PKGS)"; cat bin/test-race.log; \
-	[ $$plainrc -eq 0 ] && [ $$racerc -eq 0 ]
+	echo "== make staticcheck"; cat bin/staticcheck.log; \
+	[ $$plainrc -eq 0 ] && [ $$racerc -eq 0 ] && [ $$scrc -eq 0 ]
 
 ## chaos: the fault matrix (docs/reliability.md), long form: every TestFault* cell (transient,
 ## throttling, permanent mid-stream, missing table, OAuth, silent dead connection, endpoint down,

@@ -34,7 +34,7 @@ import (
 
 // Config field names, as Redpanda Connect's redpanda input spells them
 // (https://docs.redpanda.com/redpanda-connect/components/inputs/redpanda/),
-// plus this binary's own max_unacked_per_partition.
+// plus this binary's own max_unacked_per_partition and max_unacked_bytes.
 const (
 	fSeedBrokers       = "seed_brokers"
 	fClientID          = "client_id"
@@ -76,6 +76,7 @@ const (
 	fMaxYieldBytes     = "max_yield_batch_bytes"
 	fAutoReplayNacks   = service.AutoRetryNacksToggleFieldName
 	fMaxUnacked        = "max_unacked_per_partition"
+	fMaxUnackedBytes   = "max_unacked_bytes"
 )
 
 // Start offsets.
@@ -96,6 +97,9 @@ const (
 
 // DefaultMaxUnacked is the default of max_unacked_per_partition.
 const DefaultMaxUnacked = 16384
+
+// DefaultMaxUnackedBytes is the default of max_unacked_bytes.
+const DefaultMaxUnackedBytes = "16MiB"
 
 // bytesRE is the shape humanize.ParseBytes reads ("1MB", "50MiB", "1B",
 // "32KB", "1048576"), for lint.
@@ -294,6 +298,9 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 			service.NewIntField(fMaxUnacked).
 				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses. It bounds the input's memory and is its back-pressure: the input takes from franz-go no more records than its partitions have room for (the rest of a fetch stays in franz-go's buffer). The default, 16384, keeps a few partitions above what the zerobus output holds in flight at its defaults (16 batches of 4,000 rows); a lower one starves it.").
 				Default(DefaultMaxUnacked).LintRule(lintrule.AtLeast(fMaxUnacked, 1)).Advanced(),
+			service.NewStringField(fMaxUnackedBytes).
+				Description("This binary's own (Redpanda Connect has no such field): a memory budget for the records of every partition fetched and not yet acknowledged, each counted as its key, value and header bytes plus 1 KiB for its own structures (the franz-go record, and the message the engine builds from it). The input takes a poll of records only while they fit at the largest record size seen (a record larger than the whole budget goes alone), and asks brokers for fetches no larger than the budget has room for once decompressed (at the compression ratio seen so far; `fetch_max_bytes` and `fetch_max_partition_bytes` remain the upper bounds). Every message in the pipeline comes from such a record, so it also bounds the messages the output holds. The default keeps the binary within 160 MiB with the zerobus output at its defaults; a larger budget lets more batches be in flight when the output's acknowledgements are slow.").
+				Default(DefaultMaxUnackedBytes).LintRule(bytesLint(fMaxUnackedBytes)).Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).
 		LintRule(specLint).
@@ -403,13 +410,13 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	if k.Dial.KeepAliveCount, err = conf.FieldInt(fTCP, fTCPKeepAlive, fKACount); err != nil || k.Dial.KeepAliveCount < 0 {
 		return c, fail(fTCP+"."+fTCPKeepAlive+"."+fKACount, fmt.Errorf("must be at least 0"))
 	}
-	var fetchMax, fetchMin, fetchPart, partBuf, yield int
+	var fetchMax, fetchMin, fetchPart, partBuf, yield, unackedBytes int
 	sizes := []struct {
 		field string
 		dst   *int
 	}{
 		{fFetchMaxBytes, &fetchMax}, {fFetchMinBytes, &fetchMin}, {fFetchMaxPartBytes, &fetchPart},
-		{fPartBufferBytes, &partBuf}, {fMaxYieldBytes, &yield},
+		{fPartBufferBytes, &partBuf}, {fMaxYieldBytes, &yield}, {fMaxUnackedBytes, &unackedBytes},
 	}
 	for _, s := range sizes {
 		if *s.dst, err = byteSize(conf, s.field); err != nil {
@@ -463,7 +470,7 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 		return c, fail(fAutoReplayNacks, err)
 	}
 	k.Limits = kafkain.Limits{
-		MaxUnacked: maxUnacked, BufferBytes: partBuf, YieldBytes: yield, Replay: replay,
+		MaxUnacked: maxUnacked, BufferBytes: partBuf, MaxUnackedBytes: unackedBytes, YieldBytes: yield, Replay: replay,
 		ReplayBackoff: 100 * time.Millisecond, MaxReplayBackoff: 5 * time.Second,
 	}
 	return c, nil

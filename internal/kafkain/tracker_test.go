@@ -408,3 +408,69 @@ func TestTrackerRoomBoundsThePoll(t *testing.T) {
 	tr.Revoke([]TP{tp1})
 	assert.Equal(t, 5, tr.Room(), "a leaving partition takes nothing")
 }
+
+// TestTrackerByteBudget: with MaxUnackedBytes, Room takes no more records
+// than fit in what the budget has left at the largest RecordCost seen, so a
+// poll loop that adds what Room allows never passes the budget while
+// nothing is acknowledged; acks give room back, a record larger than the
+// whole budget goes alone, and revoked and released partitions give their
+// share back.
+func TestTrackerByteBudget(t *testing.T) {
+	const cost = 10 + RecordOverhead // records() values are 10 bytes
+	lim := lim10
+	lim.MaxUnacked = 1 << 20
+	lim.MaxUnackedBytes = 10 * cost
+	tr := NewTracker(lim, &flowLog{paused: map[TP]bool{}}, false)
+	tp1 := TP{"t", 1}
+	tr.Assign([]TP{tp0, tp1})
+	assert.Equal(t, 1, tr.Room(), "no record seen yet: one")
+
+	// The poll loop: take what Room allows, alternating partitions.
+	offs := map[TP]int{}
+	poll := func() int {
+		n := tr.Room()
+		for i := range n {
+			tp := []TP{tp0, tp1}[i%2]
+			tr.Add(tp, records(tp, offs[tp], 1), -1)
+			offs[tp]++
+		}
+		require.LessOrEqual(t, tr.UnackedBytes(), lim.MaxUnackedBytes, "never past the budget")
+		return n
+	}
+	for poll() > 0 {
+	}
+	assert.Equal(t, lim.MaxUnackedBytes, tr.UnackedBytes(), "filled exactly")
+	var out []*Batch
+	for range 2 {
+		out = append(out, next(t, tr))
+	}
+	assert.Equal(t, 0, tr.Room(), "handed out is still unacknowledged")
+	tr.Ack(out[0], 1, nil)
+	assert.Equal(t, out[0].n, tr.Room(), "an ack gives its records' room back")
+	assert.Equal(t, (10-out[0].n)*cost, tr.UnackedBytes())
+	tr.Ack(out[1], 1, nil)
+	assert.Equal(t, 0, tr.UnackedBytes())
+
+	// A record larger than the whole budget goes alone, and nothing after
+	// it until it is acknowledged.
+	big := records(tp0, offs[tp0], 1)
+	big[0].Value = make([]byte, 2*lim.MaxUnackedBytes)
+	assert.Equal(t, 10, tr.Room())
+	tr.Add(tp0, big, -1)
+	assert.Equal(t, 0, tr.Room(), "the big record uses it all")
+	b := next(t, tr)
+	tr.Ack(b, 1, nil)
+	assert.Equal(t, 0, tr.UnackedBytes())
+	assert.Equal(t, 1, tr.Room(), "nothing held: room for one record of the largest size seen")
+
+	// Revoke gives back the pending records' share, Release the rest.
+	tr.Add(tp1, records(tp1, offs[tp1], 3), -1)
+	b = next(t, tr)
+	tr.Add(tp1, records(tp1, offs[tp1]+3, 2), -1)
+	tr.Revoke([]TP{tp1})
+	assert.Equal(t, b.n*cost, tr.UnackedBytes(), "pending records dropped")
+	tr.Release([]TP{tp1})
+	assert.Equal(t, 0, tr.UnackedBytes(), "released: its records are let go")
+	assert.False(t, tr.Ack(b, 1, nil), "a late ack changes nothing")
+	assert.Equal(t, 0, tr.UnackedBytes())
+}

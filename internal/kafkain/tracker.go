@@ -17,8 +17,9 @@
 //   - a nacked batch is handed out again, before anything newer of its
 //     partition, with the same records (or, without replay, counts as
 //     acknowledged: dropped, as Redpanda Connect's auto_replay_nacks: false);
-//   - a partition holding MaxUnacked records not yet acknowledged, or
-//     BufferBytes of records not yet handed out, is paused;
+//   - a partition holding MaxUnacked records not yet acknowledged is
+//     paused; while one holds BufferBytes of records not yet handed out,
+//     nothing more is polled (Room is 0);
 //   - the records of all partitions not yet acknowledged cost at most
 //     MaxUnackedBytes (see RecordCost): Room, which bounds each poll, is
 //     0 once the next record might not fit;
@@ -58,7 +59,12 @@ type Limits struct {
 	// (fetch_max_partition_bytes).
 	MaxUnacked int
 	// BufferBytes is the size of the records of one partition fetched but
-	// not yet handed out at which its fetching pauses.
+	// not yet handed out at which polling stops until the pipeline took
+	// them below it. It stops the poll rather than pausing the partition:
+	// a fetch sent while a partition is paused leaves it out, and when
+	// every partition it asks for is caught up the broker holds it for
+	// fetch_max_wait, during which the resumed partition is not fetched
+	// (stalls of 5 s each at the tail of a backlog).
 	BufferBytes int
 	// MaxUnackedBytes bounds the cost (RecordCost) of the records of every
 	// partition fetched and not yet acknowledged; 0 means no bound. The
@@ -273,7 +279,8 @@ func recordBytes(r *kgo.Record) int {
 // most the records that fit in what the budget has left at the largest
 // RecordCost seen so far (one record while none was seen, or while nothing
 // is unacknowledged, so that a record larger than the whole budget still
-// goes through, alone). The poll loop asks franz-go for no more than this,
+// goes through, alone). It is 0 while a partition holds BufferBytes of
+// records not yet handed out. The poll loop asks franz-go for no more than this,
 // so that the rest of a fetch stays in franz-go's one buffered fetch
 // instead of piling up here on top of the next one.
 func (t *Tracker) Room() int {
@@ -283,7 +290,13 @@ func (t *Tracker) Room() int {
 	if len(t.parts) > 0 {
 		room = 0
 		for _, p := range t.parts {
-			if !p.paused && !p.leaving {
+			if p.leaving {
+				continue
+			}
+			if p.pendBy >= t.lim.BufferBytes {
+				return 0
+			}
+			if !p.paused {
 				room += max(t.lim.MaxUnacked-p.unacked, 0)
 			}
 		}
@@ -330,7 +343,7 @@ func (t *Tracker) Changed() <-chan struct{} {
 
 // flowLocked pauses or resumes fetching p as its holdings require.
 func (t *Tracker) flowLocked(p *partition) {
-	full := p.unacked >= t.lim.MaxUnacked || p.pendBy >= t.lim.BufferBytes
+	full := p.unacked >= t.lim.MaxUnacked
 	switch {
 	case full && !p.paused && !p.leaving:
 		p.paused = true
@@ -443,6 +456,9 @@ func (t *Tracker) yieldLocked(p *partition) *Batch {
 	p.pending = p.pending[k:]
 	if len(p.pending) == 0 {
 		p.pending = nil
+	}
+	if p.pendBy >= t.lim.BufferBytes && p.pendBy-by < t.lim.BufferBytes {
+		t.broadcast() // the poll loop waits for this
 	}
 	p.pendBy -= by
 	last := recs[len(recs)-1]

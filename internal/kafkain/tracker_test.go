@@ -179,15 +179,27 @@ func TestTrackerPausesAtTheCap(t *testing.T) {
 	tr.Ack(bs[0], 1, nil)
 	assert.False(t, f.isPaused(tp0), "20 unacked < 25: resumed")
 
-	// Buffer bytes: 10 records of 10 bytes pending pause at 100 bytes.
+	// Buffer bytes: 10 records of 10 bytes pending stop the poll at 100
+	// bytes (Room 0) without pausing the partition: a fetch sent while a
+	// partition is paused leaves it out, and the broker may hold it for
+	// fetch_max_wait after the partition resumed.
 	f2 := &flowLog{paused: map[TP]bool{}}
 	lim.BufferBytes = 100
 	tr2 := NewTracker(lim, f2, false)
 	tr2.Assign([]TP{tp0})
-	tr2.Add(tp0, records(tp0, 0, 10), 10)
-	assert.True(t, f2.isPaused(tp0))
+	tr2.Add(tp0, records(tp0, 0, 9), 9)
+	assert.Equal(t, 25-9, tr2.Room(), "90 bytes pending: below the buffer")
+	tr2.Add(tp0, records(tp0, 9, 1), 10)
+	assert.Equal(t, 0, tr2.Room(), "100 bytes pending: no more polls")
+	assert.False(t, f2.isPaused(tp0), "not paused")
+	ch := tr2.Changed()
 	next(t, tr2)
-	assert.False(t, f2.isPaused(tp0), "handed out: the buffer is empty")
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the buffer going below its bound wakes the poll loop")
+	}
+	assert.Equal(t, 25-10, tr2.Room(), "handed out: the buffer is empty")
 
 	// Release resumes a paused partition, so a later owner fetches it.
 	tr.Add(tp0, records(tp0, 30, 10), 40)

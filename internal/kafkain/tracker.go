@@ -234,10 +234,10 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 	cost := 0
 	for _, r := range recs {
 		p.pending = append(p.pending, r)
-		n := recordBytes(r)
-		p.pendBy += n
-		cost += n + RecordOverhead
-		t.maxCost = max(t.maxCost, n+RecordOverhead)
+		rc := RecordCost(r)
+		p.pendBy += rc - RecordOverhead
+		cost += rc
+		t.maxCost = max(t.maxCost, rc)
 	}
 	p.unacked += len(recs)
 	t.charge(p, cost)
@@ -280,8 +280,8 @@ func recordBytes(r *kgo.Record) int {
 // RecordCost seen so far (one record while none was seen, or while nothing
 // is unacknowledged, so that a record larger than the whole budget still
 // goes through, alone). It is 0 while a partition holds BufferBytes of
-// records not yet handed out. The poll loop asks franz-go for no more than this,
-// so that the rest of a fetch stays in franz-go's one buffered fetch
+// records not yet handed out. The poll loop asks franz-go for no more than
+// this, so that the rest of a fetch stays in franz-go's one buffered fetch
 // instead of piling up here on top of the next one.
 func (t *Tracker) Room() int {
 	t.mu.Lock()

@@ -104,6 +104,7 @@ type Consumer struct {
 	loops    sync.WaitGroup
 
 	errLog *limitedLog
+	sizer  fetchSizer
 }
 
 // chanFlag is a one-way flag.
@@ -216,11 +217,16 @@ func (c *Consumer) options() (conn, consume []kgo.Opt, err error) {
 	opts := []kgo.Opt{kgo.ConsumeResetOffset(cfg.StartOffset)}
 	add(&opts, cfg.RackID != "", kgo.Rack(cfg.RackID))
 	add(&opts, cfg.FetchMaxBytes > 0, kgo.FetchMaxBytes(cfg.FetchMaxBytes))
+	if cfg.Limits.MaxUnackedBytes > 0 {
+		// The first fetches, sized before any record was seen.
+		wire, part := c.fetchLimits(int64(cfg.Limits.MaxUnackedBytes))
+		opts = append(opts, kgo.WithHooks(&c.sizer), kgo.FetchMaxBytes(wire), kgo.FetchMaxPartitionBytes(part))
+	}
 	// franz-go reads responses of at most 100 MiB unless told more; a
 	// larger fetch_max_bytes needs room for the response around it.
 	add(&opts, cfg.FetchMaxBytes > 99<<20, kgo.BrokerMaxReadBytes(min(cfg.FetchMaxBytes+(1<<20), 1<<30)))
 	add(&opts, cfg.FetchMinBytes > 0, kgo.FetchMinBytes(cfg.FetchMinBytes))
-	add(&opts, cfg.FetchMaxPartitionBytes > 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
+	add(&opts, cfg.FetchMaxPartitionBytes > 0 && cfg.Limits.MaxUnackedBytes <= 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	add(&opts, cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))
 	add(&opts, cfg.ReadCommitted, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	switch {
@@ -396,6 +402,7 @@ func (c *Consumer) pollLoop() {
 			}
 			continue
 		}
+		c.sizeFetches()
 		fs := c.cl.PollRecords(c.pollCtx, room)
 		if c.pollCtx.Err() != nil || fs.IsClientClosed() {
 			c.cl.AllowRebalance()
@@ -436,6 +443,78 @@ func (c *Consumer) pollLoop() {
 			idle = 0
 		}
 	}
+}
+
+// franz-go's fetch defaults, for a Config that leaves the fields unset.
+const (
+	defaultFetchMaxBytes     = 50 << 20
+	defaultFetchMaxPartBytes = 1 << 20
+)
+
+// sizeFetches sizes the fetches franz-go sends next to what the byte
+// budget (Limits.MaxUnackedBytes) will have left once the records franz-go
+// holds are in the tracker, converted to bytes on the wire at the ratio
+// seen so far: a fetch is decompressed whole when it arrives, so a fetch
+// of fetch_max_bytes of well-compressed records holds many times that in
+// memory. fetch_max_bytes and fetch_max_partition_bytes stay the upper
+// bounds; the least asked for is 1 byte, for which a broker still returns
+// one record batch. Without a budget it does nothing.
+func (c *Consumer) sizeFetches() {
+	if c.cfg.Limits.MaxUnackedBytes <= 0 {
+		return
+	}
+	held := c.cl.BufferedFetchBytes() + c.cl.BufferedFetchRecords()*RecordOverhead
+	c.cl.UpdateFetchMaxBytes(c.fetchLimits(int64(c.track.ByteRoom()) - held))
+}
+
+// fetchLimits returns the fetch and partition bytes to ask for when room
+// bytes of the budget are free.
+func (c *Consumer) fetchLimits(room int64) (wire, part int32) {
+	maxBytes, maxPart := c.cfg.FetchMaxBytes, c.cfg.FetchMaxPartitionBytes
+	if maxBytes <= 0 {
+		maxBytes = defaultFetchMaxBytes
+	}
+	if maxPart <= 0 {
+		maxPart = defaultFetchMaxPartBytes
+	}
+	wire = int32(max(min(float64(room)/c.sizer.costPerWireByte(), float64(maxBytes)), 1))
+	return wire, min(wire, maxPart)
+}
+
+// fetchSizer learns, from franz-go's fetch hook, what a byte fetched costs
+// in memory once decompressed (RecordCost per byte on the wire).
+type fetchSizer struct {
+	mu         sync.Mutex
+	wire, cost int64 // over the batches read, halved as they grow so that the ratio follows the data
+}
+
+// initialCostPerWireByte is assumed before the first batch arrives: a
+// record of 200 bytes compressed tenfold (the first fetch is small, and the
+// ratio is learnt from it).
+const initialCostPerWireByte = 32
+
+// fetchSizerWindow is how many wire bytes the ratio is averaged over
+// before older batches weigh half.
+const fetchSizerWindow = 64 << 20
+
+// OnFetchBatchRead implements kgo.HookFetchBatchRead.
+func (f *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wire += int64(m.CompressedBytes)
+	f.cost += int64(m.UncompressedBytes + m.NumRecords*RecordOverhead)
+	if f.wire > fetchSizerWindow {
+		f.wire, f.cost = f.wire/2, f.cost/2
+	}
+}
+
+func (f *fetchSizer) costPerWireByte() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.wire <= 0 || f.cost <= 0 {
+		return initialCostPerWireByte
+	}
+	return float64(f.cost) / float64(f.wire)
 }
 
 // every runs fn every period until the consumer closes.

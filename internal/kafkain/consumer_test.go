@@ -66,3 +66,35 @@ func TestLostPartitionsNeverCommit(t *testing.T) {
 	o, ok := offs.Lookup(topic, 0)
 	assert.False(t, ok && o.At >= 0, "nothing committed for a lost partition: %+v", o)
 }
+
+// TestFetchLimitsFollowTheBudget: fetches ask for what the byte budget has
+// room for, converted to bytes on the wire at the cost per wire byte the
+// fetch hook measured (an assumed 32 before any batch), within
+// fetch_max_bytes and fetch_max_partition_bytes, and never less than 1 byte.
+func TestFetchLimitsFollowTheBudget(t *testing.T) {
+	c := &Consumer{cfg: Config{FetchMaxBytes: 50 << 20, FetchMaxPartitionBytes: 1 << 20, Limits: Limits{MaxUnackedBytes: 16 << 20}}}
+	wire, part := c.fetchLimits(16 << 20)
+	assert.Equal(t, int32(16<<20/initialCostPerWireByte), wire, "before any batch")
+	assert.Equal(t, wire, part)
+
+	// Batches of 5,000 records, 1 MB decompressed from 100 kB: each wire
+	// byte costs (1 MB + 5,000 KiB) / 100 kB.
+	for range 3 {
+		c.sizer.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 5000, UncompressedBytes: 1_000_000, CompressedBytes: 100_000})
+	}
+	ratio := float64(1_000_000+5000*RecordOverhead) / 100_000
+	wire, part = c.fetchLimits(16 << 20)
+	assert.InDelta(t, float64(16<<20)/ratio, float64(wire), 1)
+	assert.Equal(t, wire, part, "below fetch_max_partition_bytes")
+
+	wire, part = c.fetchLimits(-5)
+	assert.Equal(t, int32(1), wire, "no room: one byte (a broker still returns one batch)")
+	assert.Equal(t, int32(1), part)
+
+	// Uncompressed records: the room is capped by the configured limits.
+	c.sizer = fetchSizer{}
+	c.sizer.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 1, UncompressedBytes: 100_000, CompressedBytes: 100_000})
+	wire, part = c.fetchLimits(1 << 40)
+	assert.Equal(t, int32(50<<20), wire)
+	assert.Equal(t, int32(1<<20), part)
+}

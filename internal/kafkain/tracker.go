@@ -17,8 +17,12 @@
 //   - a nacked batch is handed out again, before anything newer of its
 //     partition, with the same records (or, without replay, counts as
 //     acknowledged: dropped, as Redpanda Connect's auto_replay_nacks: false);
-//   - a partition holding MaxUnacked records not yet acknowledged, or
-//     BufferBytes of records not yet handed out, is paused;
+//   - a partition holding MaxUnacked records not yet acknowledged is
+//     paused; while one holds BufferBytes of records not yet handed out,
+//     nothing more is polled (Room is 0);
+//   - the records of all partitions not yet acknowledged cost at most
+//     MaxUnackedBytes (see RecordCost): Room, which bounds each poll, is
+//     0 once the next record might not fit;
 //   - every batch belongs to one ownership of its partition (a generation);
 //     an acknowledgement of a batch whose partition was released, or
 //     released and assigned again, changes nothing.
@@ -55,8 +59,17 @@ type Limits struct {
 	// (fetch_max_partition_bytes).
 	MaxUnacked int
 	// BufferBytes is the size of the records of one partition fetched but
-	// not yet handed out at which its fetching pauses.
+	// not yet handed out at which polling stops until the pipeline took
+	// them below it. It stops the poll rather than pausing the partition:
+	// a fetch sent while a partition is paused leaves it out, and when
+	// every partition it asks for is caught up the broker holds it for
+	// fetch_max_wait, during which the resumed partition is not fetched
+	// (stalls of 5 s each at the tail of a backlog).
 	BufferBytes int
+	// MaxUnackedBytes bounds the cost (RecordCost) of the records of every
+	// partition fetched and not yet acknowledged; 0 means no bound. The
+	// poll loop takes no more records than fit (Room).
+	MaxUnackedBytes int
 	// YieldBytes bounds the records of one handed-out batch (at least one
 	// record).
 	YieldBytes int
@@ -87,6 +100,7 @@ type Batch struct {
 	HighWatermark int64
 
 	gen      uint64
+	cost     int   // RecordCost of its records
 	first    int64 // offset of the first record
 	end      int64 // offset after the last record
 	epoch    int32 // leader epoch of the last record
@@ -121,6 +135,7 @@ type partition struct {
 	hwm      int64
 	out      []*Batch // handed out and not yet retired, offset order
 	unacked  int      // records pending plus in out and not acknowledged
+	unackBy  int      // their RecordCost
 	durable  int64    // offset after the acknowledged prefix; -1 none yet
 	epoch    int32    // leader epoch of the record before durable
 	commit   int64    // last committed offset; -1 none
@@ -138,6 +153,8 @@ type Tracker struct {
 	auto bool // partitions are owned on first sight (no consumer group)
 
 	mu      sync.Mutex
+	unackBy int // RecordCost of the unacknowledged records of every partition
+	maxCost int // the largest RecordCost seen
 	parts   map[TP]*partition
 	order   []TP // round-robin order of hand-outs
 	next    int
@@ -214,13 +231,37 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 		return
 	}
 	p.pending = slices.Grow(p.pending, len(recs))
+	cost := 0
 	for _, r := range recs {
 		p.pending = append(p.pending, r)
-		p.pendBy += recordBytes(r)
+		rc := RecordCost(r)
+		p.pendBy += rc - RecordOverhead
+		cost += rc
+		t.maxCost = max(t.maxCost, rc)
 	}
 	p.unacked += len(recs)
+	t.charge(p, cost)
 	t.flowLocked(p)
 	t.broadcast()
+}
+
+// RecordOverhead is what a record costs in memory beyond its key, value and
+// headers: its kgo.Record (about 160 bytes, in franz-go's per-batch slab)
+// and, once handed out, the Benthos message built from it, with its eight
+// metadata entries, context and the engine's batch bookkeeping (about 900
+// bytes). An estimate, from heap profiles of the binary (docs/kafka.md,
+// Memory).
+const RecordOverhead = 1024
+
+// RecordCost is what the tracker counts a record as against
+// MaxUnackedBytes: its key, value and header bytes plus RecordOverhead.
+func RecordCost(r *kgo.Record) int { return recordBytes(r) + RecordOverhead }
+
+// charge adds cost (negative: gives it back) to p and to the tracker's
+// total; callers hold mu.
+func (t *Tracker) charge(p *partition, cost int) {
+	p.unackBy += cost
+	t.unackBy += cost
 }
 
 func recordBytes(r *kgo.Record) int {
@@ -234,22 +275,62 @@ func recordBytes(r *kgo.Record) int {
 // Room returns how many more records the tracker takes before every
 // partition it fetches reaches its bound: the sum, over the owned partitions
 // still fetching, of MaxUnacked less their unacknowledged records. With no
-// partition yet it is one partition's bound. The poll loop asks franz-go for
-// no more than this, so that the rest of a fetch stays in franz-go's one
-// buffered fetch instead of piling up here on top of the next one.
+// partition yet it is one partition's bound. With MaxUnackedBytes it is at
+// most the records that fit in what the budget has left at the largest
+// RecordCost seen so far (one record while none was seen, or while nothing
+// is unacknowledged, so that a record larger than the whole budget still
+// goes through, alone). It is 0 while a partition holds BufferBytes of
+// records not yet handed out. The poll loop asks franz-go for no more than
+// this, so that the rest of a fetch stays in franz-go's one buffered fetch
+// instead of piling up here on top of the next one.
 func (t *Tracker) Room() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.parts) == 0 {
-		return t.lim.MaxUnacked
-	}
-	room := 0
-	for _, p := range t.parts {
-		if !p.paused && !p.leaving {
-			room += max(t.lim.MaxUnacked-p.unacked, 0)
+	room := t.lim.MaxUnacked
+	if len(t.parts) > 0 {
+		room = 0
+		for _, p := range t.parts {
+			if p.leaving {
+				continue
+			}
+			if p.pendBy >= t.lim.BufferBytes {
+				return 0
+			}
+			if !p.paused {
+				room += max(t.lim.MaxUnacked-p.unacked, 0)
+			}
 		}
 	}
+	if t.lim.MaxUnackedBytes > 0 {
+		fit := 1
+		if t.maxCost > 0 {
+			fit = max(t.lim.MaxUnackedBytes-t.unackBy, 0) / t.maxCost
+		}
+		if fit == 0 && t.unackBy == 0 {
+			fit = 1
+		}
+		room = min(room, fit)
+	}
 	return room
+}
+
+// ByteRoom returns what MaxUnackedBytes has left (negative past it; 0 with
+// no budget), for sizing fetches.
+func (t *Tracker) ByteRoom() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lim.MaxUnackedBytes <= 0 {
+		return 0
+	}
+	return t.lim.MaxUnackedBytes - t.unackBy
+}
+
+// UnackedBytes returns the RecordCost of every record fetched and not yet
+// acknowledged.
+func (t *Tracker) UnackedBytes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.unackBy
 }
 
 // Changed returns a channel closed at the tracker's next change (an add, a
@@ -262,7 +343,7 @@ func (t *Tracker) Changed() <-chan struct{} {
 
 // flowLocked pauses or resumes fetching p as its holdings require.
 func (t *Tracker) flowLocked(p *partition) {
-	full := p.unacked >= t.lim.MaxUnacked || p.pendBy >= t.lim.BufferBytes
+	full := p.unacked >= t.lim.MaxUnacked
 	switch {
 	case full && !p.paused && !p.leaving:
 		p.paused = true
@@ -369,17 +450,21 @@ func (t *Tracker) yieldLocked(p *partition) *Batch {
 		by += sz
 		k++
 	}
+	cost := by + k*RecordOverhead
 	recs := slices.Clone(p.pending[:k])
 	clear(p.pending[:k])
 	p.pending = p.pending[k:]
 	if len(p.pending) == 0 {
 		p.pending = nil
 	}
+	if p.pendBy >= t.lim.BufferBytes && p.pendBy-by < t.lim.BufferBytes {
+		t.broadcast() // the poll loop waits for this
+	}
 	p.pendBy -= by
 	last := recs[len(recs)-1]
 	b := &Batch{
 		TP: p.tp, Records: recs, HighWatermark: p.hwm,
-		gen: p.gen, first: recs[0].Offset, end: last.Offset + 1, epoch: last.LeaderEpoch,
+		gen: p.gen, cost: cost, first: recs[0].Offset, end: last.Offset + 1, epoch: last.LeaderEpoch,
 		n: len(recs), state: stateOut, delivery: 1,
 	}
 	p.out = append(p.out, b)
@@ -431,6 +516,7 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 	b.Records = nil
 	p.nacks = 0
 	p.unacked -= b.n
+	t.charge(p, -b.cost)
 	for len(p.out) > 0 && p.out[0].state == stateAcked {
 		head := p.out[0]
 		p.durable, p.epoch = head.end, head.epoch
@@ -453,6 +539,7 @@ func (t *Tracker) Revoke(tps []TP) {
 	t.eachLocked(tps, func(p *partition) {
 		p.leaving = true
 		p.unacked -= len(p.pending)
+		t.charge(p, -(p.pendBy + len(p.pending)*RecordOverhead))
 		clear(p.pending)
 		p.pending, p.pendBy = nil, 0
 		for _, b := range p.out {
@@ -525,6 +612,10 @@ func (t *Tracker) Release(tps []TP) {
 				t.flow.ResumeFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
 			}
 		}
+		// Its records still unacknowledged are let go: their late
+		// acks change nothing, and the pipeline drops its messages
+		// once they settle.
+		t.unackBy -= p.unackBy
 		delete(t.parts, p.tp)
 		t.order = slices.DeleteFunc(t.order, func(o TP) bool { return o == p.tp })
 	})
@@ -581,11 +672,11 @@ type PartitionState struct {
 	// FirstUnacked is the offset of the oldest record not acknowledged (-1
 	// when every record fetched is).
 	FirstUnacked int64
-	// Unacked counts records fetched and not acknowledged; Pending those
-	// not yet handed out.
-	Unacked, Pending int
-	HighWatermark    int64
-	Paused, Leaving  bool
+	// Unacked counts records fetched and not acknowledged, UnackedBytes
+	// their RecordCost; Pending counts those not yet handed out.
+	Unacked, UnackedBytes, Pending int
+	HighWatermark                  int64
+	Paused, Leaving                bool
 }
 
 // State returns a snapshot of every owned partition, in no order.
@@ -596,7 +687,7 @@ func (t *Tracker) State() []PartitionState {
 	for _, p := range t.parts {
 		s := PartitionState{
 			TP: p.tp, Durable: p.durable, Committed: p.commit, FirstUnacked: -1,
-			Unacked: p.unacked, Pending: len(p.pending), HighWatermark: p.hwm, Paused: p.paused, Leaving: p.leaving,
+			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, Paused: p.paused, Leaving: p.leaving,
 		}
 		for _, b := range p.out {
 			if b.state != stateAcked {

@@ -179,15 +179,27 @@ func TestTrackerPausesAtTheCap(t *testing.T) {
 	tr.Ack(bs[0], 1, nil)
 	assert.False(t, f.isPaused(tp0), "20 unacked < 25: resumed")
 
-	// Buffer bytes: 10 records of 10 bytes pending pause at 100 bytes.
+	// Buffer bytes: 10 records of 10 bytes pending stop the poll at 100
+	// bytes (Room 0) without pausing the partition: a fetch sent while a
+	// partition is paused leaves it out, and the broker may hold it for
+	// fetch_max_wait after the partition resumed.
 	f2 := &flowLog{paused: map[TP]bool{}}
 	lim.BufferBytes = 100
 	tr2 := NewTracker(lim, f2, false)
 	tr2.Assign([]TP{tp0})
-	tr2.Add(tp0, records(tp0, 0, 10), 10)
-	assert.True(t, f2.isPaused(tp0))
+	tr2.Add(tp0, records(tp0, 0, 9), 9)
+	assert.Equal(t, 25-9, tr2.Room(), "90 bytes pending: below the buffer")
+	tr2.Add(tp0, records(tp0, 9, 1), 10)
+	assert.Equal(t, 0, tr2.Room(), "100 bytes pending: no more polls")
+	assert.False(t, f2.isPaused(tp0), "not paused")
+	ch := tr2.Changed()
 	next(t, tr2)
-	assert.False(t, f2.isPaused(tp0), "handed out: the buffer is empty")
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the buffer going below its bound wakes the poll loop")
+	}
+	assert.Equal(t, 25-10, tr2.Room(), "handed out: the buffer is empty")
 
 	// Release resumes a paused partition, so a later owner fetches it.
 	tr.Add(tp0, records(tp0, 30, 10), 40)
@@ -407,4 +419,70 @@ func TestTrackerRoomBoundsThePoll(t *testing.T) {
 	assert.Equal(t, 25-20+25, tr.Room(), "tp0 resumed with 20 unacked")
 	tr.Revoke([]TP{tp1})
 	assert.Equal(t, 5, tr.Room(), "a leaving partition takes nothing")
+}
+
+// TestTrackerByteBudget: with MaxUnackedBytes, Room takes no more records
+// than fit in what the budget has left at the largest RecordCost seen, so a
+// poll loop that adds what Room allows never passes the budget while
+// nothing is acknowledged; acks give room back, a record larger than the
+// whole budget goes alone, and revoked and released partitions give their
+// share back.
+func TestTrackerByteBudget(t *testing.T) {
+	const cost = 10 + RecordOverhead // records() values are 10 bytes
+	lim := lim10
+	lim.MaxUnacked = 1 << 20
+	lim.MaxUnackedBytes = 10 * cost
+	tr := NewTracker(lim, &flowLog{paused: map[TP]bool{}}, false)
+	tp1 := TP{"t", 1}
+	tr.Assign([]TP{tp0, tp1})
+	assert.Equal(t, 1, tr.Room(), "no record seen yet: one")
+
+	// The poll loop: take what Room allows, alternating partitions.
+	offs := map[TP]int{}
+	poll := func() int {
+		n := tr.Room()
+		for i := range n {
+			tp := []TP{tp0, tp1}[i%2]
+			tr.Add(tp, records(tp, offs[tp], 1), -1)
+			offs[tp]++
+		}
+		require.LessOrEqual(t, tr.UnackedBytes(), lim.MaxUnackedBytes, "never past the budget")
+		return n
+	}
+	for poll() > 0 {
+	}
+	assert.Equal(t, lim.MaxUnackedBytes, tr.UnackedBytes(), "filled exactly")
+	var out []*Batch
+	for range 2 {
+		out = append(out, next(t, tr))
+	}
+	assert.Equal(t, 0, tr.Room(), "handed out is still unacknowledged")
+	tr.Ack(out[0], 1, nil)
+	assert.Equal(t, out[0].n, tr.Room(), "an ack gives its records' room back")
+	assert.Equal(t, (10-out[0].n)*cost, tr.UnackedBytes())
+	tr.Ack(out[1], 1, nil)
+	assert.Equal(t, 0, tr.UnackedBytes())
+
+	// A record larger than the whole budget goes alone, and nothing after
+	// it until it is acknowledged.
+	big := records(tp0, offs[tp0], 1)
+	big[0].Value = make([]byte, 2*lim.MaxUnackedBytes)
+	assert.Equal(t, 10, tr.Room())
+	tr.Add(tp0, big, -1)
+	assert.Equal(t, 0, tr.Room(), "the big record uses it all")
+	b := next(t, tr)
+	tr.Ack(b, 1, nil)
+	assert.Equal(t, 0, tr.UnackedBytes())
+	assert.Equal(t, 1, tr.Room(), "nothing held: room for one record of the largest size seen")
+
+	// Revoke gives back the pending records' share, Release the rest.
+	tr.Add(tp1, records(tp1, offs[tp1], 3), -1)
+	b = next(t, tr)
+	tr.Add(tp1, records(tp1, offs[tp1]+3, 2), -1)
+	tr.Revoke([]TP{tp1})
+	assert.Equal(t, b.n*cost, tr.UnackedBytes(), "pending records dropped")
+	tr.Release([]TP{tp1})
+	assert.Equal(t, 0, tr.UnackedBytes(), "released: its records are let go")
+	assert.False(t, tr.Ack(b, 1, nil), "a late ack changes nothing")
+	assert.Equal(t, 0, tr.UnackedBytes())
 }

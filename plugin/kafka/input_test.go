@@ -149,6 +149,7 @@ func TestLintNamesTheField(t *testing.T) {
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nfetch_max_bytes: lots", "fetch_max_bytes"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\npartition_buffer_bytes: -1MB", "partition_buffer_bytes"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nmax_unacked_per_partition: 0", "max_unacked_per_partition"},
+		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nmax_unacked_bytes: 16 megs", "max_unacked_bytes"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\ncommit_period: 0s", "commit_period"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nconn_idle_timeout: 1h", "conn_idle_timeout"},
 		{"seed_brokers: [ a:9092 ]\ntopics: [ t ]\nfetch_max_wait: 1ms", "fetch_max_wait"},

@@ -35,7 +35,7 @@ import (
 
 // Config field names, as Redpanda Connect's redpanda input spells them
 // (https://docs.redpanda.com/redpanda-connect/components/inputs/redpanda/),
-// plus this binary's own max_unacked_per_partition.
+// plus this binary's own max_unacked_per_partition and max_unacked_bytes.
 const (
 	fSeedBrokers       = "seed_brokers"
 	fClientID          = "client_id"
@@ -77,6 +77,7 @@ const (
 	fMaxYieldBytes     = "max_yield_batch_bytes"
 	fAutoReplayNacks   = service.AutoRetryNacksToggleFieldName
 	fMaxUnacked        = "max_unacked_per_partition"
+	fMaxUnackedBytes   = "max_unacked_bytes"
 )
 
 // Start offsets.
@@ -97,6 +98,9 @@ const (
 
 // DefaultMaxUnacked is the default of max_unacked_per_partition.
 const DefaultMaxUnacked = 16384
+
+// DefaultMaxUnackedBytes is the default of max_unacked_bytes.
+const DefaultMaxUnackedBytes = "8MiB"
 
 // bytesRE is the shape humanize.ParseBytes reads ("1MB", "50MiB", "1B",
 // "32KB", "1048576"), for lint.
@@ -176,7 +180,7 @@ With `+"`consumer_group`"+`, the partitions of the topics are balanced across th
 
 A partition's offset is committed only past records that every output they went to acknowledged: per partition the commit is the offset after the longest run of acknowledged records from the last commit. Acknowledgements that arrive out of order wait for the ones below them. Commits are made every `+"`commit_period`"+`, when partitions are revoked, and on shutdown.
 
-At most `+"`max_unacked_per_partition`"+` records of a partition are held unacknowledged (plus one fetch in flight, `+"`fetch_max_partition_bytes`"+`), and at most `+"`partition_buffer_bytes`"+` of them not yet handed to the pipeline: past either bound fetching that partition pauses until acknowledgements come back. That is the input's back-pressure, and it bounds its memory.
+The records fetched and not yet acknowledged, of every partition, are held within `+"`max_unacked_bytes`"+` (each counted as its key, value and headers plus 1 KiB), and the fetches are sized to what that budget has room for once decompressed; at most `+"`max_unacked_per_partition`"+` records of one partition are unacknowledged (past it fetching that partition pauses), and while a partition has `+"`partition_buffer_bytes`"+` of records not yet handed to the pipeline nothing more is polled. Past a bound the input waits for acknowledgements: that is its back-pressure, and it bounds its memory.
 
 A nacked batch is handed out again, before anything newer of its partition, after a short back-off (`+"`auto_replay_nacks: true`"+`); with `+"`auto_replay_nacks: false`"+` it is dropped and counts as delivered, as in Redpanda Connect. Several batches of one partition may be in flight at once, so after a nack the batch redelivered may land after newer records of its partition that were acknowledged.
 
@@ -291,7 +295,7 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Description("The period between commits of the durable offsets (what every record below has been acknowledged). Offsets are also committed when partitions are revoked and at shutdown.").
 				Default("5s").LintRule(lintrule.Duration(fCommitPeriod)).Advanced(),
 			service.NewStringField(fPartBufferBytes).
-				Description("How many bytes of records of one partition may wait, fetched, to be handed to the pipeline; past it fetching that partition pauses.").
+				Description("How many bytes of records of one partition may wait, fetched, to be handed to the pipeline; while one partition holds this much, the input takes no more records from the client (a poll may pass it by a little).").
 				Default("1MB").LintRule(bytesLint(fPartBufferBytes)).Advanced(),
 			service.NewDurationField(fLagRefresh).
 				Description("The period between refreshes of the `redpanda_lag` metric (one ListOffsets request per refresh).").
@@ -300,8 +304,11 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Description("The maximum size of each batch this input yields (records of one partition; a larger record goes alone).").
 				Default("32KB").LintRule(bytesLint(fMaxYieldBytes)).Advanced(),
 			service.NewIntField(fMaxUnacked).
-				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses. It bounds the input's memory and is its back-pressure: the input takes from franz-go no more records than its partitions have room for (the rest of a fetch stays in franz-go's buffer). The default, 16384, keeps a few partitions above what the zerobus output holds in flight at its defaults (16 batches of 4,000 rows); a lower one starves it.").
+				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses, so that one partition cannot take the whole of `max_unacked_bytes`. The input takes from franz-go no more records than its partitions have room for (the rest of a fetch stays in franz-go's buffer). At the default `max_unacked_bytes` (8MiB, at least 1 KiB a record) the default, 16384, is never reached.").
 				Default(DefaultMaxUnacked).LintRule(lintrule.AtLeast(fMaxUnacked, 1)).Advanced(),
+			service.NewStringField(fMaxUnackedBytes).
+				Description("This binary's own (Redpanda Connect has no such field): a memory budget for the records of every partition fetched and not yet acknowledged, each counted as its key, value and header bytes plus 1 KiB for its own structures (the franz-go record, and the message the engine builds from it). The input takes a poll of records only while they fit at the largest record size seen (a record larger than the whole budget goes alone), and asks brokers for fetches no larger than the budget has room for once decompressed (at the compression ratio seen so far; `fetch_max_bytes` and `fetch_max_partition_bytes` remain the upper bounds). Every message in the pipeline comes from such a record, so it also bounds the messages the output holds. The default, 8MiB, keeps the binary within 160 MiB with the zerobus output at its defaults (docs/kafka.md, Memory); a larger budget lets more rows be in flight when the output's acknowledgements are slow (at most about the budget ÷ (row size + 1 KiB) rows).").
+				Default(DefaultMaxUnackedBytes).LintRule(bytesLint(fMaxUnackedBytes)).Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).
 		LintRule(specLint).
@@ -411,13 +418,13 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	if k.Dial.KeepAliveCount, err = conf.FieldInt(fTCP, fTCPKeepAlive, fKACount); err != nil || k.Dial.KeepAliveCount < 0 {
 		return c, fail(fTCP+"."+fTCPKeepAlive+"."+fKACount, fmt.Errorf("must be at least 0"))
 	}
-	var fetchMax, fetchMin, fetchPart, partBuf, yield int
+	var fetchMax, fetchMin, fetchPart, partBuf, yield, unackedBytes int
 	sizes := []struct {
 		field string
 		dst   *int
 	}{
 		{fFetchMaxBytes, &fetchMax}, {fFetchMinBytes, &fetchMin}, {fFetchMaxPartBytes, &fetchPart},
-		{fPartBufferBytes, &partBuf}, {fMaxYieldBytes, &yield},
+		{fPartBufferBytes, &partBuf}, {fMaxYieldBytes, &yield}, {fMaxUnackedBytes, &unackedBytes},
 	}
 	for _, s := range sizes {
 		if *s.dst, err = byteSize(conf, s.field); err != nil {
@@ -471,7 +478,7 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 		return c, fail(fAutoReplayNacks, err)
 	}
 	k.Limits = kafkain.Limits{
-		MaxUnacked: maxUnacked, BufferBytes: partBuf, YieldBytes: yield, Replay: replay,
+		MaxUnacked: maxUnacked, BufferBytes: partBuf, MaxUnackedBytes: unackedBytes, YieldBytes: yield, Replay: replay,
 		ReplayBackoff: 100 * time.Millisecond, MaxReplayBackoff: 5 * time.Second,
 	}
 	return c, nil

@@ -30,7 +30,10 @@ import (
 //	go test ./test/e2e/ -run '^$' -bench Kafka -benchtime 1x -timeout 40m
 //
 // KAFKA_BENCH_RECORDS changes the backlog (default 5M), KAFKA_BENCH_REPS
-// the reps (default 3). The machine may be
+// the reps (default 3). KAFKA_BENCH_HEAP=DIR turns the binary's
+// http.debug_endpoints on and saves, in DIR, its heap profile (GROUP.pb.gz,
+// for go tool pprof) and the runtime's figures (GROUP.txt) each time its
+// peak RSS grows by 4 MiB, so the last ones are taken at the peak. The machine may be
 // shared, so the sides of each ratio run back to back, alternating which
 // goes first, and benchreport prints the median over the reps and the range.
 //
@@ -168,10 +171,12 @@ func BenchmarkKafka(b *testing.B) {
 func runKafkaBinary(b *testing.B, bin, brokers, group string, n int, output string) kafkaRun {
 	b.Helper()
 	addr := freeAddr(b)
+	heapDir := os.Getenv("KAFKA_BENCH_HEAP")
 	cfg := filepath.Join(b.TempDir(), "pipeline.yaml")
 	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 http:
   address: %s
+  debug_endpoints: %t
 logger:
   level: warn
 metrics:
@@ -186,12 +191,12 @@ input:
     start_offset: earliest
 output:
 %s
-`, addr, brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
+`, addr, heapDir != "", brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
 	began := time.Now()
 	p := startBinary(b, bin, nil, "run", cfg)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
-	var peak int64
+	var peak, profiled int64
 	var wall time.Duration
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -203,6 +208,9 @@ output:
 		}
 		if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
 			peak = max(peak, v)
+		}
+		if heapDir != "" && peak >= profiled+4<<20 && saveHeap(addr, filepath.Join(heapDir, group)) == nil {
+			profiled = peak // else not serving yet: the next tick tries again
 		}
 		if sent, ok := outputSent(addr); ok && sent >= float64(n) {
 			wall = time.Since(began)
@@ -219,6 +227,27 @@ output:
 	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	require.True(b, ok, "no rusage for the pipeline process")
 	return kafkaRun{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), peak: peak}
+}
+
+// saveHeap saves the heap profile of the binary serving debug endpoints at
+// addr as path.pb.gz, and its text form with the runtime's figures as
+// path.txt.
+func saveHeap(addr, path string) error {
+	for q, ext := range map[string]string{"": ".pb.gz", "?debug=1": ".txt"} {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap" + q)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			err = os.WriteFile(path+ext, body, 0o600)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // outputSent reads the engine's output_sent from the binary's /metrics.

@@ -222,7 +222,8 @@ func TestKafkaBrokerOutage(t *testing.T) {
 // TestKafkaWritesRefused: Zerobus refuses every write (PERMISSION_DENIED)
 // for 20 s (10 s in make test) while records of 1 KB keep arriving. The
 // input's lag grows and the redpanda_lag metric shows it; no committed
-// offset moves; the binary's peak RSS stays within 256 MiB at the defaults;
+// offset moves; the binary's peak RSS stays within 192 MiB at the defaults
+// (issue 25 asks 256; max_unacked_bytes keeps it near 150);
 // once writes are accepted again every record lands.
 func TestKafkaWritesRefused(t *testing.T) {
 	t.Parallel()
@@ -317,7 +318,7 @@ func TestKafkaWritesRefused(t *testing.T) {
 	assert.Equal(t, 0, code, tail(p.out.String(), 30))
 	peakMu.Lock()
 	defer peakMu.Unlock()
-	assert.LessOrEqual(t, peak, int64(256<<20), "peak RSS at the defaults with 1 KB records")
+	assert.LessOrEqual(t, peak, int64(192<<20), "peak RSS at the defaults with 1 KB records")
 	dups := 0
 	for _, d := range l.duplicates() {
 		dups += d

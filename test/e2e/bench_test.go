@@ -570,15 +570,7 @@ func BenchmarkRoutingThrash(b *testing.B) {
 	input := routedGenerate(rows, `""`, 500, tables, "")
 	// Rows acknowledged in the schema of the run.
 	acked := func(schema string) func() float64 {
-		return func() float64 {
-			var n int64
-			for name, t := range srv.Stats().Tables {
-				if strings.HasPrefix(name, "main."+schema+".") {
-					n += t.RowsAcked
-				}
-			}
-			return float64(n)
-		}
+		return func() float64 { return float64(srv.RowsAcked("main." + schema + ".")) }
 	}
 	run := 0
 	// rate runs the load into a schema of its own (every table provisioned

@@ -211,16 +211,9 @@ func TestRouterWaitsForRoomAndCountsClosingWriters(t *testing.T) {
 // each per batch.
 func TestRouterWaitersShareOneWriter(t *testing.T) {
 	r, opener, _ := newRouter(t, 1, "c.s.a", "c.s.b")
-	ctx := context.Background()
-	a, err := r.acquire(ctx, "c.s.a")
-	require.NoError(t, err)
 	const batches = 8
-	done := make(chan []RowError, batches)
-	for k := range batches {
-		go func() { done <- r.WriteRouted(ctx, rows(fmt.Sprintf(`{"id":%d}`, k)), to("c.s.b"), nil) }()
-	}
-	require.Eventually(t, sharedWaiting(r, "c.s.b", batches), 10*time.Second, time.Millisecond, "every batch waits for b")
-	r.release(a)
+	release, done := batchesInLine(t, r, "c.s.a", "c.s.b", batches)
+	release()
 	for range batches {
 		assert.Empty(t, <-done)
 	}
@@ -438,17 +431,10 @@ func TestRouterSharedWriteFailureFailsOnlyItsBatch(t *testing.T) {
 // trying each again.
 func TestRouterSharedWriteNotOpenFailsEveryBatch(t *testing.T) {
 	r, opener, cat := newRouter(t, 1, "c.s.a") // c.s.missing does not exist
-	ctx := context.Background()
-	a, err := r.acquire(ctx, "c.s.a")
-	require.NoError(t, err)
 	const batches = 3
-	done := make(chan []RowError, batches)
-	for k := range batches {
-		go func() { done <- r.WriteRouted(ctx, rows(fmt.Sprintf(`{"id":%d}`, k)), to("c.s.missing"), nil) }()
-	}
-	require.Eventually(t, sharedWaiting(r, "c.s.missing", batches), 10*time.Second, time.Millisecond)
+	release, done := batchesInLine(t, r, "c.s.a", "c.s.missing", batches)
 	describes := cat.Describes()
-	r.release(a)
+	release()
 	for range batches {
 		errs := <-done
 		require.Len(t, errs, 1)
@@ -457,4 +443,20 @@ func TestRouterSharedWriteNotOpenFailsEveryBatch(t *testing.T) {
 	}
 	assert.Equal(t, describes+1, cat.Describes(), "one open for the merged write, none per batch")
 	assert.Zero(t, recordedRows(opener)["c.s.missing"])
+}
+
+// batchesInLine holds held's writer (the router's only room) and starts n
+// one-row batches to table, returning once all n wait in line for it; the
+// batches' outcomes come on done once release gives the room back.
+func batchesInLine(t *testing.T, r *Router, held, table string, n int) (release func(), done <-chan []RowError) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := r.acquire(ctx, held)
+	require.NoError(t, err)
+	out := make(chan []RowError, n)
+	for k := range n {
+		go func() { out <- r.WriteRouted(ctx, rows(fmt.Sprintf(`{"id":%d}`, k)), to(table), nil) }()
+	}
+	require.Eventually(t, sharedWaiting(r, table, n), 10*time.Second, time.Millisecond, "every batch waits for %s", table)
+	return func() { r.release(a) }, out
 }

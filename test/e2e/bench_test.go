@@ -588,15 +588,26 @@ func BenchmarkRoutingThrash(b *testing.B) {
 	if _, err := fmt.Sscan(os.Getenv("ZEROBUS_BENCH_REPS"), &reps); err != nil || reps < 1 {
 		reps = benchReps
 	}
-	var few, roomy, x, ratio []float64
+	// took runs rate(open) and adds its wall time, from the pipeline's
+	// start to its end (every row acknowledged; the tables' creation
+	// included), to secs.
+	took := func(open int, secs *[]float64) float64 {
+		start := time.Now()
+		f := rate(open)
+		*secs = append(*secs, time.Since(start).Seconds())
+		return f
+	}
+	var few, roomy, x, ratio, fewSecs, roomySecs []float64
 	for range b.N {
 		for range reps {
-			f, r := rate(8), rate(256)
+			f, r := took(8, &fewSecs), took(256, &roomySecs)
 			few, roomy = append(few, f), append(roomy, r)
 			x = append(x, f/routingThrashBefore)
 			ratio = append(ratio, f/r)
 		}
 	}
+	benchreport.Report("routing_thrash/seconds_8_open", fewSecs, benchreport.Info, 0, "")
+	benchreport.Report("routing_thrash/seconds_256_open", roomySecs, benchreport.Info, 0, "")
 	benchreport.Report("routing_thrash/x_vs_before", x, benchreport.AtLeast, 3, "")
 	benchreport.Report("routing_thrash/rows_per_s_8_open", few, benchreport.Info, 0, "")
 	benchreport.Report("routing_thrash/rows_per_s_256_open", roomy, benchreport.Info, 0, "")
@@ -609,8 +620,9 @@ func BenchmarkRoutingThrash(b *testing.B) {
 // routingThrashBefore is BenchmarkRoutingThrash's 8-open rows/s on the
 // code before the router's rework (commit 612ee1a, with this bench and the
 // emulator's RowsAcked added), in runs alternating with this code's on the
-// shared 2-core machine: RTBEFORE_RUNS. Its
+// shared 2-core machine: median 143 (140, 162, 143 over 3 runs, beside
+// this code's 625, 683, 721; 2026-12-02). Its
 // 8-open case was bound by the catalog calls of provisioning (8 per table
 // through databricks-sdk-go's 15 calls/s; 3 now) and by a writer evicted
 // for nearly every table of every batch.
-const routingThrashBefore = 0.22
+const routingThrashBefore = 143.0

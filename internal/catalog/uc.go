@@ -475,7 +475,8 @@ func (u *UC) tableLock(table string) *sync.Mutex {
 }
 
 // Reconcile plans against the cached state first: when that plan is empty
-// nothing is requested at all. Otherwise it describes afresh, plans, logs the
+// nothing is requested at all. Otherwise it describes afresh (unless a
+// describe found the table absent within absentFresh), plans, logs the
 // plan and applies it statement by statement, then re-describes and re-plans
 // (another writer may have raced it) until the plan is empty. Calls for one
 // table are serialised.

@@ -55,7 +55,8 @@ type TableState struct {
 	Columns    []typemap.Column
 	Properties map[string]string
 	// Tags are the table's tags when the backend can read them; nil when it
-	// cannot (UC's tables endpoint does not return them).
+	// cannot (UC's tables endpoint does not return them), and, from UC,
+	// until a Reconcile asked for tags (only a plan with tags reads them).
 	Tags    map[string]string
 	Comment string
 	// IcebergConvertedVersion is the Delta version the asynchronous Iceberg

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/databricks/databricks-sdk-go"
@@ -105,7 +106,13 @@ type UC struct {
 
 	mu    sync.Mutex
 	cache map[string]*TableState
-	locks map[string]*sync.Mutex
+	// wantTags is set once a Reconcile asked for tags: only then does a
+	// describe read them (a second call on the rate-limited API, per
+	// describe), since only a plan with tags looks at them.
+	wantTags atomic.Bool
+	// absent holds when a describe last found a table absent (seenAbsent).
+	absent map[string]time.Time
+	locks  map[string]*sync.Mutex
 }
 
 var _ TableCatalog = (*UC)(nil)
@@ -148,6 +155,7 @@ func NewUC(cfg UCConfig) (*UC, error) {
 		callTimeout: cfg.CallTimeout,
 		log:         cfg.Logger,
 		cache:       map[string]*TableState{},
+		absent:      map[string]time.Time{},
 		locks:       map[string]*sync.Mutex{},
 	}
 	if u.poll <= 0 {
@@ -338,7 +346,9 @@ func (u *UC) Describe(ctx context.Context, table string) (*TableState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: describe table %s: %w", table, err)
 	}
-	state.Tags = u.tags(ctx, state.FullName)
+	if u.wantTags.Load() {
+		state.Tags = u.tags(ctx, state.FullName)
+	}
 	u.remember(table, state)
 	return state, nil
 }
@@ -422,9 +432,28 @@ func (u *UC) remember(table string, s *TableState) {
 	defer u.mu.Unlock()
 	if s == nil {
 		delete(u.cache, table)
+		u.absent[table] = time.Now()
 		return
 	}
+	delete(u.absent, table)
 	u.cache[table] = s
+}
+
+// absentFresh is how long a describe that found a table absent stands in
+// for the describe Reconcile makes before it plans: a writer describes its
+// table at open and, finding it absent, creates it from its first batch
+// moments later. Planning on "absent" is safe even when someone created
+// the table meanwhile: the plan is CREATE TABLE IF NOT EXISTS (a no-op
+// then), and the describe after it re-plans against the table found.
+const absentFresh = 5 * time.Second
+
+// seenAbsent reports whether the last describe of table, within
+// absentFresh, found it absent.
+func (u *UC) seenAbsent(table string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	at, ok := u.absent[table]
+	return ok && time.Since(at) < absentFresh
 }
 
 // Cached returns the last described state of a table, or nil.
@@ -446,7 +475,8 @@ func (u *UC) tableLock(table string) *sync.Mutex {
 }
 
 // Reconcile plans against the cached state first: when that plan is empty
-// nothing is requested at all. Otherwise it describes afresh, plans, logs the
+// nothing is requested at all. Otherwise it describes afresh (unless a
+// describe found the table absent within absentFresh), plans, logs the
 // plan and applies it statement by statement, then re-describes and re-plans
 // (another writer may have raced it) until the plan is empty. Calls for one
 // table are serialised.
@@ -460,10 +490,16 @@ func (u *UC) Reconcile(ctx context.Context, desired DesiredTable) (ReconcileOutc
 			return ReconcileOutcome{Plan: p, State: cached}, nil
 		}
 	}
+	if len(desired.Tags) > 0 {
+		u.wantTags.Store(true)
+	}
 	var out ReconcileOutcome
-	live, err := u.Describe(ctx, desired.FullName)
-	if err != nil {
-		return out, err
+	var live *TableState
+	if !u.seenAbsent(desired.FullName) {
+		var err error
+		if live, err = u.Describe(ctx, desired.FullName); err != nil {
+			return out, err
+		}
 	}
 	for round := 1; ; round++ {
 		p := Plan(live, desired)
@@ -692,6 +728,18 @@ func (u *UC) state(ctx context.Context, table string) (*TableState, error) {
 	return s, nil
 }
 
+// WriterProperty is the table property RegisterWriter records w under, and
+// its value. A writer that creates its table sets it in the CREATE's
+// TBLPROPERTIES, so that registering afterwards finds it recorded and costs
+// no statement (and no describe) on Unity Catalog's rate-limited API.
+func WriterProperty(w WriterInfo) (key, value string) {
+	v, _ := json.Marshal(struct {
+		Source string `json:"source,omitempty"`
+		Role   Role   `json:"role,omitempty"`
+	}{w.Source, w.Role})
+	return PropWriterPrefix + typemap.SafeIdentifier(w.ID), string(v)
+}
+
 // RegisterWriter records the writer as table property
 // zerobus.writer.<id> = {"source":…,"role":…}. It issues a statement only
 // when the recorded value differs.
@@ -702,12 +750,7 @@ func (u *UC) RegisterWriter(ctx context.Context, table string, w WriterInfo) err
 	l := u.tableLock(table)
 	l.Lock()
 	defer l.Unlock()
-	key := PropWriterPrefix + typemap.SafeIdentifier(w.ID)
-	v, _ := json.Marshal(struct {
-		Source string `json:"source,omitempty"`
-		Role   Role   `json:"role,omitempty"`
-	}{w.Source, w.Role})
-	val := string(v)
+	key, val := WriterProperty(w)
 	s, err := u.state(ctx, table)
 	if err != nil {
 		return fmt.Errorf("catalog: register writer %s: %w", w.ID, err)

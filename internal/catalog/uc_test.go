@@ -42,16 +42,18 @@ type emulated struct {
 
 func newEmulated(t *testing.T, opts workspace.Options) *emulated {
 	t.Helper()
-	// Keep the developer's Databricks environment out of the SDK's unified auth.
-	for _, k := range []string{"DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET",
-		"DATABRICKS_AUTH_TYPE", "DATABRICKS_CONFIG_PROFILE", "DATABRICKS_WAREHOUSE_ID"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("DATABRICKS_CONFIG_FILE", "/nonexistent/databrickscfg")
+	return newEmulatedBehind(t, opts, func(h http.Handler) http.Handler { return h })
+}
+
+// newEmulatedBehind is newEmulated with the workspace's handler wrapped by
+// front (a request counter, say).
+func newEmulatedBehind(t *testing.T, opts workspace.Options, front func(http.Handler) http.Handler) *emulated {
+	t.Helper()
+	cleanEnv(t)
 	reg, err := workspace.OpenRegistry("")
 	require.NoError(t, err)
 	ws := workspace.New(reg, opts)
-	srv := httptest.NewServer(ws.Handler())
+	srv := httptest.NewServer(front(ws.Handler()))
 	t.Cleanup(srv.Close)
 	e := &emulated{ws: ws, url: srv.URL}
 	e.uc = e.client(t)
@@ -348,6 +350,47 @@ func TestUCVendCredentials(t *testing.T) {
 	assert.False(t, errors.Is(err, ErrReadWriteOnManaged))
 }
 
+// A table created with its writer's registration in the CREATE costs
+// three calls on UC's rate-limited API, the describe that found it absent
+// included: the CREATE and one describe after (no second describe before
+// it, no ALTER to register, no tag read while no plan has tags).
+func TestUCProvisionedTableCostsThreeCalls(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	e := newEmulatedBehind(t, workspace.Options{}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/api/") {
+				mu.Lock()
+				calls = append(calls, r.Method+" "+r.URL.Path)
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	uc := e.client(t)
+	ctx := context.Background()
+
+	live, err := uc.Describe(ctx, tbl)
+	require.NoError(t, err)
+	require.Nil(t, live, "absent")
+	d, err := DesiredFromArrow(tbl, eventsSchema(), reservedEmitTS)
+	require.NoError(t, err)
+	w := WriterInfo{ID: "pipeline/orders-1", Role: RoleDerived}
+	key, val := WriterProperty(w)
+	d.Properties = map[string]string{key: val}
+	out, err := uc.Reconcile(ctx, d)
+	require.NoError(t, err)
+	require.NotNil(t, out.State)
+	require.NoError(t, uc.RegisterWriter(ctx, tbl, w))
+	assert.JSONEq(t, `{"role":"derived"}`, out.State.Properties["zerobus.writer.pipeline_orders_1"])
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 3, "describe, CREATE, describe: %v", calls)
+	assert.Equal(t, "POST /api/2.0/sql/statements", calls[1])
+	assert.Equal(t, calls[0], calls[2])
+	assert.Equal(t, 1, e.statements(), "the CREATE only: registering found itself recorded")
+}
+
 func TestUCRegisterWriter(t *testing.T) {
 	e := newEmulated(t, workspace.Options{})
 	ctx := context.Background()
@@ -510,11 +553,7 @@ func TestUCAddColumnRaceIsAlreadyExists(t *testing.T) {
 // SDK fetches a token with the client credentials and every API call carries
 // it. A minimal OIDC front sits before the emulated workspace.
 func TestUCOAuthM2M(t *testing.T) {
-	for _, k := range []string{"DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET",
-		"DATABRICKS_AUTH_TYPE", "DATABRICKS_CONFIG_PROFILE", "DATABRICKS_WAREHOUSE_ID"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("DATABRICKS_CONFIG_FILE", "/nonexistent/databrickscfg")
+	cleanEnv(t)
 	reg, err := workspace.OpenRegistry("")
 	require.NoError(t, err)
 	ws := workspace.New(reg, workspace.Options{Authorize: func(r *http.Request) error {

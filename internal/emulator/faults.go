@@ -426,6 +426,18 @@ func (c *statsCollector) acked(name string, rows int64) {
 	c.mu.Unlock()
 }
 
+// rowsAcked sums the rows acknowledged to the tables named with prefix.
+func (c *statsCollector) rowsAcked(prefix string) (n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, t := range c.tables {
+		if strings.HasPrefix(name, prefix) {
+			n += t.RowsAcked
+		}
+	}
+	return n
+}
+
 func (c *statsCollector) leftUnacked(name string, rows int64) {
 	c.mu.Lock()
 	c.table(name).RowsLeftUnacked += rows

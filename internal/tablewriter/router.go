@@ -156,6 +156,12 @@ func (r *Router) Write(ctx context.Context, table string, rows []Row, keyOf KeyF
 // it.
 func (r *Router) writeOn(ctx context.Context, e *routed, rows []Row, keyOf KeyFunc) ([]RowError, error) {
 	defer r.release(e)
+	return r.writeHeld(ctx, e, rows, keyOf)
+}
+
+// writeHeld writes rows through e, which the caller holds, opening it
+// first when needed.
+func (r *Router) writeHeld(ctx context.Context, e *routed, rows []Row, keyOf KeyFunc) ([]RowError, error) {
 	if err := e.w.Open(ctx); err != nil {
 		if errors.Is(err, ErrNotOpen) {
 			return nil, fmt.Errorf("table %s: %w", e.table, err)
@@ -292,8 +298,10 @@ func (r *Router) writeShared(ctx context.Context, table string, rows []Row, keyO
 // writeSubs is the leader's work once wt is settled: the rows of every
 // shared write in one Write through the granted writer (released after),
 // under a ctx that ends when every one of theirs has ended, and each
-// write's share of the row errors (indices into its own rows) or of the
-// error.
+// write's share of the row errors (indices into its own rows). When the
+// Write fails as a whole, each write gets the error when every batch alone
+// would have met it (sharedFailure), and otherwise is written again alone,
+// for an outcome of its own.
 func (r *Router) writeSubs(wt *waitingTable) {
 	r.mu.Lock()
 	subs, e := wt.subs, wt.e
@@ -346,7 +354,25 @@ func (r *Router) writeSubs(wt *waitingTable) {
 			return subs[k].keyOf(i - start[k])
 		}
 	}
-	rowErrs, err := r.writeOn(ctx, e, all, keyOf)
+	defer r.release(e)
+	rowErrs, err := r.writeHeld(ctx, e, all, keyOf)
+	if err != nil && len(subs) > 1 && !sharedFailure(err) {
+		// The merged write failed as a whole for a reason that may be one
+		// batch's own (a new field whose column could not be added, a
+		// table that could not be created from the rows): nothing of it is
+		// durable (Writer.Write), so each batch is written again alone,
+		// under its own ctx, and gets its own outcome. A batch whose rows
+		// can land is not failed for another's.
+		var wg sync.WaitGroup
+		for _, sw := range subs {
+			wg.Go(func() { sw.errs, sw.err = r.writeHeld(sw.ctx, e, sw.rows, sw.keyOf) })
+		}
+		wg.Wait()
+		for _, sw := range subs {
+			close(sw.done)
+		}
+		return
+	}
 	if err != nil {
 		finish(nil, err)
 		return
@@ -358,6 +384,16 @@ func (r *Router) writeSubs(wt *waitingTable) {
 		per[k] = append(per[k], re)
 	}
 	finish(func(k int) []RowError { return per[k] }, nil)
+}
+
+// sharedFailure reports whether err, the failure of a merged write as a
+// whole, is one every batch in it would meet alone, so that writing them
+// again one by one would only fail again: the table's writer is not open
+// (its streams down or not opened yet: the engine holds the batches and
+// reconnects), the router or writer closed, or the wait ended.
+func sharedFailure(err error) bool {
+	return errors.Is(err, ErrNotOpen) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // pin marks the writers of tables that are open now in use, each once

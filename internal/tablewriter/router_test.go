@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
@@ -210,16 +211,9 @@ func TestRouterWaitsForRoomAndCountsClosingWriters(t *testing.T) {
 // each per batch.
 func TestRouterWaitersShareOneWriter(t *testing.T) {
 	r, opener, _ := newRouter(t, 1, "c.s.a", "c.s.b")
-	ctx := context.Background()
-	a, err := r.acquire(ctx, "c.s.a")
-	require.NoError(t, err)
 	const batches = 8
-	done := make(chan []RowError, batches)
-	for k := range batches {
-		go func() { done <- r.WriteRouted(ctx, rows(fmt.Sprintf(`{"id":%d}`, k)), to("c.s.b"), nil) }()
-	}
-	require.Eventually(t, sharedWaiting(r, "c.s.b", batches), 10*time.Second, time.Millisecond, "every batch waits for b")
-	r.release(a)
+	release, done := batchesInLine(t, r, "c.s.a", "c.s.b", batches)
+	release()
 	for range batches {
 		assert.Empty(t, <-done)
 	}
@@ -374,4 +368,95 @@ func sharedWaiting(r *Router, table string, n int) func() bool {
 		el, ok := r.waitingBy[table]
 		return ok && len(el.Value.(*waitingTable).subs) == n
 	}
+}
+
+// refusingCatalog is the fake catalog, failing every reconcile that would
+// add column: a change of the table one batch's rows ask for failing (the
+// warehouse refused the statement).
+type refusingCatalog struct {
+	*catalogfake.Catalog
+	column string
+}
+
+func (c refusingCatalog) Reconcile(ctx context.Context, d catalog.DesiredTable) (catalog.ReconcileOutcome, error) {
+	for _, col := range d.Columns {
+		if col.Name == c.column {
+			return catalog.ReconcileOutcome{}, fmt.Errorf("add column %s: the warehouse refused the statement", c.column)
+		}
+	}
+	return c.Catalog.Reconcile(ctx, d)
+}
+
+// Batches waiting for one table go as one Write; when that Write fails as
+// a whole for one batch's own reason (its new field's column cannot be
+// added), only that batch fails: the others are written again alone and
+// land, each with its own outcome. Nothing is written twice.
+func TestRouterSharedWriteFailureFailsOnlyItsBatch(t *testing.T) {
+	cat := catalogfake.New()
+	cat.Put("c.s.a", "id BIGINT NOT NULL, msg STRING", nil)
+	cat.Put("c.s.b", "id BIGINT NOT NULL, msg STRING", nil)
+	opener := ingestfake.NewOpener(ingestfake.Config{KeepRecords: true})
+	refusing := refusingCatalog{Catalog: cat, column: "bad"}
+	r := NewRouter(func(table string) *Writer {
+		return New(Config{Table: table, Pool: testPoolConfig(), Provision: true}, opener, refusing, nil, nil)
+	}, RouterConfig{MaxOpen: 1, CloseTimeout: time.Second})
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	ctx := context.Background()
+	a, err := r.acquire(ctx, "c.s.a")
+	require.NoError(t, err)
+	first := make(chan []RowError, 1)
+	go func() { first <- r.WriteRouted(ctx, rows(`{"id":1}`, `{"id":2}`), to("c.s.b"), nil) }()
+	require.Eventually(t, sharedWaiting(r, "c.s.b", 1), 10*time.Second, time.Millisecond)
+	poisoned := make(chan []RowError, 1)
+	go func() { poisoned <- r.WriteRouted(ctx, rows(`{"id":3,"bad":1}`), to("c.s.b"), nil) }()
+	last := make(chan []RowError, 1)
+	require.Eventually(t, sharedWaiting(r, "c.s.b", 2), 10*time.Second, time.Millisecond)
+	go func() { last <- r.WriteRouted(ctx, rows(`{"id":4}`), to("c.s.b"), nil) }()
+	require.Eventually(t, sharedWaiting(r, "c.s.b", 3), 10*time.Second, time.Millisecond, "three batches wait to go as one write")
+
+	r.release(a)
+	assert.Empty(t, <-first, "the first batch lands")
+	assert.Empty(t, <-last, "the last batch lands")
+	errs := <-poisoned
+	require.Len(t, errs, 1, "the batch asking for the refused column fails, alone")
+	assert.Equal(t, 0, errs[0].Index)
+	var te *TableError
+	require.ErrorAs(t, errs[0].Err, &te, "a table failure: retried, not dead-lettered")
+	assert.Contains(t, errs[0].Err.Error(), "the warehouse refused the statement")
+	assert.Equal(t, int64(3), recordedRows(opener)["c.s.b"], "rows 1, 2 and 4, each once")
+}
+
+// A merged write that fails for a reason every batch in it would meet
+// alone (the table's writer cannot open) fails each batch with it, without
+// trying each again.
+func TestRouterSharedWriteNotOpenFailsEveryBatch(t *testing.T) {
+	r, opener, cat := newRouter(t, 1, "c.s.a") // c.s.missing does not exist
+	const batches = 3
+	release, done := batchesInLine(t, r, "c.s.a", "c.s.missing", batches)
+	describes := cat.Describes()
+	release()
+	for range batches {
+		errs := <-done
+		require.Len(t, errs, 1)
+		assert.ErrorIs(t, errs[0].Err, ErrNotOpen)
+		assert.Contains(t, errs[0].Err.Error(), "does not exist")
+	}
+	assert.Equal(t, describes+1, cat.Describes(), "one open for the merged write, none per batch")
+	assert.Zero(t, recordedRows(opener)["c.s.missing"])
+}
+
+// batchesInLine holds held's writer (the router's only room) and starts n
+// one-row batches to table, returning once all n wait in line for it; the
+// batches' outcomes come on done once release gives the room back.
+func batchesInLine(t *testing.T, r *Router, held, table string, n int) (release func(), done <-chan []RowError) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := r.acquire(ctx, held)
+	require.NoError(t, err)
+	out := make(chan []RowError, n)
+	for k := range n {
+		go func() { out <- r.WriteRouted(ctx, rows(fmt.Sprintf(`{"id":%d}`, k)), to(table), nil) }()
+	}
+	require.Eventually(t, sharedWaiting(r, table, n), 10*time.Second, time.Millisecond, "every batch waits for %s", table)
+	return func() { r.release(a) }, out
 }

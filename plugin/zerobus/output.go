@@ -83,6 +83,10 @@ type output struct {
 	// engine never calls it concurrently; tests might).
 	connectMu    sync.Mutex
 	connectCause string
+	// connected is set once a Connect opened the writer; stoppingLine
+	// says once that the output stops without ever having connected.
+	connected    atomic.Bool
+	stoppingLine sync.Once
 
 	loggedKnobs sync.Once
 	// unhealth removes the output from the health endpoint.
@@ -152,7 +156,7 @@ func (o *output) Connect(ctx context.Context) error {
 		// Nothing more is opened: the engine hands its batches to
 		// WriteBatch, which gives them up at the shutdown bound
 		// (redelivered by the input).
-		return nil
+		return o.connectWhileStopping()
 	}
 	ctx, cancel := o.shutdown.untilShutdown(ctx)
 	defer cancel()
@@ -166,10 +170,11 @@ func (o *output) Connect(ctx context.Context) error {
 		err = e.Open(ctx)
 		if err == nil {
 			o.connectCause = ""
+			o.connected.Store(true)
 			return nil
 		}
 		if _, stopping := o.shutdown.since(); stopping {
-			return nil
+			return o.connectWhileStopping()
 		}
 		if ingest.IsPermanent(err) {
 			// A rotated secret in the environment is picked up here.
@@ -204,6 +209,30 @@ func (o *output) Connect(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// connectWhileStopping is Connect once the process is stopping: nil, so
+// that the engine hands the batches it holds to WriteBatch, which nacks them
+// at the shutdown bound (the input redelivers them; its position does not
+// advance). Benthos v4.60's output loop reads no batch before Connect
+// returns nil, and logs "Output type zerobus is now active" when it does
+// (internal/component/output/async_writer.go, initConnection); while the
+// batches stay unread the input waits for their acks and the engine's stop
+// waits for the input, until its forced stop at three quarters of
+// shutdown_timeout (internal/stream/type.go, Stop). For an output that
+// never connected that engine line would read as a connection: this one,
+// logged just before it, says what it is.
+func (o *output) connectWhileStopping() error {
+	if !o.connected.Load() {
+		what := "table " + o.cfg.Table
+		if o.cfg.TableInterp != nil {
+			what = "any table"
+		}
+		o.stoppingLine.Do(func() {
+			o.log.Warnf("zerobus: stopping before %s ever connected: nothing was written; the batches the engine holds are handed back to it and nacked within close_timeout (the input redelivers them). The engine's next line, \"Output type zerobus is now active\", marks only that hand-back, not a connection", what)
+		})
+	}
+	return nil
 }
 
 // connectPoll is the longest Connect waits before asking the writer again

@@ -117,6 +117,45 @@ func TestFaultEndpointUnresolvable(t *testing.T) {
 	assert.LessOrEqual(t, loud, 5, "a handful of warnings and errors, not one a second:\n%s", tail(logs, 20))
 }
 
+// SIGTERM to an output whose endpoint never resolved, with batches held:
+// the process exits within close_timeout + 1 s, the held rows are nacked
+// (one line counts them; the input redelivers them), and the output says,
+// before the engine's "is now active" line, that it never connected. That
+// engine line cannot be avoided: Benthos v4.60's output loop reads no batch
+// until Connect returns nil and logs it when it does, and returning an error
+// instead leaves the held batches unread, so the engine's stop waits for
+// them until its forced stop at 3/4 of shutdown_timeout (15 s here).
+func TestFaultSIGTERMNeverConnected(t *testing.T) {
+	const closeTimeout = 2 * time.Second
+	httpURL, _, _ := startEmulatorProcess(t, "--table", eventsTable+":"+eventsCols)
+	const host = "123.zerobus.nope.invalid"
+	input := `generate:
+  count: 10
+  interval: ""
+  batch_size: 10
+  mapping: 'root = {"id": counter(), "msg": "m"}'`
+	out := zerobusOutput("https://"+host, httpURL, eventsTable, "close_timeout: 2s\nbatching:\n  count: 10\n  period: 10ms\n")
+	pipe, exited := startPipeline(t, writeConfig(t, "INFO", input, out))
+	cause := "endpoint host " + host + " does not resolve"
+	eventually(t, 20*time.Second, 50*time.Millisecond, "the output never failed to connect", func() (bool, string) {
+		return countLines(pipe.out.String(), "Failed to connect", cause) > 0, tail(pipe.out.String(), 20)
+	})
+	time.Sleep(time.Second) // held a while, as a user's SIGTERM would find it
+	took := sigterm(t, pipe, exited, 30*time.Second)
+	logs := pipe.out.String()
+	// The engine's line, not the output's own line quoting it.
+	const engineActive = `msg="Output type zerobus is now active"`
+	faultLine(t, "SIGTERM, endpoint %s never resolved: exit after %s (close_timeout %s); engine 'is now active' lines=%d", host, took.Round(10*time.Millisecond), closeTimeout, countLines(logs, engineActive))
+	assert.LessOrEqual(t, took, closeTimeout+time.Second, "exit within close_timeout + 1 s:\n%s", tail(logs, 30))
+	assert.Equal(t, 1, countLines(logs, "10 rows", "not delivered"), "the 10 held rows are nacked, and counted once:\n%s", tail(logs, 30))
+	said := strings.Index(logs, "stopping before table "+eventsTable+" ever connected")
+	require.GreaterOrEqual(t, said, 0, "the output says it never connected:\n%s", tail(logs, 30))
+	if active := strings.Index(logs, engineActive); active >= 0 {
+		assert.Less(t, said, active, "before the engine's line")
+	}
+	assert.Zero(t, emulatorStats(t, httpURL).Tables[eventsTable].RowsAcked, "nothing written")
+}
+
 // laterListener reserves a loopback port that refuses connections until
 // open is called; it then forwards every connection to upstream.
 type laterListener struct {

@@ -169,6 +169,12 @@ func (o *output) Connect(ctx context.Context) error {
 		}
 		err = e.Open(ctx)
 		if err == nil {
+			if _, stopping := o.shutdown.since(); stopping && !o.connected.Load() && !anyStreamUp(e) {
+				// Open returned as the process stops, before any
+				// stream reached the service: a hand-back, not a
+				// connection.
+				return o.connectWhileStopping()
+			}
 			o.connectCause = ""
 			o.connected.Store(true)
 			return nil
@@ -216,12 +222,15 @@ func (o *output) Connect(ctx context.Context) error {
 // at the shutdown bound (the input redelivers them; its position does not
 // advance). Benthos v4.60's output loop reads no batch before Connect
 // returns nil, and logs "Output type zerobus is now active" when it does
-// (internal/component/output/async_writer.go, initConnection); while the
-// batches stay unread the input waits for their acks and the engine's stop
-// waits for the input, until its forced stop at three quarters of
-// shutdown_timeout (internal/stream/type.go, Stop). For an output that
-// never connected that engine line would read as a connection: this one,
-// logged just before it, says what it is.
+// (initConnection in
+// github.com/redpanda-data/benthos/blob/v4.60.0/internal/component/output/async_writer.go);
+// while the batches stay unread the input waits for their acks and the
+// engine's stop waits for the input, until its forced stop at three quarters
+// of shutdown_timeout (Stop in
+// github.com/redpanda-data/benthos/blob/v4.60.0/internal/stream/type.go).
+// For an output that never connected that engine line would read as a
+// connection: this one says what it is, and counts the engine line for the
+// binary's log filter (TakeEngineActiveLine).
 func (o *output) connectWhileStopping() error {
 	if !o.connected.Load() {
 		what := "table " + o.cfg.Table
@@ -229,10 +238,31 @@ func (o *output) connectWhileStopping() error {
 			what = "any table"
 		}
 		o.stoppingLine.Do(func() {
-			o.log.Warnf("zerobus: stopping before %s ever connected: nothing was written; the batches the engine holds are handed back to it and nacked within close_timeout (the input redelivers them). The engine's next line, \"Output type zerobus is now active\", marks only that hand-back, not a connection", what)
+			engineActiveLines.Add(1)
+			o.log.Warnf("zerobus: stopping before %s ever connected: nothing was written; the batches the engine holds are handed back to it and nacked within close_timeout (the input redelivers them). An engine line \"Output type zerobus is now active\" after this one marks only that hand-back, not a connection (benthos-zerobus leaves it out of its log)", what)
 		})
 	}
 	return nil
+}
+
+// anyStreamUp reports whether a stream of e's tables is connected to the
+// service now.
+func anyStreamUp(e *tablewriter.Engine) bool {
+	var tables []tablewriter.TableHealth
+	if e.Writer != nil {
+		tables = append(tables, e.Writer.Health())
+	}
+	if e.Router != nil {
+		tables = append(tables, e.Router.Health()...)
+	}
+	for _, t := range tables {
+		for _, s := range t.Streams {
+			if s.State == tablewriter.StateUp {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // connectPoll is the longest Connect waits before asking the writer again

@@ -239,9 +239,14 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 	landed, dl := idSet(t, httpURL, table), dead()
 	out := pipe.out.String()[logFrom:]
 	byCol := map[string]int{}
+	resent := 0
 	for id, col := range dl {
+		// Every row fit the old table, so a dead letter was refused by the
+		// new one. A row already durable in the dropped table is one whose
+		// batch was not yet acknowledged when the table went: sent again
+		// (at least once), it meets the new schema like any other.
 		if before[id] > 0 {
-			continue // dead-lettered on the old table? cannot happen: every row fit it
+			resent++
 		}
 		byCol[col]++
 		var want []string
@@ -259,11 +264,8 @@ func TestDropTableRecreatedWithAnotherSchema(t *testing.T) {
 	for id := range landed {
 		assert.True(t, fits(id), "id %d landed in the new table but does not fit it", id)
 	}
-	for id := range before {
-		assert.NotContains(t, dl, id, "id %d fit the old table: it is no dead letter", id)
-	}
-	dropLine(t, start, "re-created with another schema (msg dropped, qty STRING->DECIMAL, tag added NOT NULL): rows=%d; in the dropped table=%d; landed in the new one=%d (dups %d); dead letters=%d by column %v; lost=0; converged %s after the drop",
-		rows, len(before), len(landed), dups(landed), len(dl), byCol, time.Since(droppedAt).Round(100*time.Millisecond))
+	dropLine(t, start, "re-created with another schema (msg dropped, qty STRING->DECIMAL, tag added NOT NULL): rows=%d; in the dropped table=%d; landed in the new one=%d (dups %d); dead letters=%d by column %v (%d of them also in the dropped table: unacknowledged when it went, sent again); lost=0; converged %s after the drop",
+		rows, len(before), len(landed), dups(landed), len(dl), byCol, resent, time.Since(droppedAt).Round(100*time.Millisecond))
 	assert.Positive(t, byCol["msg"], "a dropped column's rows fail naming it")
 	assert.Positive(t, byCol["qty"], "a changed type's rows fail naming it")
 	assert.Positive(t, byCol["tag"], "a NOT NULL column added: the rows lacking it fail naming it")

@@ -231,13 +231,17 @@ func TestFaultSIGTERM(t *testing.T) {
 		// setup returns the output block and waits until the state holds.
 		setup func(t *testing.T) string
 		ready func(pipe *proc) bool
+		// connects: the output connected before the SIGTERM, so the
+		// engine's "is now active" line is in the log; an output that
+		// never connected has none (cmd/benthos-zerobus leaves it out).
+		connects bool
 	}{
 		{"workspace unreachable", func(t *testing.T) string {
 			return zerobusOutput(grpcURL, "http://"+blackHole(t), eventsTable, extra)
-		}, func(*proc) bool { return true }},
+		}, func(*proc) bool { return true }, false},
 		{"endpoint unreachable while connecting", func(t *testing.T) string {
 			return zerobusOutput("http://"+blackHole(t), httpURL, eventsTable, extra)
-		}, func(*proc) bool { return true }},
+		}, func(*proc) bool { return true }, false},
 		{"acks stalled", func(t *testing.T) string {
 			putFaults(t, httpURL, `{"ack_stall":true}`)
 			t.Cleanup(func() { putFaults(t, httpURL, `{}`) })
@@ -249,7 +253,7 @@ func TestFaultSIGTERM(t *testing.T) {
 				}
 			}
 			return false
-		}},
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := tc.setup(t)
@@ -268,6 +272,11 @@ func TestFaultSIGTERM(t *testing.T) {
 			assert.LessOrEqual(t, took, closeTimeout+time.Second, "exit within close_timeout + 1 s:\n%s", tail(logs, 30))
 			assert.Equal(t, 1, notDelivered, "one line says how many rows were not delivered:\n%s", tail(logs, 30))
 			assert.Equal(t, 1, countLines(logs, "10 rows", "not delivered"), "it counts the 10 pending rows:\n%s", tail(logs, 30))
+			active := 0
+			if tc.connects {
+				active = 1
+			}
+			assert.Equal(t, active, countLines(logs, `msg="Output type zerobus is now active"`), "the engine's 'is now active' line only for an output that connected:\n%s", tail(logs, 30))
 		})
 	}
 }

@@ -15,16 +15,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// holdS3Port makes sure 127.0.0.1:9000 (MinIO's port, the emulator's S3
-// endpoint's old default) is taken for the test: it listens there when the
-// port is free, and otherwise leaves it to whoever holds it.
+// holdS3Port takes 127.0.0.1:9000 (MinIO's port, the emulator's S3
+// endpoint's old default) for the whole test: it listens there, waiting up
+// to 30 s while another process holds the port (which may let it go at any
+// time, and with it the test's premise).
 func holdS3Port(t *testing.T) string {
 	t.Helper()
 	const addr = "127.0.0.1:9000"
-	if ln, err := net.Listen("tcp", addr); err == nil {
-		t.Cleanup(func() { ln.Close() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			t.Cleanup(func() { ln.Close() })
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cannot take %s for the test (held by another process for 30 s): %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return addr
 }
 
 // readAddrFile waits for the emulator's --addr-file and parses it.

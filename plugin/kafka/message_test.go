@@ -16,9 +16,6 @@ import (
 // TestMessageMetadataPerRecord: the values boxed once per batch (topic,
 // partition, the last timestamps) never leak from one record into the
 // next: each message carries its own record's timestamp, offset and lag.
-// The builder is sized for no records, so every value takes the ordinary
-// boxing path (TestBatchMessagesKeepTheirOwnValues covers the per-batch
-// arrays).
 func TestMessageMetadataPerRecord(t *testing.T) {
 	mb := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 3}, nil)
 	t1, t2 := time.UnixMilli(1700000000123), time.UnixMilli(1700000005999)
@@ -56,10 +53,10 @@ func TestMessageMetadataPerRecord(t *testing.T) {
 	assert.Equal(t, "v", h)
 }
 
-// TestBatchMessagesKeepTheirOwnValues: the messages of one batch, whose
-// per-record values are boxed from arrays shared by the batch, each keep
-// their own record's key, offset, lag and header values once the whole
-// batch is built and after a collection; and changing or deleting one
+// TestBatchMessagesKeepTheirOwnValues: the messages of one batch, which
+// share the values boxed once per batch, each keep their own record's key,
+// offset, lag and header values once the whole batch is built and after a
+// collection; and changing or deleting one
 // message's metadata, as a processor does, changes no other message.
 func TestBatchMessagesKeepTheirOwnValues(t *testing.T) {
 	ts := time.UnixMilli(1700000000123)
@@ -117,8 +114,7 @@ func TestBatchMessagesKeepTheirOwnValues(t *testing.T) {
 	_, ok := batch[1].MetaGetMut("kafka_lag")
 	assert.False(t, ok)
 
-	// The boxed values are ordinary ones: equal to, and usable as, values
-	// boxed by the compiler.
+	// The values have the types Redpanda Connect sets.
 	off, _ := batch[2].MetaGetMut("kafka_offset")
 	assert.True(t, off == any(1002))
 	n, ok := off.(int)

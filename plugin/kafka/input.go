@@ -113,7 +113,7 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 		return nil, nil, err
 	}
 	recs := cons.Handed(b)
-	batch := newBatchBuilder(b.TP, recs).messages(recs, b.HighWatermark)
+	batch := newBatchBuilder(b.TP).messages(recs, b.HighWatermark)
 	delivery := b.Delivery()
 	return batch, func(_ context.Context, err error) error {
 		cons.Ack(b, delivery, err)

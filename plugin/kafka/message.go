@@ -27,9 +27,8 @@ type batchBuilder struct {
 	tsMs, tsUnix     any
 }
 
-// newBatchBuilder returns the builder of a batch of tp; recs are its
-// records.
-func newBatchBuilder(tp kafkain.TP, _ []*kgo.Record) *batchBuilder {
+// newBatchBuilder returns the builder of a batch of tp.
+func newBatchBuilder(tp kafkain.TP) *batchBuilder {
 	return &batchBuilder{topic: tp.Topic, partition: int(tp.Partition)}
 }
 

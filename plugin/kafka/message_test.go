@@ -17,7 +17,7 @@ import (
 // partition, the last timestamps) never leak from one record into the
 // next: each message carries its own record's timestamp, offset and lag.
 func TestMessageMetadataPerRecord(t *testing.T) {
-	mb := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 3}, nil)
+	mb := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 3})
 	t1, t2 := time.UnixMilli(1700000000123), time.UnixMilli(1700000005999)
 	recs := []*kgo.Record{
 		{Offset: 10, Timestamp: t1, Key: []byte("a"), Value: []byte("x")},
@@ -72,7 +72,7 @@ func TestBatchMessagesKeepTheirOwnValues(t *testing.T) {
 		recs = append(recs, r)
 	}
 	const hwm = 2000
-	batch := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 300}, recs).messages(recs, hwm)
+	batch := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 300}).messages(recs, hwm)
 	require.Len(t, batch, len(recs))
 	runtime.GC()
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -434,19 +433,7 @@ output:
 	p := startBinary(b, path, nil, "run", cfg)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
-	sent := func() (float64, bool) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return 0, false
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, false
-		}
-		n, _ := promSum(string(body), "output_sent")
-		return n, true
-	}
+	sent := func() (float64, bool) { return outputSent(addr) }
 	rate, ended, err := steadyRate(rows, 50*time.Millisecond, done, sent)
 	if ended {
 		require.NoError(b, err, "pipeline failed:\n%s", p.out.String())

@@ -212,16 +212,16 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 			assert.LessOrEqual(t, attempts, 5, "backed off 1 s doubling, no reopen storm:\n%s", tail(faultLog, 10))
 			assert.LessOrEqual(t, during.opened+during.rejected, int64(12), "no reopen storm: at most 12 stream opens in the first 8 s")
 			assert.Equal(t, 1, explained, "one explanation naming what to do:\n%s", tail(faultLog, 10))
-			assert.Zero(t, nacked, "held, never nacked into the input")
+			assert.Zero(t, nacked, "held, never nacked into the input:\n%s", tail(faultLog, 10))
 			assert.LessOrEqual(t, engineLines, 2, "the engine's error line once per cause, not per back-off step:\n%s", tail(faultLog, 10))
 			if c.phase == "open" {
 				assert.Less(t, healed-cleared.Sub(faultAt), 10*time.Second, "healed within one back-off step of the clear")
 			}
 		case "throttling":
 			assert.LessOrEqual(t, during.rejected, int64(10), "the service's wait honoured: no storm of refused opens")
-			assert.Zero(t, nacked, "held, never nacked")
+			assert.Zero(t, nacked, "held, never nacked:\n%s", tail(faultLog, 10))
 		case "transient":
-			assert.Zero(t, nacked, "retried, never nacked")
+			assert.Zero(t, nacked, "retried, never nacked:\n%s", tail(faultLog, 10))
 		}
 	}
 	assert.Equal(t, rows, distinct, "every row landed")

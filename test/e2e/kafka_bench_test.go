@@ -33,7 +33,9 @@ import (
 // the reps (default 3). KAFKA_BENCH_HEAP=DIR turns the binary's
 // http.debug_endpoints on and saves, in DIR, its heap profile (GROUP.pb.gz,
 // for go tool pprof) and the runtime's figures (GROUP.txt) each time its
-// peak RSS grows by 4 MiB, so the last ones are taken at the peak. The machine may be
+// peak RSS grows by 4 MiB, so the last ones are taken at the peak.
+// KAFKA_BENCH_PROFILE=DIR saves, in DIR, a CPU profile of each run of the
+// binary (GROUP.cpu.pb.gz: 6 s from its third second). The machine may be
 // shared, so the sides of each ratio run back to back, alternating which
 // goes first, and benchreport prints the median over the reps and the range.
 //
@@ -82,6 +84,9 @@ func kafkaBenchValue(i int) []byte {
 // kafkaRun is one whole-process run.
 type kafkaRun struct {
 	wall time.Duration
+	// first is when the output had sent its first record: start-up,
+	// group join and (zerobus) the table's stream open.
+	first time.Duration
 	cpu  time.Duration
 	peak int64 // VmHWM, bytes
 	// records is what the run consumed when it read the backlog more
@@ -121,16 +126,22 @@ func BenchmarkKafka(b *testing.B) {
 		return runBarePoll(b, emuBin, broker.addr, fmt.Sprintf("bench-%d", group), n)
 	}
 	zbOut := emu.outputYAML(benchOutputExtra())
-	var x, input, peaks, zbRates, dropRates, bareRates, zbCPU, dropCPU, bareCPU, walls []float64
+	var x, input, peaks, zbRates, dropRates, bareRates, zbCPU, dropCPU, bareCPU, emuCPU, brokerZB, brokerBatched, walls []float64
 	for rep := range b.N * kafkaBenchReps() {
 		var zb, batched, drop, poll kafkaRun
+		var zbEmu, zbBroker, batchedBroker time.Duration
 		runs := []func(){
 			func() {
-				acked := emu.rowsAcked(b)
+				acked, emuBefore, brokerBefore := emu.rowsAcked(b), emu.cpu(b), selfCPU()
 				zb = run(zbOut)
+				zbEmu, zbBroker = emu.cpu(b)-emuBefore, selfCPU()-brokerBefore
 				require.GreaterOrEqual(b, emu.rowsAcked(b)-acked, int64(n), "every record acked")
 			},
-			func() { batched = run(batchedDropOutput) },
+			func() {
+				brokerBefore := selfCPU()
+				batched = run(batchedDropOutput)
+				batchedBroker = selfCPU() - brokerBefore
+			},
 			func() { drop = run("drop: {}") },
 			func() { poll = bare() },
 		}
@@ -145,10 +156,12 @@ func BenchmarkKafka(b *testing.B) {
 		peaks = append(peaks, float64(zb.peak)/(1<<20))
 		zbRates, dropRates, bareRates = append(zbRates, zb.rate(n)), append(dropRates, drop.rate(n)), append(bareRates, poll.rate(n))
 		zbCPU, dropCPU, bareCPU = append(zbCPU, zb.cpuPerMillion(n)), append(dropCPU, drop.cpuPerMillion(n)), append(bareCPU, poll.cpuPerMillion(n))
+		emuCPU = append(emuCPU, zbEmu.Seconds())
+		brokerZB, brokerBatched = append(brokerZB, zbBroker.Seconds()), append(brokerBatched, batchedBroker.Seconds())
 		walls = append(walls, zb.wall.Seconds(), batched.wall.Seconds(), drop.wall.Seconds(), poll.wall.Seconds())
-		b.Logf("rep %d: zerobus %s (cpu %s, peak %.0f MiB), batched drop %s (cpu %s), drop %s (cpu %s), bare poll %d records in %s (cpu %s)", rep+1,
-			zb.wall.Round(time.Millisecond), zb.cpu.Round(time.Millisecond), float64(zb.peak)/(1<<20),
-			batched.wall.Round(time.Millisecond), batched.cpu.Round(time.Millisecond),
+		b.Logf("rep %d: zerobus %s (first sent at %s, cpu %s, peak %.0f MiB; emulator cpu %s, broker+test cpu %s), batched drop %s (first sent at %s, cpu %s; broker+test cpu %s), drop %s (cpu %s), bare poll %d records in %s (cpu %s)", rep+1,
+			zb.wall.Round(time.Millisecond), zb.first.Round(time.Millisecond), zb.cpu.Round(time.Millisecond), float64(zb.peak)/(1<<20), zbEmu.Round(time.Millisecond), zbBroker.Round(time.Millisecond),
+			batched.wall.Round(time.Millisecond), batched.first.Round(time.Millisecond), batched.cpu.Round(time.Millisecond), batchedBroker.Round(time.Millisecond),
 			drop.wall.Round(time.Millisecond), drop.cpu.Round(time.Millisecond),
 			poll.count(n), poll.wall.Round(time.Millisecond), poll.cpu.Round(time.Millisecond))
 	}
@@ -159,6 +172,9 @@ func BenchmarkKafka(b *testing.B) {
 	benchreport.Report("kafka/drop_cpu_per_million", dropCPU, benchreport.Info, 0, "s")
 	benchreport.Report("kafka/bare_poll_cpu_per_million", bareCPU, benchreport.Info, 0, "s")
 	benchreport.Report("kafka/run_wall", walls, benchreport.Info, 0, "s")
+	benchreport.Report("kafka/zerobus_emulator_cpu", emuCPU, benchreport.Info, 0, "s")
+	benchreport.Report("kafka/zerobus_broker_cpu", brokerZB, benchreport.Info, 0, "s")
+	benchreport.Report("kafka/batched_drop_broker_cpu", brokerBatched, benchreport.Info, 0, "s")
 	b.ReportMetric(benchreport.Report("kafka/zerobus_vs_batched_drop", x, benchreport.AtLeast, 0.90, ""), "x_vs_batched_drop")
 	b.ReportMetric(benchreport.Report("kafka/input_vs_bare_poll", input, benchreport.AtLeast, 0.70, ""), "x_vs_bare_poll")
 	b.ReportMetric(benchreport.Report("kafka/peak_rss", peaks, benchreport.AtMost, 160, "MiB"), "peak_rss_MiB")
@@ -171,7 +187,7 @@ func BenchmarkKafka(b *testing.B) {
 func runKafkaBinary(b *testing.B, bin, brokers, group string, n int, output string) kafkaRun {
 	b.Helper()
 	addr := freeAddr(b)
-	heapDir := os.Getenv("KAFKA_BENCH_HEAP")
+	heapDir, profDir := os.Getenv("KAFKA_BENCH_HEAP"), os.Getenv("KAFKA_BENCH_PROFILE")
 	cfg := filepath.Join(b.TempDir(), "pipeline.yaml")
 	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 http:
@@ -191,13 +207,25 @@ input:
     start_offset: earliest
 output:
 %s
-`, addr, heapDir != "", brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
+`, addr, heapDir != "" || profDir != "", brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
 	began := time.Now()
 	p := startBinary(b, bin, nil, "run", cfg)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
-	var peak, profiled int64
-	var wall time.Duration
+	profiled := make(chan struct{})
+	if profDir != "" {
+		go func() {
+			defer close(profiled)
+			time.Sleep(kafkaBenchProfileAfter)
+			if err := saveCPUProfile(addr, filepath.Join(profDir, group+".cpu.pb.gz")); err != nil {
+				b.Logf("no CPU profile of %s: %v", group, err)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
+	var peak, heapAt int64
+	var wall, first time.Duration
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for wall == 0 {
@@ -209,13 +237,19 @@ output:
 		if v, err := vmHWM(p.cmd.Process.Pid); err == nil {
 			peak = max(peak, v)
 		}
-		if heapDir != "" && peak >= profiled+4<<20 && saveHeap(addr, filepath.Join(heapDir, group)) == nil {
-			profiled = peak // else not serving yet: the next tick tries again
+		if heapDir != "" && peak >= heapAt+4<<20 && saveHeap(addr, filepath.Join(heapDir, group)) == nil {
+			heapAt = peak // else not serving yet: the next tick tries again
 		}
-		if sent, ok := outputSent(addr); ok && sent >= float64(n) {
-			wall = time.Since(began)
+		if sent, ok := outputSent(addr); ok && sent > 0 {
+			if first == 0 {
+				first = time.Since(began)
+			}
+			if sent >= float64(n) {
+				wall = time.Since(began)
+			}
 		}
 	}
+	<-profiled
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
@@ -226,7 +260,30 @@ output:
 	}
 	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	require.True(b, ok, "no rusage for the pipeline process")
-	return kafkaRun{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), peak: peak}
+	return kafkaRun{wall: wall, first: first, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), peak: peak}
+}
+
+// kafkaBenchProfileAfter and kafkaBenchProfileFor place the CPU profile
+// KAFKA_BENCH_PROFILE takes of a run: after start-up and group join, and
+// short enough to end before the shortest side has read the backlog.
+const (
+	kafkaBenchProfileAfter = 3 * time.Second
+	kafkaBenchProfileFor   = 6 * time.Second
+)
+
+// saveCPUProfile saves a CPU profile of kafkaBenchProfileFor from the
+// binary serving debug endpoints at addr as path.
+func saveCPUProfile(addr, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(kafkaBenchProfileFor.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o600)
 }
 
 // saveHeap saves the heap profile of the binary serving debug endpoints at
@@ -248,6 +305,16 @@ func saveHeap(addr, path string) error {
 		}
 	}
 	return nil
+}
+
+// selfCPU is this process's user+sys CPU so far: over a run, mostly the
+// kfake broker serving the binary's fetches.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // outputSent reads the engine's output_sent from the binary's /metrics.

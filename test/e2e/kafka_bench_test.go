@@ -34,6 +34,8 @@ import (
 // http.debug_endpoints on and saves, in DIR, its heap profile (GROUP.pb.gz,
 // for go tool pprof) and the runtime's figures (GROUP.txt) each time its
 // peak RSS grows by 4 MiB, so the last ones are taken at the peak.
+// KAFKA_BENCH_BINARY_ENV adds variables to the binary's environment in
+// every run (e.g. "GOGC=200"), and to no other process.
 // KAFKA_BENCH_PROFILE=DIR saves, in DIR, a CPU profile of each run of the
 // binary (GROUP.cpu.pb.gz: 6 s from its third second). The machine may be
 // shared, so the sides of each ratio run back to back, alternating which
@@ -220,7 +222,7 @@ output:
 %s
 `, addr, heapDir != "" || profDir != "", brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
 	began := time.Now()
-	p := startBinary(b, bin, nil, "run", cfg)
+	p := startBinary(b, bin, strings.Fields(os.Getenv("KAFKA_BENCH_BINARY_ENV")), "run", cfg)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
 	profiled := make(chan struct{})

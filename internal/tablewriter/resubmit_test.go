@@ -1,0 +1,154 @@
+package tablewriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
+)
+
+// refusedAtReconnect is how a logical stream dies when the service rotates
+// it (close_stream_duration_ms) while refusing new streams with
+// RESOURCE_EXHAUSTED: its reconnect is refused, and it fails Poison with
+// the service's wait (ingest's retryReconnect). The wait is long so that
+// the member does not come back within a test.
+func refusedAtReconnect() *ingest.Error {
+	return &ingest.Error{Class: ingest.Poison, Code: codes.ResourceExhausted, RetryAfter: time.Minute,
+		Err: fmt.Errorf("reconnect refused: %w", ingestfake.ErrConcurrencyReject(time.Minute))}
+}
+
+type writeResult struct {
+	rowErrs []RowError
+	err     error
+}
+
+// writeAsync starts a Write of batch and returns where its result comes.
+func writeAsync(w *Writer, batch []Row) <-chan writeResult {
+	done := make(chan writeResult, 1)
+	go func() {
+		rowErrs, err := w.Write(context.Background(), batch, nil)
+		done <- writeResult{rowErrs, err}
+	}()
+	return done
+}
+
+func awaitWrite(t *testing.T, done <-chan writeResult) writeResult {
+	t.Helper()
+	select {
+	case res := <-done:
+		return res
+	case <-time.After(20 * time.Second):
+		t.Fatal("Write did not return")
+		return writeResult{}
+	}
+}
+
+// submittedTo waits until one of the harness's streams holds rows and
+// returns it with the others.
+func submittedTo(t *testing.T, h *harness) (got *ingestfake.Stream, others []*ingestfake.Stream) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		got, others = nil, nil
+		for _, s := range h.opener.Streams() {
+			if s.Submitted() > 0 && got == nil {
+				got = s
+			} else {
+				others = append(others, s)
+			}
+		}
+		return got != nil
+	}, 10*time.Second, time.Millisecond)
+	return got, others
+}
+
+// A batch whose stream dies before any of its rows is confirmed, for a
+// cause a new stream heals (here the service rotated the stream and
+// refused its reconnect for now: RESOURCE_EXHAUSTED, retryable in the
+// official SDK), is written again on a stream still open: the output
+// running, nothing is nacked. This is the path that nacked a batch of
+// TestFaultMatrix/throttling/mid under load.
+func TestBatchOfAStreamRefusedAtReconnectIsWrittenOnAnother(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
+	_, err := h.opener.WaitOpens(context.Background(), 2)
+	require.NoError(t, err)
+
+	done := writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
+	first, others := submittedTo(t, h)
+	require.Len(t, others, 1)
+	first.Poison(refusedAtReconnect())
+
+	second := others[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, second.WaitSubmitted(ctx, 1), "the batch is written again on the stream still open")
+	second.AckAll()
+	res := awaitWrite(t, done)
+	require.NoError(t, res.err, "held and written again, never failed")
+	assert.Empty(t, res.rowErrs)
+}
+
+// When every stream is refused, the batch waits for one (the pool never
+// opens another stream sooner than the service asked) and, once no stream
+// has been connected for OutageGrace, is held: ErrNotOpen, which the output
+// turns into "not connected" (the engine keeps the batch and writes it
+// again after Connect), never a nack.
+func TestBatchHeldWhenEveryStreamIsRefusedAtReconnect(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
+	_, err := h.opener.WaitOpens(context.Background(), 2)
+	require.NoError(t, err)
+
+	done := writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
+	first, others := submittedTo(t, h)
+	for _, s := range others {
+		s.Poison(refusedAtReconnect())
+	}
+	first.Poison(refusedAtReconnect())
+
+	res := awaitWrite(t, done)
+	require.Error(t, res.err)
+	assert.ErrorIs(t, res.err, ErrNotOpen, "held, not failed: %v", res.err)
+}
+
+// A stream that is up but never acknowledges is no stream death: past
+// ack.timeout the batch fails (the input redelivers it), as before, and is
+// not written again behind the caller's back.
+func TestAckTimeoutStillFailsTheBatch(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, func(c *Config) { c.AckTimeout = 300 * time.Millisecond }, nil)
+	res := awaitWrite(t, writeAsync(h.w, rows(`{"id":1,"msg":"a"}`)))
+	require.Error(t, res.err)
+	assert.False(t, errors.Is(res.err, ErrNotOpen), "a timeout is a failure, not a hold: %v", res.err)
+	var total uint64
+	for _, s := range h.opener.Streams() {
+		total += s.Submitted()
+	}
+	assert.Equal(t, uint64(1), total, "submitted once")
+	for _, s := range h.opener.Streams() {
+		s.AckAll() // so that Close drains at once
+	}
+}
+
+// A stream refused for a cause only a person can fix is not written to
+// again: the writer stops its streams and holds (as before this change),
+// rather than moving the batch from stream to stream.
+func TestBatchOfAStreamRefusedForGoodIsNotResubmitted(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
+	_, err := h.opener.WaitOpens(context.Background(), 2)
+	require.NoError(t, err)
+	done := writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
+	first, others := submittedTo(t, h)
+	first.Poison(ingestfake.ErrFatalConfig("PERMISSION_DENIED: missing MODIFY"))
+	res := awaitWrite(t, done)
+	require.Error(t, res.err)
+	assert.ErrorIs(t, res.err, ErrNotOpen)
+	for _, s := range others {
+		assert.Zero(t, s.Submitted(), "not resubmitted")
+	}
+}

@@ -99,6 +99,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 			// while the output runs; past maxResubmits, held.
 			if cur := w.st.Load(); cur != nil && w.life.writable() && resubmits < maxResubmits {
 				resubmits++
+				w.log.Debug(fmt.Sprintf("table %s: %d rows written again (%d of %d): the stream they went to died before confirming them: %v",
+					w.cfg.Table, len(rows), resubmits, maxResubmits, err))
 				st = cur
 				continue
 			}

@@ -152,3 +152,30 @@ func TestBatchOfAStreamRefusedForGoodIsNotResubmitted(t *testing.T) {
 		assert.Zero(t, s.Submitted(), "not resubmitted")
 	}
 }
+
+// streamDied is the one judge of which failures of a batch none of whose
+// rows was confirmed are written again.
+func TestStreamDied(t *testing.T) {
+	died := fmt.Errorf("rows for %s not confirmed durable: pool: stream 0 (generation 1) rows [0,1): acklane: stream failed: %w", testTable, refusedAtReconnect())
+	outage := &outageError{table: testTable, age: time.Second, cause: refusedAtReconnect()}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"reconnect refused for concurrency", context.Background(), died, true},
+		{"reconnects used up", context.Background(), fmt.Errorf("ticket: %w", &ingest.Error{Class: ingest.Poison, Code: codes.Unavailable, Err: errors.New("reconnect budget of 4 attempts exhausted")}), true},
+		{"a transient submit failure", context.Background(), fmt.Errorf("submit: %w", ingestfake.ErrTransient("unavailable")), true},
+		{"held already: no stream connected", context.Background(), fmt.Errorf("%w: %w", ErrNotOpen, fmt.Errorf("%w: %w", errOutage, outage)), false},
+		{"ack.timeout", context.Background(), fmt.Errorf("%w (%w)", fmt.Errorf("waiting for durable ack: %w", context.DeadlineExceeded), errors.New("no durable ack within ack.timeout")), false},
+		{"the caller's ctx ended", cancelled, died, false},
+		{"refused for good", context.Background(), fmt.Errorf("ticket: %w", ingestfake.ErrFatalConfig("PERMISSION_DENIED")), false},
+		{"the writer closed", context.Background(), fmt.Errorf("%w: %w", ErrClosed, refusedAtReconnect()), false},
+		{"no class", context.Background(), errors.New("pool: no healthy stream"), false},
+	} {
+		assert.Equal(t, c.want, streamDied(c.ctx, c.err), c.name)
+	}
+}

@@ -139,10 +139,11 @@ const maxResubmits = 3
 // that used up the stream's reconnects, a poisoned stream. Not ctx's end
 // (the shutdown bound; ack.timeout, past which the batch fails as
 // documented), not a close, not rows submitted but untracked, not a refusal
-// only a person can fix (stopIfStopped holds those).
+// only a person can fix (stopIfStopped holds those), and not a batch held
+// already (ErrNotOpen: no stream is connected, whatever their last error).
 func streamDied(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, pool.ErrUntracked) || errors.Is(err, pool.ErrClosed) || errors.Is(err, ErrClosed) {
+		errors.Is(err, ErrNotOpen) || errors.Is(err, pool.ErrUntracked) || errors.Is(err, pool.ErrClosed) || errors.Is(err, ErrClosed) {
 		return false
 	}
 	class, ok := ingest.ClassOf(err)

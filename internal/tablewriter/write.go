@@ -92,12 +92,13 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		if serr := w.stopIfStopped(st.pool, err); serr != nil {
 			return nil, fmt.Errorf("%w (%w)", serr, err)
 		}
-		if streamDied(ctx, err) {
+		if streamDied(ctx, err) && !w.life.isClosed() {
 			// None of its rows was confirmed and a new stream heals the
 			// cause: written again on the streams still open (the pool
 			// waits for one, and an outage holds it), never failed
-			// while the output runs; past maxResubmits, held.
-			if cur := w.st.Load(); cur != nil && w.life.writable() && resubmits < maxResubmits {
+			// while the writer runs; past maxResubmits, held. (Once
+			// Close began it fails, as before: nothing is reopened.)
+			if cur := w.st.Load(); cur != nil && cur.pool != nil && w.life.writable() && resubmits < maxResubmits {
 				resubmits++
 				w.log.Debug(fmt.Sprintf("table %s: %d rows written again (%d of %d): the stream they went to died before confirming them: %v",
 					w.cfg.Table, len(rows), resubmits, maxResubmits, err))

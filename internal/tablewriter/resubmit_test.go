@@ -51,22 +51,21 @@ func awaitWrite(t *testing.T, done <-chan writeResult) writeResult {
 	}
 }
 
-// submittedTo waits until one of the harness's streams holds rows and
-// returns it with the others.
-func submittedTo(t *testing.T, h *harness) (got *ingestfake.Stream, others []*ingestfake.Stream) {
+// writeOnOneOfTwo opens a writer over two streams that acknowledge only
+// when told, starts a one-row Write and returns once the row is submitted:
+// the stream that holds it, and the other one.
+func writeOnOneOfTwo(t *testing.T) (h *harness, done <-chan writeResult, got, other *ingestfake.Stream) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		got, others = nil, nil
-		for _, s := range h.opener.Streams() {
-			if s.Submitted() > 0 && got == nil {
-				got = s
-			} else {
-				others = append(others, s)
-			}
-		}
-		return got != nil
-	}, 10*time.Second, time.Millisecond)
-	return got, others
+	h = newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
+	streams, err := h.opener.WaitOpens(context.Background(), 2)
+	require.NoError(t, err)
+	require.Len(t, streams, 2)
+	done = writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
+	require.Eventually(t, func() bool { return streams[0].Submitted()+streams[1].Submitted() > 0 }, 10*time.Second, time.Millisecond)
+	if streams[0].Submitted() > 0 {
+		return h, done, streams[0], streams[1]
+	}
+	return h, done, streams[1], streams[0]
 }
 
 // A batch whose stream dies before any of its rows is confirmed, for a
@@ -76,22 +75,15 @@ func submittedTo(t *testing.T, h *harness) (got *ingestfake.Stream, others []*in
 // running, nothing is nacked. This is the path that nacked a batch of
 // TestFaultMatrix/throttling/mid under load.
 func TestBatchOfAStreamRefusedAtReconnectIsWrittenOnAnother(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
-	_, err := h.opener.WaitOpens(context.Background(), 2)
-	require.NoError(t, err)
-
-	done := writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
-	first, others := submittedTo(t, h)
-	require.Len(t, others, 1)
+	_, done, first, second := writeOnOneOfTwo(t)
 	first.Poison(refusedAtReconnect())
 
-	second := others[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, second.WaitSubmitted(ctx, 1), "the batch is written again on the stream still open")
 	second.AckAll()
 	res := awaitWrite(t, done)
-	require.NoError(t, res.err, "held and written again, never failed")
+	require.NoError(t, res.err, "written again, never failed")
 	assert.Empty(t, res.rowErrs)
 }
 
@@ -101,15 +93,8 @@ func TestBatchOfAStreamRefusedAtReconnectIsWrittenOnAnother(t *testing.T) {
 // turns into "not connected" (the engine keeps the batch and writes it
 // again after Connect), never a nack.
 func TestBatchHeldWhenEveryStreamIsRefusedAtReconnect(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
-	_, err := h.opener.WaitOpens(context.Background(), 2)
-	require.NoError(t, err)
-
-	done := writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
-	first, others := submittedTo(t, h)
-	for _, s := range others {
-		s.Poison(refusedAtReconnect())
-	}
+	_, done, first, second := writeOnOneOfTwo(t)
+	second.Poison(refusedAtReconnect())
 	first.Poison(refusedAtReconnect())
 
 	res := awaitWrite(t, done)
@@ -136,21 +121,15 @@ func TestAckTimeoutStillFailsTheBatch(t *testing.T) {
 }
 
 // A stream refused for a cause only a person can fix is not written to
-// again: the writer stops its streams and holds (as before this change),
+// again: the writer stops its streams and holds (stopIfStopped),
 // rather than moving the batch from stream to stream.
 func TestBatchOfAStreamRefusedForGoodIsNotResubmitted(t *testing.T) {
-	h := newHarness(t, ingestfake.Config{ManualAck: true}, nil, nil)
-	_, err := h.opener.WaitOpens(context.Background(), 2)
-	require.NoError(t, err)
-	done := writeAsync(h.w, rows(`{"id":1,"msg":"a"}`))
-	first, others := submittedTo(t, h)
+	_, done, first, second := writeOnOneOfTwo(t)
 	first.Poison(ingestfake.ErrFatalConfig("PERMISSION_DENIED: missing MODIFY"))
 	res := awaitWrite(t, done)
 	require.Error(t, res.err)
 	assert.ErrorIs(t, res.err, ErrNotOpen)
-	for _, s := range others {
-		assert.Zero(t, s.Submitted(), "not resubmitted")
-	}
+	assert.Zero(t, second.Submitted(), "not resubmitted")
 }
 
 // streamDied is the one judge of which failures of a batch none of whose

@@ -32,13 +32,16 @@ import (
 // (naming the row index and the column); the good rows are durable before
 // Write returns. An error means nothing is acknowledged: the whole batch is
 // to be retried. ErrNotOpen (wrapped) asks the caller to Open again; once a
-// row of the batch was submitted it is returned only when the streams
-// stopped for good (a permanent stream error, or a pool that stopped) and
-// no row of the batch is durable. When part of the batch is durable and
-// the rest could not be submitted or confirmed, the
-// rest come back as row errors wrapping a *TableError (to be retried, not
-// dead-lettered), so the durable rows are never sent again. keyOf may be
-// nil (no ordering).
+// row of the batch was submitted it is returned only when no row of the
+// batch is confirmed durable and either the streams stopped for good (a permanent
+// stream error, or a pool that stopped) or the batch met streams dying for
+// a cause a new stream heals maxResubmits times over (streamDied: before
+// that, such a batch is written again on the streams still open, so a
+// stream rotated while the service refuses new ones never fails a batch).
+// When part of the batch is durable and the rest could not be submitted or
+// confirmed, the rest come back as row errors wrapping a *TableError (to be
+// retried, not dead-lettered), so the durable rows are never sent again.
+// keyOf may be nil (no ordering).
 func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowError, error) {
 	if p := w.rawRefusal.Load(); p != nil {
 		return nil, *p
@@ -69,7 +72,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		defer w.recording.leave()
 	}
 	var rowErrs []RowError
-	for attempt := 0; ; attempt++ {
+	schemaRetries, resubmits := 0, 0
+	for {
 		b, err := w.convert(ctx, st, rows, keyOf, pos, resv)
 		if err == nil {
 			rowErrs, err = w.send(ctx, st.pool, b, pos)
@@ -80,12 +84,28 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		}
 		// Converted just before another batch evolved the table, it met a
 		// pool already switched to the new schema: convert it again.
-		if cur := w.st.Load(); errors.Is(err, pool.ErrSchemaMismatch) && attempt < maxSchemaRetries && cur != nil && cur.snap != b.snap {
+		if cur := w.st.Load(); errors.Is(err, pool.ErrSchemaMismatch) && schemaRetries < maxSchemaRetries && cur != nil && cur.snap != b.snap {
+			schemaRetries++
 			st = cur
 			continue
 		}
 		if serr := w.stopIfStopped(st.pool, err); serr != nil {
 			return nil, fmt.Errorf("%w (%w)", serr, err)
+		}
+		if streamDied(ctx, err) && !w.life.isClosed() {
+			// None of its rows was confirmed and a new stream heals the
+			// cause: written again on the streams still open (the pool
+			// waits for one, and an outage holds it), never failed
+			// while the writer runs; past maxResubmits, held. (Once
+			// Close began it fails, as before: nothing is reopened.)
+			if cur := w.st.Load(); cur != nil && cur.pool != nil && w.life.writable() && resubmits < maxResubmits {
+				resubmits++
+				w.log.Debug(fmt.Sprintf("table %s: %d rows written again (%d of %d): the stream they went to died before confirming them: %v",
+					w.cfg.Table, len(rows), resubmits, maxResubmits, err))
+				st = cur
+				continue
+			}
+			return nil, fmt.Errorf("%w: %w", ErrNotOpen, err)
 		}
 		return nil, err
 	}
@@ -103,6 +123,33 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 // maxSchemaRetries bounds the conversions again of a batch that met a pool
 // on a newer schema than its snapshot's.
 const maxSchemaRetries = 3
+
+// maxResubmits bounds how often Write sends a batch again after the stream
+// it went to died (streamDied) before it returns it held (ErrNotOpen): the
+// engine then keeps it, asks Open (which waits out an outage) and writes it
+// again. Each resubmit follows a stream death, and a member whose stream
+// died is rebuilt only after a back-off, so the bound is no rate limit; it
+// only hands a batch that keeps meeting dying streams back to the engine.
+const maxResubmits = 3
+
+// streamDied reports whether err, a batch's failure with none of its rows
+// confirmed durable, is the death of the stream it went to for a cause a
+// new stream heals: the service refused the stream's reconnect for now
+// (RESOURCE_EXHAUSTED after a rotation: retryable in the official SDK,
+// rust/sdk/src/errors.rs in databricks/zerobus-sdk), a transient failure
+// that used up the stream's reconnects, a poisoned stream. Not ctx's end
+// (the shutdown bound; ack.timeout, past which the batch fails as
+// documented), not a close, not rows submitted but untracked, not a refusal
+// only a person can fix (stopIfStopped holds those), and not a batch held
+// already (ErrNotOpen: no stream is connected, whatever their last error).
+func streamDied(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, ErrNotOpen) || errors.Is(err, pool.ErrUntracked) || errors.Is(err, pool.ErrClosed) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	class, ok := ingest.ClassOf(err)
+	return ok && (class == ingest.Transient || class == ingest.Poison || class == ingest.ConcurrencyReject)
+}
 
 // admit returns the state a batch is written on: for a table that does not
 // exist yet, the one the schema authority opens after creating the table

@@ -290,17 +290,35 @@ func classify(table, principal string, err error) Fault {
 	return f
 }
 
+// concurrencyReject is the first concurrency reject in err's chain, nil
+// for none. It may sit under another classified error: a stream the
+// service rotated whose reconnect it refused fails Poison, wrapping the
+// refusal, and that is throttling, not a network fault.
+func concurrencyReject(err error) *ingest.Error {
+	for ze := ingest.Classify(err); ze != nil; {
+		if ze.Class == ingest.ConcurrencyReject {
+			return ze
+		}
+		var inner *ingest.Error
+		if !errors.As(ze.Err, &inner) {
+			return nil
+		}
+		ze = inner
+	}
+	return nil
+}
+
 // serviceWait is the wait a concurrency reject asks for: the service's
 // hint, or ingest's default; or, for an open whose streams were refused for
 // concurrency (and no worse), the default.
 func serviceWait(err error) (time.Duration, bool) {
-	ze := ingest.Classify(err)
-	if ze != nil && ze.Class == ingest.ConcurrencyReject {
-		if ze.RetryAfter > 0 {
-			return ze.RetryAfter, true
+	if cr := concurrencyReject(err); cr != nil {
+		if cr.RetryAfter > 0 {
+			return cr.RetryAfter, true
 		}
 		return ingest.ResourceExhaustedBackoff, true
 	}
+	ze := ingest.Classify(err)
 	var oe *OpenError
 	if errors.As(err, &oe) && oe.Rejects > 0 && (ze == nil || ze.Class != ingest.FatalConfig) {
 		return ingest.ResourceExhaustedBackoff, true
@@ -534,7 +552,7 @@ func (l *lifecycle) outage(f Fault, age time.Duration) {
 	}
 	l.explained, l.outageLogged = f.Cause, true
 	advice := f.Advice
-	if f.Class != FaultPermanent && f.Net == nil {
+	if f.Class == FaultTransient && f.Net == nil {
 		advice = outageAdvice
 	}
 	l.log.Warn(fmt.Sprintf("%s %s: no stream is connected for %s: %s. What to do: %s. %s; the streams reconnect by themselves with back-off, no restart needed (this is logged again only if the cause changes)",

@@ -81,6 +81,8 @@ func TestClassify(t *testing.T) {
 			Err: &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 443}, Err: syscall.ECONNREFUSED}}), FaultTransient, "check `workspace_url`: nothing accepts connections at 10.0.0.1:443"},
 		{"no healthy stream", fmt.Errorf("write: %w", pool.ErrNoStream), FaultTransient, "retrying"},
 		{"resource exhausted", status.Error(codes.ResourceExhausted, "too many streams"), FaultThrottled, "streams.max"},
+		{"reconnect refused for concurrency", fmt.Errorf("pool: stream 1: acklane: stream failed: %w", &ingest.Error{Class: ingest.Poison, Code: codes.ResourceExhausted,
+			Err: fmt.Errorf("reconnect refused: %w", &ingest.Error{Class: ingest.ConcurrencyReject, Code: codes.ResourceExhausted, Err: errors.New("refused")})}), FaultThrottled, "streams.max"},
 		{"open refused for concurrency", &OpenError{Table: table, Rejects: 2, Err: errors.New("no stream up")}, FaultThrottled, "streams.max"},
 		{"permission denied", status.Error(codes.PermissionDenied, "User does not have MODIFY"), FaultPermanent, "MODIFY"},
 		{"permission denied mid-stream", fmt.Errorf("pool: %w", &ingest.Error{Class: ingest.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("denied")}), FaultPermanent, "GRANT"},
@@ -234,4 +236,19 @@ func TestWriterMissingTableBacksOff(t *testing.T) {
 	skipWait(w)
 	require.NoError(t, w.Open(context.Background()), "healed once the table exists")
 	assert.Equal(t, PhaseOpen, w.Phase())
+}
+
+// An outage whose streams the service refuses for concurrency (a rotation
+// whose reconnect it refused) is explained as throttling, with its own
+// advice, not as a network fault.
+func TestOutageOfRefusedReconnectsIsThrottling(t *testing.T) {
+	l, _, logs := newTestLifecycle(t)
+	refused := fmt.Errorf("acklane: stream failed: %w", &ingest.Error{Class: ingest.Poison, Code: codes.ResourceExhausted, RetryAfter: 10 * time.Second,
+		Err: fmt.Errorf("reconnect refused: %w", &ingest.Error{Class: ingest.ConcurrencyReject, Code: codes.ResourceExhausted, Err: errors.New("refused")})})
+	f := Classify(testTable, refused)
+	require.Equal(t, FaultThrottled, f.Class)
+	assert.Equal(t, 10*time.Second, f.Hint, "the service's wait")
+	l.outage(f, 2*time.Second)
+	assert.Contains(t, logs.String(), "streams.max")
+	assert.NotContains(t, logs.String(), "firewall")
 }

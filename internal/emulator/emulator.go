@@ -389,6 +389,8 @@ func (s *Server) listen() error {
 		// client (keepalive.ClientParameters), where the client's keepalive
 		// knob starts. A gRPC server's default (5 minutes) would refuse it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: false}),
+		// DoPut frames are decoded with one copy instead of two (flightCodec).
+		grpc.ForceServerCodecV2(newFlightCodec()),
 	}
 	if tlsConf != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConf.Clone())))

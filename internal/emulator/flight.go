@@ -152,6 +152,9 @@ func (fs *flightService) recvLoop(ss *session, capture *schemaCapture, rdr *flig
 				return recvStatus(err, "malformed Flight data")
 			}
 			if rows, ok := arrowipc.RecordBatchRows(fd.GetDataHeader()); ok {
+				// Nothing reads the body from here on: its buffer
+				// goes to the next frame (releaseFrameBody).
+				releaseFrameBody(fd)
 				off, err := fs.checkFrame(fd.GetAppMetadata(), &expected, f)
 				if err != nil {
 					return err

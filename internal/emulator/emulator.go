@@ -59,6 +59,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
@@ -391,6 +392,7 @@ func (s *Server) listen() error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: false}),
 		// DoPut frames are decoded with one copy instead of two (flightCodec).
 		grpc.ForceServerCodecV2(newFlightCodec()),
+		experimental.BufferPool(&recvBufferPool{}),
 	}
 	if tlsConf != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConf.Clone())))

@@ -33,5 +33,5 @@ func TestRecvBufferPool(t *testing.T) {
 	// Nothing larger than the largest tier is kept.
 	huge := make([]byte, 2<<20)
 	p.Put(&huge)
-	assert.NotEqual(t, 2<<20, cap(*p.Get(1<<20)))
+	assert.NotEqual(t, 2<<20, cap(*p.Get(1 << 20)))
 }

@@ -173,3 +173,51 @@ func FuzzFlightCodec(f *testing.F) {
 		checkCodecMatchesProto(t, wire, cuts)
 	})
 }
+
+// offsetSeeds are app_metadata forms: the one clients send, and forms only
+// the JSON decoder reads (or refuses).
+var offsetSeeds = []string{
+	`{"offset_id":0}`, `{"offset_id":42}`, `{"offset_id":-1}`, `{"offset_id":-0}`,
+	`{"offset_id":9223372036854775807}`, `{"offset_id":9223372036854775808}`, `{"offset_id":-9223372036854775808}`,
+	`{"offset_id":-9223372036854775809}`, `{"offset_id":99999999999999999999}`, `{"offset_id":1-2}`, `{"offset_id":--1}`,
+	`{"offset_id":007}`, `{"offset_id":1.0}`, `{"offset_id":1e3}`, `{"offset_id":}`, `{"offset_id":-}`,
+	`{"offset_id":"3"}`, `{"offset_id":null}`, `{"offset_id":3} `, `{"offset_id":3}x`, `{"offset_id": 3}`,
+	`{"OFFSET_ID":5}`, `{"offset_id":1,"offset_id":2}`, `{"other":1}`, `{"offset_id":12`, ``, `[]`,
+}
+
+// parseOffset reads every app_metadata as the JSON decoder does.
+func TestParseOffsetMatchesJSON(t *testing.T) {
+	for _, meta := range offsetSeeds {
+		checkParseOffset(t, []byte(meta))
+	}
+	// The form clients send is read without the JSON decoder (which
+	// allocates).
+	meta := []byte(`{"offset_id":9223372036854775807}`)
+	var n int64
+	var err error
+	allocs := testing.AllocsPerRun(10, func() { n, err = parseOffset(meta) })
+	require.NoError(t, err)
+	assert.EqualValues(t, 9223372036854775807, n)
+	assert.Zero(t, allocs)
+}
+
+func checkParseOffset(t *testing.T, meta []byte) {
+	t.Helper()
+	want, wantErr := parseOffsetJSON(meta)
+	got, gotErr := parseOffset(meta)
+	if wantErr != nil {
+		require.EqualError(t, gotErr, wantErr.Error(), "%q", meta)
+		return
+	}
+	require.NoError(t, gotErr, "%q", meta)
+	require.Equal(t, want, got, "%q", meta)
+}
+
+// FuzzParseOffset checks parseOffset against the JSON decoder on any
+// app_metadata. Seeds: offsetSeeds.
+func FuzzParseOffset(f *testing.F) {
+	for _, meta := range offsetSeeds {
+		f.Add([]byte(meta))
+	}
+	f.Fuzz(func(t *testing.T, meta []byte) { checkParseOffset(t, meta) })
+}

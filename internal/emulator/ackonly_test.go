@@ -6,6 +6,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -52,4 +53,35 @@ func TestAckOnlyCountsFromHeader(t *testing.T) {
 	err = p.finish()
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.EqualValues(t, 10, rows())
+}
+
+// The command started with --ack-only runs on one CPU, unless it serves
+// Kafka too or GOMAXPROCS is set; without --ack-only it leaves the runtime
+// alone.
+func TestAckOnlyProcs(t *testing.T) {
+	flagsConfig := func(args ...string) Config {
+		var got Config
+		app := App("test")
+		app.Action = func(c *cli.Context) error {
+			var err error
+			got, err = configFromFlags(c)
+			return err
+		}
+		require.NoError(t, app.Run(append([]string{"zerobus-emulator"}, args...)))
+		return got
+	}
+	procs, why := ackOnlyProcs(flagsConfig("--ack-only"), "")
+	assert.Equal(t, 1, procs)
+	assert.Contains(t, why, "GOMAXPROCS")
+	for _, c := range []struct {
+		args []string
+		env  string
+	}{
+		{nil, ""},
+		{[]string{"--ack-only"}, "2"},
+		{[]string{"--ack-only", "--kafka", "127.0.0.1:0"}, ""},
+	} {
+		procs, _ := ackOnlyProcs(flagsConfig(c.args...), c.env)
+		assert.Zero(t, procs, "%v GOMAXPROCS=%q", c.args, c.env)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -60,15 +59,9 @@ func TestAckOnlyCountsFromHeader(t *testing.T) {
 // alone.
 func TestAckOnlyProcs(t *testing.T) {
 	flagsConfig := func(args ...string) Config {
-		var got Config
-		app := App("test")
-		app.Action = func(c *cli.Context) error {
-			var err error
-			got, err = configFromFlags(c)
-			return err
-		}
-		require.NoError(t, app.Run(append([]string{"zerobus-emulator"}, args...)))
-		return got
+		cfg, err := configFromArgs(args...)
+		require.NoError(t, err)
+		return cfg
 	}
 	procs, why := ackOnlyProcs(flagsConfig("--ack-only"), "")
 	assert.Equal(t, 1, procs)

@@ -143,21 +143,23 @@ func TestReleaseFrameBody(t *testing.T) {
 	require.NoError(t, err)
 	fd := &flight.FlightData{}
 	require.True(t, decodeFlightData(splitWire(wire, nil), fd))
-	first := &fd.DataBody[:1][0]
+	released := &fd.DataBody[:1][0]
 	releaseFrameBody(fd)
 	assert.Nil(t, fd.DataBody)
 
 	reused := false
-	// sync.Pool may drop what it holds (a GC, another P); a few tries
-	// see the reuse unless it never happens.
+	// sync.Pool may drop what it is given (a GC, another P, a quarter of
+	// the time under -race); a few tries see the reuse unless it never
+	// happens.
 	for range 20 {
 		next := &flight.FlightData{}
 		require.True(t, decodeFlightData(splitWire(wire, nil), next))
 		assert.Equal(t, bytes.Repeat([]byte{1}, 50000), next.DataBody)
-		if &next.DataBody[:1][0] == first {
+		if &next.DataBody[:1][0] == released {
 			reused = true
 			break
 		}
+		released = &next.DataBody[:1][0]
 		releaseFrameBody(next)
 	}
 	assert.True(t, reused, "a released body is reused")

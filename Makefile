@@ -135,7 +135,7 @@ FUZZ_TARGETS := \
 	./internal/arrowconv:FuzzConvert ./internal/arrowconv:FuzzValidUTF8 ./internal/arrowconv:FuzzVariantEncoder ./internal/arrowconv:FuzzVariantJSON \
 	./internal/typemap:FuzzParseType ./internal/typemap:FuzzParseColumns ./internal/typemap:FuzzCheckTableName \
 	./internal/lintrule:FuzzURLRuleMatchesRun \
-	./internal/emulator:FuzzDoPutFrame ./internal/emulator:FuzzJSONRecords ./internal/emulator:FuzzVariantJSON \
+	./internal/emulator:FuzzDoPutFrame ./internal/emulator:FuzzJSONRecords ./internal/emulator:FuzzVariantJSON ./internal/emulator:FuzzFlightCodec ./internal/emulator:FuzzParseOffset \
 	./internal/emulator/workspace:FuzzParseStatement
 FUZZTIME    ?= 30s
 FUZZMINTIME ?= 100x

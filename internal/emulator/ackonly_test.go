@@ -53,3 +53,28 @@ func TestAckOnlyCountsFromHeader(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.EqualValues(t, 10, rows())
 }
+
+// The command started with --ack-only runs on one CPU, unless it serves
+// Kafka too or GOMAXPROCS is set; without --ack-only it leaves the runtime
+// alone.
+func TestAckOnlyProcs(t *testing.T) {
+	flagsConfig := func(args ...string) Config {
+		cfg, err := configFromArgs(args...)
+		require.NoError(t, err)
+		return cfg
+	}
+	procs, why := ackOnlyProcs(flagsConfig("--ack-only"), "")
+	assert.Equal(t, 1, procs)
+	assert.Contains(t, why, "GOMAXPROCS")
+	for _, c := range []struct {
+		args []string
+		env  string
+	}{
+		{nil, ""},
+		{[]string{"--ack-only"}, "2"},
+		{[]string{"--ack-only", "--kafka", "127.0.0.1:0"}, ""},
+	} {
+		procs, _ := ackOnlyProcs(flagsConfig(c.args...), c.env)
+		assert.Zero(t, procs, "%v GOMAXPROCS=%q", c.args, c.env)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,7 +60,7 @@ func App(version string) *cli.App {
 			&cli.Float64Flag{Name: "stream-max-mb-per-sec", Usage: "fault: per-stream quota in MB/s of requests, MB = 10^6 bytes (the service documents 100; 0: none)"},
 			&cli.StringFlag{Name: "stream-quota-mode", Value: QuotaBackpressure, Usage: "how a stream over its quota is treated (both are assumptions): " + QuotaBackpressure + " (read and acked no faster than the quota) or " + QuotaReject + " (the stream fails RESOURCE_EXHAUSTED with a retry hint)"},
 			&cli.BoolFlag{Name: "ack-stall", Usage: "fault: never ack (until cleared through the admin API)"},
-			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing, counting each batch from its header without decoding it (benchmarks)"},
+			&cli.BoolFlag{Name: "ack-only", Usage: "fault: ack without storing, counting each batch from its header without decoding it (benchmarks); given at start-up it also runs the emulator's Go code on one CPU (GOMAXPROCS=1, unless GOMAXPROCS is set or --kafka serves a broker) to keep its CPU on the client's machine low"},
 			&cli.StringFlag{Name: "grants", Value: GrantsOpen, Usage: "Unity Catalog grants of Zerobus writers: open (not checked) or strict (USE CATALOG, USE SCHEMA, and SELECT + MODIFY on the table itself, else PERMISSION_DENIED at stream open); change them at runtime with PATCH /emulator/v1/grants"},
 			&cli.GenericFlag{Name: "grant", Value: &repeatedString{}, Usage: "grant privileges at start: 'PRINCIPAL:TYPE:FULL_NAME:PRIV[,PRIV]', e.g. 'emulator:TABLE:main.default.t:SELECT,MODIFY' (repeatable)"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain): serve HTTPS and gRPC over TLS (needs --tls-key)"},
@@ -71,6 +72,10 @@ func App(version string) *cli.App {
 			cfg, err := configFromFlags(c)
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
+			}
+			if procs, why := ackOnlyProcs(cfg, os.Getenv("GOMAXPROCS")); procs > 0 {
+				runtime.GOMAXPROCS(procs)
+				cfg.Logger.Info("ack-only: Go code runs on one CPU", "gomaxprocs", procs, "why", why)
 			}
 			srv, err := Start(cfg)
 			if err != nil {
@@ -162,6 +167,23 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		}
 	}
 	return cfg, cfg.Faults.Validate()
+}
+
+// ackOnlyProcs is the GOMAXPROCS the command sets for cfg (0: it leaves
+// the runtime's, as given by gomaxprocsEnv or the CPUs), and why. An
+// emulator started ack-only is a benchmark's stand-in for the service and
+// shares the client's machine, where whatever it spends is charged to the
+// client; the real service's CPU is not on that machine. On one CPU it no
+// longer wakes a second thread for each HTTP/2 frame it reads (a futex
+// wake and scheduler work per DATA frame): about a quarter less CPU per
+// batch on a 2-core box, and one CPU second still acks 3 to 4 million rows,
+// far more than the client sends. Not with --kafka, whose broker serves the
+// client's reads, nor when GOMAXPROCS is set: that decides.
+func ackOnlyProcs(cfg Config, gomaxprocsEnv string) (int, string) {
+	if !cfg.Faults.AckOnly || cfg.KafkaAddr != "" || gomaxprocsEnv != "" {
+		return 0, ""
+	}
+	return 1, "--ack-only stands in for the service on the client's machine; set GOMAXPROCS to choose"
 }
 
 // repeatedString is a repeatable string flag that keeps commas.

@@ -49,7 +49,10 @@ type Faults struct {
 	// a batch is counted from its IPC header and its body is not decoded,
 	// so neither its nulls nor its values are checked (the stream's offset,
 	// empty-batch and error-rate rules still apply). The emulator then
-	// costs the client's machine about what an ack from the service would.
+	// costs the client's machine about what an ack from the service would:
+	// frames are decoded with one copy (flightCodec), a counted frame's body
+	// buffer is reused (releaseFrameBody), and the command started with
+	// --ack-only runs on one CPU (ackOnlyProcs).
 	AckOnly bool
 	// Tables replaces AckLatency and AckStall for the named tables
 	// (catalog.schema.table, case-insensitive): a test can stall the acks of

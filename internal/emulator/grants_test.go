@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -157,24 +156,18 @@ func TestGrantsAdminValidation(t *testing.T) {
 }
 
 func TestGrantFlags(t *testing.T) {
-	var got Config
-	app := App("test")
-	app.Action = func(c *cli.Context) error {
-		var err error
-		got, err = configFromFlags(c)
-		return err
-	}
-	require.NoError(t, app.Run([]string{"zerobus-emulator", "--grants", "strict",
-		"--grant", "emulator:TABLE:main.default.t:SELECT,MODIFY", "--grant", "emulator:CATALOG:main:USE CATALOG"}))
+	got, err := configFromArgs("--grants", "strict",
+		"--grant", "emulator:TABLE:main.default.t:SELECT,MODIFY", "--grant", "emulator:CATALOG:main:USE CATALOG")
+	require.NoError(t, err)
 	assert.True(t, got.Grants.Strict)
 	assert.Equal(t, []Grant{
 		{Principal: "emulator", SecurableType: "TABLE", FullName: "main.default.t", Privileges: []string{"SELECT", "MODIFY"}},
 		{Principal: "emulator", SecurableType: "CATALOG", FullName: "main", Privileges: []string{"USE CATALOG"}},
 	}, got.Grants.Grants)
 
-	assert.Error(t, app.Run([]string{"zerobus-emulator", "--grants", "lax"}))
-	assert.Error(t, app.Run([]string{"zerobus-emulator", "--grant", "emulator:TABLE:main.default.t"}))
-	assert.Error(t, app.Run([]string{"zerobus-emulator", "--grant", "emulator:TABLE:main.t:SELECT"}))
+	assert.Error(t, configArgsError("--grants", "lax"))
+	assert.Error(t, configArgsError("--grant", "emulator:TABLE:main.default.t"))
+	assert.Error(t, configArgsError("--grant", "emulator:TABLE:main.t:SELECT"))
 }
 
 // TestGrantsCheckedBeforeTableExistence: in strict mode a principal without

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -301,3 +302,22 @@ type remoteEmu struct{ httpURL, grpcURL string }
 func (r remoteEmu) HTTPURL() string     { return r.httpURL }
 func (r remoteEmu) GRPCURL() string     { return r.grpcURL }
 func (r remoteEmu) WorkspaceID() string { return DefaultWorkspaceID }
+
+// configFromArgs is the Config the command builds from args (its flags).
+func configFromArgs(args ...string) (Config, error) {
+	var cfg Config
+	app := App("test")
+	app.Action = func(c *cli.Context) error {
+		var err error
+		cfg, err = configFromFlags(c)
+		return err
+	}
+	err := app.Run(append([]string{"zerobus-emulator"}, args...))
+	return cfg, err
+}
+
+// configArgsError is configFromArgs's error.
+func configArgsError(args ...string) error {
+	_, err := configFromArgs(args...)
+	return err
+}

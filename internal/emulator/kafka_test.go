@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/urfave/cli/v2"
 )
 
 // kafkaClient is a franz-go client of the emulator's Kafka broker.
@@ -127,22 +126,16 @@ func TestKafkaBusyPortAndFlags(t *testing.T) {
 	assert.Contains(t, err.Error(), "Kafka port "+busy+" (--kafka) is already in use")
 	assert.Contains(t, err.Error(), "127.0.0.1:0 picks a free port")
 
-	var got Config
-	app := App("test")
-	app.Action = func(c *cli.Context) error {
-		var err error
-		got, err = configFromFlags(c)
-		return err
-	}
-	require.NoError(t, app.Run([]string{"zerobus-emulator", "--kafka", "127.0.0.1:0", "--kafka-topic", "orders:12", "--kafka-topic", "events"}))
+	got, err := configFromArgs("--kafka", "127.0.0.1:0", "--kafka-topic", "orders:12", "--kafka-topic", "events")
+	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:0", got.KafkaAddr)
 	assert.Equal(t, []KafkaTopic{{"orders", 12}, {"events", 1}}, got.KafkaTopics)
 
-	err = app.Run([]string{"zerobus-emulator", "--kafka-topic", "orders:3"})
+	err = configArgsError("--kafka-topic", "orders:3")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--kafka-topic needs --kafka")
 	for _, bad := range []string{"orders:0", "orders:x", ":3"} {
-		err = app.Run([]string{"zerobus-emulator", "--kafka", "127.0.0.1:0", "--kafka-topic", bad})
+		err = configArgsError("--kafka", "127.0.0.1:0", "--kafka-topic", bad)
 		require.Error(t, err, bad)
 		assert.True(t, strings.Contains(err.Error(), "--kafka-topic"), "%s: %v", bad, err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -80,17 +79,10 @@ func TestFaultsJSONAndCodes(t *testing.T) {
 }
 
 func TestCommandFlags(t *testing.T) {
-	var got Config
-	app := App("test")
-	app.Action = func(c *cli.Context) error {
-		var err error
-		got, err = configFromFlags(c)
-		return err
-	}
-	require.NoError(t, app.Run([]string{"zerobus-emulator",
-		"--http", "127.0.0.1:0", "--table", "a.b.c:id BIGINT NOT NULL, v STRING", "--table", "a.b.d:x STRING",
+	got, err := configFromArgs("--http", "127.0.0.1:0", "--table", "a.b.c:id BIGINT NOT NULL, v STRING", "--table", "a.b.d:x STRING",
 		"--ack-latency", "20ms", "--error-rate", "unavailable=0.1", "--max-streams-per-table", "4", "--ack-only", "--iceberg-lag", "-1s",
-		"--stream-max-rows-per-sec", "15000", "--stream-max-mb-per-sec", "2.5", "--stream-quota-mode", "RESOURCE_EXHAUSTED"}))
+		"--stream-max-rows-per-sec", "15000", "--stream-max-mb-per-sec", "2.5", "--stream-quota-mode", "RESOURCE_EXHAUSTED")
+	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:0", got.HTTPAddr)
 	assert.Equal(t, DefaultGRPCAddr, got.GRPCAddr)
 	assert.Equal(t, DefaultDataDir(), got.DataDir)
@@ -106,10 +98,10 @@ func TestCommandFlags(t *testing.T) {
 	assert.Equal(t, QuotaReject, got.Faults.StreamQuotaMode)
 	assert.Equal(t, -time.Second, got.IcebergLag)
 
-	err := app.Run([]string{"zerobus-emulator", "--error-rate", "BOGUS=1"})
+	err = configArgsError("--error-rate", "BOGUS=1")
 	assert.Error(t, err)
-	assert.Error(t, app.Run([]string{"zerobus-emulator", "--stream-quota-mode", "drop"}))
-	assert.Error(t, app.Run([]string{"zerobus-emulator", "--stream-max-rows-per-sec", "-5"}))
+	assert.Error(t, configArgsError("--stream-quota-mode", "drop"))
+	assert.Error(t, configArgsError("--stream-max-rows-per-sec", "-5"))
 }
 
 func TestStartRejectsBadTables(t *testing.T) {

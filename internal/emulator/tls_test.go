@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -75,17 +74,11 @@ func TestTLSConfigErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "TLS certificate")
 
-	var got Config
-	app := App("test")
-	app.Action = func(c *cli.Context) error {
-		var err error
-		got, err = configFromFlags(c)
-		return err
-	}
-	require.NoError(t, app.Run([]string{"zerobus-emulator", "--tls-cert", ca.CertFile, "--tls-key", ca.KeyFile}))
+	got, err := configFromArgs("--tls-cert", ca.CertFile, "--tls-key", ca.KeyFile)
+	require.NoError(t, err)
 	assert.Equal(t, ca.CertFile, got.TLSCertFile)
 	assert.Equal(t, ca.KeyFile, got.TLSKeyFile)
-	err = app.Run([]string{"zerobus-emulator", "--tls-cert", ca.CertFile})
+	err = configArgsError("--tls-cert", ca.CertFile)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "set both or neither")
 }

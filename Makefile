@@ -116,7 +116,7 @@ fmt-check:
 ## bench: every promised figure against a baseline measured in the same run — converter ratios,
 ## pipeline vs drop, ack latency tolerance, peak RSS, cost by row size and pool size, durability
 ## latency, replay vs plain Parquet, redpanda → zerobus vs → drop and the input vs a bare franz-go poll
-## loop (BenchmarkKafka, 5M records), our transport vs the official SDK — then a summary of every
+## loop (BenchmarkKafka, 8.5M records), our transport vs the official SDK — then a summary of every
 ## `TARGET` line (median, range over the runs, target, met or not). Log: bin/bench.log.
 bench: build conformance-deps
 	@mkdir -p bin

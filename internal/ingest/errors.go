@@ -182,6 +182,26 @@ func ClassOf(err error) (Class, bool) {
 	return 0, false
 }
 
+// ConcurrencyRejectOf is the first concurrency reject in err's chain of
+// classified errors (Classify's, then each one's wrapped error), nil for
+// none. A reject may sit under another class: a stream the service rotated
+// whose reconnect it refused fails Poison (so that the pool waits before it
+// rebuilds the stream), wrapping the refusal, and that is still the
+// service's limit, not a network fault.
+func ConcurrencyRejectOf(err error) *Error {
+	for ze := Classify(err); ze != nil; {
+		if ze.Class == ConcurrencyReject {
+			return ze
+		}
+		var inner *Error
+		if !errors.As(ze.Err, &inner) {
+			return nil
+		}
+		ze = inner
+	}
+	return nil
+}
+
 var serviceCodeRE = regexp.MustCompile(`Error Code:\s*(\d{4})`)
 
 // invalidNameClass is the Databricks error class for a malformed catalog,

@@ -117,3 +117,17 @@ func TestErrorString(t *testing.T) {
 	e := &Error{Class: ConcurrencyReject, Code: codes.Unavailable, ServiceCode: "6006", RetryAfter: time.Minute, Err: errors.New("blocked")}
 	assert.Equal(t, "zerobus concurrency_reject (Unavailable) [error code 6006] retry after 1m0s: blocked", e.Error())
 }
+
+// ConcurrencyRejectOf finds a reject at the top of err, under another
+// classified error (a refused reconnect fails Poison around it), or in a
+// bare gRPC status, and nothing where there is none.
+func TestConcurrencyRejectOf(t *testing.T) {
+	reject := &Error{Class: ConcurrencyReject, Code: codes.ResourceExhausted, RetryAfter: 7 * time.Second, Err: errors.New("refused")}
+	refusedReconnect := fmt.Errorf("acklane: stream failed: %w", &Error{Class: Poison, Code: codes.ResourceExhausted, Err: fmt.Errorf("reconnect refused: %w", reject)})
+	require.Same(t, reject, ConcurrencyRejectOf(refusedReconnect))
+	require.Same(t, reject, ConcurrencyRejectOf(reject))
+	require.NotNil(t, ConcurrencyRejectOf(status.Error(codes.ResourceExhausted, "cap")))
+	require.Nil(t, ConcurrencyRejectOf(&Error{Class: Poison, Code: codes.Internal, Err: errors.New("gap")}))
+	require.Nil(t, ConcurrencyRejectOf(status.Error(codes.Unavailable, "down")))
+	require.Nil(t, ConcurrencyRejectOf(nil))
+}

@@ -290,29 +290,11 @@ func classify(table, principal string, err error) Fault {
 	return f
 }
 
-// concurrencyReject is the first concurrency reject in err's chain, nil
-// for none. It may sit under another classified error: a stream the
-// service rotated whose reconnect it refused fails Poison, wrapping the
-// refusal, and that is throttling, not a network fault.
-func concurrencyReject(err error) *ingest.Error {
-	for ze := ingest.Classify(err); ze != nil; {
-		if ze.Class == ingest.ConcurrencyReject {
-			return ze
-		}
-		var inner *ingest.Error
-		if !errors.As(ze.Err, &inner) {
-			return nil
-		}
-		ze = inner
-	}
-	return nil
-}
-
 // serviceWait is the wait a concurrency reject asks for: the service's
 // hint, or ingest's default; or, for an open whose streams were refused for
 // concurrency (and no worse), the default.
 func serviceWait(err error) (time.Duration, bool) {
-	if cr := concurrencyReject(err); cr != nil {
+	if cr := ingest.ConcurrencyRejectOf(err); cr != nil {
 		if cr.RetryAfter > 0 {
 			return cr.RetryAfter, true
 		}

@@ -3,6 +3,7 @@ package tablewriter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 )
 
@@ -242,10 +245,26 @@ func TestRouterHealthOneEntryPerTable(t *testing.T) {
 	}
 }
 
-// recordingSink keeps the last value of every gauge series.
+// recordingSink keeps the last value of every gauge series and the sum of
+// every counter series (timers are dropped).
 type recordingSink struct {
-	mu     sync.Mutex
-	gauges map[string]int64
+	mu       sync.Mutex
+	gauges   map[string]int64
+	counters map[string]int64
+}
+
+type recCounter struct {
+	s    *recordingSink
+	name string
+}
+
+func (c recCounter) Incr(v int64, labels ...string) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.counters == nil {
+		c.s.counters = map[string]int64{}
+	}
+	c.s.counters[c.name+"{"+strings.Join(labels, ",")+"}"] += v
 }
 
 type recGauge struct {
@@ -264,8 +283,10 @@ type nopCounter struct{}
 func (nopCounter) Incr(int64, ...string)   {}
 func (nopCounter) Timing(int64, ...string) {}
 
-func (s *recordingSink) Counter(string, ...string) Counter { return nopCounter{} }
-func (s *recordingSink) Timer(string, ...string) Timer     { return nopCounter{} }
+func (s *recordingSink) Counter(name string, _ ...string) Counter {
+	return recCounter{s: s, name: name}
+}
+func (s *recordingSink) Timer(string, ...string) Timer { return nopCounter{} }
 func (s *recordingSink) Gauge(name string, _ ...string) Gauge {
 	return recGauge{s: s, name: name}
 }
@@ -306,4 +327,21 @@ func TestHealthGauges(t *testing.T) {
 	require.True(t, errors.Is(err, ErrNotOpen))
 	v, _ := sink.get(mBackpressure + "{" + testTable + ",budget}")
 	assert.Zero(t, v)
+}
+
+// A stream that failed because the service refused its reconnect (a
+// Poison around the concurrency reject) counts as a reject, as the lane
+// observer's doc says; any other failure counts as poisoned.
+func TestLaneObserverCountsARefusedReconnectAsAReject(t *testing.T) {
+	sink := &recordingSink{gauges: map[string]int64{}}
+	lane := NewMetrics(sink, testTable).StreamObserver(testTable, 0)
+	lane.IncPoisoned(fmt.Errorf("acklane: stream failed: %w", refusedAtReconnect()))
+	lane.IncPoisoned(&ingest.Error{Class: ingest.Poison, Code: codes.Internal, Err: errors.New("offset gap")})
+	series := func(name string) int64 {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.counters[name+"{"+testTable+",0}"]
+	}
+	assert.Equal(t, int64(1), series(mConcurrencyReject))
+	assert.Equal(t, int64(1), series(mAckLanePoisoned))
 }

@@ -313,7 +313,7 @@ func (l laneObserver) IncRetry() { l.s.retries.Incr(1, l.table, l.s.label) }
 // with the rejects; anything else is our stream dying (the cause signal
 // the runbook branches on).
 func (l laneObserver) IncPoisoned(cause error) {
-	if ze := ingest.Classify(cause); ze != nil && ze.Class == ingest.ConcurrencyReject {
+	if ingest.ConcurrencyRejectOf(cause) != nil {
 		l.s.rejects.Incr(1, l.table, l.s.label)
 		return
 	}

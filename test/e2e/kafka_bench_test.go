@@ -306,7 +306,24 @@ const (
 // saveCPUProfile saves a CPU profile of kafkaBenchProfileFor from the
 // binary serving debug endpoints at addr as path.
 func saveCPUProfile(addr, path string) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(kafkaBenchProfileFor.Seconds())))
+	return saveURL(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(kafkaBenchProfileFor.Seconds())), path)
+}
+
+// saveHeap saves the heap profile of the binary serving debug endpoints at
+// addr as path.pb.gz, and its text form with the runtime's figures as
+// path.txt.
+func saveHeap(addr, path string) error {
+	for q, ext := range map[string]string{"": ".pb.gz", "?debug=1": ".txt"} {
+		if err := saveURL("http://"+addr+"/debug/pprof/heap"+q, path+ext); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// saveURL saves the body GET url answers as path.
+func saveURL(url, path string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
@@ -316,27 +333,6 @@ func saveCPUProfile(addr, path string) error {
 		return err
 	}
 	return os.WriteFile(path, body, 0o600)
-}
-
-// saveHeap saves the heap profile of the binary serving debug endpoints at
-// addr as path.pb.gz, and its text form with the runtime's figures as
-// path.txt.
-func saveHeap(addr, path string) error {
-	for q, ext := range map[string]string{"": ".pb.gz", "?debug=1": ".txt"} {
-		resp, err := http.Get("http://" + addr + "/debug/pprof/heap" + q)
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err == nil {
-			err = os.WriteFile(path+ext, body, 0o600)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // selfCPU is this process's user+sys CPU so far: over a run, mostly the

@@ -246,25 +246,25 @@ func TestRouterHealthOneEntryPerTable(t *testing.T) {
 }
 
 // recordingSink keeps the last value of every gauge series and the sum of
-// every counter series (timers are dropped).
+// every counter series, by "name{label,…}" (timers are dropped). Its zero
+// value works.
 type recordingSink struct {
-	mu       sync.Mutex
-	gauges   map[string]int64
-	counters map[string]int64
+	mu     sync.Mutex
+	series map[string]int64
 }
 
-type recCounter struct {
-	s    *recordingSink
-	name string
-}
-
-func (c recCounter) Incr(v int64, labels ...string) {
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
-	if c.s.counters == nil {
-		c.s.counters = map[string]int64{}
+// record sets (or, for a counter, adds v to) a series.
+func (s *recordingSink) record(name string, labels []string, v int64, add bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.series == nil {
+		s.series = map[string]int64{}
 	}
-	c.s.counters[c.name+"{"+strings.Join(labels, ",")+"}"] += v
+	k := name + "{" + strings.Join(labels, ",") + "}"
+	if add {
+		v += s.series[k]
+	}
+	s.series[k] = v
 }
 
 type recGauge struct {
@@ -272,11 +272,11 @@ type recGauge struct {
 	name string
 }
 
-func (g recGauge) Set(v int64, labels ...string) {
-	g.s.mu.Lock()
-	defer g.s.mu.Unlock()
-	g.s.gauges[g.name+"{"+strings.Join(labels, ",")+"}"] = v
-}
+func (g recGauge) Set(v int64, labels ...string) { g.s.record(g.name, labels, v, false) }
+
+type recCounter recGauge
+
+func (c recCounter) Incr(v int64, labels ...string) { c.s.record(c.name, labels, v, true) }
 
 type nopCounter struct{}
 
@@ -294,7 +294,7 @@ func (s *recordingSink) Gauge(name string, _ ...string) Gauge {
 func (s *recordingSink) get(series string) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.gauges[series]
+	v, ok := s.series[series]
 	return v, ok
 }
 
@@ -302,7 +302,7 @@ func (s *recordingSink) get(series string) (int64, bool) {
 // ack age climbs while acks stall, the state turns stopped when the streams
 // give up.
 func TestHealthGauges(t *testing.T) {
-	sink := &recordingSink{gauges: map[string]int64{}}
+	sink := &recordingSink{}
 	cat := catalogfake.New()
 	cat.Put(testTable, "id BIGINT NOT NULL, msg STRING", nil)
 	opener := ingestfake.NewOpener(ingestfake.Config{ManualAck: true})
@@ -333,15 +333,11 @@ func TestHealthGauges(t *testing.T) {
 // Poison around the concurrency reject) counts as a reject, as the lane
 // observer's doc says; any other failure counts as poisoned.
 func TestLaneObserverCountsARefusedReconnectAsAReject(t *testing.T) {
-	sink := &recordingSink{gauges: map[string]int64{}}
+	sink := &recordingSink{}
 	lane := NewMetrics(sink, testTable).StreamObserver(testTable, 0)
 	lane.IncPoisoned(fmt.Errorf("acklane: stream failed: %w", refusedAtReconnect()))
 	lane.IncPoisoned(&ingest.Error{Class: ingest.Poison, Code: codes.Internal, Err: errors.New("offset gap")})
-	series := func(name string) int64 {
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
-		return sink.counters[name+"{"+testTable+",0}"]
-	}
+	series := func(name string) int64 { v, _ := sink.get(name + "{" + testTable + ",0}"); return v }
 	assert.Equal(t, int64(1), series(mConcurrencyReject))
 	assert.Equal(t, int64(1), series(mAckLanePoisoned))
 }

@@ -100,7 +100,7 @@ const (
 const DefaultMaxUnacked = 16384
 
 // DefaultMaxUnackedBytes is the default of max_unacked_bytes.
-const DefaultMaxUnackedBytes = "8MiB"
+const DefaultMaxUnackedBytes = "16MiB"
 
 // bytesRE is the shape humanize.ParseBytes reads ("1MB", "50MiB", "1B",
 // "32KB", "1048576"), for lint.
@@ -304,10 +304,10 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Description("The maximum size of each batch this input yields (records of one partition; a larger record goes alone).").
 				Default("32KB").LintRule(bytesLint(fMaxYieldBytes)).Advanced(),
 			service.NewIntField(fMaxUnacked).
-				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses, so that one partition cannot take the whole of `max_unacked_bytes`. The input takes from franz-go no more records than its partitions have room for (the rest of a fetch stays in franz-go's buffer). At the default `max_unacked_bytes` (8MiB, at least 1 KiB a record) the default, 16384, is never reached.").
+				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before fetching that partition pauses, so that one partition cannot take the whole of `max_unacked_bytes`. The input takes from franz-go no more records than its partitions have room for (the rest of a fetch stays in franz-go's buffer). At the default `max_unacked_bytes` (16MiB, more than 1 KiB a record) the default, 16384, is never reached.").
 				Default(DefaultMaxUnacked).LintRule(lintrule.AtLeast(fMaxUnacked, 1)).Advanced(),
 			service.NewStringField(fMaxUnackedBytes).
-				Description("This binary's own (Redpanda Connect has no such field): a memory budget for the records of every partition fetched and not yet acknowledged, each counted as its key, value and header bytes plus 1 KiB for its own structures (the franz-go record, and the message the engine builds from it). The input takes a poll of records only while they fit at the largest record size seen (a record larger than the whole budget goes alone), and asks brokers for fetches no larger than the budget has room for once decompressed (at the compression ratio seen so far; `fetch_max_bytes` and `fetch_max_partition_bytes` remain the upper bounds). Every message in the pipeline comes from such a record, so it also bounds the messages the output holds. The default, 8MiB, keeps the binary within 160 MiB with the zerobus output at its defaults (docs/kafka.md, Memory); a larger budget lets more rows be in flight when the output's acknowledgements are slow (at most about the budget ÷ (row size + 1 KiB) rows).").
+				Description("This binary's own (Redpanda Connect has no such field): a memory budget for the records of every partition fetched and not yet acknowledged, each counted as its key, value and header bytes plus 1 KiB for its own structures (the franz-go record, and the message the engine builds from it). The input takes a poll of records only while they fit at the largest record size seen (a record larger than the whole budget goes alone), and asks brokers for fetches no larger than the budget has room for once decompressed (at the compression ratio seen so far; `fetch_max_bytes` and `fetch_max_partition_bytes` remain the upper bounds). Every message in the pipeline comes from such a record, so it also bounds the messages the output holds. At most about the budget ÷ (row size + 1 KiB) rows are in flight. The default, 16MiB, holds about 13,000 rows of 200 B, more than three of the zerobus output's default batches of 4,000, so that the input keeps reading while a batch waits for its acknowledgement, and keeps the binary within 160 MiB with the zerobus output at its defaults (docs/kafka.md, Memory). A service that acknowledges slowly needs more rows in flight: raise the budget by about (row size + 1 KiB) per row; each MiB costs about 2 MiB of resident memory.").
 				Default(DefaultMaxUnackedBytes).LintRule(bytesLint(fMaxUnackedBytes)).Advanced(),
 			service.NewAutoRetryNacksToggleField(),
 		).

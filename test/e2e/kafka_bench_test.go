@@ -37,6 +37,8 @@ import (
 // peak RSS grows by 4 MiB, so the last ones are taken at the peak.
 // KAFKA_BENCH_BINARY_ENV adds variables to the binary's environment in
 // every run (e.g. "GOGC=200"), and to no other process.
+// KAFKA_BENCH_INPUT adds fields to the redpanda input of every run, as YAML
+// with \n for new lines (e.g. "max_unacked_bytes: 32MiB").
 // KAFKA_BENCH_PROFILE=DIR saves, in DIR, a CPU profile of each run of the
 // binary (GROUP.cpu.pb.gz: 6 s from its third second). The machine may be
 // shared, so the sides of each ratio run back to back, alternating which
@@ -227,9 +229,11 @@ input:
     topics: [ %q ]
     consumer_group: %s
     start_offset: earliest
+%s
 output:
 %s
-`, addr, heapDir != "" || profDir != "", brokers, kafkaTopic, group, indentBy(output, 2))), 0o600))
+`, addr, heapDir != "" || profDir != "", brokers, kafkaTopic, group,
+		indentBy(strings.ReplaceAll(os.Getenv("KAFKA_BENCH_INPUT"), `\n`, "\n"), 4), indentBy(output, 2))), 0o600))
 	began := time.Now()
 	p := startBinary(b, bin, strings.Fields(os.Getenv("KAFKA_BENCH_BINARY_ENV")), "run", cfg)
 	done := make(chan error, 1)

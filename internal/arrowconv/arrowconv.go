@@ -278,8 +278,21 @@ type Converter struct {
 	opts      Options
 	epochExp  int
 	emitIndex int
-	states    sync.Pool
+
+	// idle holds the conversion states not in use, at most maxIdleStates.
+	// Not a sync.Pool, which drops its items over two collections: a
+	// state carries between batches the sizes of its columns' data
+	// (dataHint), and a fresh one grows every string column from nothing
+	// by appends, allocating about twice its data afresh; with a collection
+	// every few batches that had been most of the converter's garbage.
+	mu   sync.Mutex
+	idle []*state
 }
+
+// maxIdleStates bounds the states a Converter keeps between batches: as
+// many as batches converted at once (max_in_flight, 16 by default), with
+// room. A state holds no column storage between batches, only its nodes.
+const maxIdleStates = 64
 
 // New returns a Converter for a table with the given columns (in UC position
 // order). It fails for types Zerobus cannot take, an unknown EpochUnit, or a
@@ -326,7 +339,7 @@ func New(cols []typemap.Column, opts Options) (*Converter, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.states.Put(st)
+	c.putState(st)
 	return c, nil
 }
 
@@ -382,17 +395,38 @@ func (c *Converter) ConvertJSON(rows [][]byte) (Result, error) {
 	})
 }
 
-func (c *Converter) convert(n int, row func(st *state, i int) error) (Result, error) {
-	var st *state
-	if v := c.states.Get(); v != nil {
-		st = v.(*state)
-	} else {
-		var err error
-		if st, err = c.newState(); err != nil {
-			return Result{}, err
-		}
+// getState returns an idle state, or a new one.
+func (c *Converter) getState() (*state, error) {
+	c.mu.Lock()
+	if k := len(c.idle); k > 0 {
+		st := c.idle[k-1]
+		c.idle[k-1] = nil
+		c.idle = c.idle[:k-1]
+		c.mu.Unlock()
+		return st, nil
 	}
-	defer c.states.Put(st)
+	c.mu.Unlock()
+	return c.newState()
+}
+
+// putState keeps st for the next batch, unless maxIdleStates are kept. It
+// lets go of the last message the scanner read (which may pin a whole fetch
+// of the input's).
+func (c *Converter) putState(st *state) {
+	st.scanner.reset(nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.idle) < maxIdleStates {
+		c.idle = append(c.idle, st)
+	}
+}
+
+func (c *Converter) convert(n int, row func(st *state, i int) error) (Result, error) {
+	st, err := c.getState()
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.putState(st)
 	st.begin(n, c.opts.Now())
 
 	res := Result{SourceIndex: make([]int, 0, n)}

@@ -102,6 +102,25 @@ func (p *bufPool) Free(b []byte) {
 	p.classes[k].Put(bp)
 }
 
+// dataHint is what the previous batch's variable-length data of a column
+// came to: the bytes of its values, and how many values it had.
+type dataHint struct{ bytes, values int }
+
+// size is the data buffer to take for a batch expecting values values: the
+// previous batch's bytes per value times values, and a sixty-fourth more
+// for values a little longer than the last batch's (the pool rounds it up
+// to its next class anyway). Data that outgrows its buffer is appended to
+// fresh memory from the GC, and sized by the last batch's bytes alone, a
+// full batch after a small one (flushed by the batching period) grew its
+// string columns from the small one's size.
+func (h dataHint) size(values int) int {
+	n := h.bytes
+	if h.values > 0 && values > 0 {
+		n = int(int64(h.bytes) * int64(values) / int64(h.values))
+	}
+	return n + n/64
+}
+
 // fixedWidth are the element types of pooled typed slices.
 type fixedWidth interface {
 	int8 | int16 | int32 | int64 | float32 | float64

@@ -42,6 +42,64 @@ func TestReleasedStorageIsReused(t *testing.T) {
 	require.Less(t, median, size/4, "allocated %d bytes in the median batch for a %d-byte record", median, size)
 }
 
+// TestFullBatchAfterASmallOneReusesStorage checks that a batch sized by the
+// engine's count after a small one (flushed by the batching period) takes
+// string storage for its own rows from the pool: sized by the small batch's
+// bytes, its 128-byte messages outgrew a 16 KiB buffer by appends, about
+// 1 MB of fresh memory each time.
+func TestFullBatchAfterASmallOneReusesStorage(t *testing.T) {
+	c := mustConverter(t, kafkaRowDefs, Options{})
+	small, full := kafkaRows(100), kafkaRows(4000)
+	convert := func(rows [][]byte) {
+		res, err := c.ConvertJSON(rows)
+		require.NoError(t, err)
+		require.Empty(t, res.RowErrors)
+		res.Record.Release()
+	}
+	convert(full) // fill the pool
+	median := medianBatch(21, heapBytes, func() {
+		convert(small)
+		convert(full)
+	})
+	require.Less(t, median, 128<<10, "allocated %d bytes in the median pair of batches of 100 and 4,000 rows", median)
+}
+
+// TestStateKeepsItsSizesOverCollections checks that a batch converted after
+// two collections allocates its string data once, at the size the last
+// batch needed: with the conversion states in a sync.Pool, the collections
+// took the state and its sizes with them, and each string column grew from
+// nothing by appends (about twice its data allocated). The collections
+// empty the storage pool too, so the batch allocates its record once: the
+// bound is the record's size and a quarter.
+func TestStateKeepsItsSizesOverCollections(t *testing.T) {
+	c := mustConverter(t, kafkaRowDefs, Options{})
+	rows := kafkaRows(4000)
+	for range 2 { // the first sizes the second
+		res, err := c.ConvertJSON(rows)
+		require.NoError(t, err)
+		res.Record.Release()
+	}
+	res, err := c.ConvertJSON(rows)
+	require.NoError(t, err)
+	size := 0
+	for _, col := range res.Record.Columns() {
+		for _, b := range col.Data().Buffers() {
+			if b != nil {
+				size += b.Cap()
+			}
+		}
+	}
+	res.Record.Release()
+	median := medianBatch(5, heapBytes, func() {
+		runtime.GC()
+		runtime.GC()
+		res, err := c.ConvertJSON(rows)
+		require.NoError(t, err)
+		res.Record.Release()
+	})
+	require.Less(t, median, size+size/4, "allocated %d bytes in the median batch after two collections, for a record of %d bytes of storage", median, size)
+}
+
 // TestStructuredRowsAllocateNothingPerRow checks that converting structured
 // rows (json.Number numbers, a MAP column) reads their strings in place: the
 // median batch makes far fewer allocations than it has rows (copying each

@@ -27,8 +27,8 @@ type strNode struct {
 	precision, scale int
 	offsets          []int64
 	data             []byte
-	// dataHint is the data size of the previous batch, to size the next one.
-	dataHint int
+	// hint sizes the next batch's data from the previous one's.
+	hint dataHint
 	// long reports that the last string value was longer than longString:
 	// the next is read without first looking at its head word by word.
 	long bool
@@ -217,14 +217,14 @@ func (n *strNode) truncate(k int) {
 }
 func (n *strNode) reset(c int) {
 	n.offsets = append(getSlice[int64](c+1), 0)
-	n.data = buffers.get(n.dataHint)
+	n.data = buffers.get(n.hint.size(c))
 	n.resetBits(c)
 }
 func (n *strNode) build() (arrow.ArrayData, error) {
 	size := n.n
 	offs := pooledSlice(n.offsets)
 	data := pooledBuffer(n.data)
-	n.dataHint = len(n.data)
+	n.hint = dataHint{bytes: len(n.data), values: size}
 	bits, nulls := n.takeBits()
 	n.offsets, n.data = nil, nil
 	return newData(n.dt, size, []*memory.Buffer{bits, offs, data}, nil, nulls), nil

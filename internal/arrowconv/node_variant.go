@@ -448,8 +448,8 @@ func (n *variantNode) build() (arrow.ArrayData, error) {
 type binColumn struct {
 	offsets []int64
 	data    []byte
-	// dataHint is the data size of the previous batch, to size the next one.
-	dataHint int
+	// hint sizes the next batch's data from the previous one's.
+	hint dataHint
 }
 
 // add appends value b.
@@ -468,13 +468,13 @@ func (c *binColumn) truncate(k int) {
 
 func (c *binColumn) reset(capHint int) {
 	c.offsets = append(getSlice[int64](capHint+1), 0)
-	c.data = buffers.get(c.dataHint)
+	c.data = buffers.get(c.hint.size(capHint))
 }
 
 func (c *binColumn) build(dt arrow.DataType, size int) arrow.ArrayData {
 	offs := pooledSlice(c.offsets)
 	data := pooledBuffer(c.data)
-	c.dataHint = len(c.data)
+	c.hint = dataHint{bytes: len(c.data), values: len(c.offsets) - 1}
 	c.offsets, c.data = nil, nil
 	return newData(dt, size, []*memory.Buffer{nil, offs, data}, nil, 0)
 }

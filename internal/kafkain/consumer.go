@@ -140,9 +140,8 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second, 15*time.Minute)}
 	c.closing.ch = make(chan struct{})
 	// The tracker exists before the client: the group may assign
-	// partitions as soon as the client is created. It gets the client as
-	// its Flow before the poll loop, the only one that pauses, starts.
-	c.track = NewTracker(cfg.Limits, nil, cfg.Group == "")
+	// partitions as soon as the client is created.
+	c.track = NewTracker(cfg.Limits, cfg.Group == "")
 	conn, consume, err := c.options()
 	if err != nil {
 		return nil, err
@@ -165,7 +164,6 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	}
 	c.cl = cl
 	c.adm = kadm.NewClient(cl)
-	c.track.SetFlow(cl)
 	c.pollCtx, c.stopPoll = context.WithCancel(context.Background())
 	c.loops.Add(1)
 	go c.pollLoop()
@@ -535,7 +533,7 @@ func (c *Consumer) every(period time.Duration, fn func()) {
 // refreshLag reports each owned partition's lag: its end offset less the
 // offset of its oldest record not acknowledged (or, with everything fetched
 // acknowledged, the durable offset). It grows while the output refuses
-// writes, since fetching then pauses and the end moves on.
+// writes, since polling then stops and the end moves on.
 func (c *Consumer) refreshLag() {
 	st := c.track.State()
 	if len(st) == 0 {

@@ -6,7 +6,7 @@
 // acknowledged, in offset order. It answers three questions: what to hand
 // out next (Next), how far a partition is durable (the end of its run of
 // acknowledged batches: what may be committed), and whether a partition
-// holds too much to go on fetching (pause and resume). The Consumer wires it
+// holds too much to go on polling (Room). The Consumer wires it
 // to a kgo.Client: a poll loop feeds it, group callbacks assign, revoke and
 // release partitions, and a commit loop commits what it reports durable.
 //
@@ -17,9 +17,9 @@
 //   - a nacked batch is handed out again, before anything newer of its
 //     partition, with the same records (or, without replay, counts as
 //     acknowledged: dropped, as Redpanda Connect's auto_replay_nacks: false);
-//   - a partition holding MaxUnacked records not yet acknowledged is
-//     paused; while one holds BufferBytes of records not yet handed out,
-//     nothing more is polled (Room is 0);
+//   - while a partition holds MaxUnacked records not yet acknowledged,
+//     or BufferBytes of records not yet handed out, nothing more is
+//     polled (Room is 0): no partition is ever paused;
 //   - the records of all partitions not yet acknowledged cost at most
 //     MaxUnackedBytes (see RecordCost): Room, which bounds each poll, is
 //     0 once the next record might not fit;
@@ -54,17 +54,22 @@ type TP struct {
 // out.
 type Limits struct {
 	// MaxUnacked is the number of records of one partition fetched but not
-	// yet acknowledged at which its fetching pauses. A fetch already under
-	// way may land on top of it, so the bound is MaxUnacked plus one fetch
-	// (fetch_max_partition_bytes).
+	// yet acknowledged at which polling stops until acknowledgements take
+	// it below. It stops the poll, as BufferBytes does, rather than pausing
+	// the partition: a fetch sent while a partition is paused leaves it out,
+	// and when every partition it asks for is caught up the broker holds it
+	// for fetch_max_wait, during which the resumed partition is not fetched.
+	// Pausing at this bound stalled a budget larger than it (32MiB:
+	// consuming a backlog took twice as long, up to six times with
+	// batching) and would stall a hot partition among idle ones. A poll may
+	// take a partition past the bound (Room sums every partition's room,
+	// and a poll's records may all be of one), so the bound is MaxUnacked
+	// plus one poll, itself within MaxUnackedBytes.
 	MaxUnacked int
 	// BufferBytes is the size of the records of one partition fetched but
 	// not yet handed out at which polling stops until the pipeline took
-	// them below it. It stops the poll rather than pausing the partition:
-	// a fetch sent while a partition is paused leaves it out, and when
-	// every partition it asks for is caught up the broker holds it for
-	// fetch_max_wait, during which the resumed partition is not fetched
-	// (stalls of 5 s each at the tail of a backlog).
+	// them below it (pausing the partition instead stalled the 1 KB runs
+	// 5 s at a time at the tail of a backlog; see MaxUnacked).
 	BufferBytes int
 	// MaxUnackedBytes bounds the cost (RecordCost) of the records of every
 	// partition fetched and not yet acknowledged; 0 means no bound. The
@@ -81,12 +86,6 @@ type Limits struct {
 	// again, doubled at each consecutive nack of the partition up to
 	// MaxReplayBackoff. Zero hands it out at once.
 	ReplayBackoff, MaxReplayBackoff time.Duration
-}
-
-// Flow pauses and resumes fetching partitions; *kgo.Client satisfies it.
-type Flow interface {
-	PauseFetchPartitions(map[string][]int32) map[string][]int32
-	ResumeFetchPartitions(map[string][]int32)
 }
 
 // Batch is one handed-out run of consecutive records of one partition.
@@ -133,13 +132,12 @@ type partition struct {
 	pending  []*kgo.Record
 	pendBy   int
 	hwm      int64
-	out      []*Batch // handed out and not yet retired, offset order
-	unacked  int      // records pending plus in out and not acknowledged
-	unackBy  int      // their RecordCost
-	durable  int64    // offset after the acknowledged prefix; -1 none yet
-	epoch    int32    // leader epoch of the record before durable
-	commit   int64    // last committed offset; -1 none
-	paused   bool
+	out      []*Batch  // handed out and not yet retired, offset order
+	unacked  int       // records pending plus in out and not acknowledged
+	unackBy  int       // their RecordCost
+	durable  int64     // offset after the acknowledged prefix; -1 none yet
+	epoch    int32     // leader epoch of the record before durable
+	commit   int64     // last committed offset; -1 none
 	nacked   int       // batches in out waiting for their replay
 	nacks    int       // consecutive nacks, for the replay back-off
 	replayAt time.Time // no replay before this
@@ -149,7 +147,6 @@ type partition struct {
 // see NewTracker.
 type Tracker struct {
 	lim  Limits
-	flow Flow
 	auto bool // partitions are owned on first sight (no consumer group)
 
 	mu      sync.Mutex
@@ -166,22 +163,15 @@ type Tracker struct {
 
 // NewTracker returns a tracker. With auto, a partition is owned as soon as
 // records of it are added (direct consuming, no group); otherwise only
-// between Assign and Release. flow may be nil (nothing is paused).
-func NewTracker(lim Limits, flow Flow, auto bool) *Tracker {
+// between Assign and Release.
+func NewTracker(lim Limits, auto bool) *Tracker {
 	if lim.MaxUnacked < 1 {
 		lim.MaxUnacked = 1
 	}
 	if lim.BufferBytes < 1 {
 		lim.BufferBytes = 1
 	}
-	return &Tracker{lim: lim, flow: flow, auto: auto, parts: map[TP]*partition{}, changed: make(chan struct{}), now: time.Now}
-}
-
-// SetFlow sets what pauses and resumes fetching.
-func (t *Tracker) SetFlow(f Flow) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.flow = f
+	return &Tracker{lim: lim, auto: auto, parts: map[TP]*partition{}, changed: make(chan struct{}), now: time.Now}
 }
 
 // broadcast wakes every waiter; callers hold mu.
@@ -241,7 +231,6 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 	}
 	p.unacked += len(recs)
 	t.charge(p, cost)
-	t.flowLocked(p)
 	t.broadcast()
 }
 
@@ -274,13 +263,13 @@ func recordBytes(r *kgo.Record) int {
 
 // Room returns how many more records the tracker takes before every
 // partition it fetches reaches its bound: the sum, over the owned partitions
-// still fetching, of MaxUnacked less their unacknowledged records. With no
+// not leaving, of MaxUnacked less their unacknowledged records. With no
 // partition yet it is one partition's bound. With MaxUnackedBytes it is at
 // most the records that fit in what the budget has left at the largest
 // RecordCost seen so far (one record while none was seen, or while nothing
 // is unacknowledged, so that a record larger than the whole budget still
 // goes through, alone). It is 0 while a partition holds BufferBytes of
-// records not yet handed out. The poll loop asks franz-go for no more than
+// records not yet handed out or MaxUnacked records not acknowledged. The poll loop asks franz-go for no more than
 // this, so that the rest of a fetch stays in franz-go's one buffered fetch
 // instead of piling up here on top of the next one.
 func (t *Tracker) Room() int {
@@ -293,12 +282,10 @@ func (t *Tracker) Room() int {
 			if p.leaving {
 				continue
 			}
-			if p.pendBy >= t.lim.BufferBytes {
+			if p.pendBy >= t.lim.BufferBytes || p.unacked >= t.lim.MaxUnacked {
 				return 0
 			}
-			if !p.paused {
-				room += max(t.lim.MaxUnacked-p.unacked, 0)
-			}
+			room += t.lim.MaxUnacked - p.unacked
 		}
 	}
 	if t.lim.MaxUnackedBytes > 0 {
@@ -339,23 +326,6 @@ func (t *Tracker) Changed() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.changed
-}
-
-// flowLocked pauses or resumes fetching p as its holdings require.
-func (t *Tracker) flowLocked(p *partition) {
-	full := p.unacked >= t.lim.MaxUnacked
-	switch {
-	case full && !p.paused && !p.leaving:
-		p.paused = true
-		if t.flow != nil {
-			t.flow.PauseFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
-		}
-	case !full && p.paused:
-		p.paused = false
-		if t.flow != nil {
-			t.flow.ResumeFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
-		}
-	}
 }
 
 // Next blocks until a batch can be handed out and returns it: a nacked batch
@@ -468,7 +438,6 @@ func (t *Tracker) yieldLocked(p *partition) *Batch {
 		n: len(recs), state: stateOut, delivery: 1,
 	}
 	p.out = append(p.out, b)
-	t.flowLocked(p)
 	return b
 }
 
@@ -526,7 +495,6 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 	if len(p.out) == 0 {
 		p.out = nil
 	}
-	t.flowLocked(p)
 	return true
 }
 
@@ -599,19 +567,11 @@ func (p *partition) awaiting() bool {
 	return false
 }
 
-// Release forgets partitions: later acks of their batches change nothing,
-// and fetching them is resumed if it was paused (a later assignment must
-// fetch).
+// Release forgets partitions: later acks of their batches change nothing.
 func (t *Tracker) Release(tps []TP) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.eachLocked(tps, func(p *partition) {
-		if p.paused {
-			p.paused = false
-			if t.flow != nil {
-				t.flow.ResumeFetchPartitions(map[string][]int32{p.tp.Topic: {p.tp.Partition}})
-			}
-		}
 		// Its records still unacknowledged are let go: their late
 		// acks change nothing, and the pipeline drops its messages
 		// once they settle.
@@ -676,7 +636,9 @@ type PartitionState struct {
 	// their RecordCost; Pending counts those not yet handed out.
 	Unacked, UnackedBytes, Pending int
 	HighWatermark                  int64
-	Paused, Leaving                bool
+	// AtCap reports that the partition holds MaxUnacked records not
+	// acknowledged: nothing is polled until it is below.
+	AtCap, Leaving bool
 }
 
 // State returns a snapshot of every owned partition, in no order.
@@ -687,7 +649,7 @@ func (t *Tracker) State() []PartitionState {
 	for _, p := range t.parts {
 		s := PartitionState{
 			TP: p.tp, Durable: p.durable, Committed: p.commit, FirstUnacked: -1,
-			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, Paused: p.paused, Leaving: p.leaving,
+			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, AtCap: p.unacked >= t.lim.MaxUnacked, Leaving: p.leaving,
 		}
 		for _, b := range p.out {
 			if b.state != stateAcked {

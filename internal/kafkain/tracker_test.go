@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,42 +23,6 @@ func records(tp TP, from, n int) []*kgo.Record {
 		out[i] = &kgo.Record{Topic: tp.Topic, Partition: tp.Partition, Offset: int64(from + i), Value: []byte("0123456789")}
 	}
 	return out
-}
-
-// flowLog records pause and resume calls.
-type flowLog struct {
-	mu     sync.Mutex
-	paused map[TP]bool
-	calls  []string
-}
-
-func (f *flowLog) PauseFetchPartitions(m map[string][]int32) map[string][]int32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for t, ps := range m {
-		for _, p := range ps {
-			f.paused[TP{t, p}] = true
-			f.calls = append(f.calls, "pause")
-		}
-	}
-	return nil
-}
-
-func (f *flowLog) ResumeFetchPartitions(m map[string][]int32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for t, ps := range m {
-		for _, p := range ps {
-			f.paused[TP{t, p}] = false
-			f.calls = append(f.calls, "resume")
-		}
-	}
-}
-
-func (f *flowLog) isPaused(tp TP) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.paused[tp]
 }
 
 func next(t *testing.T, tr *Tracker) *Batch {
@@ -90,7 +55,7 @@ var lim10 = Limits{MaxUnacked: 1000, BufferBytes: 1 << 20, YieldBytes: 100, Repl
 func TestTrackerCommitIsAckedPrefix(t *testing.T) {
 	for seed := range uint64(50) {
 		r := rand.New(rand.NewPCG(seed, 1))
-		tr := NewTracker(lim10, nil, false)
+		tr := NewTracker(lim10, false)
 		tr.Assign([]TP{tp0})
 		tr.Add(tp0, records(tp0, 100, 200), 300)
 		var bs []*Batch
@@ -115,7 +80,7 @@ func TestTrackerCommitIsAckedPrefix(t *testing.T) {
 }
 
 func TestTrackerNackReplaysBeforeNewer(t *testing.T) {
-	tr := NewTracker(lim10, nil, false)
+	tr := NewTracker(lim10, false)
 	tr.Assign([]TP{tp0})
 	tr.Add(tp0, records(tp0, 0, 30), 30)
 	b1, b2 := next(t, tr), next(t, tr)
@@ -137,7 +102,7 @@ func TestTrackerNackReplaysBeforeNewer(t *testing.T) {
 func TestTrackerReplayBackoff(t *testing.T) {
 	lim := lim10
 	lim.ReplayBackoff, lim.MaxReplayBackoff = 150*time.Millisecond, time.Second
-	tr := NewTracker(lim, nil, false)
+	tr := NewTracker(lim, false)
 	tr.Assign([]TP{tp0})
 	tr.Add(tp0, records(tp0, 0, 20), 20)
 	b1 := next(t, tr)
@@ -151,7 +116,7 @@ func TestTrackerReplayBackoff(t *testing.T) {
 func TestTrackerNoReplayDrops(t *testing.T) {
 	lim := lim10
 	lim.Replay = false
-	tr := NewTracker(lim, nil, false)
+	tr := NewTracker(lim, false)
 	tr.Assign([]TP{tp0})
 	tr.Add(tp0, records(tp0, 0, 20), 20)
 	b1 := next(t, tr)
@@ -161,38 +126,45 @@ func TestTrackerNoReplayDrops(t *testing.T) {
 	assert.Equal(t, int64(10), commitOf(tr, tp0), "a nack counts as delivered")
 }
 
-func TestTrackerPausesAtTheCap(t *testing.T) {
-	f := &flowLog{paused: map[TP]bool{}}
+// TestTrackerStopsPollingAtTheCap: a partition holding MaxUnacked records
+// not acknowledged, or BufferBytes not handed out, makes Room 0 (no more
+// polls; nothing is paused, see Limits.MaxUnacked), an ack or a hand-out
+// wakes the poll loop, and Room comes back.
+func TestTrackerStopsPollingAtTheCap(t *testing.T) {
 	lim := lim10
 	lim.MaxUnacked = 25
-	tr := NewTracker(lim, f, false)
-	tr.Assign([]TP{tp0})
+	tr := NewTracker(lim, false)
+	tp1 := TP{"t", 1}
+	tr.Assign([]TP{tp0, tp1})
 	tr.Add(tp0, records(tp0, 0, 20), 20)
-	assert.False(t, f.isPaused(tp0))
+	assert.Equal(t, 5+25, tr.Room(), "room of both partitions")
 	tr.Add(tp0, records(tp0, 20, 10), 30)
-	assert.True(t, f.isPaused(tp0), "30 unacked >= 25")
+	assert.Equal(t, 0, tr.Room(), "30 unacked >= 25: no more polls, whatever tp1 has")
+	assert.True(t, tr.State()[slices.IndexFunc(tr.State(), func(s PartitionState) bool { return s.TP == tp0 })].AtCap)
 	var bs []*Batch
 	for range 3 {
 		bs = append(bs, next(t, tr))
 	}
-	assert.True(t, f.isPaused(tp0), "handed out is still unacked")
+	assert.Equal(t, 0, tr.Room(), "handed out is still unacked")
+	ch := tr.Changed()
 	tr.Ack(bs[0], 1, nil)
-	assert.False(t, f.isPaused(tp0), "20 unacked < 25: resumed")
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the ack wakes the poll loop")
+	}
+	assert.Equal(t, 5+25, tr.Room(), "20 unacked < 25: polling again")
 
 	// Buffer bytes: 10 records of 10 bytes pending stop the poll at 100
-	// bytes (Room 0) without pausing the partition: a fetch sent while a
-	// partition is paused leaves it out, and the broker may hold it for
-	// fetch_max_wait after the partition resumed.
-	f2 := &flowLog{paused: map[TP]bool{}}
+	// bytes.
 	lim.BufferBytes = 100
-	tr2 := NewTracker(lim, f2, false)
+	tr2 := NewTracker(lim, false)
 	tr2.Assign([]TP{tp0})
 	tr2.Add(tp0, records(tp0, 0, 9), 9)
 	assert.Equal(t, 25-9, tr2.Room(), "90 bytes pending: below the buffer")
 	tr2.Add(tp0, records(tp0, 9, 1), 10)
 	assert.Equal(t, 0, tr2.Room(), "100 bytes pending: no more polls")
-	assert.False(t, f2.isPaused(tp0), "not paused")
-	ch := tr2.Changed()
+	ch = tr2.Changed()
 	next(t, tr2)
 	select {
 	case <-ch:
@@ -201,16 +173,16 @@ func TestTrackerPausesAtTheCap(t *testing.T) {
 	}
 	assert.Equal(t, 25-10, tr2.Room(), "handed out: the buffer is empty")
 
-	// Release resumes a paused partition, so a later owner fetches it.
+	// A released partition no longer counts.
 	tr.Add(tp0, records(tp0, 30, 10), 40)
-	require.True(t, f.isPaused(tp0))
+	require.Equal(t, 0, tr.Room())
 	tr.Revoke([]TP{tp0})
 	tr.Release([]TP{tp0})
-	assert.False(t, f.isPaused(tp0))
+	assert.Equal(t, 25, tr.Room(), "only tp1 is left")
 }
 
 func TestTrackerRevokeAndRelease(t *testing.T) {
-	tr := NewTracker(lim10, nil, false)
+	tr := NewTracker(lim10, false)
 	tp1 := TP{"t", 1}
 	tr.Assign([]TP{tp0, tp1})
 	tr.Add(tp0, records(tp0, 0, 30), 30)
@@ -260,16 +232,16 @@ func TestTrackerRevokeAndRelease(t *testing.T) {
 }
 
 func TestTrackerGroupModeDropsUnowned(t *testing.T) {
-	tr := NewTracker(lim10, nil, false)
+	tr := NewTracker(lim10, false)
 	tr.Add(tp0, records(tp0, 0, 10), 10)
 	noNext(t, tr)
-	auto := NewTracker(lim10, nil, true)
+	auto := NewTracker(lim10, true)
 	auto.Add(tp0, records(tp0, 0, 10), 10)
 	next(t, auto)
 }
 
 func TestTrackerCloseEndsNext(t *testing.T) {
-	tr := NewTracker(lim10, nil, true)
+	tr := NewTracker(lim10, true)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := tr.Next(context.Background())
@@ -292,8 +264,7 @@ func TestTrackerCloseEndsNext(t *testing.T) {
 func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 	const parts, perPart, chunk = 3, 3000, 50
 	lim := Limits{MaxUnacked: 400, BufferBytes: 1 << 20, YieldBytes: 70, Replay: true}
-	f := &flowLog{paused: map[TP]bool{}}
-	tr := NewTracker(lim, f, false)
+	tr := NewTracker(lim, false)
 	var tps []TP
 	for p := range parts {
 		tps = append(tps, TP{"t", int32(p)})
@@ -307,7 +278,7 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
-	// Feeder: respects pause, as franz-go does.
+	// Feeder: takes no more than Room, as the poll loop does.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -315,8 +286,8 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 		for ctx.Err() == nil {
 			progressed := false
 			for p, tp := range tps {
-				if pos[p] < perPart && !f.isPaused(tp) {
-					n := min(chunk, perPart-pos[p])
+				if room := tr.Room(); pos[p] < perPart && room > 0 {
+					n := min(chunk, perPart-pos[p], room)
 					tr.Add(tp, records(tp, pos[p], n), int64(perPart))
 					pos[p] += n
 					progressed = true
@@ -394,13 +365,14 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 }
 
 // TestTrackerRoomBoundsThePoll: Room is the records the tracker takes
-// before its partitions reach MaxUnacked; a paused or leaving partition
-// counts for nothing, and with no partition yet it is one partition's cap.
+// before its partitions reach MaxUnacked, none while one is at it; a
+// leaving partition counts for nothing, and with no partition yet it is one
+// partition's cap.
 func TestTrackerRoomBoundsThePoll(t *testing.T) {
 	tp1 := TP{"t", 1}
 	lim := lim10
 	lim.MaxUnacked = 25
-	tr := NewTracker(lim, &flowLog{paused: map[TP]bool{}}, false)
+	tr := NewTracker(lim, false)
 	assert.Equal(t, 25, tr.Room(), "no partition yet")
 	tr.Assign([]TP{tp0, tp1})
 	assert.Equal(t, 50, tr.Room())
@@ -413,10 +385,10 @@ func TestTrackerRoomBoundsThePoll(t *testing.T) {
 	default:
 		t.Fatal("an add closes Changed's channel")
 	}
-	assert.Equal(t, 25, tr.Room(), "tp0 paused at the cap")
+	assert.Equal(t, 0, tr.Room(), "tp0 at the cap: no more polls")
 	b := next(t, tr)
 	tr.Ack(b, 1, nil)
-	assert.Equal(t, 25-20+25, tr.Room(), "tp0 resumed with 20 unacked")
+	assert.Equal(t, 25-20+25, tr.Room(), "tp0 below the cap with 20 unacked")
 	tr.Revoke([]TP{tp1})
 	assert.Equal(t, 5, tr.Room(), "a leaving partition takes nothing")
 }
@@ -432,7 +404,7 @@ func TestTrackerByteBudget(t *testing.T) {
 	lim := lim10
 	lim.MaxUnacked = 1 << 20
 	lim.MaxUnackedBytes = 10 * cost
-	tr := NewTracker(lim, &flowLog{paused: map[TP]bool{}}, false)
+	tr := NewTracker(lim, false)
 	tp1 := TP{"t", 1}
 	tr.Assign([]TP{tp0, tp1})
 	assert.Equal(t, 1, tr.Room(), "no record seen yet: one")

@@ -76,10 +76,10 @@ func TestMetadataAsRedpandaConnect(t *testing.T) {
 	assert.Equal(t, int64(0), v)
 }
 
-// TestCapPausesFetch: with max_unacked_per_partition records handed out and
-// not acknowledged, the partition stops fetching (nothing more is
-// delivered), and acknowledging them resumes it.
-func TestCapPausesFetch(t *testing.T) {
+// TestCapStopsPolling: with max_unacked_per_partition records handed out and
+// not acknowledged, the input stops polling (nothing more is delivered),
+// and acknowledging them resumes it.
+func TestCapStopsPolling(t *testing.T) {
 	const topic, group, limit = "capped", "g-cap", 10
 	c := newCluster(t, topic, 1)
 	addrs := c.ListenAddrs()
@@ -92,7 +92,7 @@ func TestCapPausesFetch(t *testing.T) {
 	got, nextOff := 0, 0
 	inOrder := func(d delivery) {
 		for _, o := range d.offsets(t) {
-			require.Equal(t, nextOff, o, "in order, none skipped across pause and resume")
+			require.Equal(t, nextOff, o, "in order, none skipped across the stop and the resumption")
 			nextOff++
 		}
 	}
@@ -103,7 +103,7 @@ func TestCapPausesFetch(t *testing.T) {
 		got += len(d.msgs)
 	}
 	tr := in.consumer().Tracker()
-	require.Eventually(t, func() bool { return tr.State()[0].Paused }, wait, 10*time.Millisecond, "paused at the cap")
+	require.Eventually(t, func() bool { return tr.State()[0].AtCap }, wait, 10*time.Millisecond, "at the cap")
 
 	// Nothing beyond the cap plus one fetch (one record batch, one record
 	// here) is fetched, however long we wait.
@@ -121,7 +121,7 @@ func TestCapPausesFetch(t *testing.T) {
 		inOrder(held[len(held)-1])
 	}
 	cancel()
-	assert.LessOrEqual(t, got, limit+1, "no more delivered while paused")
+	assert.LessOrEqual(t, got, limit+1, "no more delivered while at the cap")
 
 	for _, d := range held {
 		ack(t, d, nil)
@@ -135,6 +135,29 @@ func TestCapPausesFetch(t *testing.T) {
 	}
 	assert.Equal(t, 100, got)
 	waitCommitted(t, addrs, group, topic, 0, 100)
+}
+
+// TestHotPartitionNotStalledAtTheCap: one partition with a backlog, the
+// other caught up, and max_unacked_per_partition far below the backlog at
+// the default fetch_max_wait (5 s). Pausing the partition at its cap left it
+// out of the next fetch, which the broker then held for fetch_max_wait since
+// the partition it did ask for had nothing: a stall at every cap. Stopping
+// the poll instead keeps the hot partition in every fetch.
+func TestHotPartitionNotStalledAtTheCap(t *testing.T) {
+	const topic, group, limit, n = "hot", "g-hot", 50, 600
+	c := newCluster(t, topic, 2)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 1, 0, n) // partition 0 only
+	in := newTestInput(t, groupConf(addrs, topic, group, fmt.Sprintf("max_unacked_per_partition: %d", limit)))
+	began := time.Now()
+	for got := 0; got < n; {
+		d := read(t, in)
+		got += len(d.msgs)
+		ack(t, d, nil)
+	}
+	took := time.Since(began)
+	assert.Less(t, took, 5*time.Second, "%d records of one partition at a cap of %d took %s: a stall of fetch_max_wait", n, limit, took)
+	waitCommitted(t, addrs, group, topic, 0, n)
 }
 
 // TestLintNamesTheField: lint (the spec's rules, and Benthos' unknown-field

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,14 +26,7 @@ func TestReleasedStorageIsReused(t *testing.T) {
 	rows := benchRows(4096)
 	res, err := c.ConvertJSON(rows)
 	require.NoError(t, err)
-	size := 0
-	for _, col := range res.Record.Columns() {
-		for _, b := range col.Data().Buffers() {
-			if b != nil {
-				size += b.Len()
-			}
-		}
-	}
+	size := storage(res.Record, (*memory.Buffer).Len)
 	res.Record.Release()
 
 	median := medianBatch(21, heapBytes, func() {
@@ -81,14 +76,7 @@ func TestStateKeepsItsSizesOverCollections(t *testing.T) {
 	}
 	res, err := c.ConvertJSON(rows)
 	require.NoError(t, err)
-	size := 0
-	for _, col := range res.Record.Columns() {
-		for _, b := range col.Data().Buffers() {
-			if b != nil {
-				size += b.Cap()
-			}
-		}
-	}
+	size := storage(res.Record, (*memory.Buffer).Cap)
 	res.Record.Release()
 	median := medianBatch(5, heapBytes, func() {
 		runtime.GC()
@@ -134,6 +122,20 @@ func requireFewMallocsPerRow(t *testing.T, c *Converter, rows []StructuredRow) {
 		res.Record.Release()
 	})
 	require.Less(t, median, len(rows)/8, "%d allocations in the median batch of %d rows", median, len(rows))
+}
+
+// storage sums the buffers of rec's columns, each counted by size (its
+// length or its capacity).
+func storage(rec arrow.RecordBatch, size func(*memory.Buffer) int) int {
+	n := 0
+	for _, col := range rec.Columns() {
+		for _, b := range col.Data().Buffers() {
+			if b != nil {
+				n += size(b)
+			}
+		}
+	}
+	return n
 }
 
 // medianBatch runs batch the given number of times and returns the median

@@ -291,7 +291,10 @@ type Converter struct {
 
 // maxIdleStates bounds the states a Converter keeps between batches: as
 // many as batches converted at once (max_in_flight, 16 by default), with
-// room. A state holds no column storage between batches, only its nodes.
+// room. A state holds no column storage between batches, only its nodes and
+// the scratch space its largest value needed; since no more states exist
+// than batches were ever converted at once, keeping them holds no more than
+// those conversions did at their peak.
 const maxIdleStates = 64
 
 // New returns a Converter for a table with the given columns (in UC position

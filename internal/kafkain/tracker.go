@@ -261,17 +261,17 @@ func recordBytes(r *kgo.Record) int {
 	return n
 }
 
-// Room returns how many more records the tracker takes before every
-// partition it fetches reaches its bound: the sum, over the owned partitions
-// not leaving, of MaxUnacked less their unacknowledged records. With no
-// partition yet it is one partition's bound. With MaxUnackedBytes it is at
-// most the records that fit in what the budget has left at the largest
-// RecordCost seen so far (one record while none was seen, or while nothing
-// is unacknowledged, so that a record larger than the whole budget still
-// goes through, alone). It is 0 while a partition holds BufferBytes of
-// records not yet handed out or MaxUnacked records not acknowledged. The poll loop asks franz-go for no more than
-// this, so that the rest of a fetch stays in franz-go's one buffered fetch
-// instead of piling up here on top of the next one.
+// Room returns how many more records the poll loop may take: the sum,
+// over the owned partitions not leaving, of MaxUnacked less their
+// unacknowledged records, and 0 while any of them is at its cap (atCap) or
+// holds BufferBytes of records not yet handed out. With no partition yet it
+// is one partition's bound. With MaxUnackedBytes it is at most the records
+// that fit in what the budget has left at the largest RecordCost seen so
+// far (one record while none was seen, or while nothing is
+// unacknowledged, so that a record larger than the whole budget still goes
+// through, alone). The poll loop asks franz-go for no more than this, so
+// that the rest of a fetch stays in franz-go's one buffered fetch instead
+// of piling up here on top of the next one.
 func (t *Tracker) Room() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -282,7 +282,7 @@ func (t *Tracker) Room() int {
 			if p.leaving {
 				continue
 			}
-			if p.pendBy >= t.lim.BufferBytes || p.unacked >= t.lim.MaxUnacked {
+			if p.pendBy >= t.lim.BufferBytes || t.atCap(p) {
 				return 0
 			}
 			room += t.lim.MaxUnacked - p.unacked
@@ -300,6 +300,10 @@ func (t *Tracker) Room() int {
 	}
 	return room
 }
+
+// atCap reports whether p holds MaxUnacked records not acknowledged, past
+// which nothing is polled (Limits.MaxUnacked).
+func (t *Tracker) atCap(p *partition) bool { return p.unacked >= t.lim.MaxUnacked }
 
 // ByteRoom returns what MaxUnackedBytes has left (negative past it; 0 with
 // no budget), for sizing fetches.
@@ -649,7 +653,7 @@ func (t *Tracker) State() []PartitionState {
 	for _, p := range t.parts {
 		s := PartitionState{
 			TP: p.tp, Durable: p.durable, Committed: p.commit, FirstUnacked: -1,
-			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, AtCap: p.unacked >= t.lim.MaxUnacked, Leaving: p.leaving,
+			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, AtCap: t.atCap(p), Leaving: p.leaving,
 		}
 		for _, b := range p.out {
 			if b.state != stateAcked {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/bufpool"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,7 @@ func (c *flightConn) sentUpTo() uint64 { return c.base + c.rowsSent.Load() }
 // send writes frames with consecutive offset_ids (see sendFrame); frames
 // left unsent after an error go back to pool. The caller holds the stream's
 // sendMu.
-func (c *flightConn) send(frames []frame, pool *bufPool) error {
+func (c *flightConn) send(frames []frame, pool *bufpool.Pool) error {
 	for i := range frames {
 		if err := c.sendFrame(frames[i], pool); err != nil {
 			releaseFrames(frames[i+1:], pool)
@@ -90,7 +91,7 @@ func (c *flightConn) send(frames []frame, pool *bufPool) error {
 // its buffers to gRPC (see wireFrame), which returns them to pool once
 // written. A failed Send marks c broken. The caller holds the stream's
 // sendMu.
-func (c *flightConn) sendFrame(f frame, pool *bufPool) error {
+func (c *flightConn) sendFrame(f frame, pool *bufpool.Pool) error {
 	c.wf = wireFrame{env: f.env, body: f.body, offset: c.nextOffset, pool: pool}
 	c.rowsSent.Add(uint64(f.rows))
 	err := c.call.SendMsg(&c.wf)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/bufpool"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -51,7 +52,7 @@ type frame struct {
 func (f frame) size() int { return len(f.header) + len(*f.body) }
 
 // release returns the buffers of a frame that will not be sent.
-func (f *frame) release(pool *bufPool) {
+func (f *frame) release(pool *bufpool.Pool) {
 	if f.env != nil {
 		pool.Put(f.env)
 		pool.Put(f.body)
@@ -60,7 +61,7 @@ func (f *frame) release(pool *bufPool) {
 }
 
 // releaseFrames releases every frame of frames.
-func releaseFrames(frames []frame, pool *bufPool) {
+func releaseFrames(frames []frame, pool *bufpool.Pool) {
 	for i := range frames {
 		frames[i].release(pool)
 	}
@@ -72,12 +73,16 @@ func releaseFrames(frames []frame, pool *bufPool) {
 type frameEncoder struct {
 	// pool holds the frames' buffers, reused across frames: gRPC frees a
 	// frame's buffers into it once they are written.
-	pool    *bufPool
+	pool    *bufpool.Pool
 	ipcOpts []ipc.Option
 	// targetBytes is what a frame of several rows stays under; maxBytes is
 	// what a frame of one row stays under (else the row is refused).
 	targetBytes, maxBytes int
 }
+
+// defaultPoolIdle bounds the idle buffers of one client: a few frames of
+// FrameTargetBytes per stream.
+const defaultPoolIdle = 16 << 20
 
 func newFrameEncoder(compression string, maxBytes, targetBytes int) (*frameEncoder, error) {
 	opts := []ipc.Option{ipc.WithAllocator(memory.DefaultAllocator)}
@@ -96,7 +101,7 @@ func newFrameEncoder(compression string, maxBytes, targetBytes int) (*frameEncod
 	if targetBytes <= 0 {
 		targetBytes = FrameTargetBytes
 	}
-	return &frameEncoder{pool: newBufPool(defaultPoolIdle), ipcOpts: opts, targetBytes: min(targetBytes, maxBytes), maxBytes: maxBytes}, nil
+	return &frameEncoder{pool: bufpool.New(defaultPoolIdle), ipcOpts: opts, targetBytes: min(targetBytes, maxBytes), maxBytes: maxBytes}, nil
 }
 
 // schemaHeader returns the IPC schema message for FlightData #0. It is

@@ -3,9 +3,7 @@ package ingest
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"strconv"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -120,88 +118,3 @@ func (c flightCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.pro
 // with the default codec (a non-empty name would become a content-subtype,
 // application/grpc+<name>): the headers, like the bytes, are unchanged.
 func (flightCodec) Name() string { return "" }
-
-// bufPool is a mem.BufferPool of byte slices in power-of-two size classes
-// from minPooled to maxPooled that keeps at most maxIdle bytes of idle
-// buffers, so its memory is bounded whatever the traffic did before. Unlike
-// gRPC's pools, Get does not clear the memory it hands out: every caller
-// here overwrites all of it before anything reads it. Sizes outside the
-// classes are allocated and left to the garbage collector.
-type bufPool struct {
-	maxIdle int
-
-	mu   sync.Mutex
-	idle int
-	free [maxClass + 1][]*[]byte
-}
-
-const (
-	// minClass is 2 KiB: gRPC returns buffers of 1 KiB or less to no pool
-	// (mem.NewBuffer treats them as plain slices), so smaller classes would
-	// never be reused.
-	minClass = 11
-	// maxClass is 16 MiB, above the largest frame (DefaultMaxFrameBytes).
-	maxClass = 24
-	// defaultPoolIdle bounds the idle buffers of one client: a few frames
-	// of FrameTargetBytes per stream.
-	defaultPoolIdle = 16 << 20
-)
-
-var _ mem.BufferPool = (*bufPool)(nil)
-
-func newBufPool(maxIdle int) *bufPool { return &bufPool{maxIdle: maxIdle} }
-
-// class returns the size class of a buffer of size bytes, or -1 if it is
-// not pooled.
-func class(size int) int {
-	c := max(bits.Len(uint(size-1)), minClass)
-	if size <= 0 || c > maxClass {
-		return -1
-	}
-	return c
-}
-
-// Get returns a buffer of length size, not cleared.
-func (p *bufPool) Get(size int) *[]byte {
-	c := class(size)
-	if c < 0 {
-		b := make([]byte, size)
-		return &b
-	}
-	p.mu.Lock()
-	if n := len(p.free[c]); n > 0 {
-		b := p.free[c][n-1]
-		p.free[c][n-1] = nil
-		p.free[c] = p.free[c][:n-1]
-		p.idle -= 1 << c
-		p.mu.Unlock()
-		*b = (*b)[:size]
-		return b
-	}
-	p.mu.Unlock()
-	b := make([]byte, size, 1<<c)
-	return &b
-}
-
-// Put keeps b for reuse unless the pool holds maxIdle bytes already or b is
-// not one of its classes.
-func (p *bufPool) Put(b *[]byte) {
-	c := class(cap(*b))
-	if c < 0 || cap(*b) != 1<<c {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.idle+cap(*b) > p.maxIdle {
-		return
-	}
-	p.idle += cap(*b)
-	p.free[c] = append(p.free[c], b)
-}
-
-// idleBytes is what the pool holds, for tests.
-func (p *bufPool) idleBytes() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idle
-}

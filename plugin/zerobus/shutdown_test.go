@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -239,4 +241,45 @@ func TestDeliveryTallyLine(t *testing.T) {
 		"a.b.two: 10 rows delivered, 9 rows not delivered (4 held and never sent, the table not connected, 5 sent but not confirmed durable within close_timeout; 2 batches) handed back to the input, nacked: it redelivers them; "+
 		"c.d.quiet: 0 rows delivered, 1 row not delivered (1 sent but not confirmed durable within close_timeout; 1 batch) handed back to the input, nacked: it redelivers them", line)
 	assert.Equal(t, int64(10), tally.notDelivered())
+}
+
+// SIGTERM while Connect waits out the writer's back-off (the same cause
+// again, as minutes into an outage): Connect returns nil at once, saying
+// the output never connected, so the engine hands its held batches back to
+// WriteBatch, not the back-off error, which the engine would sleep (up to a
+// minute) past its forced stop, the held rows never handed back and the
+// close line counting none of them.
+func TestShutdownEndsConnectsWaitInTheHandBack(t *testing.T) {
+	o, opener, logs := newLoggedOutput(t, ingestfake.Config{}, "close_timeout: 100ms\n")
+	opener.SetOpenHook(func(context.Context, int, string, *arrow.Schema) error {
+		return &ingest.Error{Class: ingest.FatalConfig, Code: codes.PermissionDenied, Err: errors.New("User does not have MODIFY on Table 'main.default.events'")}
+	})
+	var bo *service.ErrBackOff
+	require.ErrorAs(t, o.Connect(context.Background()), &bo, "the first failure of a cause goes to the engine")
+
+	done := make(chan error, 1)
+	go func() { done <- o.Connect(context.Background()) }()
+	time.Sleep(150 * time.Millisecond) // waiting in Connect: the same cause
+	o.shutdown.begin()
+	begun := time.Now()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "nil: the engine hands its held batches back")
+		assert.Less(t, time.Since(begun), 500*time.Millisecond)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Connect kept waiting after the notice")
+	}
+	lines := logs.lines("stopping before table main.default.events ever connected")
+	require.Len(t, lines, 1)
+	assert.Contains(t, lines[0], "being handed back to the input now")
+	assert.Contains(t, lines[0], `The engine's next line, \"Output type zerobus is now active\", marks only that hand-back: the output never connected`)
+
+	// The held batch comes back, is nacked and counted.
+	require.Error(t, o.WriteBatch(context.Background(), msgs(`{"id":1}`, `{"id":2}`)))
+	require.NoError(t, o.Connect(context.Background()), "still nil, the line not repeated")
+	_ = o.Close(context.Background())
+	assert.Len(t, logs.lines("ever connected"), 1)
+	closed := logs.lines("zerobus: closed")
+	require.Len(t, closed, 1)
+	assert.Contains(t, closed[0], "main.default.events: 0 rows delivered, 2 rows not delivered (2 held and never sent")
 }

@@ -215,7 +215,8 @@ func sigterm(t *testing.T, pipe *proc, exited <-chan error, limit time.Duration)
 }
 
 // SIGTERM in any state exits within close_timeout + 1 s, logging once how
-// many rows were not delivered (and will be redelivered).
+// many rows were delivered and how many were handed back (and will be
+// redelivered).
 func TestFaultSIGTERM(t *testing.T) {
 	t.Parallel()
 	const closeTimeout = 2 * time.Second

@@ -30,7 +30,7 @@ import (
 //     row lands once.
 //   - shutdown: rows are landing, the fault strikes, and a second later the
 //     pipeline gets SIGTERM: it exits within close_timeout + 1 s with one
-//     closing line (how many rows were not delivered, or that all were), and
+//     closing line (per table, the rows delivered and those handed back), and
 //     no row is stored twice.
 //
 // `make test` runs a compact subset with short holds; CHAOS_LONG=1 (`make

@@ -37,11 +37,7 @@ var (
 // SIGTERM and SIGINT also reach the zerobus outputs (zerobus.BeginShutdown),
 // so that a held or stalled batch does not keep the process alive past
 // close_timeout.
-//
-// The standard output, where Benthos logs, goes through stdoutFilter.
 func main() {
-	stdout := os.Stdout
-	out, ferr := filterStdout()
 	stopNotify := zerobus.NotifyShutdownOnSignal()
 	code, err := service.RunCLIToCode(
 		context.Background(),
@@ -53,9 +49,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, err.Error())
 	}
 	stopNotify()
-	if ferr == nil {
-		out.close(stdout)
-	}
 	if code == 0 && zerobusreplay.Refused() {
 		code = zerobusreplay.RefusedExitCode
 	}

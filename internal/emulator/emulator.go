@@ -86,7 +86,8 @@ const (
 	DefaultCredentialTTL = time.Hour
 
 	// MaxRequestBytes is the service's cap on one ingest request
-	// (docs/protocol.md#endpoints: 10 MiB).
+	// (docs/protocol.md#endpoints: 10 MiB; databricks/zerobus-sdk issue
+	// #36, 2025-12-25, and pull request #331, 2026-05-28).
 	MaxRequestBytes = 10 << 20
 )
 

@@ -17,11 +17,14 @@ import (
 // Per-stream quotas.
 //
 // Databricks documents a throughput limit per stream, adjustable on request:
-// "Zerobus Ingest quotas" (https://docs.databricks.com/aws/en/ingestion/zerobus-quotas)
-// gives 100 MB/s and 100,000 records/s per stream and 10 GB/s per table;
-// "Zerobus Ingest connector limitations"
-// (https://docs.databricks.com/aws/en/ingestion/zerobus-limits) gives
-// 100 MB/s and 15,000 records/s per stream. The emulator models the
+// "Zerobus Ingest quotas" (https://docs.databricks.com/aws/en/ingestion/zerobus-quotas;
+// Azure's copy at learn.microsoft.com/en-us/azure/databricks/ingestion/zerobus-limits;
+// both read 2026-12-03) gives 100 MB/s and 100,000 records/s per stream
+// (ServiceStreamMBPerSec, ServiceStreamRowsPerSec) and 10 GB/s per table.
+// The per-stream records figure was 15,000, and older copies of "Zerobus
+// Ingest connector limitations" (the Japanese, Russian and Portuguese ones,
+// read the same day) still give it: --stream-max-rows-per-sec 15000 models
+// such a workspace. The emulator models the
 // per-stream ones only (the per-table 10 GB/s is not modelled) and counts a
 // MB as 10^6 bytes of requests as received (an assumption: the pages do not
 // say which bytes, nor which MB). How the service enforces them is not
@@ -43,6 +46,16 @@ import (
 //     google.rpc.RetryInfo saying when the budget allows it again; the
 //     request is not stored, so a client that replays its unacknowledged
 //     requests on a new stream loses and duplicates nothing.
+
+// The service's default per-stream quotas (see above). The emulator holds a
+// stream to them only when asked (--stream-max-rows-per-sec,
+// --stream-max-mb-per-sec, or the faults API): how the service enforces
+// them is an assumption, and the project's benchmarks measure the client
+// beyond them on loopback.
+const (
+	ServiceStreamRowsPerSec = 100_000
+	ServiceStreamMBPerSec   = 100
+)
 
 // The quota modes (Faults.StreamQuotaMode).
 const (

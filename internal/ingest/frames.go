@@ -14,8 +14,13 @@ import (
 )
 
 // MaxRequestBytes is the service's cap on one ingest request (one FlightData
-// message): 10 MiB (docs/protocol.md#endpoints; the official SDKs set no
-// gRPC message limit of their own and the service refuses larger requests).
+// message): 10 MiB (docs/protocol.md#endpoints). The official SDK says the
+// server limits a decoded message to 10 MB (databricks/zerobus-sdk issue
+// #36, 2025-12-25) and enforces 10 MiB client-side on record ingest calls
+// (pull request #331, merged 2026-05-28, MAX_INGEST_PAYLOAD_BYTES; its
+// Arrow Flight path splits batches into smaller chunks instead). This
+// client's frames stay under it: DefaultMaxFrameBytes, ~2 MiB aimed at
+// (TestMaxFrameBytesNeverAboveTheRequestCap).
 const MaxRequestBytes = 10 << 20
 
 // frameEnvelope is what one FlightData message adds around its IPC frame:

@@ -155,10 +155,11 @@ func TestSizeByRowsAndBytes(t *testing.T) {
 		cfg  pool.Config
 		want int
 	}{
-		{"rows need more than bytes", pool.Config{MinStreams: 1, PeakMBps: 1.2, PeakRowsPerSec: 60_000}, 4},
+		{"rows need more than bytes", pool.Config{MinStreams: 1, PeakMBps: 5, PeakRowsPerSec: 250_000}, 3},
 		{"bytes need more than rows", pool.Config{MinStreams: 1, PeakMBps: 150, PeakRowsPerSec: 10_000}, 2},
-		{"rows at the default quota", pool.Config{MinStreams: 1, PeakRowsPerSec: 45_000}, 3},
-		{"rows at a given quota", pool.Config{MinStreams: 1, PerStreamRowsPerSec: 100_000, PeakRowsPerSec: 250_000}, 3},
+		{"rows at the default quota (100,000)", pool.Config{MinStreams: 1, PeakRowsPerSec: 450_000}, 5},
+		{"rows at a workspace's former quota", pool.Config{MinStreams: 1, PerStreamRowsPerSec: 15_000, PeakRowsPerSec: 45_000}, 3},
+		{"rows at a given quota", pool.Config{MinStreams: 1, PerStreamRowsPerSec: 200_000, PeakRowsPerSec: 250_000}, 2},
 		{"rows capped at max", pool.Config{MinStreams: 1, MaxStreams: 5, PeakRowsPerSec: 1e6}, 5},
 		{"rows floored at min", pool.Config{MinStreams: 3, PeakRowsPerSec: 100}, 3},
 	} {

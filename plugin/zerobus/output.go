@@ -73,9 +73,10 @@ type output struct {
 
 	// shutdown is the process's stopping notice (shutdown.go).
 	shutdown *shutdownNotice
-	// notDelivered counts the rows (and batches) refused or failed while
-	// the pipeline stopped: Close says how many, once.
-	notDelivered, notDeliveredBatches atomic.Int64
+	// tally counts, per table, the rows delivered and the rows handed
+	// back while the pipeline stopped: Close says how many, once.
+	tally     deliveryTally
+	closeLine sync.Once
 
 	// connectCause is the cause of the last error Connect returned while
 	// the writer backs off ("" once connected): Connect returns a cause to
@@ -119,6 +120,9 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 		version:  mgr.EngineVersion(),
 		shutdown: processShutdown,
 		wcfg:     wcfg,
+	}
+	if cfg.TableInterp == nil {
+		o.tally.seen(cfg.Table)
 	}
 	_, o.unhealth, err = healthhttp.Attach(mgr, mgr.Label(), healthhttp.Output{Health: o.health, MaxAckAge: cfg.AckTimeout})
 	if err != nil {
@@ -211,6 +215,12 @@ func (o *output) Connect(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if _, stopping := o.shutdown.since(); stopping {
+				// Not the back-off: the engine would sleep it (minutes
+				// into an outage) past its forced stop, never handing
+				// its held batches back.
+				return o.connectWhileStopping()
+			}
 			return service.NewErrBackOff(err, wait)
 		case <-t.C:
 		}
@@ -220,17 +230,22 @@ func (o *output) Connect(ctx context.Context) error {
 // connectWhileStopping is Connect once the process is stopping: nil, so
 // that the engine hands the batches it holds to WriteBatch, which nacks them
 // at the shutdown bound (the input redelivers them; its position does not
-// advance). Benthos v4.60's output loop reads no batch before Connect
-// returns nil, and logs "Output type zerobus is now active" when it does
+// advance).
+//
+// Benthos v4.60's output loop reads no batch before Connect returns nil, and
+// logs "Output type zerobus is now active" at once when it first does
 // (initConnection in
-// github.com/redpanda-data/benthos/blob/v4.60.0/internal/component/output/async_writer.go);
-// while the batches stay unread the input waits for their acks and the
-// engine's stop waits for the input, until its forced stop at three quarters
-// of shutdown_timeout (Stop in
-// github.com/redpanda-data/benthos/blob/v4.60.0/internal/stream/type.go).
-// For an output that never connected that engine line would read as a
-// connection: this one says what it is, and counts the engine line for the
-// binary's log filter (TakeEngineActiveLine).
+// github.com/redpanda-data/benthos/blob/v4.60.0/internal/component/output/async_writer.go).
+// Its other path, blocking in Connect until the engine's soft stop and
+// returning that error, closes the output without that line but never
+// hands the held batches back: the engine soft-stops the output only at its
+// forced stop, three quarters of shutdown_timeout (Stop in
+// github.com/redpanda-data/benthos/blob/v4.60.0/internal/stream/type.go),
+// because the input waits for their acks first. Measured with the binary,
+// 10 rows held, close_timeout 2s: exit 15.0 s after SIGTERM instead of
+// 2.0 s, and the rows never counted (docs/reliability.md). So the output
+// takes the hand-back, and for an output that never connected says, in the
+// line just before the engine's, what that engine line means.
 func (o *output) connectWhileStopping() error {
 	if !o.connected.Load() {
 		what := "table " + o.cfg.Table
@@ -238,8 +253,7 @@ func (o *output) connectWhileStopping() error {
 			what = "any table"
 		}
 		o.stoppingLine.Do(func() {
-			engineActiveLines.Add(1)
-			o.log.Warnf("zerobus: stopping before %s ever connected: nothing was written; the batches the engine holds are handed back to it and nacked within close_timeout (the input redelivers them). An engine line \"Output type zerobus is now active\" after this one marks only that hand-back, not a connection (benthos-zerobus leaves it out of its log)", what)
+			o.log.Warnf("zerobus: stopping before %s ever connected: no stream ever reached the service and nothing was written; the batches the engine holds are being handed back to the input now, nacked within close_timeout (it redelivers them). The engine's next line, \"Output type zerobus is now active\", marks only that hand-back: the output never connected", what)
 		})
 	}
 	return nil
@@ -334,12 +348,14 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	ctx, cancel := o.shutdown.boundedAfter(ctx, o.cfg.CloseTimeout)
 	defer cancel()
-	tableFailed, err := o.writeBatch(ctx, batch)
+	res, err := o.writeBatch(ctx, batch)
 	if err == nil {
+		o.tally.delivered(o.rowsPerTable(batch, res.tables, nil))
 		return nil
 	}
 	_, stopping := o.shutdown.since()
-	if errors.Is(err, service.ErrNotConnected) {
+	held := errors.Is(err, service.ErrNotConnected)
+	if held {
 		if !stopping {
 			return err // held: the engine reconnects and writes it again
 		}
@@ -353,32 +369,67 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		<-ctx.Done()
 		err = fmt.Errorf("zerobus: stopping while table %s is not connected: %d rows not written (nacked; the input redelivers them)", o.cfg.Table, len(batch))
 	}
+	var berr *service.BatchError
+	isBatchErr := errors.As(err, &berr)
+	if isBatchErr {
+		// The rows that did not fail are durable.
+		o.tally.delivered(o.rowsPerTable(batch, res.tables, func(i int) bool { _, failed := res.failed[i]; return !failed }))
+	}
 	if stopping || ctx.Err() != nil {
 		// A whole-batch error: every row is redelivered. A batch error:
 		// the rows that failed as table failures are (a batch split over
 		// streams whose other parts were durable), not those that do not
 		// fit the table.
-		n := len(batch)
-		var berr *service.BatchError
-		if errors.As(err, &berr) {
-			n = tableFailed
+		keep := func(int) bool { return true }
+		if isBatchErr {
+			keep = func(i int) bool { return res.failed[i] }
 		}
-		if n > 0 {
-			o.notDelivered.Add(int64(n))
-			o.notDeliveredBatches.Add(1)
+		if back := o.rowsPerTable(batch, res.tables, keep); len(back) > 0 {
+			o.tally.handedBack(back, held)
 		}
 	}
 	return err
 }
 
-// writeBatch is WriteBatch's work. With a *service.BatchError it also
-// returns how many of the failed rows failed as table failures (a
-// *tablewriter.TableError: not confirmed durable, redelivered by the
-// input), for the shutdown count.
-func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (int, error) {
+// writeResult is what writeBatch learnt of a batch: each row's table, when
+// the table is interpolated and the rows were routed (nil otherwise), and,
+// with a *service.BatchError, the rows that failed, true for those that
+// failed as table failures (a *tablewriter.TableError: not confirmed
+// durable, redelivered by the input).
+type writeResult struct {
+	tables []string
+	failed map[int]bool
+}
+
+// rowsPerTable counts the rows of batch for which keep holds (every row if
+// keep is nil) by table: tables[i] when the writer resolved it, else the
+// output's table, or its interpolation evaluated now.
+func (o *output) rowsPerTable(batch service.MessageBatch, tables []string, keep func(int) bool) map[string]int {
+	counts := map[string]int{}
+	for i := range batch {
+		if keep != nil && !keep(i) {
+			continue
+		}
+		table := o.cfg.Table
+		switch {
+		case i < len(tables) && tables[i] != "":
+			table = tables[i]
+		case o.cfg.TableInterp != nil:
+			if t, err := o.cfg.TableInterp.TryString(batch[i]); err == nil && t != "" {
+				table = t
+			}
+		}
+		counts[table]++
+	}
+	return counts
+}
+
+// writeBatch is WriteBatch's work.
+func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (writeResult, error) {
+	var res writeResult
 	e := o.eng.Load()
 	if e == nil {
-		return 0, service.ErrNotConnected
+		return res, service.ErrNotConnected
 	}
 	rows := make([]tablewriter.Row, len(batch))
 	for i, m := range batch {
@@ -390,36 +441,43 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (in
 	}
 	var tableOf tablewriter.TableFunc
 	if o.cfg.TableInterp != nil {
-		tableOf = func(i int) (string, error) { return o.cfg.TableInterp.TryString(batch[i]) }
+		// The router resolves each row's table once, through this: the
+		// tally counts the rows by the same names.
+		res.tables = make([]string, len(batch))
+		tableOf = func(i int) (string, error) {
+			t, err := o.cfg.TableInterp.TryString(batch[i])
+			if err == nil {
+				res.tables[i] = t
+			}
+			return t, err
+		}
 	}
 	rowErrs, err := e.Write(ctx, rows, tableOf, keyOf)
 	if errors.Is(err, tablewriter.ErrNotOpen) {
 		// The bare sentinel: the engine holds the batch, reconnects and
 		// writes it again (the writer logged why, once).
-		return 0, service.ErrNotConnected
+		return res, service.ErrNotConnected
 	}
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	if len(rowErrs) == 0 {
-		return 0, nil
+		return res, nil
 	}
 	table := o.cfg.Table
 	if tableOf != nil {
-		if t, err := tableOf(rowErrs[0].Index); err == nil && t != "" {
+		if t := res.tables[rowErrs[0].Index]; t != "" {
 			table = t // the resolved name of an interpolated table
 		}
 	}
 	berr := service.NewBatchError(batch, fmt.Errorf("zerobus: %d of %d rows do not fit table %s (first: %v)", len(rowErrs), len(batch), table, rowErrs[0]))
-	tableFailed := 0
+	res.failed = make(map[int]bool, len(rowErrs))
 	for _, re := range rowErrs {
 		berr = berr.Failed(re.Index, re) // "message i: column c: reason"
 		var te *tablewriter.TableError
-		if errors.As(re.Err, &te) {
-			tableFailed++
-		}
+		res.failed[re.Index] = errors.As(re.Err, &te)
 	}
-	return tableFailed, berr
+	return res, berr
 }
 
 // Close drains and closes the streams within close_timeout; rows not durable
@@ -427,8 +485,9 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (in
 // closes the clients it built.
 //
 // Once the process is stopping, Close takes only what is left of
-// close_timeout since the notice (at least closeFloor), and it says once how
-// many rows were not delivered.
+// close_timeout since the notice (at least closeFloor), and it says once,
+// per table, how many rows were delivered and how many were handed back
+// (nacked); it says so too whenever rows were handed back.
 func (o *output) Close(ctx context.Context) error {
 	bound := o.cfg.CloseTimeout
 	if at, stopping := o.shutdown.since(); stopping {
@@ -443,11 +502,14 @@ func (o *output) Close(ctx context.Context) error {
 		o.releaseMem()
 	}
 	err := o.closeLocked(ctx)
-	if n := o.notDelivered.Swap(0); n > 0 {
-		o.log.Warnf("zerobus: closed; %d rows (%d batches) were not delivered to %s: they were nacked and will be redelivered by the input", n, o.notDeliveredBatches.Swap(0), o.cfg.Table)
-	} else if _, stopping := o.shutdown.since(); stopping {
-		o.log.Infof("zerobus: closed; every row written to %s was delivered", o.cfg.Table)
-	}
+	_, stopping := o.shutdown.since()
+	o.closeLine.Do(func() {
+		if line, handedBack := o.tally.line(); handedBack {
+			o.log.Warn(line)
+		} else if stopping {
+			o.log.Info(line)
+		}
+	})
 	return err
 }
 

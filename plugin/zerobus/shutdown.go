@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -116,31 +115,5 @@ func (n *shutdownNotice) boundedAfter(ctx context.Context, d time.Duration) (con
 		}
 		mu.Unlock()
 		cancel()
-	}
-}
-
-// engineActiveLines counts the engine's "Output type zerobus is now active"
-// lines due for outputs that stop before they ever connected: Benthos v4.60
-// logs that line whenever Connect first returns nil, and connectWhileStopping
-// returns nil only to hand the held batches back.
-var engineActiveLines atomic.Int32
-
-// EngineActiveLine is the text of the engine's line that an output is
-// connected.
-const EngineActiveLine = "Output type zerobus is now active"
-
-// TakeEngineActiveLine reports whether an engine line EngineActiveLine that
-// was just logged belongs to an output that never connected (so that a
-// binary filtering its log, cmd/benthos-zerobus, leaves it out), and counts
-// it taken.
-func TakeEngineActiveLine() bool {
-	for {
-		n := engineActiveLines.Load()
-		if n <= 0 {
-			return false
-		}
-		if engineActiveLines.CompareAndSwap(n, n-1) {
-			return true
-		}
 	}
 }

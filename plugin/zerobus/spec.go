@@ -285,7 +285,7 @@ func newSpec(warehouseFromEnv bool) *service.ConfigSpec {
 					Description("The expected peak bandwidth into the table, in MB/s. The pool size is the larger of `ceil(peak_mb_per_sec / per_stream_mb_per_sec)` and `ceil(peak_rows_per_sec / per_stream_rows_per_sec)`, at least `min`, capped at `max`. 0 means unknown: `min` streams.").
 					Default(0.0).LintRule(lintrule.AtLeast(fStreams+"."+fPeakMBps, 0)),
 				service.NewFloatField(fPerStreamRows).
-					Description("The rows per second one stream carries. The default is the lower of the two per-stream figures Databricks documents (15,000 on the Zerobus limitations page, 100,000 on the quotas page); set your workspace's quota. Small rows reach it long before `per_stream_mb_per_sec`.").
+					Description("The rows per second one stream carries. The default is the per-stream quota Databricks' Zerobus Ingest quotas page gives (100,000 records/s, adjustable; read 2026-12-03); a workspace still held to the former 15,000 (some copies of the limitations page say so) sets `15000`, and one with a raised quota sets that. Small rows reach it long before `per_stream_mb_per_sec`.").Example(15000.0).
 					Default(float64(pool.DefaultPerStreamRowsPerSec)).LintRule(`root = if this <= 0 { [ "field `+fStreams+"."+fPerStreamRows+`: must be positive, got %v".format(this) ] } else { [] }`),
 				service.NewFloatField(fPeakRows).
 					Description("The expected peak rows per second into the table; sizes the pool beside `peak_mb_per_sec` (the larger need wins). 0 means unknown.").

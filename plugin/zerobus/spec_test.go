@@ -184,7 +184,7 @@ func TestKnobsNeverContainSecret(t *testing.T) {
 	assert.Contains(t, line, "max_in_flight=16")
 	assert.Contains(t, line, "max_in_flight_bytes=67108864")
 	assert.Contains(t, line, "ack.timeout=5m0s")
-	assert.Contains(t, line, "streams.per_stream_rows_per_sec=15000 streams.peak_rows_per_sec=0 streams.self_sizing=true streams.grow_interval=2s streams.shrink_after=1m0s")
+	assert.Contains(t, line, "streams.per_stream_rows_per_sec=100000 streams.peak_rows_per_sec=0 streams.self_sizing=true streams.grow_interval=2s streams.shrink_after=1m0s")
 }
 
 // The row-rate and self-sizing knobs reach the pool, and size it.

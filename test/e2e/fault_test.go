@@ -215,7 +215,8 @@ func sigterm(t *testing.T, pipe *proc, exited <-chan error, limit time.Duration)
 }
 
 // SIGTERM in any state exits within close_timeout + 1 s, logging once how
-// many rows were not delivered (and will be redelivered).
+// many rows were delivered and how many were handed back (and will be
+// redelivered).
 func TestFaultSIGTERM(t *testing.T) {
 	t.Parallel()
 	const closeTimeout = 2 * time.Second
@@ -232,8 +233,9 @@ func TestFaultSIGTERM(t *testing.T) {
 		setup func(t *testing.T) string
 		ready func(pipe *proc) bool
 		// connects: the output connected before the SIGTERM, so the
-		// engine's "is now active" line is in the log; an output that
-		// never connected has none (cmd/benthos-zerobus leaves it out).
+		// engine's "is now active" line is in the log; for an output that
+		// never connected it may be too, but only right after the
+		// output's line saying it never connected.
 		connects bool
 	}{
 		{"workspace unreachable", func(t *testing.T) string {
@@ -268,15 +270,24 @@ func TestFaultSIGTERM(t *testing.T) {
 			took := sigterm(t, pipe, exited, 30*time.Second)
 			logs := pipe.out.String()
 			notDelivered := countLines(logs, "not delivered")
-			faultLine(t, "SIGTERM %s: exit after %s (close_timeout %s); 'not delivered' lines=%d", tc.name, took.Round(10*time.Millisecond), closeTimeout, notDelivered)
+			closed := strings.TrimSpace(firstLineWith(logs, "zerobus: closed"))
+			faultLine(t, "SIGTERM %s: exit after %s (close_timeout %s); 'not delivered' lines=%d; %s", tc.name, took.Round(10*time.Millisecond), closeTimeout, notDelivered, closed)
 			assert.LessOrEqual(t, took, closeTimeout+time.Second, "exit within close_timeout + 1 s:\n%s", tail(logs, 30))
 			assert.Equal(t, 1, notDelivered, "one line says how many rows were not delivered:\n%s", tail(logs, 30))
-			assert.Equal(t, 1, countLines(logs, "10 rows", "not delivered"), "it counts the 10 pending rows:\n%s", tail(logs, 30))
-			active := 0
+			// Held (never sent) when the output never connected; sent and
+			// not confirmed when the acks stalled.
+			how := "10 held and never sent"
 			if tc.connects {
-				active = 1
+				how = "10 sent but not confirmed durable"
 			}
-			assert.Equal(t, active, countLines(logs, `msg="Output type zerobus is now active"`), "the engine's 'is now active' line only for an output that connected:\n%s", tail(logs, 30))
+			assert.Equal(t, 1, countLines(logs, "zerobus: closed; "+eventsTable+": 0 rows delivered, 10 rows not delivered ("+how, "handed back to the input, nacked"), "it counts the 10 pending rows, none delivered:\n%s", tail(logs, 30))
+			engine, explained := engineActiveExplained(logs)
+			if tc.connects {
+				assert.Equal(t, 1, engine, "the engine's 'is now active' line for an output that connected:\n%s", tail(logs, 30))
+				return
+			}
+			assert.LessOrEqual(t, engine, 1, "the engine's line at most once:\n%s", tail(logs, 30))
+			assert.True(t, explained, "the engine's line only right after the output's line saying it never connected:\n%s", tail(logs, 30))
 		})
 	}
 }

@@ -30,7 +30,7 @@ import (
 //     row lands once.
 //   - shutdown: rows are landing, the fault strikes, and a second later the
 //     pipeline gets SIGTERM: it exits within close_timeout + 1 s with one
-//     closing line (how many rows were not delivered, or that all were), and
+//     closing line (per table, the rows delivered and those handed back), and
 //     no row is stored twice.
 //
 // `make test` runs a compact subset with short holds; CHAOS_LONG=1 (`make
@@ -153,8 +153,8 @@ func (c matrixCell) run(t *testing.T, hold time.Duration, long bool) {
 		time.Sleep(time.Second) // in the fault a while, as a user's SIGTERM would find it
 		took := sigterm(t, pipe, exited, 30*time.Second)
 		logs := pipe.out.String()
-		notDelivered := countLines(logs, "not delivered", "will be redelivered")
-		allDelivered := countLines(logs, "every row written to", "was delivered")
+		notDelivered := countLines(logs, "zerobus: closed;", "not delivered", "handed back to the input")
+		allDelivered := countLines(logs, "zerobus: closed;", "none handed back")
 		stored, distinct, dups := rowStats(t, httpURL, table)
 		faultLine(t, "matrix %s: SIGTERM 1s into the fault: exit after %s (close_timeout %s); closing lines: not delivered=%d, all delivered=%d (%s); rows landed=%d distinct=%d dups=%d",
 			name, took.Round(10*time.Millisecond), matrixCloseTimeout, notDelivered, allDelivered,

@@ -39,7 +39,9 @@ func TestThreeInstancesShareATableCappedAtEightStreams(t *testing.T) {
 	}
 	var all []inst
 	for range instances {
-		produce, ctx, stop := startProducer(t, newStream(t, outputYAML(srv, smallTable, "")))
+		// The workspace's quota, as its user configures it (below it the
+		// pool counts a stream saturated and grows).
+		produce, ctx, stop := startProducer(t, newStream(t, outputYAML(srv, smallTable, "streams:\n  per_stream_rows_per_sec: 20000\n")))
 		all = append(all, inst{produce, ctx, stop})
 	}
 	start := time.Now()

@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/commonschema"
@@ -58,11 +61,7 @@ func newProtobufCodec(s Schema, o ProtobufOptions) (Codec, error) {
 		mainPath = "_" + mainPath
 	}
 	sources[mainPath] = s.Text
-	compiler := protocompile.Compiler{
-		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
-			Accessor: protocompile.SourceAccessorFromMap(sources),
-		}),
-	}
+	compiler := protocompile.Compiler{Resolver: protocompile.WithStandardImports(protoSources(sources))}
 	files, err := compiler.Compile(context.Background(), mainPath)
 	if err != nil {
 		return nil, fmt.Errorf("schema %d: compiling the Protobuf schema: %w", s.ID, err)
@@ -107,6 +106,40 @@ func (c *protobufCodec) buildSchemas(msgs protoreflect.MessageDescriptors) error
 		}
 	}
 	return nil
+}
+
+// protoSources resolves an import path to its schema, which the registry
+// holds either as .proto text or, when it was registered in the registry's
+// "serialized" format (Confluent's own JavaScript serializer does this), as a
+// base64 FileDescriptorProto
+// (https://docs.confluent.io/platform/current/schema-registry/develop/api.html#get--schemas-ids-int-%20id,
+// format=serialized).
+func protoSources(sources map[string]string) protocompile.Resolver {
+	return protocompile.ResolverFunc(func(path string) (protocompile.SearchResult, error) {
+		text, ok := sources[path]
+		if !ok {
+			return protocompile.SearchResult{}, fmt.Errorf("import %q: %w", path, fs.ErrNotExist)
+		}
+		if fd := serializedDescriptor(text); fd != nil {
+			fd.Name = proto.String(path)
+			return protocompile.SearchResult{Proto: fd}, nil
+		}
+		return protocompile.SearchResult{Source: strings.NewReader(text)}, nil
+	})
+}
+
+// serializedDescriptor reads text as a base64 FileDescriptorProto, or
+// returns nil. .proto text is never valid base64: it has spaces and ';'.
+func serializedDescriptor(text string) *descriptorpb.FileDescriptorProto {
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(text))
+	if err != nil || len(raw) == 0 {
+		return nil
+	}
+	fd := new(descriptorpb.FileDescriptorProto)
+	if proto.Unmarshal(raw, fd) != nil {
+		return nil
+	}
+	return fd
 }
 
 // collectProtoSources adds every reference, and theirs, under its import path.

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
@@ -275,4 +277,30 @@ func TestProtobufBadInput(t *testing.T) {
 	_, err = NewCodec(Schema{ID: 13, Format: Protobuf, Text: `syntax = "proto3"; enum E { A = 0; }`}, Options{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "defines no message")
+}
+
+// The registry's "serialized" format: base64 FileDescriptorProtos, as
+// Confluent's JavaScript serializer registers them.
+func TestProtobufSerializedSchema(t *testing.T) {
+	compiler := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"order.proto": protoOrder, "common/money.proto": protoMoney}),
+	})}
+	files, err := compiler.Compile(context.Background(), "order.proto", "common/money.proto")
+	require.NoError(t, err)
+	b64 := func(f protoreflect.FileDescriptor) string {
+		raw, err := proto.Marshal(protodesc.ToFileDescriptorProto(f))
+		require.NoError(t, err)
+		return base64.StdEncoding.EncodeToString(raw)
+	}
+	c, err := NewCodec(Schema{ID: 14, Format: Protobuf, Text: b64(files[0]), References: []Reference{
+		{Name: "common/money.proto", Schema: Schema{Text: b64(files[1])}},
+	}}, Options{Protobuf: ProtobufOptions{SerializeToJSON: true}})
+	require.NoError(t, err)
+	v, schema, err := c.Decode(protoEncode(t, "shop.v1.Other.Deep", `{"y":7}`, 1, 0))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"y": json.Number("7")}, v)
+	assert.Equal(t, "Deep", schema.Name)
+	v, _, err = c.Decode(protoEncode(t, "shop.v1.Order", `{"total":{"units":"5"},"placedAt":"2023-11-14T22:13:20Z"}`, 0))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"total": map[string]any{"units": "5"}, "placedAt": "2023-11-14T22:13:20Z"}, v)
 }

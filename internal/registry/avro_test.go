@@ -311,6 +311,14 @@ func TestAvroReferences(t *testing.T) {
 		{Name: "tip", Type: cs.Object, Optional: true, Children: money9},
 	}}, *schema)
 
+	// Every option set parses the references the same way as the schema
+	// (the parser refuses a cached type built with other conversions).
+	for _, o := range []AvroOptions{{}, {RawUnions: true}, {PreserveLogicalTypes: true, TranslateKafkaConnectTypes: true}} {
+		v, _, err := avroCodecFor(t, order, o, refs...).Decode(body)
+		require.NoError(t, err, "%+v", o)
+		assert.Equal(t, "USD", v.(map[string]any)["cur"])
+	}
+
 	_, err = NewCodec(Schema{ID: 9, Format: Avro, Text: order}, Options{})
 	require.Error(t, err, "without its references the schema does not parse")
 	assert.Contains(t, err.Error(), "schema 9")

@@ -80,3 +80,27 @@ func only(v any, cols []typemap.Column) decodedRow {
 	}
 	return decodedRow{m}
 }
+
+// Without serialize_to_json, a Protobuf message's decoded form lands in the
+// output's columns as it is: 64-bit integers, a Timestamp's nanoseconds cut
+// to the column's microseconds, bytes, maps and repeated messages.
+func TestProtobufDecodedFormLandsInColumns(t *testing.T) {
+	body := protoEncode(t, "shop.v1.Order", protoOrderJSON, 0)
+	v, _, err := protoCodecFor(t, ProtobufOptions{}).Decode(body)
+	require.NoError(t, err)
+	cols, err := typemap.ParseColumns("i64 BIGINT, u32 BIGINT, raw BINARY, placedAt TIMESTAMP, counts MAP<STRING, BIGINT>, " +
+		"total STRUCT<currency: STRING, units: BIGINT>, line STRUCT<sku: STRING, children: ARRAY<STRUCT<sku: STRING>>>, status STRING")
+	require.NoError(t, err)
+	conv, err := arrowconv.New(cols, arrowconv.Options{})
+	require.NoError(t, err)
+	res, err := conv.ConvertStructured([]arrowconv.StructuredRow{only(v, cols)})
+	require.NoError(t, err)
+	require.Empty(t, res.RowErrors)
+	defer res.Record.Release()
+	rec := res.Record
+	assert.EqualValues(t, -9007199254740993, rec.Column(0).(*array.Int64).Value(0))
+	assert.EqualValues(t, 4294967295, rec.Column(1).(*array.Int64).Value(0))
+	assert.Equal(t, []byte{0, 1, 2}, rec.Column(2).(*array.LargeBinary).Value(0))
+	assert.EqualValues(t, 1700000000123456, rec.Column(3).(*array.Timestamp).Value(0))
+	assert.Equal(t, "PAID", rec.Column(7).(*array.LargeString).Value(0))
+}

@@ -156,3 +156,31 @@ func TestJSONSchemaRefRelativeToID(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ship.city")
 }
+
+// Draft 2020-12, which the registry also takes: $defs and anyOf with null.
+func TestJSONSchemaDraft2020(t *testing.T) {
+	text := `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",
+	 "properties":{"m":{"anyOf":[{"type":"null"},{"$ref":"#/$defs/Money"}]},"n":{"type":"integer"}},
+	 "$defs":{"Money":{"type":"object","properties":{"units":{"type":"integer"}},"required":["units"]}}}`
+	c, err := NewCodec(Schema{ID: 27, Format: JSONSchema, Text: text}, Options{})
+	require.NoError(t, err)
+	v, schema, err := c.Decode([]byte(`{"m":{"units":5},"n":1}`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"m": map[string]any{"units": json.Number("5")}, "n": json.Number("1")}, v)
+	assert.Equal(t, []cs.Schema{
+		{Name: "m", Type: cs.Object, Optional: true, Children: []cs.Schema{{Name: "units", Type: cs.Int64}}},
+		{Name: "n", Type: cs.Int64, Optional: true},
+	}, schema.Children)
+	_, _, err = c.Decode([]byte(`{"m":{"units":"x"}}`))
+	require.Error(t, err)
+	_, _, err = c.Decode([]byte(`{"m":null}`))
+	require.NoError(t, err)
+
+	// A schema of a scalar: the value is the scalar.
+	c, err = NewCodec(Schema{ID: 28, Format: JSONSchema, Text: `{"type":"string","format":"uuid"}`}, Options{})
+	require.NoError(t, err)
+	v, schema, err = c.Decode([]byte(`"123e4567-e89b-12d3-a456-426614174000"`))
+	require.NoError(t, err)
+	assert.Equal(t, "123e4567-e89b-12d3-a456-426614174000", v)
+	assert.Equal(t, cs.UUID, schema.Type)
+}

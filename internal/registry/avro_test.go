@@ -15,7 +15,7 @@ import (
 
 // avroEncode encodes v with text (parsed after refs) the way a producer
 // would: the test's own encoder is twmb/avro's.
-func avroEncode(t *testing.T, text string, v any, refs ...string) []byte {
+func avroEncode(t testing.TB, text string, v any, refs ...string) []byte {
 	t.Helper()
 	var cache avro.SchemaCache
 	for _, r := range refs {

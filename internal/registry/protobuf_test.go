@@ -80,7 +80,7 @@ var protoRefs = []Reference{{Name: "common/money.proto", Schema: Schema{ID: 1, F
 
 // protoEncode writes jsonText as message name of protoOrder, framed with the
 // message-index array index: the test's own encoder is dynamicpb.
-func protoEncode(t *testing.T, name protoreflect.FullName, jsonText string, index ...int) []byte {
+func protoEncode(t testing.TB, name protoreflect.FullName, jsonText string, index ...int) []byte {
 	t.Helper()
 	compiler := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
 		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"order.proto": protoOrder, "common/money.proto": protoMoney}),

@@ -57,8 +57,9 @@ func newProtobufCodec(s Schema, o ProtobufOptions) (Codec, error) {
 	if err := collectProtoSources(s.References, sources); err != nil {
 		return nil, fmt.Errorf("schema %d: %w", s.ID, err)
 	}
+	// The schema itself has no import path: any name no reference has.
 	mainPath := fmt.Sprintf("registry-schema-%d.proto", s.ID)
-	for sources[mainPath] != "" {
+	for _, taken := sources[mainPath]; taken; _, taken = sources[mainPath] {
 		mainPath = "_" + mainPath
 	}
 	sources[mainPath] = s.Text

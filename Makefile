@@ -96,6 +96,7 @@ docs:
 ## conformance-deps: the official SDK and apache-arrow from npm into conformance/node_modules (npm ci, lock file).
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
+	npm ci --prefix test/registryjs --no-audit --no-fund --loglevel=error
 
 ## lint-examples: benthos-zerobus lint of every config/examples/*.yaml.
 lint-examples: build

@@ -23,6 +23,9 @@ type Config struct {
 	ClientID    string
 	TLS         *tls.Config // nil: plaintext
 	SASL        []sasl.Mechanism
+	// SASLUsers is the user of each SASL mechanism, in order ("" for
+	// OAUTHBEARER): what a refusal names. Never a password.
+	SASLUsers []string
 
 	MetadataMaxAge         time.Duration
 	RequestTimeoutOverhead time.Duration
@@ -134,8 +137,8 @@ func RevokeWait(rebalanceTimeout time.Duration) time.Duration {
 // its final commit.
 const CloseGrace = time.Second
 
-// New creates the client and checks that a seed broker answers. lag may be
-// nil.
+// New checks that the brokers can be used (see probe: its error is a
+// *ConnectError naming the cause) and creates the client. lag may be nil.
 func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second, 15*time.Minute)}
 	c.closing.ch = make(chan struct{})
@@ -146,17 +149,8 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	if err != nil {
 		return nil, err
 	}
-	// Ping with a client of the connection options only: a consumer
-	// group's client joins the group as soon as it exists, and closing it
-	// after a failed ping would wait on a group it never reached.
-	probe, err := kgo.NewClient(conn...)
-	if err != nil {
+	if err := c.probe(ctx, conn); err != nil {
 		return nil, err
-	}
-	err = probe.Ping(ctx)
-	probe.Close()
-	if err != nil {
-		return nil, fmt.Errorf("seed brokers %v: %w", cfg.SeedBrokers, err)
 	}
 	cl, err := kgo.NewClient(append(conn, consume...)...)
 	if err != nil {

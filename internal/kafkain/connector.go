@@ -2,7 +2,6 @@ package kafkain
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -175,10 +174,4 @@ func (c *Connector) connected() {
 		c.log.Infof("redpanda: connected to %v after failing for %s (%d attempts; last cause: %s)",
 			c.cfg.SeedBrokers, now.Sub(prev.Since).Round(time.Second), prev.Attempts, prev.Failing.Cause)
 	}
-}
-
-// IsConnectError reports whether err is a failed connection attempt.
-func IsConnectError(err error) bool {
-	var ce *ConnectError
-	return errors.As(err, &ce)
 }

@@ -3,8 +3,12 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -174,4 +178,66 @@ func TestConnectCauses(t *testing.T) {
 			assert.Equal(t, 1, h.Attempts)
 		})
 	}
+}
+
+// TestReadyAndHealthNameTheCause: in a running stream, an input refused by
+// SASL logs the cause once (not once a second), and /ready and the health
+// endpoint answer 503 naming it.
+func TestReadyAndHealthNameTheCause(t *testing.T) {
+	const topic = "orders"
+	c := newCluster(t, topic, 1, kfake.EnableSASL(), kfake.Superuser(MechScramSHA256, "alice", "s3cret"))
+	var logs lockedBuffer
+	b := service.NewStreamBuilder()
+	b.SetLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	mux := http.NewServeMux()
+	b.SetHTTPMux(mux)
+	require.NoError(t, b.SetYAML(fmt.Sprintf(`
+input:
+  redpanda:
+    seed_brokers: [ %q ]
+    topics: [ %s ]
+    consumer_group: g
+    sasl:
+      - mechanism: SCRAM-SHA-256
+        username: alice
+        password: not-the-password
+output:
+  drop: {}
+`, c.ListenAddrs()[0], topic)))
+	stream, err := b.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = stream.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	const cause = "kafka input: SASL refused: the broker closed the connection during SASL authentication (SCRAM-SHA-256 as user alice)"
+	require.Eventually(t, func() bool {
+		code, body := get("/ready")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, cause)
+	}, wait, 50*time.Millisecond, "/ready names the cause")
+	var rep healthhttp.Report
+	code, body := get(healthhttp.Path)
+	require.NoError(t, json.Unmarshal([]byte(body), &rep), body)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	require.Len(t, rep.Inputs, 1, body)
+	assert.Equal(t, healthhttp.StatusDown, rep.Inputs[0].Status)
+	require.Len(t, rep.Inputs[0].Problems, 1)
+	assert.Contains(t, rep.Inputs[0].Problems[0], cause)
+
+	time.Sleep(4 * time.Second) // 4 attempts' worth at the engine's old pace of one a second
+	out := logs.String()
+	assert.Equal(t, 1, strings.Count(out, "Failed to connect to redpanda"), "the cause logged once:\n%s", out)
+	assert.Equal(t, 1, strings.Count(out, "redpanda: seed_brokers="), "the settings logged once")
+	assert.NotContains(t, out, "not-the-password")
 }

@@ -128,9 +128,12 @@ func classify(err error, a attempt, brokers []string) *ConnectError {
 		return mk(CauseSASL, fmt.Sprintf("the broker closed the connection during SASL authentication (%s)", who),
 			"the password/mechanism, and that the user exists on the broker")
 	case a.tls && (a.handshakeHung || dialFailed(err) && closed(err)):
-		// A plaintext Kafka listener reads the ClientHello as a request
-		// of absurd size: Apache Kafka and Redpanda close the
-		// connection, kfake waits for the rest.
+		// A plaintext Kafka listener reads the ClientHello's first
+		// bytes as the size of a request of some 370 MB: Apache Kafka
+		// closes a connection whose request claims more than
+		// socket.request.max.bytes (100 MiB by default,
+		// https://kafka.apache.org/documentation/#brokerconfigs_socket.request.max.bytes);
+		// kfake waits for the rest, and the handshake times out.
 		return mk(CauseTLSRefused, "the broker accepts TCP connections but did not complete the TLS handshake: its listener is probably plaintext",
 			"`tls.enabled` (false for a plaintext listener) or the port of the broker's TLS listener in `seed_brokers`")
 	case errors.As(err, &header):

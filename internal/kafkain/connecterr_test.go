@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -95,4 +96,12 @@ func TestClassify(t *testing.T) {
 			assert.Same(t, ce, classify(fmt.Errorf("again: %w", ce), attempt{}, brokers), "a ConnectError is kept")
 		})
 	}
+}
+
+// TestDialerTimeout: a dial, the TLS handshake included, is bounded by
+// tcp.connect_timeout, 10 s when unset: a plaintext listener that never
+// answers a ClientHello must not hold Connect for ever.
+func TestDialerTimeout(t *testing.T) {
+	assert.Equal(t, DefaultConnectTimeout, DialConfig{}.dialer().Timeout)
+	assert.Equal(t, 3*time.Second, DialConfig{ConnectTimeout: 3 * time.Second}.dialer().Timeout)
 }

@@ -3,6 +3,7 @@ package kafkain
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -211,4 +212,46 @@ func createUser(t *testing.T, addrs []string, user, pass string) {
 	res, err := kadm.NewClient(cl).AlterUserSCRAMs(context.Background(), nil, []kadm.UpsertSCRAM{{User: user, Mechanism: kadm.ScramSha256, Iterations: 4096, Password: pass}})
 	require.NoError(t, err)
 	require.NoError(t, res.Error())
+}
+
+// TestNewCauseIsLoggedAtOnce: a broker that is down, then up but refusing
+// the user, then accepting it: each cause is the engine's line once, the
+// attempts in between log nothing, and the success one line.
+func TestNewCauseIsLoggedAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+
+	clock := &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	log := &clockLog{clock: clock}
+	cfg := Config{SeedBrokers: []string{addr}, Topics: []string{"orders"}, StartOffset: kgo.NewOffset().AtStart(),
+		SASL:      []sasl.Mechanism{scram.Auth{User: "alice", Pass: "s3cret"}.AsSha256Mechanism()},
+		SASLUsers: []string{"alice"}}
+	conn := NewConnector(cfg, log, nil, clock)
+	n := 0
+	var c *kfake.Cluster
+	conn.attempted = func() {
+		switch n++; n {
+		case 4: // the broker comes up, without the user
+			c, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(1, "orders"), kfake.EnableSASL(),
+				kfake.Superuser("SCRAM-SHA-256", "admin", "admin"))
+			require.NoError(t, err)
+		case 8: // the user is created
+			createUser(t, c.ListenAddrs(), "alice", "s3cret")
+		}
+	}
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	cons := engine(t, conn, clock, log)
+	defer closeConsumer(t, cons)
+	require.Len(t, log.lines, 3, "%q", log.lines)
+	assert.Contains(t, log.lines[0], "ERROR Failed to connect to redpanda: kafka input: connection refused: nothing accepts connections at "+addr)
+	assert.Contains(t, log.lines[1], "ERROR Failed to connect to redpanda: kafka input: SASL refused")
+	assert.Contains(t, log.lines[2], "INFO redpanda: connected to ["+addr+"]")
+	assert.Contains(t, log.lines[2], "(7 attempts; last cause: SASL refused)")
 }

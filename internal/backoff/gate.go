@@ -40,6 +40,15 @@ func NewGate(initial, max time.Duration, jitter float64) *Gate {
 	return &Gate{Initial: initial, Max: max, Jitter: jitter}
 }
 
+// SetClock makes the gate read the time from now instead of time.Now: a
+// test's clock, on which an hour of back-off passes in a moment. Call it
+// before the gate's first use.
+func (g *Gate) SetClock(now func() time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now = now
+}
+
 func (g *Gate) initLocked() {
 	if g.inited {
 		return

@@ -1,5 +1,6 @@
 // Package healthhttp serves the zerobus outputs' stream health as JSON on
-// the Benthos HTTP server (the one serving /ping and /metrics), at Path.
+// the Benthos HTTP server (the one serving /ping and /metrics), at Path,
+// with the connection state of the redpanda inputs beside it.
 //
 // Every zerobus output of one Benthos manager adds itself, under its label,
 // to one Registry, which is mounted once: one endpoint lists them all, so
@@ -66,6 +67,36 @@ const (
 type Report struct {
 	Status  string         `json:"status"`
 	Outputs []OutputReport `json:"outputs"`
+	// Inputs are the registered inputs (the redpanda input), if any.
+	Inputs []InputReport `json:"inputs,omitempty"`
+}
+
+// Input is what the registry asks of one input.
+type Input struct {
+	// Health returns the input's connection state; it must be cheap.
+	Health func() InputHealth
+}
+
+// InputHealth is an input's connection state.
+type InputHealth struct {
+	Connected bool
+	// Problem says why the input is not connected: "" before its first
+	// attempt ended.
+	Problem string
+	// Since is when the problem started.
+	Since time.Time
+	// Attempts counts the failed attempts since then.
+	Attempts int
+}
+
+// InputReport is one input: up when connected, down while it cannot
+// connect (Problems say why), degraded before its first attempt ended.
+type InputReport struct {
+	Label          string   `json:"label"`
+	Status         string   `json:"status"`
+	Problems       []string `json:"problems,omitempty"`
+	FailingSeconds float64  `json:"failing_seconds,omitempty"`
+	FailedAttempts int      `json:"failed_attempts,omitempty"`
 }
 
 // OutputReport is one output.
@@ -127,10 +158,40 @@ type StreamReport struct {
 type Registry struct {
 	mu      sync.Mutex
 	outputs map[string]Output
+	inputs  map[string]Input
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{outputs: map[string]Output{}} }
+func NewRegistry() *Registry {
+	return &Registry{outputs: map[string]Output{}, inputs: map[string]Input{}}
+}
+
+// AddInput registers in under label ("redpanda" when empty; a label taken
+// already gets a "#2", "#3"… suffix) and returns the name it got and the
+// function that removes it (call it when the input closes).
+func (r *Registry) AddInput(label string, in Input) (name string, remove func()) {
+	if label == "" {
+		label = "redpanda"
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name = label
+	for n := 2; ; n++ {
+		if _, taken := r.inputs[name]; !taken {
+			break
+		}
+		name = label + "#" + strconv.Itoa(n)
+	}
+	r.inputs[name] = in
+	var once sync.Once
+	return name, func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.inputs, name)
+			r.mu.Unlock()
+		})
+	}
+}
 
 // Add registers o under label ("zerobus" when empty; a label taken already
 // gets a "#2", "#3"… suffix) and returns the name it got and the function
@@ -174,6 +235,17 @@ func (r *Registry) Report(label string) (rep Report, ok bool) {
 	for i, n := range names {
 		outs[i] = r.outputs[n]
 	}
+	var inNames []string
+	if label == "" {
+		for n := range r.inputs {
+			inNames = append(inNames, n)
+		}
+		slices.Sort(inNames)
+	}
+	ins := make([]Input, len(inNames))
+	for i, n := range inNames {
+		ins[i] = r.inputs[n]
+	}
 	r.mu.Unlock()
 	rep = Report{Status: StatusUp, Outputs: []OutputReport{}}
 	for i, o := range outs {
@@ -181,11 +253,34 @@ func (r *Registry) Report(label string) (rep Report, ok bool) {
 		rep.Status = worse(rep.Status, or.Status)
 		rep.Outputs = append(rep.Outputs, or)
 	}
+	for i, in := range ins {
+		ir := inputReport(inNames[i], in.Health())
+		rep.Status = worse(rep.Status, ir.Status)
+		rep.Inputs = append(rep.Inputs, ir)
+	}
 	return rep, label == "" || len(names) > 0
 }
 
-// ServeHTTP writes the report as JSON: 200 unless an output is down (503),
-// 404 for an unknown ?label=.
+func inputReport(label string, h InputHealth) InputReport {
+	ir := InputReport{Label: label, Status: StatusUp}
+	switch {
+	case h.Connected:
+	case h.Problem == "":
+		ir.Status = StatusDegraded
+		ir.Problems = []string{"connecting"}
+	default:
+		ir.Status = StatusDown
+		ir.Problems = []string{h.Problem}
+		ir.FailedAttempts = h.Attempts
+		if !h.Since.IsZero() {
+			ir.FailingSeconds = time.Since(h.Since).Seconds()
+		}
+	}
+	return ir
+}
+
+// ServeHTTP writes the report as JSON: 200 unless an output or an input is
+// down (503), 404 for an unknown ?label= (which names outputs only).
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	rep, ok := r.Report(req.URL.Query().Get("label"))
 	w.Header().Set("Content-Type", "application/json")
@@ -302,6 +397,18 @@ func Attach(res Resources, label string, o Output) (name string, remove func(), 
 	return name, remove, err
 }
 
+// AttachInput adds in under label to the registry of res's manager, like
+// Attach does an output.
+func AttachInput(res Resources, label string, in Input) (name string, remove func(), err error) {
+	v, loaded := res.GetOrSetGeneric(registryKey{}, NewRegistry())
+	reg := v.(*Registry)
+	if !loaded {
+		err = Mount(res.XUnwrapper(), reg.ServeHTTP)
+	}
+	name, remove = reg.AddInput(label, in)
+	return name, remove, err
+}
+
 // endpointRegistrar is the method of Benthos's internal manager that
 // mounts a server-wide endpoint; the public API does not offer it.
 type endpointRegistrar interface {
@@ -313,7 +420,7 @@ type endpointRegistrar interface {
 // is internal to Benthos, hence the reflection). It fails, rather than
 // panics, when the engine offers neither.
 func Mount(x any, h http.HandlerFunc) (err error) {
-	const desc = "Per-stream health of the zerobus outputs (JSON): 503 when streams stopped or acks are too old."
+	const desc = "Per-stream health of the zerobus outputs and the connection of the redpanda inputs (JSON): 503 when streams stopped, acks are too old or an input cannot connect."
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("healthhttp: registering %s panicked: %v", Path, p)

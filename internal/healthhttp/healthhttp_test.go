@@ -200,3 +200,49 @@ func TestCoverageTableFaultsDegradeNeverDown(t *testing.T) {
 		})
 	}
 }
+
+// An input is up once connected, degraded while its first attempt runs,
+// down (503) while it cannot connect, with the cause as its problem;
+// ?label= narrows to outputs, which leaves the inputs out.
+func TestRegistryInputs(t *testing.T) {
+	reg := NewRegistry()
+	_, removeOut := reg.Add("out", Output{Health: fixed(tableAt(tablewriter.StateUp, 0)), MaxAckAge: time.Minute})
+	var h InputHealth
+	name, remove := reg.AddInput("", Input{Health: func() InputHealth { return h }})
+	assert.Equal(t, "redpanda", name)
+
+	code, rep := get(t, reg, Path)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, StatusDegraded, rep.Status, "connecting")
+	require.Len(t, rep.Inputs, 1)
+	assert.Equal(t, []string{"connecting"}, rep.Inputs[0].Problems)
+
+	const cause = "kafka input: SASL refused: the broker closed the connection during SASL authentication (SCRAM-SHA-256 as user alice): check the password/mechanism (EOF)"
+	h = InputHealth{Problem: cause, Since: time.Now().Add(-time.Minute), Attempts: 7}
+	code, rep = get(t, reg, Path)
+	assert.Equal(t, http.StatusServiceUnavailable, code, "an input that cannot connect is down")
+	assert.Equal(t, StatusDown, rep.Status)
+	require.Len(t, rep.Inputs, 1)
+	in := rep.Inputs[0]
+	assert.Equal(t, StatusDown, in.Status)
+	assert.Equal(t, []string{cause}, in.Problems)
+	assert.Equal(t, 7, in.FailedAttempts)
+	assert.InDelta(t, 60, in.FailingSeconds, 5)
+
+	code, rep = get(t, reg, Path+"?label=out")
+	assert.Equal(t, http.StatusOK, code, "narrowed to the output")
+	assert.Empty(t, rep.Inputs)
+
+	_, remove2 := reg.AddInput("", Input{Health: func() InputHealth { return InputHealth{Connected: true} }})
+	h = InputHealth{Connected: true}
+	code, rep = get(t, reg, Path)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, StatusUp, rep.Status)
+	require.Len(t, rep.Inputs, 2)
+	assert.Equal(t, "redpanda#2", rep.Inputs[1].Label)
+	remove()
+	remove2()
+	removeOut()
+	_, rep = get(t, reg, Path)
+	assert.Empty(t, rep.Inputs)
+}

@@ -1,6 +1,7 @@
 package kafkain
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -23,6 +24,9 @@ type Config struct {
 	ClientID    string
 	TLS         *tls.Config // nil: plaintext
 	SASL        []sasl.Mechanism
+	// SASLUsers is the user of each SASL mechanism, in order ("" for
+	// OAUTHBEARER): what a refusal names. Never a password.
+	SASLUsers []string
 
 	MetadataMaxAge         time.Duration
 	RequestTimeoutOverhead time.Duration
@@ -61,8 +65,12 @@ type Config struct {
 	Limits Limits
 }
 
-// DialConfig is the TCP dialer's configuration; zero fields keep Go's
-// defaults.
+// DefaultConnectTimeout bounds a dial, the TLS handshake included, when
+// DialConfig.ConnectTimeout is zero: franz-go's default dial timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
+// DialConfig is the TCP dialer's configuration; a zero ConnectTimeout is
+// DefaultConnectTimeout, the other zero fields keep Go's defaults.
 type DialConfig struct {
 	ConnectTimeout    time.Duration
 	KeepAliveIdle     time.Duration
@@ -134,8 +142,8 @@ func RevokeWait(rebalanceTimeout time.Duration) time.Duration {
 // its final commit.
 const CloseGrace = time.Second
 
-// New creates the client and checks that a seed broker answers. lag may be
-// nil.
+// New checks that the brokers can be used (see probe: its error is a
+// *ConnectError naming the cause) and creates the client. lag may be nil.
 func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second, 15*time.Minute)}
 	c.closing.ch = make(chan struct{})
@@ -146,17 +154,8 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	if err != nil {
 		return nil, err
 	}
-	// Ping with a client of the connection options only: a consumer
-	// group's client joins the group as soon as it exists, and closing it
-	// after a failed ping would wait on a group it never reached.
-	probe, err := kgo.NewClient(conn...)
-	if err != nil {
+	if err := c.probe(ctx, conn); err != nil {
 		return nil, err
-	}
-	err = probe.Ping(ctx)
-	probe.Close()
-	if err != nil {
-		return nil, fmt.Errorf("seed brokers %v: %w", cfg.SeedBrokers, err)
 	}
 	cl, err := kgo.NewClient(append(conn, consume...)...)
 	if err != nil {
@@ -178,19 +177,28 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	return c, nil
 }
 
+// dialer returns the TCP dialer of d. Its timeout covers the TLS handshake
+// too; without one of its own (franz-go's 10 s applies only to its default
+// dialer) a listener that never answers the handshake would hold a
+// connection attempt, and Connect, for ever.
+func (d DialConfig) dialer() *net.Dialer {
+	nd := &net.Dialer{Timeout: cmp.Or(d.ConnectTimeout, DefaultConnectTimeout)}
+	if d.KeepAliveIdle > 0 || d.KeepAliveInterval > 0 || d.KeepAliveCount > 0 {
+		nd.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: d.KeepAliveIdle, Interval: d.KeepAliveInterval, Count: d.KeepAliveCount}
+	}
+	if d.UserTimeout > 0 {
+		nd.Control = userTimeoutControl(d.UserTimeout)
+	}
+	return nd
+}
+
 // options returns the client's connection options and its consuming ones.
 func (c *Consumer) options() (conn, consume []kgo.Opt, err error) {
 	cfg := c.cfg
 	if len(cfg.SeedBrokers) == 0 {
 		return nil, nil, errors.New("no seed brokers")
 	}
-	d := &net.Dialer{Timeout: cfg.Dial.ConnectTimeout}
-	if cfg.Dial.KeepAliveIdle > 0 || cfg.Dial.KeepAliveInterval > 0 || cfg.Dial.KeepAliveCount > 0 {
-		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: cfg.Dial.KeepAliveIdle, Interval: cfg.Dial.KeepAliveInterval, Count: cfg.Dial.KeepAliveCount}
-	}
-	if cfg.Dial.UserTimeout > 0 {
-		d.Control = userTimeoutControl(cfg.Dial.UserTimeout)
-	}
+	d := cfg.Dial.dialer()
 	dial := d.DialContext
 	if cfg.TLS != nil {
 		td := &tls.Dialer{NetDialer: d, Config: cfg.TLS}

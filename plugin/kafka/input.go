@@ -9,6 +9,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
 )
 
@@ -38,32 +39,61 @@ type input struct {
 	cfg  Config
 	log  *service.Logger
 	mLag *service.MetricGauge
+	conn *kafkain.Connector
+	// unhealth removes the input from the health endpoint.
+	unhealth func()
+
+	loggedConfig sync.Once
+	connectMu    sync.Mutex // one Connect at a time
 
 	mu   sync.Mutex
 	cons *kafkain.Consumer
 }
 
 func newInput(cfg Config, mgr *service.Resources) *input {
-	return &input{cfg: cfg, log: mgr.Logger(), mLag: mgr.Metrics().NewGauge(LagMetric, "topic", "partition")}
+	in := &input{cfg: cfg, log: mgr.Logger(), mLag: mgr.Metrics().NewGauge(LagMetric, "topic", "partition")}
+	in.conn = kafkain.NewConnector(cfg.Consumer, in.log, func(tp kafkain.TP, lag int64) {
+		in.mLag.Set(lag, tp.Topic, strconv.Itoa(int(tp.Partition)))
+	}, nil)
+	var err error
+	if _, in.unhealth, err = healthhttp.AttachInput(mgr, mgr.Label(), healthhttp.Input{Health: in.health}); err != nil {
+		in.log.Debugf("redpanda: no health endpoint %s: %v", healthhttp.Path, err)
+	}
+	return in
 }
 
-// Connect logs the configuration once and creates the consumer (which pings
-// a seed broker). Once connected it is a no-op: franz-go reconnects to the
-// brokers by itself.
+// health is the input's connection state for the health endpoint.
+func (in *input) health() healthhttp.InputHealth {
+	st := in.conn.State()
+	h := healthhttp.InputHealth{Connected: st.Connected, Since: st.Since, Attempts: st.Attempts}
+	if st.Failing != nil {
+		h.Problem = st.Failing.Error()
+	}
+	return h
+}
+
+// Connect logs the configuration once and creates the consumer, once the
+// brokers can be used (see kafkain.Connector: a cause is returned, and
+// logged by the engine, once; while it persists Connect waits and retries
+// itself with a back-off, logging rare reminders). Once connected it is a
+// no-op: franz-go reconnects to the brokers by itself.
 func (in *input) Connect(ctx context.Context) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.cons != nil {
+	in.connectMu.Lock()
+	defer in.connectMu.Unlock()
+	if in.consumer() != nil {
 		return nil
 	}
-	in.logConfig()
-	cons, err := kafkain.New(ctx, in.cfg.Consumer, in.log, func(tp kafkain.TP, lag int64) {
-		in.mLag.Set(lag, tp.Topic, strconv.Itoa(int(tp.Partition)))
-	})
+	in.loggedConfig.Do(in.logConfig)
+	cons, wait, err := in.conn.Connect(ctx)
 	if err != nil {
+		if wait > 0 {
+			return service.NewErrBackOff(err, wait)
+		}
 		return err
 	}
+	in.mu.Lock()
 	in.cons = cons
+	in.mu.Unlock()
 	return nil
 }
 
@@ -124,6 +154,9 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 // Close stops the consumer: it commits what is durable and leaves the
 // group (see kafkain.Consumer.Close).
 func (in *input) Close(ctx context.Context) error {
+	if in.unhealth != nil {
+		in.unhealth()
+	}
 	in.mu.Lock()
 	cons := in.cons
 	in.mu.Unlock()

@@ -374,7 +374,7 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 		k.TLS = tlsConf
 		c.TLSEnabled, c.SkipVerify = true, tlsConf.InsecureSkipVerify
 	}
-	if k.SASL, c.SASLMechs, err = parseSASL(conf); err != nil {
+	if k.SASL, c.SASLMechs, k.SASLUsers, err = parseSASL(conf); err != nil {
 		return c, err
 	}
 	durs := []struct {
@@ -598,22 +598,21 @@ func partitionRange(s string) (lo, hi int32, err error) {
 	return int32(l), int32(h), nil
 }
 
-// parseSASL builds the SASL mechanisms, in order.
-func parseSASL(conf *service.ParsedConfig) ([]sasl.Mechanism, []string, error) {
+// parseSASL builds the SASL mechanisms, in order, with their names and
+// users (for the logs; never the passwords).
+func parseSASL(conf *service.ParsedConfig) (mechs []sasl.Mechanism, names, users []string, err error) {
 	if !conf.Contains(fSASL) {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	list, err := conf.FieldObjectList(fSASL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("field %s: %w", fSASL, err)
+		return nil, nil, nil, fmt.Errorf("field %s: %w", fSASL, err)
 	}
-	var mechs []sasl.Mechanism
-	var names []string
 	for i, m := range list {
 		field := fmt.Sprintf("%s[%d]", fSASL, i)
 		mech, err := m.FieldString(fSASLMechanism)
 		if err != nil {
-			return nil, nil, fmt.Errorf("field %s.%s: %w", field, fSASLMechanism, err)
+			return nil, nil, nil, fmt.Errorf("field %s.%s: %w", field, fSASLMechanism, err)
 		}
 		user, _ := m.FieldString(fSASLUsername)
 		pass, _ := m.FieldString(fSASLPassword)
@@ -634,9 +633,10 @@ func parseSASL(conf *service.ParsedConfig) ([]sasl.Mechanism, []string, error) {
 		case MechOAuthBearer:
 			mechs = append(mechs, oauth.Auth{Token: token, Extensions: ext}.AsMechanism())
 		default:
-			return nil, nil, fmt.Errorf("field %s.%s: unsupported mechanism %q (supported: none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)", field, fSASLMechanism, mech)
+			return nil, nil, nil, fmt.Errorf("field %s.%s: unsupported mechanism %q (supported: none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)", field, fSASLMechanism, mech)
 		}
 		names = append(names, mech)
+		users = append(users, user)
 	}
-	return mechs, names, nil
+	return mechs, names, users, nil
 }

@@ -66,7 +66,6 @@ func orderV1(id int) map[string]any {
 	}
 }
 
-
 func registryCfg(c *Config) { c.Provision, c.SchemaMetadata = true, testSchemaKey }
 
 func absentTable(*catalogfake.Catalog) {}

@@ -22,8 +22,9 @@ var ErrNullOnly = errors.New("the field is always null: no column type can be to
 //	FLOAT32 → FLOAT          FLOAT64 → DOUBLE       DECIMAL(p,s) → DECIMAL(p,s)
 //	STRING, UUID → STRING    BYTE_ARRAY → BINARY    DATE → DATE
 //	TIMESTAMP (adjust_to_utc) → TIMESTAMP, (local) → TIMESTAMP_NTZ
-//	TIME_OF_DAY → BIGINT (the count of its unit since midnight: Databricks
-//	has no time-of-day type)
+//	TIME_OF_DAY → BIGINT, microseconds since midnight (Databricks has no
+//	time-of-day type; the converter stores a time.Duration as its
+//	microseconds)
 //	OBJECT → STRUCT          ARRAY → ARRAY          MAP → MAP<STRING, …>
 //	ANY → VARIANT            UNION [NULL, T] → nullable T
 //

@@ -194,6 +194,9 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 			fields = a.creatable(fields)
 		}
 		if len(fields) == 0 && len(fromRegistry) == 0 {
+			if rb := a.refuseAll(batch, bs); rb != nil {
+				return rb
+			}
 			return a.noColumns(batch, bs)
 		}
 		var err error

@@ -98,6 +98,8 @@ func (a *authority) noColumns(batch []Row, bs batchSchemas) error {
 	case hint != "":
 		err = fmt.Errorf("table %s does not exist, and no column can be made from a batch of %d messages: %s", a.cfg.Table, len(batch), hint)
 	case len(bs.schemas) > 0:
+		// Rows without a schema beside rows whose schemas give no column:
+		// held, as a batch no column can be inferred from.
 		why := "it has no field with a column type"
 		for _, s := range bs.schemas {
 			if f := a.fitNew(s); f != "" {
@@ -105,7 +107,7 @@ func (a *authority) noColumns(batch []Row, bs batchSchemas) error {
 				break
 			}
 		}
-		err = fmt.Errorf("table %s does not exist, and the registry schema of the batch (metadata %q) gives no column: %s", a.cfg.Table, a.cfg.SchemaMetadata, why)
+		err = fmt.Errorf("table %s does not exist: no column could be inferred from the messages of a batch of %d without a registry schema, and the registry schema of the others (metadata %q) gives none: %s", a.cfg.Table, len(batch), a.cfg.SchemaMetadata, why)
 	default:
 		err = fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", a.cfg.Table, len(batch))
 	}

@@ -399,22 +399,70 @@ func (a *authority) refusedRows(seen *snapshot, batch []Row, bs batchSchemas) ma
 		if out == nil {
 			out = map[int]RowError{}
 		}
-		r := f.refused[0]
 		for _, i := range rows {
-			origin := a.schemaOrigin(batch, i)
-			var err error
-			if r.field == "" {
-				err = fmt.Errorf("%w: %s in metadata %q: %s", ErrRegistrySchema, origin, a.cfg.SchemaMetadata, r.why)
-			} else {
-				err = fmt.Errorf("%w: field %q of %s: %s", ErrRegistrySchema, r.field, origin, r.why)
-				if len(f.refused) > 1 {
-					err = fmt.Errorf("%w (and %d more fields)", err, len(f.refused)-1)
-				}
-			}
-			out[i] = RowError{Index: i, Column: typemap.SafeIdentifier(r.field), Err: err}
+			out[i] = a.refusal(batch, i, f.refused[0], len(f.refused)-1)
 		}
 	}
 	return out
+}
+
+// refusal is the row error of row i of batch, refused for r (and more
+// fields besides), naming the field, the subject, version and schema id.
+func (a *authority) refusal(batch []Row, i int, r fieldRefusal, more int) RowError {
+	origin := a.schemaOrigin(batch, i)
+	var err error
+	if r.field == "" {
+		err = fmt.Errorf("%w: %s in metadata %q: %s", ErrRegistrySchema, origin, a.cfg.SchemaMetadata, r.why)
+	} else {
+		err = fmt.Errorf("%w: field %q of %s: %s", ErrRegistrySchema, r.field, origin, r.why)
+		if more > 0 {
+			err = fmt.Errorf("%w (and %d more fields)", err, more)
+		}
+	}
+	col := ""
+	if r.field != "" {
+		col = typemap.SafeIdentifier(r.field)
+	}
+	return RowError{Index: i, Column: col, Err: err}
+}
+
+// refusedBatch is the answer to a first batch whose every row carries a
+// registry schema no column can be made of: no table is created, and its
+// rows fail alone (to the dead-letter table), each saying why, instead of
+// holding the batch for ever.
+type refusedBatch struct {
+	errs []RowError
+}
+
+func (r *refusedBatch) Error() string {
+	return fmt.Sprintf("no column can be made from the registry schemas of the batch (first: %v)", r.errs[0])
+}
+
+// refuseAll is the refusedBatch of batch when every row carries a registry
+// schema and none of them gives a column; nil otherwise.
+func (a *authority) refuseAll(batch []Row, bs batchSchemas) *refusedBatch {
+	if len(bs.schemas) == 0 || slices.Contains(bs.of, -1) {
+		return nil
+	}
+	rb := &refusedBatch{}
+	for i := range batch {
+		s := bs.schemas[bs.of[i]]
+		var r fieldRefusal
+		switch {
+		case s.err != nil:
+			r.why = s.err.Error()
+		default:
+			r.why = "it has no field with a column type"
+			for _, f := range s.fields {
+				if f.err != nil {
+					r = fieldRefusal{field: f.name, why: f.err.Error()}
+					break
+				}
+			}
+		}
+		rb.errs = append(rb.errs, a.refusal(batch, i, r, 0))
+	}
+	return rb
 }
 
 // createColumns are the columns a table created from batch takes from the

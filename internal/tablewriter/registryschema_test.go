@@ -283,3 +283,26 @@ func TestRegistryFramedValuesAreExplained(t *testing.T) {
 	assert.Contains(t, failed[0], want)
 	assert.True(t, strings.Contains(failed[0], "invalid JSON") || strings.Contains(failed[0], "JSON"), failed[0])
 }
+
+// A first batch whose schemas give no column creates nothing, and its rows
+// fail alone (to the dead-letter table), naming why, instead of the batch
+// being held for ever.
+func TestRegistrySchemaWithoutColumnsFailsRowsAlone(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, registryCfg, absentTable)
+	s := cs.Schema{Type: cs.Object, Children: []cs.Schema{{Name: "v", Type: cs.Union, Children: []cs.Schema{{Type: cs.Boolean}, {Type: cs.String}}}}}
+	rowErrs, err := h.w.Write(context.Background(), []Row{
+		registryRow(map[string]any{"v": true}, s, "flags-value", 1, 3),
+		registryRow(map[string]any{"v": "x"}, s, "flags-value", 1, 3),
+	}, nil)
+	require.NoError(t, err)
+	require.Len(t, rowErrs, 2)
+	for i, re := range rowErrs {
+		assert.Equal(t, i, re.Index)
+		assert.Equal(t, "v", re.Column)
+		assert.ErrorIs(t, re.Err, ErrRegistrySchema)
+		assert.Contains(t, re.Err.Error(), `field "v" of the registry schema of subject "flags-value" version 1 (schema id 3): v: a union of BOOLEAN and STRING`)
+	}
+	st, _ := h.cat.Describe(context.Background(), testTable)
+	assert.Nil(t, st, "no table is created")
+	assert.Nil(t, h.w.schema.blocked.Load(), "nothing is held")
+}

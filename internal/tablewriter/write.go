@@ -64,6 +64,13 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	}
 	defer resv.release()
 	if st, err = w.admit(ctx, st, rows); err != nil {
+		var rb *refusedBatch
+		if errors.As(err, &rb) {
+			// Registry schemas no column can be made of: the rows fail
+			// alone, naming why, rather than the batch being held.
+			w.obs.RowErrors(len(rb.errs))
+			return rb.errs, nil
+		}
 		return nil, err
 	}
 	// Rows carrying a registry schema (Config.SchemaMetadata): the table

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/commonschema"
@@ -543,7 +544,49 @@ func (w *Writer) followSchemas(ctx context.Context, st *state, rows []Row) (*sta
 			return nil, nil, errDropped
 		}
 	}
-	return st, w.schema.refusedRows(st.snap, rows, bs), nil
+	refused := w.schema.refusedRows(st.snap, rows, bs)
+	if len(refused) > 0 && w.schema.recheck(ctx, st.snap) != st.snap {
+		// The table changed (a column widened or added by hand): look
+		// again on it.
+		if st = w.st.Load(); st == nil || st.pool == nil {
+			return nil, nil, errDropped
+		}
+		refused = w.schema.refusedRows(st.snap, rows, bs)
+	}
+	return st, refused, nil
+}
+
+// recheck re-describes the table when rows of a batch (seen on seen) carry
+// a registry schema it cannot take, at most once per
+// SchemaRefreshInterval: a column someone widened or added by hand since
+// takes them from then on. It returns the snapshot to look again on (seen
+// when nothing changed).
+func (a *authority) recheck(ctx context.Context, seen *snapshot) *snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ctx, done := a.bound(ctx)
+	defer done()
+	switch cur := a.current(); {
+	case cur == nil:
+		return seen
+	case cur != seen:
+		return cur
+	}
+	if time.Since(a.lastRefresh) < a.cfg.SchemaRefreshInterval {
+		return seen
+	}
+	a.lastRefresh = time.Now()
+	ts, err := a.cat.Describe(ctx, a.cfg.Table)
+	if err != nil || ts == nil || sameTable(ts, seen) {
+		return seen
+	}
+	next, err := a.switchTo(ctx, ts)
+	if err != nil {
+		a.errorf("table %s changed, but reopening its streams on it failed: %v", a.cfg.Table, err)
+		return seen
+	}
+	a.infof("table %s changed under the pipeline: streams reopened on its new schema, and the registry schemas it refused are looked at again", a.cfg.Table)
+	return next
 }
 
 // withoutRows is order (all n rows when nil) without the rows in skip.

@@ -306,3 +306,19 @@ func TestRegistrySchemaWithoutColumnsFailsRowsAlone(t *testing.T) {
 	assert.Nil(t, st, "no table is created")
 	assert.Nil(t, h.w.schema.blocked.Load(), "nothing is held")
 }
+
+// A column widened by hand takes the rows of a schema it refused, at the
+// next look (SchemaRefreshInterval), without a restart.
+func TestRegistrySchemaRefusalHealsWhenTheTableChanges(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { registryCfg(c); c.SchemaRefreshInterval = time.Millisecond },
+		func(c *catalogfake.Catalog) { c.Put(testTable, "id BIGINT NOT NULL, n INT", nil) })
+	s := cs.Schema{Type: cs.Object, Children: []cs.Schema{{Name: "id", Type: cs.Int64}, {Name: "n", Type: cs.Int64}}}
+	batch := []Row{registryRow(map[string]any{"id": json.Number("1"), "n": json.Number("3000000000")}, s, "nums-value", 2, 5)}
+	require.Len(t, h.write(t, batch), 1)
+
+	h.cat.Put(testTable, "id BIGINT NOT NULL, n BIGINT", nil) // widened by hand
+	time.Sleep(5 * time.Millisecond)
+	require.Empty(t, h.write(t, batch))
+	sent, _ := submittedColumn(t, h.opener, "n")
+	assert.Equal(t, []string{"3000000000"}, sent)
+}

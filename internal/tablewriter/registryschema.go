@@ -196,6 +196,9 @@ func (a *authority) schemasOf(batch []Row) batchSchemas {
 	if a.cfg.SchemaMetadata == "" {
 		return bs
 	}
+	// The rows of a batch mostly carry one schema: a row whose schema has
+	// the previous row's fingerprint takes its index without the cache.
+	lastFP, last := "", -1
 	for i := range batch {
 		v, ok := a.schemaValue(batch, i)
 		if !ok {
@@ -210,6 +213,14 @@ func (a *authority) schemasOf(batch []Row) batchSchemas {
 				bs.of[k] = -1
 			}
 		}
+		fp := ""
+		if m, ok := v.(map[string]any); ok {
+			fp, _ = m["fingerprint"].(string)
+		}
+		if fp != "" && fp == lastFP {
+			bs.of[i] = last
+			continue
+		}
 		s := a.schemas.get(v)
 		k := slices.Index(bs.schemas, s)
 		if k < 0 {
@@ -217,6 +228,7 @@ func (a *authority) schemasOf(batch []Row) batchSchemas {
 			bs.schemas = append(bs.schemas, s)
 		}
 		bs.of[i] = k
+		lastFP, last = fp, k
 	}
 	return bs
 }
@@ -284,14 +296,18 @@ func (a *authority) fit(seen *snapshot, s *registrySchema, origin string) schema
 	}
 	iceberg := catalog.IcebergReadsOn(seen.table.Properties)
 	cols := seen.columns()
+	at := make(map[string]int, len(cols))
+	for i, c := range cols {
+		at[typemap.ColumnKey(c.Name)] = i
+	}
 	for _, fd := range s.fields {
 		if fd.err != nil {
 			f.refused = append(f.refused, fieldRefusal{field: fd.name, why: fd.err.Error()})
 			continue
 		}
 		key := typemap.ColumnKey(fd.name)
-		i := slices.IndexFunc(cols, func(c typemap.Column) bool { return typemap.ColumnKey(c.Name) == key })
-		if i < 0 {
+		i, ok := at[key]
+		if !ok {
 			if why, refused := a.refused.Load(key); refused {
 				f.refused = append(f.refused, fieldRefusal{field: fd.name, why: "no column was added for it: " + why.(string)})
 				continue

@@ -322,3 +322,29 @@ func TestRegistrySchemaRefusalHealsWhenTheTableChanges(t *testing.T) {
 	sent, _ := submittedColumn(t, h.opener, "n")
 	assert.Equal(t, []string{"3000000000"}, sent)
 }
+
+// A batch's schemas are parsed once per fingerprint, not once per message,
+// and kept for the next batches: the rows of one schema share one parse.
+func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
+	a := &authority{cfg: Config{SchemaMetadata: testSchemaKey}}
+	batch := make([]Row, 0, 1001)
+	for i := range 1000 {
+		s := ordersV1()
+		if i%2 == 1 {
+			s = ordersV2()
+		}
+		batch = append(batch, registryRow(orderV1(i), s, "orders-value", 1+i%2, 7+i%2))
+	}
+	batch = append(batch, structuredRow(map[string]any{"id": 1}))
+	bs := a.schemasOf(batch)
+	require.Len(t, bs.schemas, 2)
+	assert.Equal(t, 0, bs.of[0])
+	assert.Equal(t, 1, bs.of[1])
+	assert.Equal(t, 0, bs.of[998])
+	assert.Equal(t, -1, bs.of[1000], "a message without the key")
+	assert.Len(t, a.schemas.m, 2, "two fingerprints, two parses")
+
+	again := a.schemasOf(batch[:2])
+	assert.Same(t, bs.schemas[0], again.schemas[0], "the next batch reuses the parse")
+	assert.Same(t, bs.schemas[1], again.schemas[1])
+}

@@ -348,3 +348,29 @@ func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
 	assert.Same(t, bs.schemas[0], again.schemas[0], "the next batch reuses the parse")
 	assert.Same(t, bs.schemas[1], again.schemas[1])
 }
+
+// Batches meeting a new schema version at once cause one table change.
+func TestRegistrySchemaNewVersionOnceUnderConcurrentBatches(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, registryCfg, absentTable)
+	require.Empty(t, h.write(t, []Row{registryRow(orderV1(0), ordersV1(), "orders-value", 1, 7)}))
+	before := h.cat.ReconcileCount()
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			v := orderV1(i + 1)
+			v["price"] = json.Number("2.250")
+			rowErrs, err := h.w.Write(context.Background(), []Row{registryRow(v, ordersV2(), "orders-value", 2, 8)}, nil)
+			if err == nil && len(rowErrs) > 0 {
+				err = rowErrs[0]
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, 1, h.cat.ReconcileCount()-before, "one evolution for the new version")
+	sent, _ := submittedColumn(t, h.opener, "price")
+	assert.Len(t, sent, n, "every v2 row landed in the new column")
+}

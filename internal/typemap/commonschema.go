@@ -44,7 +44,33 @@ func FromCommonSchema(s *commonschema.Schema) (Type, bool, error) {
 	if _, err := ArrowType(t); err != nil {
 		return Type{}, false, fmt.Errorf("%s: %s is not a type the Zerobus service writes (%w)", pathName(s.Name), t.Text(), err)
 	}
+	if d := t.depth(); d > MaxNestingDepth {
+		return Type{}, false, fmt.Errorf("%s: nested %d levels deep, more than the %d the Zerobus service writes", pathName(s.Name), d, MaxNestingDepth)
+	}
 	return t, nullable, nil
+}
+
+// MaxNestingDepth is the deepest nesting below a column the Zerobus service
+// writes: MAX_NESTING_DEPTH in the official Rust SDK (databricks/zerobus-sdk
+// rust/sdk/src/schema.rs), which refuses deeper types when it builds a
+// table's Arrow schema.
+const MaxNestingDepth = 100
+
+// depth is how many levels of ARRAY, MAP and STRUCT t nests below itself.
+func (t Type) depth() int {
+	switch t.Kind {
+	case Array:
+		return 1 + t.Elem.depth()
+	case Map:
+		return 1 + max(t.Key.depth(), t.Value.depth())
+	case Struct:
+		d := 0
+		for _, f := range t.Fields {
+			d = max(d, f.Type.depth())
+		}
+		return 1 + d
+	}
+	return 0
 }
 
 func pathName(p string) string {

@@ -75,6 +75,17 @@ func TestFromCommonSchemaRefusals(t *testing.T) {
 		require.Error(t, err, "%+v", c.in)
 		assert.Contains(t, err.Error(), c.want)
 	}
+	deep := cs.Schema{Name: "leaf", Type: cs.Int32}
+	for range MaxNestingDepth + 1 {
+		deep = cs.Schema{Name: "r", Type: cs.Object, Children: []cs.Schema{deep}}
+	}
+	_, _, err := FromCommonSchema(&deep)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nested 101 levels deep, more than the 100 the Zerobus service writes")
+	deep = deep.Children[0]
+	_, _, err = FromCommonSchema(&deep)
+	require.NoError(t, err, "100 levels are written")
+
 	_, nullable, err := FromCommonSchema(&cs.Schema{Name: "z", Type: cs.Null})
 	assert.True(t, errors.Is(err, ErrNullOnly))
 	assert.True(t, nullable)

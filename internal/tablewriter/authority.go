@@ -152,8 +152,8 @@ func (a *authority) switchTo(ctx context.Context, ts *catalog.TableState) (*snap
 // meanwhile: the batch is retried after the next Open.
 var errDropped = fmt.Errorf("%w: the streams stopped while the table schema changed", ErrNotOpen)
 
-// create creates the absent table from the fields of the first batch (or
-// Config.CreateColumns) and installs its first snapshot, which opens the
+// create creates the absent table from the first batch (desiredFromBatch,
+// or Config.CreateColumns) and installs its first snapshot, which opens the
 // streams. A batch that finds it created meanwhile has nothing to do.
 func (a *authority) create(ctx context.Context, batch []Row) error {
 	a.mu.Lock()
@@ -167,56 +167,9 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 	if len(a.cfg.CreateColumns) > 0 {
 		d = a.desiredFromColumns(append(slices.Clone(a.cfg.CreateColumns), a.reserved...))
 	} else {
-		known := map[string]bool{}
-		for _, c := range a.reserved {
-			known[typemap.ColumnKey(c.Name)] = true
-		}
-		// Rows carrying a registry schema give their columns its types;
-		// the others' fields are inferred from their values.
-		bs := a.schemasOf(batch)
-		fromRegistry := a.createColumns(bs, known)
-		for _, c := range fromRegistry {
-			known[typemap.ColumnKey(c.Name)] = true
-		}
-		var inferRows []int
-		for i := range batch {
-			if bs.of == nil || bs.of[i] < 0 {
-				inferRows = append(inferRows, i)
-			}
-		}
-		var fields []arrow.Field
-		if len(inferRows) > 0 {
-			var conflicts []string
-			fields, conflicts = inferFields(func(n string) bool { return known[typemap.ColumnKey(n)] }, structured(batch, inferRows))
-			for _, c := range conflicts {
-				a.warnf("table %s: the first batch disagrees on a field's type: %s", a.cfg.Table, c)
-			}
-			fields = a.creatable(fields)
-		}
-		if len(fields) == 0 && len(fromRegistry) == 0 {
-			if rb := a.refuseAll(batch, bs); rb != nil {
-				return rb
-			}
-			return a.noColumns(batch, bs)
-		}
 		var err error
-		if len(fromRegistry) == 0 {
-			if d, err = a.desiredForCreate(arrow.NewSchema(fields, nil)); err != nil {
-				return err
-			}
-		} else {
-			// Registry columns first, in the schema's field order, then
-			// the inferred ones.
-			cols := slices.Clone(fromRegistry)
-			for _, f := range fields {
-				t, err := typemap.FromArrow(f.Type)
-				if err != nil {
-					return fmt.Errorf("table %s: column %q: %w", a.cfg.Table, f.Name, err)
-				}
-				cols = append(cols, typemap.Column{Name: typemap.SafeIdentifier(f.Name), Type: t, Nullable: true})
-			}
-			a.infof("table %s: creating it with the registry schema's types: %s", a.cfg.Table, columnsText(fromRegistry))
-			d = a.desiredFromColumns(append(cols, a.reserved...))
+		if d, err = a.desiredFromBatch(batch); err != nil {
+			return err
 		}
 	}
 	ts, statements, err := a.createTable(ctx, d, "table")
@@ -230,6 +183,61 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 	}
 	_, err = a.switchTo(ctx, ts)
 	return err
+}
+
+// desiredFromBatch is the desired table for an absent table created from
+// the first batch: the registry's columns of the rows that carry a registry
+// schema (Config.SchemaMetadata; registryschema.go), first and in their
+// schema's order, then the fields of the other rows, inferred from their
+// values (inferFields), then the reserved columns. A batch no column can be
+// made from is an error saying why (noColumns), or, when every row carries
+// a registry schema, a *refusedBatch failing them alone.
+func (a *authority) desiredFromBatch(batch []Row) (catalog.DesiredTable, error) {
+	known := map[string]bool{}
+	for _, c := range a.reserved {
+		known[typemap.ColumnKey(c.Name)] = true
+	}
+	// Rows carrying a registry schema give their columns its types;
+	// the others' fields are inferred from their values.
+	bs := a.schemasOf(batch)
+	fromRegistry := a.createColumns(bs, known)
+	for _, c := range fromRegistry {
+		known[typemap.ColumnKey(c.Name)] = true
+	}
+	var inferRows []int
+	for i := range batch {
+		if bs.of == nil || bs.of[i] < 0 {
+			inferRows = append(inferRows, i)
+		}
+	}
+	var fields []arrow.Field
+	if len(inferRows) > 0 {
+		var conflicts []string
+		fields, conflicts = inferFields(func(n string) bool { return known[typemap.ColumnKey(n)] }, structured(batch, inferRows))
+		for _, c := range conflicts {
+			a.warnf("table %s: the first batch disagrees on a field's type: %s", a.cfg.Table, c)
+		}
+		fields = a.creatable(fields)
+	}
+	if len(fields) == 0 && len(fromRegistry) == 0 {
+		if rb := a.refuseAll(batch, bs); rb != nil {
+			return catalog.DesiredTable{}, rb
+		}
+		return catalog.DesiredTable{}, a.noColumns(batch, bs)
+	}
+	if len(fromRegistry) == 0 {
+		return a.desiredForCreate(arrow.NewSchema(fields, nil))
+	}
+	cols := slices.Clone(fromRegistry)
+	for _, f := range fields {
+		t, err := typemap.FromArrow(f.Type)
+		if err != nil {
+			return catalog.DesiredTable{}, fmt.Errorf("table %s: column %q: %w", a.cfg.Table, f.Name, err)
+		}
+		cols = append(cols, typemap.Column{Name: typemap.SafeIdentifier(f.Name), Type: t, Nullable: true})
+	}
+	a.infof("table %s: creating it with the registry schema's types: %s", a.cfg.Table, columnsText(fromRegistry))
+	return a.desiredFromColumns(append(cols, a.reserved...)), nil
 }
 
 // drift is the authority's answer to a batch converted on seen whose rows

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"time"
 	"unsafe"
 )
 
@@ -93,6 +94,8 @@ func (n *intNode[T]) put(st *state, v any) error {
 		return n.putFloat(v)
 	case json.Number:
 		return n.addLit(st, textOf(string(v)))
+	case time.Duration:
+		return n.putDuration(v)
 	}
 	return n.mismatchGo("a number", v)
 }
@@ -102,6 +105,19 @@ func (n *intNode[T]) putUint(u uint64) error {
 		return kerr(ErrOutOfRange, "value %d out of range for %s", u, n.name)
 	}
 	return n.add(int64(u), nil)
+}
+
+// putDuration stores a time.Duration, which the Avro decoder gives for a
+// time-millis or time-micros value (github.com/twmb/avro, Schema.Decode:
+// "time-millis, time-micros: time.Duration"), as its microseconds: the
+// unit of the BIGINT column a registry TIME_OF_DAY field maps to
+// (typemap.FromCommonSchema). A duration with sub-microsecond digits is
+// refused rather than rounded.
+func (n *intNode[T]) putDuration(d time.Duration) error {
+	if d%time.Microsecond != 0 {
+		return kerr(ErrInvalidValue, "duration %s has sub-microsecond digits, which %s (microseconds) cannot hold", d, n.name)
+	}
+	return n.add(int64(d/time.Microsecond), nil)
 }
 
 // putFloat spells f only on failure, so a valid value costs no allocation.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math"
+	"math/big"
 	"strconv"
 	"unicode/utf8"
 
@@ -140,6 +141,12 @@ func (n *strNode) put(st *state, v any) error {
 			}
 			n.data = append(n.data, v...)
 			return n.commit()
+		case [16]byte:
+			// A uuid on fixed(16), as the Avro decoder gives it
+			// (github.com/twmb/avro, Schema.Decode: "uuid on fixed(16):
+			// [16]byte"): its canonical text, as a string uuid reads.
+			n.data = appendUUID(n.data, v)
+			return n.commit()
 		case []byte: // Bloblang content() and friends: text if it is UTF-8
 			if !utf8.Valid(v) {
 				return kerr(ErrInvalidValue, "bytes are not UTF-8 text for STRING; declare a BINARY column")
@@ -190,6 +197,8 @@ func (n *strNode) put(st *state, v any) error {
 		case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
 			st.text, _ = appendJSON(st.text[:0], v, 0) // an integer: never fails
 			return n.addDecimal(st, st.text, false)
+		case *big.Rat:
+			return n.putRat(st, v)
 		}
 		return n.mismatchGo("a number or numeric string", v)
 	}
@@ -228,4 +237,33 @@ func (n *strNode) build() (arrow.ArrayData, error) {
 	bits, nulls := n.takeBits()
 	n.offsets, n.data = nil, nil
 	return newData(n.dt, size, []*memory.Buffer{bits, offs, data}, nil, nulls), nil
+}
+
+// putRat stores an exact fraction, as the Avro decoder gives a decimal
+// (github.com/twmb/avro, Schema.Decode: "decimal: *math/big.Rat"), without
+// passing through a float: its digits at the column's scale when it has no
+// more fraction digits than that, refused otherwise.
+func (n *strNode) putRat(st *state, r *big.Rat) error {
+	if r == nil {
+		return n.nullValue(n)
+	}
+	scaled := new(big.Int).Mul(r.Num(), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(n.scale)), nil))
+	if new(big.Int).Rem(scaled, r.Denom()).Sign() != 0 {
+		return kerr(ErrOutOfRange, "value %s has more fraction digits than %s holds", r.RatString(), n.name)
+	}
+	st.text = append(st.text[:0], r.FloatString(n.scale)...)
+	return n.addDecimal(st, st.text, false)
+}
+
+// appendUUID appends u in the canonical 8-4-4-4-12 lower-case hex form (RFC
+// 9562, section 4).
+func appendUUID(dst []byte, u [16]byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst = append(dst, '-')
+		}
+		dst = append(dst, hexDigits[b>>4], hexDigits[b&0xf])
+	}
+	return dst
 }

@@ -92,6 +92,11 @@ type authority struct {
 	// its rows fail at once instead of re-planning every batch; widenHinted
 	// the columns the "catalog.widen would widen it" hint was logged for.
 	refused, widenRefused, widenHinted sync.Map
+	// schemas are the registry schemas parsed (Config.SchemaMetadata).
+	schemas schemaCache
+	// blocked is why the absent table could not be created from the last
+	// batch (noColumns), for the health report; nil once it is created.
+	blocked atomic.Pointer[string]
 }
 
 // snapshotOf makes the next snapshot, for the described table ts.
@@ -147,8 +152,8 @@ func (a *authority) switchTo(ctx context.Context, ts *catalog.TableState) (*snap
 // meanwhile: the batch is retried after the next Open.
 var errDropped = fmt.Errorf("%w: the streams stopped while the table schema changed", ErrNotOpen)
 
-// create creates the absent table from the fields of the first batch (or
-// Config.CreateColumns) and installs its first snapshot, which opens the
+// create creates the absent table from the first batch (desiredFromBatch,
+// or Config.CreateColumns) and installs its first snapshot, which opens the
 // streams. A batch that finds it created meanwhile has nothing to do.
 func (a *authority) create(ctx context.Context, batch []Row) error {
 	a.mu.Lock()
@@ -162,20 +167,8 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 	if len(a.cfg.CreateColumns) > 0 {
 		d = a.desiredFromColumns(append(slices.Clone(a.cfg.CreateColumns), a.reserved...))
 	} else {
-		reserved := map[string]bool{}
-		for _, c := range a.reserved {
-			reserved[typemap.ColumnKey(c.Name)] = true
-		}
-		fields, conflicts := inferFields(func(n string) bool { return reserved[typemap.ColumnKey(n)] }, structured(batch, nil))
-		for _, c := range conflicts {
-			a.warnf("table %s: the first batch disagrees on a field's type: %s", a.cfg.Table, c)
-		}
-		fields = a.creatable(fields)
-		if len(fields) == 0 {
-			return fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", a.cfg.Table, len(batch))
-		}
 		var err error
-		if d, err = a.desiredForCreate(arrow.NewSchema(fields, nil)); err != nil {
+		if d, err = a.desiredFromBatch(batch); err != nil {
 			return err
 		}
 	}
@@ -183,12 +176,68 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 	if err != nil {
 		return err
 	}
+	a.blocked.Store(nil)
 	a.infof("table %s provisioned (%d statements)", a.cfg.Table, statements)
 	if err := a.cat.RegisterWriter(ctx, a.cfg.Table, catalog.WriterInfo{ID: a.cfg.WriterID, Role: a.cfg.Role}); err != nil {
 		a.warnf("register writer on %s: %v", a.cfg.Table, err)
 	}
 	_, err = a.switchTo(ctx, ts)
 	return err
+}
+
+// desiredFromBatch is the desired table for an absent table created from
+// the first batch: the registry's columns of the rows that carry a registry
+// schema (Config.SchemaMetadata; registryschema.go), first and in their
+// schema's order, then the fields of the other rows, inferred from their
+// values (inferFields), then the reserved columns. A batch no column can be
+// made from is an error saying why (noColumns), or, when every row carries
+// a registry schema, a *refusedBatch failing them alone.
+func (a *authority) desiredFromBatch(batch []Row) (catalog.DesiredTable, error) {
+	known := map[string]bool{}
+	for _, c := range a.reserved {
+		known[typemap.ColumnKey(c.Name)] = true
+	}
+	// Rows carrying a registry schema give their columns its types;
+	// the others' fields are inferred from their values.
+	bs := a.schemasOf(batch)
+	fromRegistry := a.createColumns(bs, known)
+	for _, c := range fromRegistry {
+		known[typemap.ColumnKey(c.Name)] = true
+	}
+	var inferRows []int
+	for i := range batch {
+		if bs.of == nil || bs.of[i] < 0 {
+			inferRows = append(inferRows, i)
+		}
+	}
+	var fields []arrow.Field
+	if len(inferRows) > 0 {
+		var conflicts []string
+		fields, conflicts = inferFields(func(n string) bool { return known[typemap.ColumnKey(n)] }, structured(batch, inferRows))
+		for _, c := range conflicts {
+			a.warnf("table %s: the first batch disagrees on a field's type: %s", a.cfg.Table, c)
+		}
+		fields = a.creatable(fields)
+	}
+	if len(fields) == 0 && len(fromRegistry) == 0 {
+		if rb := a.refuseAll(batch, bs); rb != nil {
+			return catalog.DesiredTable{}, rb
+		}
+		return catalog.DesiredTable{}, a.noColumns(batch, bs)
+	}
+	if len(fromRegistry) == 0 {
+		return a.desiredForCreate(arrow.NewSchema(fields, nil))
+	}
+	cols := slices.Clone(fromRegistry)
+	for _, f := range fields {
+		t, err := typemap.FromArrow(f.Type)
+		if err != nil {
+			return catalog.DesiredTable{}, fmt.Errorf("table %s: column %q: %w", a.cfg.Table, f.Name, err)
+		}
+		cols = append(cols, typemap.Column{Name: typemap.SafeIdentifier(f.Name), Type: t, Nullable: true})
+	}
+	a.infof("table %s: creating it with the registry schema's types: %s", a.cfg.Table, columnsText(fromRegistry))
+	return a.desiredFromColumns(append(cols, a.reserved...)), nil
 }
 
 // drift is the authority's answer to a batch converted on seen whose rows
@@ -262,8 +311,14 @@ func (a *authority) evolve(ctx context.Context, seen *snapshot, batch []Row, err
 	case cur != seen:
 		return cur, nil // someone else evolved the table meanwhile
 	}
-	add := a.columnsToAdd(seen, batch, errs)
-	widen = a.pendingWidenings(widen) // a refusal may have landed meanwhile
+	return a.applyLocked(ctx, seen, a.columnsToAdd(seen, batch, errs), a.pendingWidenings(widen)) // a refusal may have landed meanwhile
+}
+
+// applyLocked adds the columns add and makes the widenings widen on the
+// table of seen, the current snapshot, and installs the new snapshot; seen
+// when nothing was left to change. A change the catalog refuses is
+// remembered and left out, the rest still applied. mu is held.
+func (a *authority) applyLocked(ctx context.Context, seen *snapshot, add []typemap.Column, widen []widening) (*snapshot, error) {
 	for len(add) > 0 || len(widen) > 0 {
 		cols := slices.Clone(seen.columns())
 		for _, wd := range widen {

@@ -5,6 +5,7 @@
 package tablewriter
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -121,6 +122,11 @@ func (w *Writer) Health() TableHealth {
 		p = st.pool
 	case st != nil:
 		th.State, th.Reason = StateUp, "the table does not exist yet: it is created from the first batch"
+		if why := w.schema.blocked.Load(); why != nil {
+			// Nothing of the table's is written until the batches change.
+			th.State = StateRebuilding
+			th.Reason = "the table does not exist yet, and the last batch could not create it: " + errorText(errors.New(*why))
+		}
 		return th
 	default:
 		var cause *error

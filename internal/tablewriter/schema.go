@@ -168,7 +168,9 @@ func (a *authority) createTable(ctx context.Context, d catalog.DesiredTable, wha
 func (a *authority) columnsToAdd(seen *snapshot, batch []Row, errs []arrowconv.RowError) []typemap.Column {
 	var idx []int
 	for _, e := range errs {
-		if errors.Is(e.Err, arrowconv.ErrUnknownField) {
+		// A row carrying its registry schema gets its columns from it
+		// (registryschema.go), never inferred from its values.
+		if errors.Is(e.Err, arrowconv.ErrUnknownField) && !a.carriesSchema(batch, e.Index) {
 			idx = append(idx, e.Index)
 		}
 	}
@@ -265,6 +267,12 @@ func describeChanges(add []typemap.Column, widen []widening) string {
 		parts = append(parts, fmt.Sprintf("messages carry new fields %v: adding columns", names))
 	}
 	for _, wd := range widen {
+		if len(wd.rows) == 0 {
+			// A widening the registry schema asks for (catalog.schema_metadata).
+			parts = append(parts, fmt.Sprintf("the registry schema %s declares field %q as %s: widening column %q %s to it",
+				wd.sample, wd.column, sqlType(wd.to), wd.column, sqlType(wd.from)))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("value %s (message %d) is out of range for column %q %s: widening it to %s",
 			wd.sample, wd.rows[0], wd.column, sqlType(wd.from), sqlType(wd.to)))
 	}

@@ -18,6 +18,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -62,6 +64,20 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	}
 	defer resv.release()
 	if st, err = w.admit(ctx, st, rows); err != nil {
+		var rb *refusedBatch
+		if errors.As(err, &rb) {
+			// Registry schemas no column can be made of: the rows fail
+			// alone, naming why, rather than the batch being held.
+			w.obs.RowErrors(len(rb.errs))
+			return rb.errs, nil
+		}
+		return nil, err
+	}
+	// Rows carrying a registry schema (Config.SchemaMetadata): the table
+	// takes their schema's new fields first, and the rows of a schema it
+	// cannot take fail alone, before conversion.
+	st, schemaErrs, err := w.followSchemas(ctx, st, rows)
+	if err != nil {
 		return nil, err
 	}
 	// With coverage, a row whose source or offset cannot be had fails
@@ -74,7 +90,7 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	var rowErrs []RowError
 	schemaRetries, resubmits := 0, 0
 	for {
-		b, err := w.convert(ctx, st, rows, keyOf, pos, resv)
+		b, err := w.convert(ctx, st, rows, keyOf, pos, schemaErrs, resv)
 		if err == nil {
 			rowErrs, err = w.send(ctx, st.pool, b, pos)
 			b.release()
@@ -116,6 +132,10 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		w.life.progress()
 	}
 	rowErrs = append(rowErrs, posErrs...)
+	for _, i := range slices.Sorted(maps.Keys(schemaErrs)) {
+		rowErrs = append(rowErrs, schemaErrs[i])
+	}
+	explainFramed(rows, rowErrs)
 	w.obs.RowErrors(len(rowErrs))
 	return rowErrs, nil
 }
@@ -205,9 +225,10 @@ func (b *converted) rowErrors(notDurable []RowError) []RowError {
 // corrects the batch's reservation resv to the record's Arrow size. The
 // snapshot in the result is the one the record was converted on; the write
 // path never changes it.
-func (w *Writer) convert(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, pos *positions, resv *reservation) (*converted, error) {
+func (w *Writer) convert(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, pos *positions, refused map[int]RowError, resv *reservation) (*converted, error) {
 	lay := w.layout(st.pool, batch, keyOf)
 	lay.order = pos.without(lay.order, len(batch))
+	lay.order = withoutRows(lay.order, len(batch), refused)
 	res, snap, err := w.convertOn(ctx, st.snap, batch, lay.order)
 	if err == nil && w.cfg.Rescue != "" {
 		res, err = w.rescue(batch, snap.columns(), res, func(edited []Row) (arrowconv.Result, error) {

@@ -138,6 +138,12 @@ type Config struct {
 	// Provision, added): the fields that do not fit go there instead of
 	// failing the row (rescue.go). Empty: none.
 	Rescue string
+	// SchemaMetadata is the metadata key under which messages carry the
+	// registry schema schema_registry_decode stored (the output's
+	// catalog.schema_metadata): with Provision, a table created from such
+	// messages and every column added for them take the registry's types
+	// (registryschema.go). Empty: off, types are inferred from values.
+	SchemaMetadata string
 	// Comment is the table comment asked for (comments policy permitting);
 	// CreateProperties are set on a table this writer creates, never on an
 	// existing one. The coverage table's writer sets both.

@@ -31,13 +31,14 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		ColumnDescriptions: c.ColumnDescriptions,
 		Role:               catalog.Role(c.Role),
 		RecheckInterval:    c.RecheckInterval,
-		Convert:            arrowconv.Options{NestedToString: c.NestedToString, EpochUnit: c.EpochUnit, NTZFromZoned: c.NTZFromZoned},
+		Convert:            arrowconv.Options{NestedToString: c.NestedToString, EpochUnit: c.EpochUnit, NTZFromZoned: c.ntzFromZoned()},
 		Pool:               c.poolConfig(),
 		AckTimeout:         c.AckTimeout,
 		RedescribeTimeout:  c.CloseTimeout,
 		MaxInFlightBytes:   int64(c.MaxInFlightBytes),
 	}
 	wc.Rescue = c.Rescue
+	wc.SchemaMetadata = c.SchemaMetadata
 	if c.CovSource != nil {
 		wc.Coverage = &tablewriter.CoverageConfig{Table: c.CovTable, Position: c.position}
 	}
@@ -180,3 +181,12 @@ func (r redialLog) OnRedial(gen uint64, reason error) {
 	}
 	r.log.Debug(msg)
 }
+
+// ntzFromZoned is whether a time lands in a TIMESTAMP_NTZ column as its UTC
+// wall time: reconcile.timestamp_ntz_from_zoned, or catalog.schema_metadata,
+// since the Avro decoder gives a local timestamp as a time in UTC whose
+// wall clock is the local value (github.com/twmb/avro, Schema.Decode:
+// "local-timestamp-millis/micros/nanos: time.Time (UTC; wall-clock fields
+// encode/decode as if UTC, matching Java's reference impl)"), and such a
+// field's column is a TIMESTAMP_NTZ.
+func (c *outputConfig) ntzFromZoned() bool { return c.NTZFromZoned || c.SchemaMetadata != "" }

@@ -53,6 +53,8 @@ func TestSpecDefaultsAreTheEngines(t *testing.T) {
 	assert.Empty(t, c.ColumnDescriptions, "catalog.column_descriptions")
 	assert.Empty(t, c.DLTable, "dead_letter.table")
 	assert.Nil(t, c.CovSource, "coverage")
+	assert.Empty(t, c.SchemaMetadata, "catalog.schema_metadata: off")
+	assert.False(t, c.ntzFromZoned(), "reconcile.timestamp_ntz_from_zoned: off")
 }
 
 // TestPrintedEmptyDefaultsAreAccepted: the values `create` prints for the

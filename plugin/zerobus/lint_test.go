@@ -60,6 +60,8 @@ func TestLintCorpus(t *testing.T) {
 		{"no ack capacity", map[string]string{"      channel_capacity:": "      channel_capacity: 0"}, 14, "field ack.channel_capacity: must be at least 1, got 0"},
 		{"ack timeout in words", map[string]string{"      timeout:": "      timeout: 5 minutes"}, 15, `field ack.timeout: must be a positive duration such as 30s or 5m, got "5 minutes"`},
 		{"close timeout in words", map[string]string{"    close_timeout:": "    close_timeout: 30 seconds"}, 16, `field close_timeout: must be a positive duration such as 30s or 5m, got "30 seconds"`},
+		{"schema_metadata without provision", map[string]string{"      recheck_interval:": "      recheck_interval: 5m\n      schema_metadata: registry_schema"}, 18, "field catalog.schema_metadata: takes effect only with catalog.provision: true"},
+		{"schema_metadata with surrounding space", map[string]string{"      provision:": "      provision: true\n      warehouse_id: w1\n      schema_metadata: ' registry_schema'"}, 20, `field catalog.schema_metadata: metadata key " registry_schema" has surrounding white space`},
 		{"negative recheck", map[string]string{"      recheck_interval:": "      recheck_interval: -1m"}, 19, "field catalog.recheck_interval: must be a positive duration"},
 		{"plain http to 127.1 (shorthand, refused by run)", map[string]string{"    endpoint:": "    endpoint: http://127.1:50051"}, 5, "field endpoint: plaintext http:// is only allowed for a loopback host (localhost, 127.x.y.z or ::1: the emulator), got 127.1:50051"},
 		{"plain http to a loopback-looking name", map[string]string{"    workspace_url:": "    workspace_url: http://127.0.0.1.example.com:8080"}, 6, "field workspace_url: plaintext http:// is only allowed for a loopback host"},

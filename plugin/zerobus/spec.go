@@ -71,6 +71,7 @@ const (
 	fColumnDescs   = "column_descriptions"
 	fRole          = "role"
 	fRecheck       = "recheck_interval"
+	fSchemaMeta    = "schema_metadata"
 	fTLS           = "tls"
 	fProxyURL      = "proxy_url"
 	fKeepalive     = "keepalive"
@@ -145,6 +146,19 @@ func warehouseLint(fromEnv bool) string {
 	}
 	return `root = if this.provision.or(false) && this.warehouse_id.or("") == "" { [ "field ` + fCatalog + "." + fWarehouseID + `: required when ` + fCatalog + "." + fProvision + ` is true (or set ` + EnvWarehouseID + `)" ] } else { [] }`
 }
+
+// catalogLint is the lint rule of the catalog block: the warehouse rule
+// (warehouseLint), and catalog.schema_metadata only with provisioning,
+// which is what it steers.
+func catalogLint(fromEnv bool) string {
+	return `let warehouse = ` + strings.TrimPrefix(warehouseLint(fromEnv), "root = ") + `
+let schema_metadata = if this.` + fSchemaMeta + `.or("") != "" && !this.provision.or(false) { [ "field ` + fCatalog + "." + fSchemaMeta + `: takes effect only with ` + fCatalog + "." + fProvision + `: true (it sets the types of the columns the output creates and adds); set provision or remove it" ] } else { [] }
+root = $warehouse.concat($schema_metadata)`
+}
+
+// schemaMetaLint is the lint rule of catalog.schema_metadata: a metadata
+// key, without surrounding space (a key " schema" never matches "schema").
+const schemaMetaLint = `root = if this.type() == "string" && this != this.trim() { [ "field ` + fCatalog + "." + fSchemaMeta + `: metadata key " + this.quote() + " has surrounding white space, which no key schema_registry_decode stores has" ] } else { [] }`
 
 // proxyLint is the lint rule of proxy_url: an HTTP CONNECT proxy
 // (ingest.CheckProxyURL says the same at run time).
@@ -344,6 +358,9 @@ func newSpec(warehouseFromEnv bool) *service.ConfigSpec {
 				service.NewBoolField(fWiden).
 					Description("Allow lossless column type widenings when provisioning: a value out of range for a TINYINT, SMALLINT or INT column widens it to the narrowest integer type that holds the batch's values (a FLOAT column to DOUBLE), once, before the rows are written. A table with Iceberg reads on only widens INT to BIGINT and FLOAT to DOUBLE; a refused widening is logged, naming the column, and its rows fail alone. When false such rows fail, naming the column.").
 					Default(false),
+				service.NewStringField(fSchemaMeta).
+					Description("The metadata key under which messages carry their Schema Registry schema, as `schema_registry_decode` stores it (`avro.store_schema_metadata`; compare Redpanda Connect's `iceberg` output `schema_evolution.schema_metadata`). When set, a table the output creates and every column it adds take the registry's types instead of types inferred from values: DECIMAL(p,s), TIMESTAMP or TIMESTAMP_NTZ, DATE, BINARY, STRUCT, ARRAY, MAP<STRING,…>, with the schema's nullability in a created table (columns added later are nullable). A new schema version's field is added as a column before its rows are written; a field the table cannot take (a narrower column, without `widen`; another type; a union of two non-null types) refuses that schema's rows, naming the field, subject, version and schema id, and they go to the dead-letter table. A TIMESTAMP_NTZ value given as a time is stored as its UTC wall time (`reconcile.timestamp_ntz_from_zoned` is on), as the Avro decoder gives a local timestamp. Messages without the key are inferred as before. Needs `provision`. Mapping: docs/schema-registry.md. Empty (the default): off.").
+					Default("").LintRule(schemaMetaLint),
 				service.NewStringEnumField(fCommentsPol, "respect", "restore").
 					Description("What to do with a managed column comment a human has edited: keep the edit (`respect`) or write the contract's text back (`restore`).").
 					Default(string(catalog.PolicyRespect)),
@@ -360,7 +377,7 @@ func newSpec(warehouseFromEnv bool) *service.ConfigSpec {
 					Description("How often the primary-raw preconditions are re-checked (a table property can change under a running pipeline).").
 					Default(durationDefault(tablewriter.DefaultRecheckInterval)).LintRule(lintrule.Duration(fCatalog+"."+fRecheck)),
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
-				LintRule(warehouseLint(warehouseFromEnv)),
+				LintRule(catalogLint(warehouseFromEnv)),
 		).
 		LintRule(plaintextLint).
 		Example("Quickstart against the local emulator",
@@ -456,6 +473,7 @@ type outputConfig struct {
 	ColumnDescriptions map[string]string
 	Role               string
 	RecheckInterval    time.Duration
+	SchemaMetadata     string
 
 	// batchingDefaulted says how Batching was derived, for the start-up log.
 	batchingDefaulted string
@@ -527,6 +545,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	str(&c.CommentsPolicy, fCatalog, fCommentsPol)
 	str(&c.Role, fCatalog, fRole)
 	duration(&c.RecheckInterval, fCatalog, fRecheck)
+	str(&c.SchemaMetadata, fCatalog, fSchemaMeta)
 	if err != nil {
 		return nil, err
 	}
@@ -758,7 +777,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"compression", c.Compression,
 		"reconcile.nested_to_string", c.NestedToString,
 		"reconcile.timestamp_epoch_unit", c.EpochUnit,
-		"reconcile.timestamp_ntz_from_zoned", c.NTZFromZoned,
+		"reconcile.timestamp_ntz_from_zoned", c.ntzFromZoned(),
 		"close_timeout", c.CloseTimeout.String(),
 		"workspace_timeout", c.WSTimeout.String(),
 		"credentials", c.credSource,
@@ -770,6 +789,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"catalog.column_descriptions", len(c.ColumnDescriptions),
 		"catalog.role", c.Role,
 		"catalog.recheck_interval", c.RecheckInterval.String(),
+		"catalog.schema_metadata", c.SchemaMetadata,
 	}
 	if c.DLTable != "" {
 		// include_payload means nothing without a dead-letter table: logged

@@ -348,3 +348,18 @@ func TestInterpolatedTableStreamsMin(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, c.StreamsMin)
 }
+
+// catalog.schema_metadata reaches the writer, turns the UTC wall time of
+// times in TIMESTAMP_NTZ columns on (the Avro decoder's local timestamps),
+// and is logged at start-up.
+func TestConfigSchemaMetadata(t *testing.T) {
+	c, err := parseYAML(t, minimalYAML+"catalog:\n  provision: true\n  warehouse_id: w1\n  schema_metadata: registry_schema\n")
+	require.NoError(t, err)
+	wc, err := c.writerConfig("w")
+	require.NoError(t, err)
+	assert.Equal(t, "registry_schema", wc.SchemaMetadata)
+	assert.True(t, wc.Convert.NTZFromZoned)
+	line := knobsLine(c.knobs(1))
+	assert.Contains(t, line, "catalog.schema_metadata=registry_schema")
+	assert.Contains(t, line, "reconcile.timestamp_ntz_from_zoned=true")
+}

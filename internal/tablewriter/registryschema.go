@@ -1,0 +1,260 @@
+// The registry schemas a batch carries (Config.SchemaMetadata, the
+// output's catalog.schema_metadata): read from each message's metadata, as
+// schema_registry_decode stores them, parsed once per fingerprint, and
+// mapped onto columns (typemap.FromCommonSchema). What the table does with
+// them is registryfit.go.
+
+package tablewriter
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/commonschema"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// ErrRegistrySchema is the class of a row refused because its table cannot
+// take a field of the registry schema it carries.
+var ErrRegistrySchema = errors.New("the table cannot take the registry schema")
+
+// The metadata schema_registry_decode sets beside the schema, named in
+// refusals.
+const (
+	MetaSchemaID      = "schema_id"
+	MetaSchemaSubject = "schema_subject"
+	MetaSchemaVersion = "schema_version"
+)
+
+// metaRow is a row with metadata: *service.Message.
+type metaRow interface {
+	MetaGetMut(key string) (any, bool)
+}
+
+// registryField is a top-level field of a registry schema as a column.
+type registryField struct {
+	name     string // as the schema names it
+	column   string // its column name (typemap.SafeIdentifier)
+	t        typemap.Type
+	nullable bool
+	err      error // why the field has no column type; t is unset then
+}
+
+// registrySchema is a parsed registry schema: its fields as columns, or why
+// it cannot be a row at all. Shared by every batch that carries it; never
+// changed once made.
+type registrySchema struct {
+	fields []registryField
+	err    error
+}
+
+// compileSchema maps a parsed schema (err: why it could not be parsed) onto
+// its columns.
+func compileSchema(s *commonschema.Schema, err error) *registrySchema {
+	if err != nil {
+		return &registrySchema{err: err}
+	}
+	if s.Type != commonschema.Object {
+		return &registrySchema{err: fmt.Errorf("the schema is a %v, not a record: a table row needs named fields", s.Type)}
+	}
+	rs := &registrySchema{}
+	seen := map[string]string{}
+	for i := range s.Children {
+		c := &s.Children[i]
+		f := registryField{name: c.Name, column: typemap.SafeIdentifier(c.Name)}
+		key := strings.ToLower(f.column)
+		if prev, dup := seen[key]; dup {
+			return &registrySchema{err: fmt.Errorf("fields %q and %q are one column %q under the column-name rule", prev, c.Name, f.column)}
+		}
+		seen[key] = c.Name
+		f.t, f.nullable, f.err = typemap.FromCommonSchema(c)
+		if errors.Is(f.err, typemap.ErrNullOnly) {
+			continue // always null: no column, as for an inferred field
+		}
+		rs.fields = append(rs.fields, f)
+	}
+	return rs
+}
+
+// maxCachedSchemas bounds the parsed schemas a writer keeps: a topic has a
+// handful of schema versions; a bound met is cleared and parsed again.
+const maxCachedSchemas = 256
+
+// schemaCache holds parsed registry schemas by fingerprint, so that a batch
+// parses each of its schemas once, not once per message.
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]*registrySchema
+}
+
+// get returns the parsed schema of metadata value v: the serialised common
+// schema (a map, as schema_registry_decode stores it) or its JSON text (a
+// string or bytes, as a metadata value read back from a Kafka header is).
+func (c *schemaCache) get(v any) *registrySchema {
+	var key string
+	switch x := v.(type) {
+	case map[string]any:
+		key, _ = x["fingerprint"].(string)
+	case string:
+		key = x
+	case []byte:
+		key = string(x)
+	}
+	if key != "" {
+		c.mu.Lock()
+		s, ok := c.m[key]
+		c.mu.Unlock()
+		if ok {
+			return s
+		}
+	}
+	s := parseSchemaValue(v)
+	if key != "" {
+		c.mu.Lock()
+		if c.m == nil || len(c.m) >= maxCachedSchemas {
+			c.m = map[string]*registrySchema{}
+		}
+		c.m[key] = s
+		c.mu.Unlock()
+	}
+	return s
+}
+
+func parseSchemaValue(v any) *registrySchema {
+	var text []byte
+	switch x := v.(type) {
+	case string:
+		text = []byte(x)
+	case []byte:
+		text = x
+	}
+	if text != nil {
+		d := json.NewDecoder(bytes.NewReader(text))
+		d.UseNumber()
+		var decoded any
+		if err := d.Decode(&decoded); err != nil {
+			return &registrySchema{err: fmt.Errorf("not a serialised common schema: %w", err)}
+		}
+		v = decoded
+	}
+	s, err := commonschema.Parse(v)
+	return compileSchema(&s, err)
+}
+
+// batchSchemas are the registry schemas of a batch: the distinct ones, and
+// each row's (an index into schemas, -1 for a row without one).
+type batchSchemas struct {
+	schemas []*registrySchema
+	of      []int
+}
+
+func (b batchSchemas) rowsOf(k int) []int {
+	var out []int
+	for i, s := range b.of {
+		if s == k {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// schemaValue is the registry schema row i of batch carries in its metadata.
+func (a *authority) schemaValue(batch []Row, i int) (any, bool) {
+	if a.cfg.SchemaMetadata == "" || i < 0 || i >= len(batch) {
+		return nil, false
+	}
+	m, ok := batch[i].(metaRow)
+	if !ok {
+		return nil, false
+	}
+	return m.MetaGetMut(a.cfg.SchemaMetadata)
+}
+
+// carriesSchema reports whether row i of batch carries a registry schema:
+// its columns then come from that schema, never from its values.
+func (a *authority) carriesSchema(batch []Row, i int) bool {
+	_, ok := a.schemaValue(batch, i)
+	return ok
+}
+
+// schemasOf reads the registry schemas of batch; none without
+// SchemaMetadata or when no row carries one.
+func (a *authority) schemasOf(batch []Row) batchSchemas {
+	var bs batchSchemas
+	if a.cfg.SchemaMetadata == "" {
+		return bs
+	}
+	// The rows of a batch mostly carry one schema: a row whose schema has
+	// the previous row's fingerprint takes its index without the cache.
+	lastFP, last := "", -1
+	for i := range batch {
+		v, ok := a.schemaValue(batch, i)
+		if !ok {
+			if bs.of != nil {
+				bs.of[i] = -1
+			}
+			continue
+		}
+		if bs.of == nil {
+			bs.of = make([]int, len(batch))
+			for k := range i {
+				bs.of[k] = -1
+			}
+		}
+		fp := ""
+		if m, ok := v.(map[string]any); ok {
+			fp, _ = m["fingerprint"].(string)
+		}
+		if fp != "" && fp == lastFP {
+			bs.of[i] = last
+			continue
+		}
+		s := a.schemas.get(v)
+		k := slices.Index(bs.schemas, s)
+		if k < 0 {
+			k = len(bs.schemas)
+			bs.schemas = append(bs.schemas, s)
+		}
+		bs.of[i] = k
+		lastFP, last = fp, k
+	}
+	return bs
+}
+
+// schemaOrigin names the registry schema row i carries, from the metadata
+// schema_registry_decode sets beside it: `subject "orders-value" version 2
+// (schema id 7)`, with what of it is there.
+func (a *authority) schemaOrigin(batch []Row, i int) string {
+	m, ok := batch[i].(metaRow)
+	if !ok {
+		return fmt.Sprintf("the registry schema in metadata %q", a.cfg.SchemaMetadata)
+	}
+	get := func(k string) string {
+		v, ok := m.MetaGetMut(k)
+		if !ok || v == nil {
+			return ""
+		}
+		return fmt.Sprint(v)
+	}
+	subject, version, id := get(MetaSchemaSubject), get(MetaSchemaVersion), get(MetaSchemaID)
+	var parts []string
+	if subject != "" {
+		parts = append(parts, fmt.Sprintf("subject %q", subject))
+	}
+	if version != "" {
+		parts = append(parts, "version "+version)
+	}
+	s := "the registry schema"
+	if len(parts) > 0 {
+		s += " of " + strings.Join(parts, " ")
+	}
+	if id != "" {
+		s += " (schema id " + id + ")"
+	}
+	return s
+}

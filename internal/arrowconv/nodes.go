@@ -43,11 +43,15 @@ type node interface {
 // share one.
 type state struct {
 	scanner
-	root           *structNode
-	num            []byte
-	text           []byte // spells structured numbers for the text parsers
-	fold           []byte
-	keySet         map[string]struct{}
+	root   *structNode
+	num    []byte
+	text   []byte // spells structured numbers for the text parsers
+	fold   []byte
+	keySet map[string]struct{}
+	// avroPlans holds the Avro plans bound to this state's nodes, and
+	// avroEntries the map entries being read (see AvroPlan).
+	avroPlans      map[*AvroPlan]avroFn
+	avroEntries    []avroEntry
 	emitUS         int64
 	epochExp       int
 	nestedToString bool
@@ -196,6 +200,9 @@ func (b *base) null(st *state, n node) error {
 	}
 	return b.nullValue(n)
 }
+
+// sqlName is the column's SQL type name, for messages.
+func (b *base) sqlName() string { return b.name }
 
 func (b *base) nullValue(n node) error {
 	if !b.nullable {

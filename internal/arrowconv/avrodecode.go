@@ -52,8 +52,10 @@ var errAvroPlanConverter = kerr(ErrInvalidValue, "arrowconv: an AvroPlan compile
 
 // decodeAvro appends one Avro record value as a row.
 func (st *state) decodeAvro(fn avroFn, body []byte) error {
-	r := avroReader{b: body}
-	if err := fn(st, &r); err != nil {
+	r := &st.avro
+	*r = avroReader{b: body}
+	defer func() { r.b = nil }() // keep no message alive in an idle state
+	if err := fn(st, r); err != nil {
 		return err
 	}
 	if r.pos != len(r.b) {

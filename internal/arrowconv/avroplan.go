@@ -637,42 +637,56 @@ func (b *avroBinder) mapValue(s *avro.SchemaNode, n node, path string) (avroFn, 
 	}
 	return func(st *state, r *avroReader) error {
 		base := len(st.avroEntries)
-		defer func() { st.avroEntries = st.avroEntries[:base] }()
-		for {
-			count, err := r.blockCount()
-			if err != nil {
-				return err
-			}
-			if count == 0 {
-				break
-			}
-			for range count {
-				k, err := r.bytes()
-				if err != nil {
-					return err
-				}
-				start := r.pos
-				if err := skip(r); err != nil {
-					return at(keySeg(k), err)
-				}
-				st.avroEntries = append(st.avroEntries, avroEntry{key: k, start: start, end: r.pos})
-			}
-		}
-		ents := sortEntries(st.avroEntries[base:])
-		for _, e := range ents {
-			if !validUTF8(e.key) {
-				return at(keySeg(e.key), kerr(ErrInvalidValue, "invalid UTF-8 in map key"))
-			}
-			if err := keys.addKey(st, e.key); err != nil {
-				return at(keySeg(e.key), err)
-			}
-			sub := avroReader{b: r.b[:e.end], pos: e.start}
-			if err := vals(st, &sub); err != nil {
-				return at(keySeg(e.key), err)
-			}
+		err := readMap(st, r, skip, keys, vals)
+		st.avroEntries = st.avroEntries[:base]
+		if err != nil {
+			return err
 		}
 		return mn.commit(st)
 	}, nil
+}
+
+// readMap reads a map's entries, then appends them in key order, the last
+// of duplicate keys kept; its entries use st.avroEntries past their length
+// on entry, which the caller restores.
+func readMap(st *state, r *avroReader, skip avroSkipFn, keys *strNode, vals avroFn) error {
+	base := len(st.avroEntries)
+	for {
+		count, err := r.blockCount()
+		if err != nil {
+			return err
+		}
+		if count == 0 {
+			break
+		}
+		for range count {
+			k, err := r.bytes()
+			if err != nil {
+				return err
+			}
+			start := r.pos
+			if err := skip(r); err != nil {
+				return at(keySeg(k), err)
+			}
+			st.avroEntries = append(st.avroEntries, avroEntry{key: k, start: start, end: r.pos})
+		}
+	}
+	all, end := r.b, r.pos
+	defer func() { r.b, r.pos = all, end }()
+	for _, e := range sortEntries(st.avroEntries[base:]) {
+		if !validUTF8(e.key) {
+			return at(keySeg(e.key), kerr(ErrInvalidValue, "invalid UTF-8 in map key"))
+		}
+		if err := keys.addKey(st, e.key); err != nil {
+			return at(keySeg(e.key), err)
+		}
+		// The value is read again where skip found it.
+		r.b, r.pos = all[:e.end], e.start
+		if err := vals(st, r); err != nil {
+			return at(keySeg(e.key), err)
+		}
+	}
+	return nil
 }
 
 // avroSkip returns a reader that steps over one value of s; only the

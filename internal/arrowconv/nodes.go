@@ -52,6 +52,7 @@ type state struct {
 	// avroEntries the map entries being read (see AvroPlan).
 	avroPlans      map[*AvroPlan]avroFn
 	avroEntries    []avroEntry
+	avro           avroReader // the value being read
 	emitUS         int64
 	epochExp       int
 	nestedToString bool

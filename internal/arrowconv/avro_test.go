@@ -259,7 +259,16 @@ func (p avroSlowPath) convert(c *Converter, bodies [][]byte) (Result, error) {
 		v, err := p.decode(b)
 		rows[i] = decodedAvro{v: v, err: err}
 	}
-	return c.ConvertStructured(rows)
+	res, err := c.ConvertStructured(rows)
+	// A value the codec cannot decode fails with the codec's error (the
+	// processor would fail the message so), not as a structured message
+	// that could not be read.
+	for k, re := range res.RowErrors {
+		if derr := rows[re.Index].(decodedAvro).err; derr != nil {
+			res.RowErrors[k].Err = kerr(ErrInvalidValue, "%v", derr)
+		}
+	}
+	return res, err
 }
 
 // decodedAvro is a message the codec decoded, or failed to.

@@ -92,10 +92,11 @@ type avroBinder struct {
 }
 
 func notPlanned(path string, format string, args ...any) error {
-	if path == "" {
-		path = "the record"
+	what := "the record"
+	if path != "" {
+		what = fmt.Sprintf("field %q", path)
 	}
-	return fmt.Errorf("%w: %s: %s", ErrAvroNotPlanned, path, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s: %s", ErrAvroNotPlanned, what, fmt.Sprintf(format, args...))
 }
 
 func joinPath(path, name string) string {

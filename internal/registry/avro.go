@@ -30,15 +30,9 @@ type avroCodec struct {
 // newAvroCodec parses s's references, depth first, into one schema cache and
 // then s itself, so that the named types the references define resolve.
 func newAvroCodec(s Schema, o AvroOptions) (Codec, error) {
-	custom := avroLogicalTypes(o)
-	var cache avro.SchemaCache
-	seen := map[string]bool{}
-	if err := parseAvroReferences(&cache, s.References, custom, seen); err != nil {
-		return nil, fmt.Errorf("schema %d: %w", s.ID, err)
-	}
-	parsed, err := cache.Parse(s.Text, custom...)
+	parsed, err := parseAvro(s, avroLogicalTypes(o))
 	if err != nil {
-		return nil, fmt.Errorf("schema %d: parsing the Avro schema: %w", s.ID, err)
+		return nil, err
 	}
 	common, err := avroCommonSchema(parsed.Root(), o)
 	if err != nil {
@@ -49,6 +43,32 @@ func newAvroCodec(s Schema, o AvroOptions) (Codec, error) {
 		c.opts = []avro.Opt{avro.TaggedUnions()}
 	}
 	return c, nil
+}
+
+// parseAvro parses s after its references, with the custom types given.
+func parseAvro(s Schema, custom []avro.SchemaOpt) (*avro.Schema, error) {
+	var cache avro.SchemaCache
+	seen := map[string]bool{}
+	if err := parseAvroReferences(&cache, s.References, custom, seen); err != nil {
+		return nil, fmt.Errorf("schema %d: %w", s.ID, err)
+	}
+	parsed, err := cache.Parse(s.Text, custom...)
+	if err != nil {
+		return nil, fmt.Errorf("schema %d: parsing the Avro schema: %w", s.ID, err)
+	}
+	return parsed, nil
+}
+
+// AvroSchemaNode returns the tree of the Avro schema s (with avro.Schema's
+// Root), every named type its references define expanded in place: what
+// arrowconv.Converter.CompileAvro matches to a table's columns for the Avro
+// fast path.
+func AvroSchemaNode(s Schema) (*avro.SchemaNode, error) {
+	parsed, err := parseAvro(s, nil)
+	if err != nil {
+		return nil, err
+	}
+	return parsed.Root().ExpandReferences(), nil
 }
 
 // parseAvroReferences parses each reference after its own references. A

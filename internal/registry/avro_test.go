@@ -446,3 +446,30 @@ func TestAvroConcurrentDecode(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 }
+
+// The schema tree for the Avro fast path has the named types of the
+// references expanded in place.
+func TestAvroSchemaNodeExpandsReferences(t *testing.T) {
+	money := `{"type":"record","name":"Money","namespace":"common","fields":[{"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},{"name":"cur","type":"common.Currency"}]}`
+	currency := `{"type":"enum","name":"Currency","namespace":"common","symbols":["EUR","USD"]}`
+	order := `{"type":"record","name":"Order","fields":[{"name":"total","type":"common.Money"},{"name":"tip","type":["null","common.Money"]}]}`
+	currencyRef := Reference{Name: "common.Currency", Schema: Schema{ID: 1, Text: currency, Subject: "currency", Version: 1}}
+	root, err := AvroSchemaNode(Schema{ID: 3, Text: order, References: []Reference{
+		currencyRef,
+		{Name: "common.Money", Schema: Schema{ID: 2, Text: money, Subject: "money", Version: 1, References: []Reference{currencyRef}}},
+	}})
+	require.NoError(t, err)
+	require.Len(t, root.Fields, 2)
+	total := root.Fields[0].Type
+	assert.Equal(t, "record", total.Type)
+	require.Len(t, total.Fields, 2)
+	assert.Equal(t, "decimal", total.Fields[0].Type.LogicalType)
+	assert.Equal(t, "enum", total.Fields[1].Type.Type)
+	assert.Equal(t, []string{"EUR", "USD"}, total.Fields[1].Type.Symbols)
+	tip := root.Fields[1].Type
+	require.Len(t, tip.Branches, 2)
+	assert.Equal(t, "record", tip.Branches[1].Type, "a second use of a named type is expanded too")
+
+	_, err = AvroSchemaNode(Schema{ID: 9, Text: order})
+	assert.ErrorContains(t, err, "schema 9")
+}

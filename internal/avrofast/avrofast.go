@@ -1,0 +1,162 @@
+// Package avrofast converts batches of Schema Registry framed Avro values
+// into the zerobus output's Arrow records without a Go value per row: it
+// fetches each schema once (through a SchemaSource, the registry client's
+// job), matches it to the table's columns once (arrowconv.CompileAvro) and
+// reads each value's bytes straight into the column buffers
+// (arrowconv.ConvertAvro).
+//
+// A batch it cannot take whole (not every value framed with one Avro schema
+// id, or a schema the fast path does not plan) is left to the general path,
+// which gives the same record: Convert then reports ok false.
+package avrofast
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
+)
+
+// SchemaSource gives a registry schema by id, its references resolved: the
+// schema_registry_decode processor's registry client satisfies it.
+type SchemaSource interface {
+	Schema(ctx context.Context, id int) (registry.Schema, error)
+}
+
+// Options are the codec options of the general path a failing row is
+// redone with: the shapes the fast path lands (preserve_logical_types and
+// raw_unions on), so that a redone row lands as the fast path would have
+// landed it.
+var Options = registry.Options{Avro: registry.AvroOptions{PreserveLogicalTypes: true, RawUnions: true}}
+
+// maxPlans bounds the plans kept: one per (table schema, registry schema)
+// pair met, so a table that evolves or a topic of many schema versions does
+// not grow it without end. When full it is emptied (plans are cheap to
+// make again).
+const maxPlans = 256
+
+// Path is the fast path for one output. It is safe for concurrent use.
+type Path struct {
+	src SchemaSource
+
+	mu    sync.Mutex
+	plans map[planKey]*plan
+}
+
+type planKey struct {
+	conv *arrowconv.Converter
+	id   int
+}
+
+// plan is one schema matched to one converter, or why it is not planned.
+type plan struct {
+	avro  *arrowconv.AvroPlan
+	codec registry.Codec
+	why   error // not nil: the general path takes this schema's batches
+}
+
+// New returns the fast path fetching schemas from src.
+func New(src SchemaSource) *Path {
+	return &Path{src: src, plans: map[planKey]*plan{}}
+}
+
+// Framed reports the schema id of a value in the Confluent wire format
+// (magic byte 0, a 4-byte big-endian schema id, the encoded value;
+// https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format).
+func Framed(v []byte) (int, bool) {
+	if len(v) < 5 || v[0] != 0 {
+		return 0, false
+	}
+	return int(binary.BigEndian.Uint32(v[1:5])), true
+}
+
+// Convert converts values, each a whole framed value, on conv when they are
+// all framed with one Avro schema id that the fast path plans for conv's
+// table; ok false means the batch is the general path's (nothing was
+// converted). A registry failure to give the schema is the error return,
+// so the caller holds the batch and tries again.
+func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values [][]byte) (res arrowconv.Result, ok bool, err error) {
+	if len(values) == 0 {
+		return arrowconv.Result{}, false, nil
+	}
+	id, framed := Framed(values[0])
+	if !framed {
+		return arrowconv.Result{}, false, nil
+	}
+	for _, v := range values[1:] {
+		if vid, f := Framed(v); !f || vid != id {
+			return arrowconv.Result{}, false, nil
+		}
+	}
+	pl, err := p.plan(ctx, conv, id)
+	if err != nil || pl.why != nil {
+		return arrowconv.Result{}, false, err
+	}
+	bodies := make([][]byte, len(values))
+	for i, v := range values {
+		bodies[i] = v[5:]
+	}
+	res, err = conv.ConvertAvro(pl.avro, bodies, func(body []byte) (any, error) {
+		v, _, err := pl.codec.Decode(body)
+		return v, err
+	})
+	return res, err == nil, err
+}
+
+// Why says why batches of schema id on conv take the general path; nil
+// when they take the fast path or the schema has not been met.
+func (p *Path) Why(conv *arrowconv.Converter, id int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pl := p.plans[planKey{conv, id}]; pl != nil {
+		return pl.why
+	}
+	return nil
+}
+
+func (p *Path) plan(ctx context.Context, conv *arrowconv.Converter, id int) (*plan, error) {
+	key := planKey{conv, id}
+	p.mu.Lock()
+	pl := p.plans[key]
+	p.mu.Unlock()
+	if pl != nil {
+		return pl, nil
+	}
+	s, err := p.src.Schema(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("schema id %d: %w", id, err)
+	}
+	pl = makePlan(conv, s)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.plans) >= maxPlans {
+		clear(p.plans)
+	}
+	p.plans[key] = pl
+	return pl, nil
+}
+
+var errNotAvro = errors.New("not an Avro schema")
+
+func makePlan(conv *arrowconv.Converter, s registry.Schema) *plan {
+	if s.Format != registry.Avro && s.Format != "" {
+		return &plan{why: fmt.Errorf("schema %d: %w (%s)", s.ID, errNotAvro, s.Format)}
+	}
+	codec, err := registry.NewCodec(s, Options)
+	if err != nil {
+		return &plan{why: err}
+	}
+	root, err := registry.AvroSchemaNode(s)
+	if err != nil {
+		return &plan{why: err}
+	}
+	ap, err := conv.CompileAvro(root)
+	if err != nil {
+		return &plan{why: fmt.Errorf("schema %d: %w", s.ID, err)}
+	}
+	return &plan{avro: ap, codec: codec}
+}

@@ -1,0 +1,191 @@
+package avrofast
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+)
+
+// clientSource is a SchemaSource over franz-go's registry client, counting
+// fetches (the processor's client, with references and a cache, takes its
+// place in the output).
+type clientSource struct {
+	cl      *sr.Client
+	fetches atomic.Int32
+}
+
+func (s *clientSource) Schema(ctx context.Context, id int) (registry.Schema, error) {
+	s.fetches.Add(1)
+	got, err := s.cl.SchemaByID(ctx, id)
+	if err != nil {
+		return registry.Schema{}, err
+	}
+	f := registry.Avro
+	switch got.Type {
+	case sr.TypeProtobuf:
+		f = registry.Protobuf
+	case sr.TypeJSON:
+		f = registry.JSONSchema
+	}
+	return registry.Schema{ID: id, Format: f, Text: got.Schema}, nil
+}
+
+const orderSchema = `{"type":"record","name":"Order","fields":[
+ {"name":"id","type":"long"},
+ {"name":"sku","type":["null","string"]},
+ {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}},
+ {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}
+]}`
+
+const orderDefs = "id BIGINT NOT NULL, sku STRING, amount DECIMAL(10,2), at TIMESTAMP"
+
+type enc []byte
+
+func (e enc) long(v int64) enc   { return binary.AppendUvarint(e, uint64(v<<1)^uint64(v>>63)) }
+func (e enc) str(s string) enc   { return append(e.long(int64(len(s))), s...) }
+func (e enc) bytes(b []byte) enc { return append(e.long(int64(len(b))), b...) }
+
+// frame puts the registry's header before an Avro body.
+func frame(id int, body []byte) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(id)), body...)
+}
+
+func order(i int) []byte {
+	var e enc
+	e = e.long(int64(i))
+	if i%4 == 0 {
+		e = e.long(0)
+	} else {
+		e = e.long(1).str(fmt.Sprintf("sku-%d", i))
+	}
+	cents := int64(i*137 - 500)
+	e = e.bytes([]byte{byte(cents >> 8), byte(cents)})
+	return e.long(1_700_000_000_000 + int64(i))
+}
+
+type fixture struct {
+	src  *clientSource
+	conv *arrowconv.Converter
+	id   int
+}
+
+func newFixture(t *testing.T, schemas ...string) (*fixture, []int) {
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	require.NoError(t, err)
+	var ids []int
+	for k, s := range schemas {
+		typ := sr.TypeAvro
+		if s[0] != '{' {
+			typ, s = sr.TypeJSON, s[1:]
+		}
+		ss, err := cl.CreateSchema(context.Background(), fmt.Sprintf("s%d-value", k), sr.Schema{Schema: s, Type: typ})
+		require.NoError(t, err)
+		ids = append(ids, ss.ID)
+	}
+	cols, err := typemap.ParseColumns(orderDefs)
+	require.NoError(t, err)
+	conv, err := arrowconv.New(cols, arrowconv.Options{})
+	require.NoError(t, err)
+	return &fixture{src: &clientSource{cl: cl}, conv: conv}, ids
+}
+
+// slowPath is the processor path: the codec's decode, then
+// ConvertStructured.
+func slowPath(t *testing.T, conv *arrowconv.Converter, schema string, values [][]byte) arrowconv.Result {
+	codec, err := registry.NewCodec(registry.Schema{ID: 1, Format: registry.Avro, Text: schema}, Options)
+	require.NoError(t, err)
+	rows := make([]arrowconv.StructuredRow, len(values))
+	for i, v := range values {
+		d, _, err := codec.Decode(v[5:])
+		require.NoError(t, err)
+		rows[i] = structured{d}
+	}
+	res, err := conv.ConvertStructured(rows)
+	require.NoError(t, err)
+	return res
+}
+
+type structured struct{ v any }
+
+func (r structured) AsBytes() ([]byte, error)   { return nil, errors.New("structured only") }
+func (r structured) HasStructured() bool        { return true }
+func (r structured) AsStructured() (any, error) { return r.v, nil }
+
+// A batch framed with one Avro schema converts on the fast path into the
+// processor path's record, and the schema is fetched once.
+func TestConvertFramedBatch(t *testing.T) {
+	f, ids := newFixture(t, orderSchema)
+	p := New(f.src)
+	values := make([][]byte, 100)
+	for i := range values {
+		values[i] = frame(ids[0], order(i))
+	}
+	for range 3 {
+		res, ok, err := p.Convert(context.Background(), f.conv, values)
+		require.NoError(t, err)
+		require.True(t, ok)
+		want := slowPath(t, f.conv, orderSchema, values)
+		assert.Empty(t, res.RowErrors)
+		assert.True(t, array.RecordEqual(want.Record, res.Record))
+		assert.Equal(t, want.SourceIndex, res.SourceIndex)
+		res.Record.Release()
+		want.Record.Release()
+	}
+	assert.EqualValues(t, 1, f.src.fetches.Load())
+
+	// A bad value fails only its row, naming it.
+	values[7] = values[7][:8]
+	res, ok, err := p.Convert(context.Background(), f.conv, values)
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer res.Record.Release()
+	require.Len(t, res.RowErrors, 1)
+	assert.Equal(t, 7, res.RowErrors[0].Index)
+	assert.EqualValues(t, 99, res.Record.NumRows())
+}
+
+// What the fast path does not take whole is left to the general path,
+// converting nothing.
+func TestConvertLeavesOtherBatches(t *testing.T) {
+	wide := `{"type":"record","name":"Order","fields":[{"name":"id","type":["long","string"]}]}`
+	f, ids := newFixture(t, orderSchema, wide, `J{"type":"object","properties":{"id":{"type":"integer"}}}`)
+	p := New(f.src)
+	ctx := context.Background()
+	for name, values := range map[string][][]byte{
+		"JSON values":             {[]byte(`{"id":1}`)},
+		"two schema ids":          {frame(ids[0], order(1)), frame(ids[1], enc{}.long(0).long(3))},
+		"a value not framed":      {frame(ids[0], order(1)), []byte(`{"id":2}`)},
+		"a schema it cannot plan": {frame(ids[1], enc{}.long(0).long(3))},
+		"a JSON Schema":           {frame(ids[2], []byte(`{"id":1}`))},
+		"no values":               nil,
+	} {
+		_, ok, err := p.Convert(ctx, f.conv, values)
+		require.NoError(t, err, name)
+		assert.False(t, ok, name)
+	}
+	assert.ErrorIs(t, p.Why(f.conv, ids[1]), arrowconv.ErrAvroNotPlanned)
+	assert.ErrorContains(t, p.Why(f.conv, ids[1]), `"id"`)
+	assert.ErrorIs(t, p.Why(f.conv, ids[2]), errNotAvro)
+	assert.NoError(t, p.Why(f.conv, ids[0]))
+
+	// An id the registry does not know is an error: the caller holds the
+	// batch (or dead-letters it) rather than guessing.
+	_, ok, err := p.Convert(ctx, f.conv, [][]byte{frame(4242, order(1))})
+	assert.False(t, ok)
+	assert.ErrorContains(t, err, "schema id 4242")
+}

@@ -277,7 +277,7 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 		}
 	}
 	for round := 0; ; round++ {
-		res, err := snap.conv.ConvertStructured(rows)
+		res, err := w.convertRows(ctx, snap, rows)
 		if err != nil {
 			return res, snap, fmt.Errorf("convert batch for %s: %w", w.cfg.Table, err)
 		}
@@ -302,6 +302,42 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 		}
 		snap = next
 	}
+}
+
+// convertRows converts rows on snap: on the Avro fast path when it is on and
+// takes them, the general path otherwise. The fast path's error (the
+// registry did not give the schema) fails the batch, which is held and
+// written again.
+func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (arrowconv.Result, error) {
+	if w.cfg.Avro != nil {
+		if values := framedValues(rows); values != nil {
+			res, ok, err := w.cfg.Avro.Convert(ctx, snap.conv, values)
+			if err != nil || ok {
+				return res, err
+			}
+		}
+	}
+	return snap.conv.ConvertStructured(rows)
+}
+
+// framedValues returns the bytes of rows when every one is a
+// registry-framed value not yet decoded; nil otherwise.
+func framedValues(rows []Row) [][]byte {
+	values := make([][]byte, len(rows))
+	for i, r := range rows {
+		if r.HasStructured() {
+			return nil
+		}
+		b, err := r.AsBytes()
+		if err != nil {
+			return nil
+		}
+		if _, ok := registryFramed(b); !ok {
+			return nil
+		}
+		values[i] = b
+	}
+	return values
 }
 
 // oversized returns, by record row, the row errors of the converted rows

@@ -41,6 +41,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/avrofast"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
@@ -102,6 +103,11 @@ type Config struct {
 	RecheckInterval time.Duration
 	// Convert tunes the converter.
 	Convert arrowconv.Options
+	// Avro, when set, converts a batch of Schema Registry framed Avro
+	// values with one schema id straight from their bytes (the Avro fast
+	// path, avrofast); every other batch, and one whose schema the fast
+	// path does not plan, takes the general path. Nil: off.
+	Avro *avrofast.Path
 	// Pool sizes and tunes the stream pool.
 	Pool pool.Config
 	// AckTimeout bounds the wait for one batch to be durable; past it the

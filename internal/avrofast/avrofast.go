@@ -22,9 +22,9 @@ import (
 )
 
 // SchemaSource gives a registry schema by id, its references resolved: the
-// schema_registry_decode processor's registry client satisfies it.
+// schema_registry_decode processor's registry client (its Fetch) is one.
 type SchemaSource interface {
-	Schema(ctx context.Context, id int) (registry.Schema, error)
+	Fetch(ctx context.Context, id int) (registry.Schema, error)
 }
 
 // Options are the codec options of the general path a failing row is
@@ -126,7 +126,7 @@ func (p *Path) plan(ctx context.Context, conv *arrowconv.Converter, id int) (*pl
 	if pl != nil {
 		return pl, nil
 	}
-	s, err := p.src.Schema(ctx, id)
+	s, err := p.src.Fetch(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("schema id %d: %w", id, err)
 	}

@@ -27,7 +27,7 @@ type clientSource struct {
 	fetches atomic.Int32
 }
 
-func (s *clientSource) Schema(ctx context.Context, id int) (registry.Schema, error) {
+func (s *clientSource) Fetch(ctx context.Context, id int) (registry.Schema, error) {
 	s.fetches.Add(1)
 	got, err := s.cl.SchemaByID(ctx, id)
 	if err != nil {

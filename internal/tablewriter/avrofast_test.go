@@ -19,7 +19,7 @@ type oneSchema struct {
 	text string
 }
 
-func (s oneSchema) Schema(_ context.Context, id int) (registry.Schema, error) {
+func (s oneSchema) Fetch(_ context.Context, id int) (registry.Schema, error) {
 	if id != s.id {
 		return registry.Schema{}, assert.AnError
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -441,5 +442,46 @@ func TestAppendAvroDecimal(t *testing.T) {
 		{[]byte{0x00, 0x80, 0, 0, 0, 0, 0, 0, 0}, 2, "92233720368547758.08"},
 	} {
 		assert.Equal(t, tc.want, string(appendAvroDecimal(nil, tc.b, tc.scale)), "%x", tc.b)
+	}
+}
+
+// Concurrent batches on one plan each bind it to their own state and give
+// the same record.
+func TestConvertAvroConcurrent(t *testing.T) {
+	c := mustConverter(t, avroAllDefs, Options{NTZFromZoned: true})
+	p := mustAvroPlan(t, c, avroAllSchema)
+	g := &avroGen{r: rand.New(rand.NewPCG(8, 8))}
+	bodies := make([][]byte, 200)
+	for i := range bodies {
+		bodies[i] = g.record()
+	}
+	want, err := newAvroSlowPath(t, avroAllSchema).convert(c, bodies)
+	require.NoError(t, err)
+	defer want.Record.Release()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	equal := make([]bool, 4)
+	for k := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				res, err := c.ConvertAvro(p, bodies, nil)
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				equal[k] = array.RecordEqual(want.Record, res.Record) && len(res.RowErrors) == 0
+				res.Record.Release()
+				if !equal[k] {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range 4 {
+		require.NoError(t, errs[k])
+		assert.True(t, equal[k], "goroutine %d", k)
 	}
 }

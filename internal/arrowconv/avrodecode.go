@@ -76,7 +76,7 @@ var (
 	errAvroVarint    = kerr(ErrInvalidValue, "an Avro varint longer than 10 bytes or past 64 bits")
 )
 
-// long reads a zig-zag varint.
+// long reads a zig-zag varint; one byte (values -64..63) inline.
 func (r *avroReader) long() (int64, error) {
 	if r.pos < len(r.b) {
 		if c := r.b[r.pos]; c < 0x80 {
@@ -84,6 +84,10 @@ func (r *avroReader) long() (int64, error) {
 			return int64(c>>1) ^ -int64(c&1), nil
 		}
 	}
+	return r.longSlow()
+}
+
+func (r *avroReader) longSlow() (int64, error) {
 	var u uint64
 	for shift := uint(0); ; shift += 7 {
 		if r.pos >= len(r.b) {
@@ -248,24 +252,10 @@ func avroTime(v int64, unit string) time.Time {
 // as the registry's decoder spells it (every digit, exactly scale after the
 // point).
 func appendAvroDecimal(dst, b []byte, scale int) []byte {
-	var digits []byte
 	neg := len(b) > 0 && b[0]&0x80 != 0
 	if len(b) <= 8 {
-		var u uint64
-		if neg {
-			u = math.MaxUint64
-		}
-		for _, c := range b {
-			u = u<<8 | uint64(c)
-		}
-		v := int64(u)
 		var buf [20]byte
-		if neg {
-			digits = strconv.AppendUint(buf[:0], uint64(-v), 10) // -MinInt64 as uint64 is exact
-		} else {
-			digits = strconv.AppendUint(buf[:0], uint64(v), 10)
-		}
-		return appendAvroScaled(dst, neg, digits, scale)
+		return appendAvroScaled(dst, neg, smallDigits(buf[:0], b), scale)
 	}
 	n := new(big.Int).SetBytes(b)
 	if neg {
@@ -273,6 +263,35 @@ func appendAvroDecimal(dst, b []byte, scale int) []byte {
 		n.Neg(n)
 	}
 	return appendAvroScaled(dst, neg, n.Append(nil, 10), scale)
+}
+
+// smallDigits appends the decimal digits of the magnitude of the
+// two's-complement big-endian integer b of at most 8 bytes.
+func smallDigits(dst, b []byte) []byte {
+	neg := len(b) > 0 && b[0]&0x80 != 0
+	var u uint64
+	if neg {
+		u = math.MaxUint64
+	}
+	for _, c := range b {
+		u = u<<8 | uint64(c)
+	}
+	if v := int64(u); neg {
+		return strconv.AppendUint(dst, uint64(-v), 10) // -MinInt64 as uint64 is exact
+	}
+	return strconv.AppendUint(dst, u, 10)
+}
+
+// appendSmallDecimal appends the canonical DECIMAL(p, scale) text of the
+// unscaled b (at most 8 bytes) at scale, as appendDecimal spells it; ok is
+// false when its digits pass p (the general path then decides).
+func appendSmallDecimal(dst, b []byte, scale, p int) ([]byte, bool) {
+	var buf [20]byte
+	digits := smallDigits(buf[:0], b)
+	if len(digits) > p {
+		return dst, false
+	}
+	return appendAvroScaled(dst, len(b) > 0 && b[0]&0x80 != 0, digits, scale), true
 }
 
 // appendAvroScaled appends the digits of a decimal's unscaled magnitude with a

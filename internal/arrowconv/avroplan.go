@@ -401,6 +401,28 @@ func (b *avroBinder) union(s *avro.SchemaNode, n node, path string) (avroFn, err
 	}
 	branches := int64(len(s.Branches))
 	ni := int64(nullIdx)
+	if branches == 2 {
+		// The branch index is one byte, 0 or 2 (zig-zag 0 or 1): read
+		// in place.
+		nullByte, valByte := byte(ni*2), byte((1-ni)*2)
+		return func(st *state, r *avroReader) error {
+			if r.pos < len(r.b) {
+				switch r.b[r.pos] {
+				case valByte:
+					r.pos++
+					return inner(st, r)
+				case nullByte:
+					r.pos++
+					return n.put(st, nil)
+				}
+			}
+			idx, err := r.long()
+			if err != nil {
+				return err
+			}
+			return unionErr(idx, branches)
+		}, nil
+	}
 	return func(st *state, r *avroReader) error {
 		idx, err := r.long()
 		if err != nil {
@@ -596,10 +618,20 @@ func (b *avroBinder) bytesLike(s *avro.SchemaNode, logical string, n node, path 
 		}, nil
 	case logical == "decimal" && sn.mode == modeDecimal:
 		scale := s.Scale
+		same := scale == sn.scale
 		return func(st *state, r *avroReader) error {
 			v, err := read(r)
 			if err != nil {
 				return err
+			}
+			// At the column's own scale, a value of at most 8 bytes whose
+			// digits fit the precision is already canonical: written
+			// as it is, with no parse.
+			if same && len(v) <= 8 {
+				if out, ok := appendSmallDecimal(sn.data, v, scale, sn.precision); ok {
+					sn.data = out
+					return sn.commit()
+				}
 			}
 			st.text = appendAvroDecimal(st.text[:0], v, scale)
 			return sn.addDecimal(st, st.text, false)

@@ -210,7 +210,10 @@ func (g *avroGen) record() []byte {
 		}
 	}
 	e = e.long(0)
-	keys := []string{"b", "a", "c", "a", "zz", "é"} // attrs: unsorted, with a duplicate
+	keys := []string{"b", "a", "c", "a", "zz", "é"} // attrs: unsorted, with a duplicate, or in order
+	if g.pick(2) == 0 {
+		keys = []string{"a", "b", "c", "zz", "é", "éé"}
+	}
 	entries := g.pick(len(keys) + 1)
 	if entries > 0 {
 		e = e.long(int64(entries))

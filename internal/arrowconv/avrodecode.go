@@ -329,7 +329,16 @@ func sortEntries(es []avroEntry) []avroEntry {
 	if len(es) < 2 {
 		return es
 	}
-	slices.SortStableFunc(es, func(a, b avroEntry) int { return bytes.Compare(a.key, b.key) })
+	if len(es) <= 16 {
+		// Insertion sort: stable, and no call per comparison.
+		for i := 1; i < len(es); i++ {
+			for j := i; j > 0 && string(es[j].key) < string(es[j-1].key); j-- {
+				es[j], es[j-1] = es[j-1], es[j]
+			}
+		}
+	} else {
+		slices.SortStableFunc(es, func(a, b avroEntry) int { return bytes.Compare(a.key, b.key) })
+	}
 	out := es[:0]
 	for i, e := range es {
 		if i+1 < len(es) && bytes.Equal(e.key, es[i+1].key) {

@@ -669,14 +669,65 @@ func (b *avroBinder) mapValue(s *avro.SchemaNode, n node, path string) (avroFn, 
 		return nil, err
 	}
 	return func(st *state, r *avroReader) error {
-		base := len(st.avroEntries)
-		err := readMap(st, r, skip, keys, vals)
-		st.avroEntries = st.avroEntries[:base]
+		// Most maps arrive with their keys in order: they are read in
+		// one pass. Otherwise the pass is undone and the entries are
+		// read again in key order.
+		k0, v0, pos := keys.length(), mn.vals.length(), r.pos
+		nested, folded, ntz := st.rowNested, st.rowFolded, st.rowNTZ
+		ordered, err := readOrderedMap(st, r, keys, vals)
 		if err != nil {
 			return err
 		}
-		return mn.commit(st)
+		if !ordered {
+			keys.truncate(k0)
+			mn.vals.truncate(v0)
+			r.pos = pos
+			st.rowNested, st.rowFolded, st.rowNTZ = nested, folded, ntz
+			base := len(st.avroEntries)
+			err := readMap(st, r, skip, keys, vals)
+			st.avroEntries = st.avroEntries[:base]
+			if err != nil {
+				return err
+			}
+		}
+		// Keys are unique: no duplicate check.
+		return mn.end(keys.length())
 	}, nil
+}
+
+// readOrderedMap reads a map's entries in one pass while each key is
+// greater than the one before; ordered false means one was not (what was
+// appended is then the caller's to undo).
+func readOrderedMap(st *state, r *avroReader, keys *strNode, vals avroFn) (ordered bool, err error) {
+	var prev []byte
+	first := true
+	for {
+		count, err := r.blockCount()
+		if err != nil {
+			return false, err
+		}
+		if count == 0 {
+			return true, nil
+		}
+		for range count {
+			k, err := r.bytes()
+			if err != nil {
+				return false, err
+			}
+			if !first && string(k) <= string(prev) {
+				return false, nil
+			}
+			first, prev = false, k
+			if !validUTF8(k) {
+				return false, at(keySeg(k), kerr(ErrInvalidValue, "invalid UTF-8 in map key"))
+			}
+			keys.data = append(keys.data, k...)
+			_ = keys.commit()
+			if err := vals(st, r); err != nil {
+				return false, at(keySeg(k), err)
+			}
+		}
+	}
 }
 
 // readMap reads a map's entries, then appends them in key order, the last

@@ -147,3 +147,13 @@ func BenchmarkAvroFastPath(b *testing.B) {
 	b.ReportMetric(benchreport.Report("arrowconv/avro_fast_vs_json", vsJSON, benchreport.AtLeast, 1.5, ""), "x_vs_json")
 	b.ReportMetric(benchreport.Report("arrowconv/avro_fast_vs_processor", vsProc, benchreport.AtLeast, 2, ""), "x_vs_processor")
 }
+
+// BenchmarkAvroProcessorPath times the processor path alone on the same
+// rows: the registry codec's decode to Go values, then ConvertStructured.
+func BenchmarkAvroProcessorPath(b *testing.B) {
+	c := mustConverter(b, benchDefs, Options{})
+	slow := newAvroSlowPath(b, benchAvroSchema)
+	rows := benchAvroRows(benchN)
+	b.SetBytes(int64(totalLen(rows)))
+	benchBatches(b, func() (Result, error) { return slow.convert(c, rows) })
+}

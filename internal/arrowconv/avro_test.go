@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -486,5 +487,112 @@ func TestConvertAvroConcurrent(t *testing.T) {
 	for k := range 4 {
 		require.NoError(t, errs[k])
 		assert.True(t, equal[k], "goroutine %d", k)
+	}
+}
+
+// avroCrossSchema lands values in columns of another width, unit or scale
+// than their own.
+const avroCrossSchema = `{"type":"record","name":"X","fields":[
+ {"name":"tiny","type":"int"},
+ {"name":"fl","type":"float"},
+ {"name":"il","type":"int"},
+ {"name":"ll","type":"long"},
+ {"name":"lt","type":{"type":"long","logicalType":"local-timestamp-millis"}},
+ {"name":"tsn","type":{"type":"long","logicalType":"timestamp-micros"}},
+ {"name":"dur","type":{"type":"fixed","name":"Dur","size":12,"logicalType":"duration"}},
+ {"name":"up","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}},
+ {"name":"down","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":4}},
+ {"name":"nums","type":{"type":"array","items":["null","long"]}},
+ {"name":"deep","type":{"type":"record","name":"Deep","fields":[
+   {"name":"rows","type":{"type":"array","items":{"type":"record","name":"R","fields":[
+     {"name":"at","type":["null",{"type":"int","logicalType":"date"}]},
+     {"name":"m","type":{"type":"map","values":"boolean"}}]}}}]}}
+]}`
+
+const avroCrossDefs = "tiny TINYINT, fl DOUBLE, il DOUBLE, ll FLOAT, lt TIMESTAMP, tsn TIMESTAMP_NTZ, dur BINARY, " +
+	"up DECIMAL(12,4), down DECIMAL(10,2), nums ARRAY<BIGINT>, deep STRUCT<rows: ARRAY<STRUCT<at: DATE, m: MAP<STRING, BOOLEAN>>>>"
+
+func (g *avroGen) crossRecord() []byte {
+	var e avroEnc
+	e = e.long(int64(g.pick(300) - 150)) // tiny: out of range now and then
+	e = binary.LittleEndian.AppendUint32(e, math.Float32bits(float32(g.r.NormFloat64()*1e3)))
+	e = e.long(int64(int32(g.r.Uint32())))
+	e = e.long(int64(g.r.Uint64()))
+	e = e.long(g.r.Int64N(4e12) - 1e12)
+	e = e.long(g.r.Int64N(4e15) - 1e15)
+	for range 12 {
+		e = append(e, byte(g.r.Uint32()))
+	}
+	e = e.bytes(twosComplement(big.NewInt(g.r.Int64N(1e10))))
+	down := g.r.Int64N(1e8)
+	if g.pick(2) == 0 {
+		down = down / 100 * 100 // no digits past the column's scale
+	}
+	e = e.bytes(twosComplement(big.NewInt(down)))
+	if n := g.pick(4); n > 0 {
+		e = e.long(int64(n))
+		for range n {
+			if g.pick(3) == 0 {
+				e = e.long(0)
+			} else {
+				e = e.long(1).long(int64(g.r.Uint64()))
+			}
+		}
+	}
+	e = e.long(0)
+	if n := g.pick(3); n > 0 {
+		e = e.long(int64(n))
+		for range n {
+			if g.pick(2) == 0 {
+				e = e.long(0)
+			} else {
+				e = e.long(1).long(g.r.Int64N(20000))
+			}
+			keys := []string{"y", "x", "x"}
+			if g.pick(2) == 0 {
+				keys = []string{"a", "b", "c"}
+			}
+			k := g.pick(4)
+			if k > 0 {
+				e = e.long(int64(k))
+				for j := range k {
+					e = append(e.str(keys[j%len(keys)]), byte(g.pick(2)))
+				}
+			}
+			e = e.long(0)
+		}
+	}
+	return e.long(0)
+}
+
+// Values land the same on both paths when the column differs from the
+// value's own type: narrower or wider, another unit, another scale.
+func TestConvertAvroCrossTypesEqualStructuredPath(t *testing.T) {
+	c := mustConverter(t, avroCrossDefs, Options{NTZFromZoned: true})
+	p := mustAvroPlan(t, c, avroCrossSchema)
+	slow := newAvroSlowPath(t, avroCrossSchema)
+	g := &avroGen{r: rand.New(rand.NewPCG(17, 17))}
+	bodies := make([][]byte, 400)
+	for i := range bodies {
+		bodies[i] = g.crossRecord()
+	}
+	want, err := slow.convert(c, bodies)
+	require.NoError(t, err)
+	defer want.Record.Release()
+	require.NotEmpty(t, want.RowErrors, "some tiny values and scales do not fit")
+	require.NotEmpty(t, want.SourceIndex)
+	for _, redo := range []func([]byte) (any, error){slow.decode, nil} {
+		got, err := c.ConvertAvro(p, bodies, redo)
+		require.NoError(t, err)
+		if redo != nil {
+			assertSameResult(t, want, got)
+		} else {
+			assert.True(t, array.RecordEqual(want.Record, got.Record))
+			require.Len(t, got.RowErrors, len(want.RowErrors))
+			for k := range want.RowErrors {
+				assert.Equal(t, want.RowErrors[k].Error(), got.RowErrors[k].Error())
+			}
+		}
+		got.Record.Release()
 	}
 }

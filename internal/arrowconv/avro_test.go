@@ -596,3 +596,50 @@ func TestConvertAvroCrossTypesEqualStructuredPath(t *testing.T) {
 		got.Record.Release()
 	}
 }
+
+// Each reading fault fails its row alone, naming the column and the fault;
+// the general path refuses the same values.
+func TestConvertAvroReaderFaults(t *testing.T) {
+	const schema = `{"type":"record","name":"F","fields":[
+	 {"name":"u","type":["null","long"]},
+	 {"name":"u3","type":["long"]},
+	 {"name":"e","type":{"type":"enum","name":"E","symbols":["A","B"]}},
+	 {"name":"s","type":"string"},
+	 {"name":"a","type":{"type":"array","items":"long"}}]}`
+	c := mustConverter(t, "u BIGINT, u3 BIGINT, e STRING, s STRING, a ARRAY<BIGINT>", Options{})
+	p := mustAvroPlan(t, c, schema)
+	slow := newAvroSlowPath(t, schema)
+	good := avroEnc{}.long(1).long(5).long(0).long(6).long(1).str("x").long(1).long(9).long(0)
+	pre := func() avroEnc { return avroEnc{}.long(0).long(0).long(6) } // u null, u3 6
+	cases := []struct {
+		body         avroEnc
+		column, want string
+	}{
+		{avroEnc{}.long(4).long(5), "u", "union branch 4 out of range"},
+		{avroEnc{}.long(0).long(3), "u3", "union branch 3 out of range (the union has 1)"},
+		{pre().long(2), "e", "enum index 2 out of range"},
+		{pre().long(0).long(-1), "s", "negative Avro length"},
+		{pre().long(0).str("\xff"), "s", "invalid UTF-8"},
+		{pre().long(0).str("x").long(-1).long(50), "a", "block size 50"},
+		{pre().long(0).str("x").long(1000), "a", "truncated"},
+	}
+	bodies := [][]byte{good}
+	for _, tc := range cases {
+		bodies = append(bodies, tc.body)
+	}
+	res, err := c.ConvertAvro(p, bodies, nil)
+	require.NoError(t, err)
+	defer res.Record.Release()
+	assert.Equal(t, []int{0}, res.SourceIndex)
+	require.Len(t, res.RowErrors, len(cases))
+	for k, tc := range cases {
+		re := res.RowErrors[k]
+		assert.Equal(t, k+1, re.Index)
+		assert.Equal(t, tc.column, re.Column, re.Error())
+		assert.ErrorContains(t, re, tc.want)
+	}
+	want, err := slow.convert(c, bodies)
+	require.NoError(t, err)
+	defer want.Record.Release()
+	assert.Equal(t, []int{0}, want.SourceIndex, "the general path refuses the same values")
+}

@@ -79,7 +79,6 @@ func order(i int) []byte {
 type fixture struct {
 	src  *clientSource
 	conv *arrowconv.Converter
-	id   int
 }
 
 func newFixture(t *testing.T, schemas ...string) (*fixture, []int) {

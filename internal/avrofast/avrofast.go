@@ -5,9 +5,11 @@
 // reads each value's bytes straight into the column buffers
 // (arrowconv.ConvertAvro).
 //
-// A batch it cannot take whole (not every value framed with one Avro schema
-// id, or a schema the fast path does not plan) is left to the general path,
-// which gives the same record: Convert then reports ok false.
+// A batch of several schema ids, or of a schema the fast path does not
+// plan, takes the general path within Convert (the registry codec's decode,
+// then ConvertStructured), which gives the same record. A batch with a
+// value that is not framed, or a schema that is not Avro, is left to the
+// caller: Convert reports ok false.
 package avrofast
 
 import (
@@ -54,9 +56,9 @@ type planKey struct {
 
 // plan is one schema matched to one converter, or why it is not planned.
 type plan struct {
-	avro  *arrowconv.AvroPlan
-	codec registry.Codec
-	why   error // not nil: the general path takes this schema's batches
+	avro  *arrowconv.AvroPlan // nil: not on the fast path (why says why)
+	codec registry.Codec      // nil: not Avro, or not parsed (why says why)
+	why   error
 }
 
 // New returns the fast path fetching schemas from src.
@@ -75,40 +77,75 @@ func Framed(v []byte) (int, bool) {
 }
 
 // Convert converts values, each a whole framed value, on conv when they are
-// all framed with one Avro schema id that the fast path plans for conv's
-// table; ok false means the batch is the general path's (nothing was
-// converted). A registry failure to give the schema is the error return,
-// so the caller holds the batch and tries again.
+// all framed with Avro schema ids: straight from their bytes when there is
+// one id and the fast path plans it for conv's table, else through the
+// general path (the registry codec's decode, then ConvertStructured), which
+// gives the same record. ok false means the batch is the caller's (a value
+// not framed, a schema that is not Avro); nothing was converted. A registry
+// failure to give a schema is the error return, so the caller holds the
+// batch and tries again.
 func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values [][]byte) (res arrowconv.Result, ok bool, err error) {
 	if len(values) == 0 {
 		return arrowconv.Result{}, false, nil
 	}
-	id, framed := Framed(values[0])
-	if !framed {
-		return arrowconv.Result{}, false, nil
-	}
-	for _, v := range values[1:] {
-		if vid, f := Framed(v); !f || vid != id {
+	ids := make([]int, len(values))
+	one := true
+	for i, v := range values {
+		id, framed := Framed(v)
+		if !framed {
 			return arrowconv.Result{}, false, nil
 		}
+		ids[i] = id
+		one = one && id == ids[0]
 	}
-	pl, err := p.plan(ctx, conv, id)
-	if err != nil || pl.why != nil {
-		return arrowconv.Result{}, false, err
+	plans := map[int]*plan{}
+	for _, id := range ids {
+		if plans[id] != nil {
+			continue
+		}
+		pl, err := p.plan(ctx, conv, id)
+		if err != nil {
+			return arrowconv.Result{}, false, err
+		}
+		if pl.codec == nil {
+			return arrowconv.Result{}, false, nil
+		}
+		plans[id] = pl
 	}
-	bodies := make([][]byte, len(values))
+	if pl := plans[ids[0]]; one && pl.avro != nil {
+		bodies := make([][]byte, len(values))
+		for i, v := range values {
+			bodies[i] = v[5:]
+		}
+		res, err = conv.ConvertAvro(pl.avro, bodies, func(body []byte) (any, error) {
+			v, _, err := pl.codec.Decode(body)
+			return v, err
+		})
+		return res, err == nil, err
+	}
+	rows := make([]arrowconv.StructuredRow, len(values))
 	for i, v := range values {
-		bodies[i] = v[5:]
+		d, _, err := plans[ids[i]].codec.Decode(v[5:])
+		rows[i] = decoded{v: d, err: err}
 	}
-	res, err = conv.ConvertAvro(pl.avro, bodies, func(body []byte) (any, error) {
-		v, _, err := pl.codec.Decode(body)
-		return v, err
-	})
+	res, err = conv.ConvertStructured(rows)
 	return res, err == nil, err
 }
 
-// Why says why batches of schema id on conv take the general path; nil
-// when they take the fast path or the schema has not been met.
+// decoded is a value the codec decoded, or failed to, for ConvertStructured.
+type decoded struct {
+	v   any
+	err error
+}
+
+func (r decoded) AsBytes() ([]byte, error)   { return nil, errDecodedOnly }
+func (r decoded) HasStructured() bool        { return true }
+func (r decoded) AsStructured() (any, error) { return r.v, r.err }
+
+var errDecodedOnly = errors.New("avrofast: a decoded value has no bytes")
+
+// Why says why values of schema id on conv do not take the fast path; nil
+// when they do or the schema has not been met.
 func (p *Path) Why(conv *arrowconv.Converter, id int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -156,7 +193,7 @@ func makePlan(conv *arrowconv.Converter, s registry.Schema) *plan {
 	}
 	ap, err := conv.CompileAvro(root)
 	if err != nil {
-		return &plan{why: fmt.Errorf("schema %d: %w", s.ID, err)}
+		return &plan{codec: codec, why: fmt.Errorf("schema %d: %w", s.ID, err)}
 	}
 	return &plan{avro: ap, codec: codec}
 }

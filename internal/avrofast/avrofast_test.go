@@ -158,33 +158,47 @@ func TestConvertFramedBatch(t *testing.T) {
 	assert.EqualValues(t, 99, res.Record.NumRows())
 }
 
-// What the fast path does not take whole is left to the general path,
-// converting nothing.
-func TestConvertLeavesOtherBatches(t *testing.T) {
+// A batch of several schema ids, or of a schema the fast path does not
+// plan, converts through the codec; one with a value not framed or a
+// schema that is not Avro is left to the caller.
+func TestConvertOtherBatches(t *testing.T) {
 	wide := `{"type":"record","name":"Order","fields":[{"name":"id","type":["long","string"]}]}`
 	f, ids := newFixture(t, orderSchema, wide, `J{"type":"object","properties":{"id":{"type":"integer"}}}`)
 	p := New(f.src)
 	ctx := context.Background()
 	for name, values := range map[string][][]byte{
-		"JSON values":             {[]byte(`{"id":1}`)},
-		"two schema ids":          {frame(ids[0], order(1)), frame(ids[1], enc{}.long(0).long(3))},
-		"a value not framed":      {frame(ids[0], order(1)), []byte(`{"id":2}`)},
-		"a schema it cannot plan": {frame(ids[1], enc{}.long(0).long(3))},
-		"a JSON Schema":           {frame(ids[2], []byte(`{"id":1}`))},
-		"no values":               nil,
+		"JSON values":        {[]byte(`{"id":1}`)},
+		"a value not framed": {frame(ids[0], order(1)), []byte(`{"id":2}`)},
+		"a JSON Schema":      {frame(ids[2], []byte(`{"id":1}`))},
+		"no values":          nil,
 	} {
 		_, ok, err := p.Convert(ctx, f.conv, values)
 		require.NoError(t, err, name)
 		assert.False(t, ok, name)
 	}
+	assert.ErrorIs(t, p.Why(f.conv, ids[2]), errNotAvro)
+
+	// Two schema ids, one not planned (a union of two non-null types): the
+	// codec decodes both, and each value lands or fails as it would
+	// through the processor.
+	values := [][]byte{frame(ids[0], order(1)), frame(ids[1], enc{}.long(0).long(3)), frame(ids[1], enc{}.long(1).str("x"))}
+	res, ok, err := p.Convert(ctx, f.conv, values)
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer res.Record.Release()
+	assert.Equal(t, []int{0, 1}, res.SourceIndex)
+	require.Len(t, res.RowErrors, 1)
+	assert.Equal(t, 2, res.RowErrors[0].Index)
+	assert.Equal(t, "id", res.RowErrors[0].Column)
 	assert.ErrorIs(t, p.Why(f.conv, ids[1]), arrowconv.ErrAvroNotPlanned)
 	assert.ErrorContains(t, p.Why(f.conv, ids[1]), `"id"`)
-	assert.ErrorIs(t, p.Why(f.conv, ids[2]), errNotAvro)
 	assert.NoError(t, p.Why(f.conv, ids[0]))
+	ids64 := res.Record.Column(0).(*array.Int64)
+	assert.Equal(t, []int64{1, 3}, ids64.Int64Values())
 
 	// An id the registry does not know is an error: the caller holds the
 	// batch (or dead-letters it) rather than guessing.
-	_, ok, err := p.Convert(ctx, f.conv, [][]byte{frame(4242, order(1))})
+	_, ok, err = p.Convert(ctx, f.conv, [][]byte{frame(4242, order(1))})
 	assert.False(t, ok)
 	assert.ErrorContains(t, err, "schema id 4242")
 }

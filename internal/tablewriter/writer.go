@@ -104,9 +104,9 @@ type Config struct {
 	// Convert tunes the converter.
 	Convert arrowconv.Options
 	// Avro, when set, converts a batch of Schema Registry framed Avro
-	// values with one schema id straight from their bytes (the Avro fast
-	// path, avrofast); every other batch, and one whose schema the fast
-	// path does not plan, takes the general path. Nil: off.
+	// values from their bytes (avrofast: the Avro fast path for one
+	// planned schema id, the registry codec otherwise); a batch with a
+	// value that is not framed Avro takes the usual path. Nil: off.
 	Avro *avrofast.Path
 	// Pool sizes and tunes the stream pool.
 	Pool pool.Config

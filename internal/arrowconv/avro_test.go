@@ -158,10 +158,14 @@ func (g *avroGen) record() []byte {
 		us = maxMicros + 1
 	}
 	e = e.long(us)
-	e = e.long(g.r.Int64N(math.MaxInt64) - math.MaxInt64/2)                                   // tsns
-	e = e.long(g.r.Int64N(4e15) - 1e15)                                                       // lts
-	e = e.str(fmt.Sprintf("%08x-0000-4000-8000-%012x", g.r.Uint32(), g.r.Uint64()&(1<<48-1))) // uid
-	for range 16 {                                                                            // fuid
+	e = e.long(g.r.Int64N(math.MaxInt64) - math.MaxInt64/2) // tsns
+	e = e.long(g.r.Int64N(4e15) - 1e15)                     // lts
+	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", g.r.Uint32(), g.r.Uint64()&(1<<48-1))
+	if g.pick(8) == 0 {
+		uid = g.text() // not a uuid: a string all the same
+	}
+	e = e.str(uid) // uid
+	for range 16 { // fuid
 		e = append(e, byte(g.r.Uint32()))
 	}
 	if g.pick(3) == 0 { // optS

@@ -57,6 +57,12 @@ type Config struct {
 
 	CommitPeriod     time.Duration
 	LagRefreshPeriod time.Duration
+	// CommitAge, when set (with a Group), is given each owned partition's
+	// commit age every LagRefreshPeriod, beside the lag: how long its
+	// committed offset has not moved while records above it exist (0 when
+	// it is at the end). A commit that stays behind while records keep
+	// coming is a stuck commit.
+	CommitAge CommitAgeFunc
 
 	Limits Limits
 }
@@ -83,6 +89,9 @@ type Logger interface {
 // LagFunc receives the lag of a partition: its end offset less the offset
 // of its oldest record not acknowledged (what the group has left to do).
 type LagFunc func(tp TP, lag int64)
+
+// CommitAgeFunc receives a partition's commit age (see Config.CommitAge).
+type CommitAgeFunc func(tp TP, age time.Duration)
 
 // Consumer is a franz-go consumer whose commits follow its Tracker.
 type Consumer struct {
@@ -571,7 +580,24 @@ func (c *Consumer) refreshLag() {
 			continue
 		}
 		c.lag(s.TP, max(e.Offset-base, 0))
+		if c.cfg.CommitAge != nil && c.cfg.Group != "" {
+			c.cfg.CommitAge(s.TP, commitAge(s, e.Offset, time.Now()))
+		}
 	}
+}
+
+// commitAge is how long s's committed offset has not moved (since its
+// assignment when it never moved) while the partition's end is past it; 0
+// when the commit is at the end, and while nothing was ever committed nor
+// consumed (nothing is owed yet).
+func commitAge(s PartitionState, end int64, now time.Time) time.Duration {
+	switch {
+	case s.Committed >= 0 && s.Committed >= end:
+		return 0
+	case s.Committed < 0 && s.Durable < 0 && s.FirstUnacked < 0:
+		return 0
+	}
+	return max(now.Sub(s.CommitMoved), 0)
 }
 
 // Next returns the next batch to deliver; see Tracker.Next. A group

@@ -21,8 +21,8 @@ const Name = "redpanda"
 const LagMetric = "redpanda_lag"
 
 // CommitAgeMetric is the commit-age gauge's name, in seconds, labelled
-// topic and partition: how long a partition's committed offset has not
-// moved while records above it exist (0 when it is at the end). This
+// topic and partition: how long a partition has had records above its
+// committed offset without the commit moving (0 when it is at the end). This
 // project's own: Redpanda Connect's input has none.
 const CommitAgeMetric = "redpanda_commit_age_seconds"
 

@@ -335,6 +335,11 @@ func TestHealthGauges(t *testing.T) {
 	require.True(t, errors.Is(err, ErrNotOpen))
 	v, _ := sink.get(mBackpressure + "{" + testTable + ",budget}")
 	assert.Zero(t, v)
+
+	// Closed (an evicted table): its last state no longer pages.
+	require.NoError(t, w.Close(context.Background()))
+	assert.Zero(t, table(mTableState), "a closed table reads 0, not its last state")
+	assert.Zero(t, table(mUnreachable))
 }
 
 // A stream that failed because the service refused its reconnect (a

@@ -285,6 +285,27 @@ func (x *Metrics) ObserveHealth(h TableHealth) {
 	x.tbl.unreachable.Set(int64(h.Age(h.Unreachable).Seconds()), x.table)
 }
 
+var _ CloseObserver = (*Metrics)(nil)
+
+// ObserveClosed implements CloseObserver: a closed table has nothing in
+// flight, nothing waiting and nothing down, so its table gauges read 0 (its
+// series stay, as the exporter cannot drop them).
+func (x *Metrics) ObserveClosed() {
+	x.tbl.state.Set(StateValue(StateUp), x.table)
+	x.tbl.unreachable.Set(0, x.table)
+	x.tbl.inflight.Set(0, x.table)
+	for _, on := range waitsOn {
+		x.waiters.Set(0, x.table, on)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, s := range x.streams {
+		s.pending.Set(0, x.table, s.label)
+		s.batches.Set(0, x.table, s.label)
+		s.ackAge.Set(0, x.table, s.label)
+	}
+}
+
 // Metrics is the table writer's observer: every pool member gets a lane
 // observer bound to its {table, stream} handles.
 var _ Observer = (*Metrics)(nil)

@@ -260,14 +260,14 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 	prom := startPrometheus(t, metricsAddr, scaled)
 	t.Logf("binary, emulator, broker and prometheus up: %s", time.Since(began).Round(time.Millisecond))
 
-	log := &alertLog{pending: map[string]time.Time{}, firing: map[string]time.Time{}}
+	seen := &alertLog{pending: map[string]time.Time{}, firing: map[string]time.Time{}}
 	stopPoll := make(chan struct{})
 	pollDone := make(chan struct{})
 	go func() {
 		defer close(pollDone)
 		for {
 			a, err := prom.alerts()
-			log.record(time.Now(), a, err)
+			seen.record(time.Now(), a, err)
 			select {
 			case <-stopPoll:
 				return
@@ -296,7 +296,7 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 		return err1 == nil && err2 == nil && len(dl) == 1 && len(age) > 0, fmt.Sprintf("%v %v %v %v", dl, age, err1, err2)
 	})
 	eventually(t, 30*time.Second, 250*time.Millisecond, "the dead letter's alert goes pending or firing", func() (bool, string) {
-		ok, saw := log.seen([]string{"BenthosZerobusDeadLetters"})
+		ok, saw := seen.seen([]string{"BenthosZerobusDeadLetters"})
 		res, _ := prom.query(`zerobus_dead_letter_rows_total[20s]`)
 		return ok, fmt.Sprintf("%s; samples %v; rules: %s", saw, res, prom.ruleHealth())
 	})
@@ -306,10 +306,10 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 	// records may have made one pending), and are counted from it.
 	refusalAlerts := []string{"BenthosZerobusKafkaLagGrowing", "BenthosZerobusNoDurableRows", "BenthosZerobusKafkaCommitStuck", "BenthosZerobusOutputDown"}
 	eventually(t, 30*time.Second, 250*time.Millisecond, "the refusal's alerts are quiet before it", func() (bool, string) {
-		a := log.activeOf(refusalAlerts)
+		a := seen.activeOf(refusalAlerts)
 		return len(a) == 0, fmt.Sprintf("active: %v", a)
 	})
-	dlPending, dlFiring := log.restart()
+	dlPending, dlFiring := seen.restart()
 
 	// Zerobus refuses every write while records keep arriving.
 	require.NoError(t, srv.SetFaults(emulator.Faults{ErrorRate: map[string]float64{"PERMISSION_DENIED": 1}}))
@@ -340,7 +340,7 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 			fmt.Sscan(fmt.Sprint(s[0].Value[1]), &v)
 			maxState = max(maxState, v)
 		}
-		ok, saw := log.seen(refusalAlerts)
+		ok, saw := seen.seen(refusalAlerts)
 		return ok, saw + "; rules: " + prom.ruleHealth()
 	})
 	refusal := time.Since(refusedAt)
@@ -359,7 +359,7 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 	landed := time.Since(healedAt)
 	faultAlerts := append([]string{"BenthosZerobusDeadLetters"}, refusalAlerts...)
 	eventually(t, 60*time.Second, 250*time.Millisecond, "the fault's alerts clear", func() (bool, string) {
-		a := log.activeOf(faultAlerts)
+		a := seen.activeOf(faultAlerts)
 		return len(a) == 0, fmt.Sprintf("still active: %v", a)
 	})
 	cleared := time.Since(healedAt)
@@ -396,10 +396,10 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, code, tail(p.out.String(), 30))
 
-	log.mu.Lock()
+	seen.mu.Lock()
 	var timeline []string
 	for _, n := range faultAlerts {
-		from, pending, firing := refusedAt, log.pending, log.firing
+		from, pending, firing := refusedAt, seen.pending, seen.firing
 		if n == "BenthosZerobusDeadLetters" {
 			from, pending, firing = deadAt, dlPending, dlFiring
 		}
@@ -409,7 +409,7 @@ func TestPrometheusScrapesAFaultyRun(t *testing.T) {
 		}
 		timeline = append(timeline, line)
 	}
-	log.mu.Unlock()
+	seen.mu.Unlock()
 	sort.Strings(metrics)
 	faultLine(t, "prometheus on a live run (rules at 60x): a dead letter, then writes refused for %s at %d records/s: %s; all landed and committed %s after the heal, alerts clear %s after it; %d dashboard queries and the %d alerts' metrics return series; whole test %s",
 		refusal.Round(100*time.Millisecond), rate, strings.Join(timeline, ", "), landed.Round(100*time.Millisecond), cleared.Round(100*time.Millisecond),

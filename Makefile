@@ -20,7 +20,7 @@ TEST_PARALLEL ?= 6
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos soak docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
+.PHONY: all help build test chaos soak docs conformance-deps prometheus-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
 
 all: build
 
@@ -50,7 +50,7 @@ test soak: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath)
 # bin/staticcheck.log and printed when all have ended. Tests that
 # call t.Parallel (the e2e package's long ones, each with its own emulator and binaries) run
 # TEST_PARALLEL at a time.
-test: fmt-check vet build conformance-deps lint-examples
+test: fmt-check vet build conformance-deps prometheus-deps lint-examples
 	@mkdir -p bin
 	@plain=$$(comm -23 <(go list ./... | sort) <(go list $(RACE_PKGS) | sort)); \
 	$(MAKE) --no-print-directory staticcheck >bin/staticcheck.log 2>&1 & sc=$$!; \
@@ -97,6 +97,15 @@ docs:
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
 	npm ci --prefix test/registryjs --no-audit --no-fund --loglevel=error
+
+## prometheus-deps: promtool and prometheus (Debian's prometheus package, apt-get) when either is missing;
+## test/ops/ runs promtool on deploy/prometheus/, test/e2e/prometheus_test.go a real Prometheus.
+prometheus-deps:
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then \
+	  echo "installing Debian's prometheus package (promtool, prometheus)"; \
+	  sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
 
 ## lint-examples: benthos-zerobus lint of every config/examples/*.yaml.
 lint-examples: build

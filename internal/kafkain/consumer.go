@@ -61,6 +61,12 @@ type Config struct {
 
 	CommitPeriod     time.Duration
 	LagRefreshPeriod time.Duration
+	// CommitAge, when set (with a Group), is given each owned partition's
+	// commit age every LagRefreshPeriod, beside the lag: how long records
+	// above its committed offset have existed without the commit moving (0
+	// when it is at the end). A commit that stays behind while records keep
+	// coming is a stuck commit.
+	CommitAge CommitAgeFunc
 
 	Limits Limits
 }
@@ -92,14 +98,19 @@ type Logger interface {
 // of its oldest record not acknowledged (what the group has left to do).
 type LagFunc func(tp TP, lag int64)
 
+// CommitAgeFunc receives a partition's commit age (see Config.CommitAge).
+type CommitAgeFunc func(tp TP, age time.Duration)
+
 // Consumer is a franz-go consumer whose commits follow its Tracker.
 type Consumer struct {
-	cfg   Config
-	log   Logger
-	lag   LagFunc
-	cl    *kgo.Client
-	adm   *kadm.Client
-	track *Tracker
+	cfg Config
+	log Logger
+	lag LagFunc
+	// behind is the commit-age clock; only refreshLag uses it.
+	behind commitClock
+	cl     *kgo.Client
+	adm    *kadm.Client
+	track  *Tracker
 
 	// commitMu serialises every commit, and a revoke's final commit with
 	// the release of its partitions, so that no commit of a partition can
@@ -563,6 +574,8 @@ func (c *Consumer) refreshLag() {
 		return
 	}
 	c.errLog.ok("lag", "listing end offsets for the lag")
+	now := time.Now()
+	c.behind.keep(st)
 	for _, s := range st {
 		e, ok := ends.Lookup(s.TP.Topic, s.TP.Partition)
 		if !ok || e.Err != nil {
@@ -579,6 +592,54 @@ func (c *Consumer) refreshLag() {
 			continue
 		}
 		c.lag(s.TP, max(e.Offset-base, 0))
+		if c.cfg.CommitAge != nil && c.cfg.Group != "" {
+			c.cfg.CommitAge(s.TP, c.behind.age(s, e.Offset, now))
+		}
+	}
+}
+
+// commitClock measures each partition's commit age: how long records
+// above its committed offset have existed without the commit moving. The
+// commit of a partition idle for an hour is an hour old, but it is not
+// stuck when a record arrives: the age counts from when the end first went
+// past the commit, or from the commit's last move if later.
+type commitClock struct {
+	since map[TP]time.Time // when the end was first seen past the commit
+}
+
+// age returns s's commit age at now given the partition's end offset: 0
+// while the commit is at the end, and while nothing was ever committed nor
+// consumed (nothing is owed yet).
+func (k *commitClock) age(s PartitionState, end int64, now time.Time) time.Duration {
+	owed := end > s.Committed && (s.Committed >= 0 || s.Durable >= 0 || s.FirstUnacked >= 0)
+	if !owed {
+		delete(k.since, s.TP)
+		return 0
+	}
+	if k.since == nil {
+		k.since = map[TP]time.Time{}
+	}
+	from, ok := k.since[s.TP]
+	if !ok {
+		from = now
+		k.since[s.TP] = now
+	}
+	if s.CommitMoved.After(from) {
+		from = s.CommitMoved
+	}
+	return max(now.Sub(from), 0)
+}
+
+// keep forgets the partitions not in st (revoked or lost).
+func (k *commitClock) keep(st []PartitionState) {
+	owned := make(map[TP]bool, len(st))
+	for _, s := range st {
+		owned[s.TP] = true
+	}
+	for tp := range k.since {
+		if !owned[tp] {
+			delete(k.since, tp)
+		}
 	}
 }
 

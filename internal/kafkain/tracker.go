@@ -138,6 +138,7 @@ type partition struct {
 	durable  int64     // offset after the acknowledged prefix; -1 none yet
 	epoch    int32     // leader epoch of the record before durable
 	commit   int64     // last committed offset; -1 none
+	moved    time.Time // when commit last moved, or the partition was assigned
 	nacked   int       // batches in out waiting for their replay
 	nacks    int       // consecutive nacks, for the replay back-off
 	replayAt time.Time // no replay before this
@@ -194,7 +195,7 @@ func (t *Tracker) Assign(tps []TP) {
 
 func (t *Tracker) addLocked(tp TP) *partition {
 	t.gen++
-	p := &partition{tp: tp, gen: t.gen, durable: -1, commit: -1, epoch: -1, hwm: -1}
+	p := &partition{tp: tp, gen: t.gen, durable: -1, commit: -1, epoch: -1, hwm: -1, moved: time.Now()}
 	t.parts[tp] = p
 	t.order = append(t.order, tp)
 	return p
@@ -622,7 +623,7 @@ func (t *Tracker) Committed(tp TP, offset int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.parts[tp]; p != nil && offset > p.commit {
-		p.commit = offset
+		p.commit, p.moved = offset, time.Now()
 	}
 }
 
@@ -643,6 +644,9 @@ type PartitionState struct {
 	// AtCap reports that the partition holds MaxUnacked records not
 	// acknowledged: nothing is polled until it is below.
 	AtCap, Leaving bool
+	// CommitMoved is when Committed last moved, or the partition was
+	// assigned when it has not since.
+	CommitMoved time.Time
 }
 
 // State returns a snapshot of every owned partition, in no order.
@@ -654,6 +658,7 @@ func (t *Tracker) State() []PartitionState {
 		s := PartitionState{
 			TP: p.tp, Durable: p.durable, Committed: p.commit, FirstUnacked: -1,
 			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, AtCap: t.atCap(p), Leaving: p.leaving,
+			CommitMoved: p.moved,
 		}
 		for _, b := range p.out {
 			if b.state != stateAcked {

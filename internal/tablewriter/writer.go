@@ -664,6 +664,9 @@ func (w *Writer) Close(ctx context.Context) error {
 	}
 	w.watchMu.Unlock()
 	w.health.stop()
+	if co, ok := w.obs.(CloseObserver); ok {
+		co.ObserveClosed()
+	}
 	w.stopOutageWatch()
 	w.closeStopped(ctx)
 	if sp := w.spare.Swap(nil); sp != nil {

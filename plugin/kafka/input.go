@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -19,6 +20,12 @@ const Name = "redpanda"
 // LagMetric is the lag gauge's name, labelled topic and partition, as
 // Redpanda Connect's input names it.
 const LagMetric = "redpanda_lag"
+
+// CommitAgeMetric is the commit-age gauge's name, in seconds, labelled
+// topic and partition: how long a partition has had records above its
+// committed offset without the commit moving (0 when it is at the end). This
+// project's own: Redpanda Connect's input has none.
+const CommitAgeMetric = "redpanda_commit_age_seconds"
 
 func init() {
 	err := service.RegisterBatchInput(Name, Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
@@ -51,6 +58,12 @@ type input struct {
 }
 
 func newInput(cfg Config, mgr *service.Resources) *input {
+	if cfg.Consumer.Group != "" {
+		age := mgr.Metrics().NewGauge(CommitAgeMetric, "topic", "partition")
+		cfg.Consumer.CommitAge = func(tp kafkain.TP, d time.Duration) {
+			age.Set(int64(d.Seconds()), tp.Topic, strconv.Itoa(int(tp.Partition)))
+		}
+	}
 	in := &input{cfg: cfg, log: mgr.Logger(), mLag: mgr.Metrics().NewGauge(LagMetric, "topic", "partition")}
 	in.conn = kafkain.NewConnector(cfg.Consumer, in.log, func(tp kafkain.TP, lag int64) {
 		in.mLag.Set(lag, tp.Topic, strconv.Itoa(int(tp.Partition)))

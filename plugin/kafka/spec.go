@@ -190,7 +190,7 @@ On shutdown the engine stops reading, waits for the pipeline to drain (the ackno
 
 == Metrics
 
-The gauge `+"`redpanda_lag`"+` (labels `+"`topic`, `partition`"+`) is each owned partition's end offset less its oldest unacknowledged offset, refreshed every `+"`topic_lag_refresh_period`"+`. It grows while the output refuses writes.
+The gauge `+"`redpanda_lag`"+` (labels `+"`topic`, `partition`"+`) is each owned partition's end offset less its oldest unacknowledged offset, refreshed every `+"`topic_lag_refresh_period`"+`. It grows while the output refuses writes. With a `+"`consumer_group`"+`, the gauge `+"`redpanda_commit_age_seconds`"+` (same labels; this binary's own) is how long the partition has had records above its committed offset without the commit moving, refreshed with the lag; 0 once the commit reaches the end.
 
 == Metadata
 
@@ -298,7 +298,7 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 				Description("How many bytes of records of one partition may wait, fetched, to be handed to the pipeline; while one partition holds this much, the input takes no more records from the client (a poll may pass it by a little).").
 				Default("1MB").LintRule(bytesLint(fPartBufferBytes)).Advanced(),
 			service.NewDurationField(fLagRefresh).
-				Description("The period between refreshes of the `redpanda_lag` metric (one ListOffsets request per refresh).").
+				Description("The period between refreshes of the `redpanda_lag` and `redpanda_commit_age_seconds` metrics (one ListOffsets request per refresh).").
 				Default("5s").LintRule(lintrule.Duration(fLagRefresh)).Advanced(),
 			service.NewStringField(fMaxYieldBytes).
 				Description("The maximum size of each batch this input yields (records of one partition; a larger record goes alone).").

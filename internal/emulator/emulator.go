@@ -209,7 +209,7 @@ type Server struct {
 	grpcSrv *grpc.Server
 	s3Ln    net.Listener
 	s3Srv   *http.Server
-	kafka   *kafkaBroker // nil without Config.KafkaAddr
+	kafka   *kafkaBroker    // nil without Config.KafkaAddr
 	schemas *schemaRegistry // nil without Config.SchemaRegistryAddr
 
 	storesMu sync.Mutex

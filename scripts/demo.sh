@@ -148,7 +148,9 @@ echo "== table $TABLE after the run:"
 curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE"; echo
 if [ "$MODE" = avro ]; then
   echo "== its columns, typed from the registry's Avro schema (decimal -> DECIMAL(10,2), timestamp-micros -> TIMESTAMP, date -> DATE, enum -> STRING):"
-  curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE" | tr '{' '\n' | sed -n 's/.*"name":"\([^"]*\)".*"type":"\([^"]*\)".*/  \1 \2/p'
+  curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE" | tr '{' '\n' |
+    sed -n 's/.*"name":"\([^"]*\)","type_text":"\([^"]*\)","type_name":"[^"]*","nullable":\([a-z]*\).*/  \1 \2 nullable=\3/p' |
+    sed 's/\\u003c/</g; s/\\u003e/>/g'
 fi
 echo "== first rows:"
 curl -fsS "$DATABRICKS_HOST/emulator/v1/tables/$TABLE/rows?limit=3"; echo

@@ -71,7 +71,11 @@ func buildStream(t *testing.T, url string) (service.MessageBatchHandlerFunc, *se
 		t.Fatal(err)
 	}
 	go func() { _ = strm.Run(context.Background()) }()
-	return produce, strm, func() service.MessageBatch { mu.Lock(); defer mu.Unlock(); return append(service.MessageBatch(nil), got...) }
+	return produce, strm, func() service.MessageBatch {
+		mu.Lock()
+		defer mu.Unlock()
+		return append(service.MessageBatch(nil), got...)
+	}
 }
 
 // TestStreamDecodesAvroWithRegistryTypesAfterTheRegistryHeals: the

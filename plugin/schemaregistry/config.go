@@ -32,8 +32,9 @@ type Config struct {
 	// the credentials.
 	CredentialsField string
 	Options          registry.Options
-	// Mapping is avro.mapping, nil when unset.
-	Mapping *bloblang.Executor
+	// Mapping is avro.mapping, nil when unset; MappingText its text.
+	Mapping     *bloblang.Executor
+	MappingText string
 	// StoreKeys are the store_schema_metadata keys by format ("" is off).
 	StoreKeys map[registry.Format]string
 }
@@ -113,6 +114,7 @@ func ParseConfig(conf *service.ParsedConfig, files fs.FS) (Config, error) {
 		if c.Mapping, err = conf.FieldBloblang(fAvro, fMapping); err != nil {
 			return c, fieldErr(fAvro+"."+fMapping, err)
 		}
+		c.MappingText, _ = conf.FieldString(fAvro, fMapping)
 	}
 	c.StoreKeys = map[registry.Format]string{}
 	for f, obj := range storeFields {

@@ -41,7 +41,7 @@ type processor struct {
 	schemas  sync.Map // *commonschema.Schema → any
 	nSchemas int
 	mu       sync.Mutex
-	unhealth func()
+	shared   *shared
 }
 
 func newProcessor(cfg Config, mgr *service.Resources) (*processor, error) {
@@ -51,29 +51,59 @@ func newProcessor(cfg Config, mgr *service.Resources) (*processor, error) {
 // newProcessorWith is newProcessor with the codec maker (registry.NewCodec
 // when nil) given, for tests.
 func newProcessorWith(cfg Config, mgr *service.Resources, makeCodec func(registry.Schema, registry.Options) (registry.Codec, error)) (*processor, error) {
-	client, err := registry.NewClient(registry.ClientConfig{URL: cfg.URL, TLS: cfg.TLS, Sign: cfg.Sign, CredentialsField: cfg.CredentialsField})
-	if err != nil {
-		return nil, fieldErr(fURL, err)
+	// Benthos builds a pipeline's processors once per thread: the threads
+	// of one processor config share its decoder (one cache, one fetch per
+	// id), its fault state (one explanation, one health entry) and its
+	// start-up line.
+	key := sharedKey{label: mgr.Label(), knobs: cfg.knobs(), mapping: cfg.MappingText}
+	var sh *shared
+	if v, ok := mgr.GetGeneric(key); ok {
+		sh = v.(*shared)
+	} else {
+		client, err := registry.NewClient(registry.ClientConfig{URL: cfg.URL, TLS: cfg.TLS, Sign: cfg.Sign, CredentialsField: cfg.CredentialsField})
+		if err != nil {
+			return nil, fieldErr(fURL, err)
+		}
+		fresh := &shared{
+			dec: registry.NewDecoder(client, registry.DecoderConfig{
+				Options: cfg.Options, Prepare: cfg.prepare(),
+				DefaultID: cfg.DefaultID, HasDefaultID: cfg.HasDefaultID,
+				CacheDuration: cfg.CacheDuration, CacheSize: registry.DefaultCacheSize,
+				MakeCodec: makeCodec,
+			}),
+			fault: &faultState{url: client.URL(), now: time.Now},
+		}
+		v, loaded := mgr.GetOrSetGeneric(key, fresh)
+		sh = v.(*shared)
+		if !loaded {
+			mgr.Logger().Infof("%s settings: %s", Name, cfg.knobs())
+			var herr error
+			_, sh.unhealth, herr = healthhttp.AttachProcessor(mgr, mgr.Label(), healthhttp.Processor{Type: Name, Health: sh.fault.health})
+			if herr != nil {
+				mgr.Logger().Warnf("%s: no health endpoint %s: %v", Name, healthhttp.Path, herr)
+			}
+		}
 	}
-	p := &processor{
-		cfg: cfg,
-		dec: registry.NewDecoder(client, registry.DecoderConfig{
-			Options: cfg.Options, Prepare: cfg.prepare(),
-			DefaultID: cfg.DefaultID, HasDefaultID: cfg.HasDefaultID,
-			CacheDuration: cfg.CacheDuration, CacheSize: registry.DefaultCacheSize,
-			MakeCodec: makeCodec,
-		}),
+	sh.mu.Lock()
+	sh.users++
+	sh.mu.Unlock()
+	return &processor{
+		cfg: cfg, dec: sh.dec, fault: sh.fault, shared: sh,
 		log:          mgr.Logger(),
-		fault:        &faultState{url: client.URL(), now: time.Now},
 		retryInitial: retryInitial, retryMax: retryMax,
-	}
-	p.log.Infof("%s settings: %s", Name, cfg.knobs())
-	var herr error
-	_, p.unhealth, herr = healthhttp.AttachProcessor(mgr, mgr.Label(), healthhttp.Processor{Type: Name, Health: p.fault.health})
-	if herr != nil {
-		p.log.Warnf("%s: no health endpoint %s: %v", Name, healthhttp.Path, herr)
-	}
-	return p, nil
+	}, nil
+}
+
+// sharedKey identifies one processor config of a manager.
+type sharedKey struct{ label, knobs, mapping string }
+
+// shared is what the threads of one processor config share.
+type shared struct {
+	dec      *registry.Decoder
+	fault    *faultState
+	mu       sync.Mutex
+	users    int
+	unhealth func()
 }
 
 // ProcessBatch decodes every message. A message that cannot be decoded
@@ -167,10 +197,14 @@ func formatOf(f registry.Format) registry.Format {
 	return f
 }
 
-// Close removes the processor from the health endpoint.
+// Close removes the processor from the health endpoint once its last
+// thread closes.
 func (p *processor) Close(context.Context) error {
-	if p.unhealth != nil {
-		p.unhealth()
+	sh := p.shared
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.users--; sh.users == 0 && sh.unhealth != nil {
+		sh.unhealth()
 	}
 	return nil
 }

@@ -279,3 +279,39 @@ func TestAvroMappingRewritesTheSchemaBeforeItsCodec(t *testing.T) {
 		t.Fatalf("codec saw %s", seen)
 	}
 }
+
+// TestThreadsOfOneConfigShareTheDecoderAndTheFault: Benthos builds a
+// processor per pipeline thread; those of one config share one cache and
+// one fault state (one explanation, one health entry), another config
+// (another url) has its own.
+func TestThreadsOfOneConfigShareTheDecoderAndTheFault(t *testing.T) {
+	mgr := service.MockResources()
+	build := func(url string) *processor {
+		conf, err := Spec().ParseYAML("url: "+url+"\n", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := ParseConfig(conf, mgr.FS())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := newProcessorWith(cfg, mgr, echo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b, c := build("http://127.0.0.1:1"), build("http://127.0.0.1:1"), build("http://127.0.0.1:2")
+	if a.dec != b.dec || a.fault != b.fault {
+		t.Fatal("two threads of one config should share the decoder and the fault state")
+	}
+	if a.dec == c.dec || a.fault == c.fault {
+		t.Fatal("another config should have its own")
+	}
+	_ = a.Close(context.Background())
+	if a.shared.users != 1 {
+		t.Fatalf("users = %d after one of two closed", a.shared.users)
+	}
+	_ = b.Close(context.Background())
+	_ = c.Close(context.Background())
+}

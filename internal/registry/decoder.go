@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/commonschema"
@@ -88,7 +89,7 @@ func (d *Decoder) Decode(ctx context.Context, value []byte) (Decoded, error) {
 	}
 	v, common, err := e.codec.Decode(body)
 	if err != nil {
-		return Decoded{}, fmt.Errorf("schema id %d%s: %w", id, e.schema.describe(), err)
+		return Decoded{}, &valueError{prefix: fmt.Sprintf("schema id %d%s: ", id, e.schema.describe()), id: id, err: err}
 	}
 	return Decoded{Value: v, Common: common, ID: id, Subject: e.schema.Subject, Version: e.schema.Version, Format: e.schema.Format}, nil
 }
@@ -129,3 +130,18 @@ func formatName(f Format) string {
 	}
 	return string(f)
 }
+
+// valueError is a value that does not decode with its schema. Its text is
+// prefix and the codec's error, less the codec's own "schema N: ", which
+// prefix says already.
+type valueError struct {
+	prefix string
+	id     int
+	err    error
+}
+
+func (e *valueError) Error() string {
+	return e.prefix + strings.TrimPrefix(e.err.Error(), fmt.Sprintf("schema %d: ", e.id))
+}
+
+func (e *valueError) Unwrap() error { return e.err }

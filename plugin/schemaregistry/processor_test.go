@@ -315,3 +315,64 @@ func TestThreadsOfOneConfigShareTheDecoderAndTheFault(t *testing.T) {
 	_ = b.Close(context.Background())
 	_ = c.Close(context.Background())
 }
+
+// TestEachFormatStoresItsSchemaUnderItsOwnKey, with the real codecs: an
+// Avro, a Protobuf and a JSON Schema message in one batch each carry their
+// schema under their format's store_schema_metadata key, and only there.
+func TestEachFormatStoresItsSchemaUnderItsOwnKey(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	avroID, _, err := reg.RegisterSchema("a-value", sr.Schema{Schema: avroSchema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoID, _, err := reg.RegisterSchema("p-value", sr.Schema{Schema: `syntax = "proto3"; package t; message P { string a = 1; }`, Type: sr.TypeProtobuf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonID, _, err := reg.RegisterSchema("j-value", sr.Schema{Schema: `{"type":"object","properties":{"a":{"type":"string"}}}`, Type: sr.TypeJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := Spec().ParseYAML("url: "+reg.URL()+"\navro:\n  store_schema_metadata: av\nprotobuf:\n  store_schema_metadata: pb\njson:\n  store_schema_metadata: js\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(conf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newProcessor(cfg, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	avroBody := []byte{2, 'x'}              // Avro string "x": zig-zag length 1, then the byte
+	protoBody := []byte{0, 0x0a, 0x01, 'x'} // message index [0] as one 0, then field 1 = "x"
+	out, err := p.ProcessBatch(context.Background(), batchOf(frame(avroID, string(avroBody)), frame(protoID, string(protoBody)), frame(jsonID, `{"a":"x"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{"av", "pb", "js"} {
+		m := out[0][i]
+		if err := m.GetError(); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		v, _ := m.AsStructured()
+		if v.(map[string]any)["a"] != "x" {
+			t.Fatalf("message %d = %v", i, v)
+		}
+		for _, other := range []string{"av", "pb", "js"} {
+			sch, ok := m.MetaGetMut(other)
+			if ok != (other == key) {
+				t.Fatalf("message %d: key %s present = %v", i, other, ok)
+			}
+			if ok {
+				cs, err := commonschema.Parse(sch)
+				if err != nil || cs.Type != commonschema.Object || len(cs.Children) != 1 || cs.Children[0].Name != "a" || cs.Children[0].Type != commonschema.String {
+					t.Fatalf("message %d: stored schema %v (%v)", i, sch, err)
+				}
+			}
+		}
+	}
+}

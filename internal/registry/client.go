@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -43,6 +44,8 @@ type Client struct {
 	cl   *sr.Client
 	url  string
 	cred string
+	// secret is the url's password, scrubbed from errors.
+	secret string
 }
 
 // NewClient makes a client; it does not contact the registry.
@@ -82,10 +85,24 @@ func NewClient(c ClientConfig) (*Client, error) {
 	if cred == "" {
 		cred = "the credentials (none are configured)"
 	}
-	return &Client{cl: cl, url: u, cred: cred}, nil
+	c2 := &Client{cl: cl, url: redacted(u), cred: cred}
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		c2.secret, _ = p.User.Password()
+	}
+	return c2, nil
 }
 
-// URL is the registry's base URL.
+// redacted is u with the password of any user:password@ replaced, for logs
+// and errors.
+func redacted(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	return p.Redacted()
+}
+
+// URL is the registry's base URL, its password (if any) redacted.
 func (c *Client) URL() string { return c.url }
 
 // Fetch returns the schema with id, its references resolved recursively, and
@@ -123,8 +140,21 @@ func (c *Client) fail(ctx context.Context, err error, id int, ref string) error 
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if c.secret != "" && strings.Contains(err.Error(), c.secret) {
+		err = &scrubbed{msg: strings.ReplaceAll(err.Error(), c.secret, "xxxxx"), err: err}
+	}
 	return classify(err, c.url, id, ref, c.cred)
 }
+
+// scrubbed is an error whose text had the url's password: the text without
+// it, the error still underneath.
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
 
 // resolver resolves the references of one schema: each is fetched once
 // (memo, by subject and version), and a reference to one of its own

@@ -212,3 +212,14 @@ func mustRegister(t *testing.T, reg *srfake.Registry, subject string, s sr.Schem
 	}
 	return id
 }
+
+func TestClientNamesTheRegistryWithoutItsPassword(t *testing.T) {
+	c := newClient(t, "http://svc:s3cret@127.0.0.1:1", nil, "")
+	if strings.Contains(c.URL(), "s3cret") || !strings.Contains(c.URL(), "svc:") {
+		t.Fatalf("URL() = %q", c.URL())
+	}
+	_, err := c.Fetch(context.Background(), 1)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("err = %v: the password must not appear", err)
+	}
+}

@@ -204,8 +204,17 @@ func (c Config) knobs() string {
 		"avro.raw_unions=%t avro.preserve_logical_types=%t avro.translate_kafka_connect_types=%t avro.mapping=%t avro.store_schema_metadata=%q "+
 		"protobuf.use_proto_names=%t protobuf.use_enum_numbers=%t protobuf.emit_unpopulated=%t protobuf.emit_default_values=%t protobuf.serialize_to_json=%t protobuf.store_schema_metadata=%q "+
 		"json.coerce_data=%t json.store_schema_metadata=%q retry_backoff=%s..%s",
-		c.URL, auth, c.TLS != nil, c.CacheDuration, registry.DefaultCacheSize, def,
+		redactURL(c.URL), auth, c.TLS != nil, c.CacheDuration, registry.DefaultCacheSize, def,
 		a.RawUnions, a.PreserveLogicalTypes, a.TranslateKafkaConnectTypes, c.Mapping != nil, c.StoreKeys[registry.Avro],
 		p.UseProtoNames, p.UseEnumNumbers, p.EmitUnpopulated, p.EmitDefaultValues, p.SerializeToJSON, c.StoreKeys[registry.Protobuf],
 		c.Options.JSON.CoerceData, c.StoreKeys[registry.JSONSchema], retryInitial, retryMax)
+}
+
+// redactURL hides the password of a user:password@ in the url, for the log.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
 }

@@ -2,6 +2,7 @@ package schemaregistry
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"sync"
@@ -274,6 +275,12 @@ func advice(err error) string {
 	var ua *registry.UnauthorizedError
 	if errors.As(err, &ua) {
 		return "fix the credentials (or their rights at the registry); they are tried again without a restart"
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var badName x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &unknownCA) || errors.As(err, &badName) || errors.As(err, &invalid) {
+		return "the registry's certificate is not trusted: set tls.root_cas or tls.root_cas_file to its CA (the system roots are used otherwise)"
 	}
 	return "check that the registry is up and reachable from here"
 }

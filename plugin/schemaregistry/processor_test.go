@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -374,5 +378,38 @@ func TestEachFormatStoresItsSchemaUnderItsOwnKey(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTLSRegistryTrustsTLSRootCAs: an https registry whose certificate is
+// not in the system roots is trusted through tls.root_cas; without it the
+// batch is held and the advice names the field.
+func TestTLSRegistryTrustsTLSRootCAs(t *testing.T) {
+	reg := srfake.NewRegistry()
+	srv := httptest.NewUnstartedServer(reg.Handler())
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the test
+	srv.StartTLS()
+	defer srv.Close()
+	id, _, err := reg.RegisterSchema("orders-value", sr.Schema{Schema: avroSchema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	indented := "    " + strings.ReplaceAll(strings.TrimSpace(ca), "\n", "\n    ")
+	p, _ := newTestProcessor(t, "url: "+srv.URL+"\ntls:\n  root_cas: |\n"+indented+"\n")
+	out, err := p.ProcessBatch(context.Background(), batchOf(frame(id, "x")))
+	if err != nil || out[0][0].GetError() != nil {
+		t.Fatalf("with tls.root_cas: %v %v", err, out[0][0].GetError())
+	}
+
+	p, _ = newTestProcessor(t, "url: "+srv.URL+"\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := p.ProcessBatch(ctx, batchOf(frame(id, "x"))); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v: an untrusted certificate holds the batch", err)
+	}
+	_, problems := p.fault.health()
+	if len(problems) != 1 || !strings.Contains(problems[0], "certificate") || !strings.Contains(problems[0], "tls.root_cas") {
+		t.Fatalf("problems = %v", problems)
 	}
 }

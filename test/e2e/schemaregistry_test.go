@@ -149,3 +149,29 @@ logger:
 	faultLine(t, "schema registry down at the start (%d Avro records waiting): nothing landed or dead-lettered, health named it; registry back on the same port with its schemas: all %d landed %s later, no restart",
 		n, n, healed.Round(100*time.Millisecond))
 }
+
+// TestDemoAvroScript runs scripts/demo.sh avro (make demo-avro): the
+// emulator with a broker and a registry, avro-produce, and
+// config/examples/avro.yaml until the records have landed; the table it
+// prints has the registry's types. (avro.yaml's catalog.schema_metadata is
+// the zerobus output's.)
+func TestDemoAvroScript(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "demo.sh"), "avro", binary(t), emulatorBinary(t))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "LOG_LEVEL=WARN", "DEMO_AVRO_COUNT=300", "DEMO_METRICS_ADDR="+freeAddr(t))
+	cmd.WaitDelay = 5 * time.Second
+	timer := time.AfterFunc(150*time.Second, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "make demo-avro:\n%s", out)
+	for _, want := range []string{
+		"Schema Registry http://127.0.0.1:", "registered readings-value as schema id 1; produced 300 Avro records",
+		`"row_count":300`,
+		"  reading_time timestamp nullable=false", "  day date nullable=false", "  price decimal(10,2) nullable=false",
+		"  status string nullable=false", "  tags array<string> nullable=false", "  note string nullable=true",
+	} {
+		assert.Contains(t, string(out), want)
+	}
+}

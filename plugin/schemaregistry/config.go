@@ -1,7 +1,9 @@
 package schemaregistry
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -31,6 +33,9 @@ type Config struct {
 	// CredentialsField names the fields to fix when the registry refuses
 	// the credentials.
 	CredentialsField string
+	// credentialsID is a hash of the credentials, so that two processor
+	// configs that differ only by them do not share a client.
+	credentialsID string
 	Options          registry.Options
 	// Mapping is avro.mapping, nil when unset; MappingText its text.
 	Mapping     *bloblang.Executor
@@ -81,6 +86,13 @@ func ParseConfig(conf *service.ParsedConfig, files fs.FS) (Config, error) {
 		}
 	}
 	c.CredentialsField = credentialsField(conf)
+	h := sha256.New()
+	for _, f := range [][]string{{"basic_auth", "username"}, {"basic_auth", "password"}, {"oauth", "consumer_key"}, {"oauth", "consumer_secret"},
+		{"oauth", "access_token"}, {"oauth", "access_token_secret"}, {"jwt", "private_key_file"}, {"jwt", "signing_method"}} {
+		v, _ := conf.FieldString(f...)
+		fmt.Fprintf(h, "%d:%s;", len(v), v)
+	}
+	c.credentialsID = hex.EncodeToString(h.Sum(nil))
 
 	a, p, j := &c.Options.Avro, &c.Options.Protobuf, &c.Options.JSON
 	bools := []struct {

@@ -56,7 +56,7 @@ func newProcessorWith(cfg Config, mgr *service.Resources, makeCodec func(registr
 	// of one processor config share its decoder (one cache, one fetch per
 	// id), its fault state (one explanation, one health entry) and its
 	// start-up line.
-	key := sharedKey{label: mgr.Label(), knobs: cfg.knobs(), mapping: cfg.MappingText}
+	key := sharedKey{label: mgr.Label(), knobs: cfg.knobs(), mapping: cfg.MappingText, credentials: cfg.credentialsID}
 	var sh *shared
 	if v, ok := mgr.GetGeneric(key); ok {
 		sh = v.(*shared)
@@ -96,7 +96,7 @@ func newProcessorWith(cfg Config, mgr *service.Resources, makeCodec func(registr
 }
 
 // sharedKey identifies one processor config of a manager.
-type sharedKey struct{ label, knobs, mapping string }
+type sharedKey struct{ label, knobs, mapping, credentials string }
 
 // shared is what the threads of one processor config share.
 type shared struct {

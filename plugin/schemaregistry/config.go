@@ -36,7 +36,7 @@ type Config struct {
 	// credentialsID is a hash of the credentials, so that two processor
 	// configs that differ only by them do not share a client.
 	credentialsID string
-	Options          registry.Options
+	Options       registry.Options
 	// Mapping is avro.mapping, nil when unset; MappingText its text.
 	Mapping     *bloblang.Executor
 	MappingText string

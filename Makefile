@@ -20,7 +20,7 @@ TEST_PARALLEL ?= 6
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos soak docs conformance-deps prometheus-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
+.PHONY: all help build test chaos soak docs conformance-deps prometheus-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka demo-avro emulator docker clean
 
 all: build
 
@@ -169,6 +169,13 @@ demo: build
 ## the table, its coverage and the group's committed offsets.
 demo-kafka: build
 	./scripts/demo.sh kafka $(BIN) $(EMU)
+
+## demo-avro: the same with Avro in the Schema Registry wire format: the emulator serves a broker and a Schema
+## Registry (--schema-registry), avro-produce registers an Avro schema and produces records encoded with it,
+## config/examples/avro.yaml (redpanda → schema_registry_decode → zerobus) runs until all have landed, then prints
+## the table with the columns typed from the registry's schema.
+demo-avro: build
+	./scripts/demo.sh avro $(BIN) $(EMU)
 
 ## emulator: run the local Zerobus + workspace emulator in the foreground.
 emulator: build

@@ -46,18 +46,15 @@ func registryJSDir(t *testing.T) string {
 }
 
 // registryJSNode returns node, once the npm packages are installed. Missing
-// packages fail the test in CI (CI=true) and skip it elsewhere, saying how to
-// install them.
+// packages fail the test (never skip it), saying how to install them, as the
+// conformance tests do.
 func registryJSNode(t *testing.T, dir string) string {
 	t.Helper()
 	const pkg = "node_modules/@confluentinc/schemaregistry/package.json"
 	if _, err := os.Stat(filepath.Join(dir, pkg)); err != nil {
 		msg := "Confluent's JavaScript serializers are not installed (test/registryjs/" + pkg +
 			" missing): run `make conformance-deps` (npm ci --prefix test/registryjs)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		t.Fatal(msg)
 	}
 	if n := os.Getenv("NODE_BINARY"); n != "" {
 		return n

@@ -241,9 +241,7 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, next kgo.EpochOffset, hwm int64
 	if len(recs) == 0 {
 		// Only markers: with nothing of p awaiting its ack, its commit
 		// moves past them.
-		if p.advance() {
-			t.broadcast()
-		}
+		p.advance()
 		return
 	}
 	p.pending = slices.Grow(p.pending, len(recs))
@@ -263,10 +261,9 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, next kgo.EpochOffset, hwm int64
 // advance moves p's durable offset past the run of acknowledged batches at
 // the head of out and, once nothing of p is handed out unacknowledged or
 // waiting to be handed out, to its fetch position (past the transaction
-// markers and aborted batches after its last record). It reports whether
-// the durable offset moved. Callers hold the tracker's mu.
-func (p *partition) advance() bool {
-	was := p.durable
+// markers and aborted batches after its last record). Callers hold the
+// tracker's mu.
+func (p *partition) advance() {
 	for len(p.out) > 0 && p.out[0].state == stateAcked {
 		head := p.out[0]
 		p.durable, p.epoch = head.end, head.epoch
@@ -279,7 +276,6 @@ func (p *partition) advance() bool {
 			p.durable, p.epoch = p.fetched.Offset, p.fetched.Epoch
 		}
 	}
-	return p.durable != was
 }
 
 // RecordOverhead is what a record costs in memory beyond its key, value and

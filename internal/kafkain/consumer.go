@@ -462,17 +462,19 @@ func (c *Consumer) pollLoop() {
 func dataRecords(recs []*kgo.Record) (data []*kgo.Record, next kgo.EpochOffset) {
 	last := recs[len(recs)-1]
 	next = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
-	k := slices.IndexFunc(recs, func(r *kgo.Record) bool { return r.Attrs.IsControl() })
-	if k < 0 {
-		return recs, next
-	}
-	data = slices.Clone(recs[:k])
-	for _, r := range recs[k+1:] {
+	for k, r := range recs {
 		if !r.Attrs.IsControl() {
-			data = append(data, r)
+			continue
 		}
+		data = slices.Clone(recs[:k])
+		for _, r := range recs[k+1:] {
+			if !r.Attrs.IsControl() {
+				data = append(data, r)
+			}
+		}
+		return data, next
 	}
-	return data, next
+	return recs, next
 }
 
 // franz-go's fetch defaults, for a Config that leaves the fields unset.

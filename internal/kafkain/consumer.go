@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -246,6 +247,10 @@ func (c *Consumer) options() (conn, consume []kgo.Opt, err error) {
 	add(&opts, cfg.FetchMaxPartitionBytes > 0 && cfg.Limits.MaxUnackedBytes <= 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	add(&opts, cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))
 	add(&opts, cfg.ReadCommitted, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	// Transaction markers come back with the records, so that the poll
+	// loop sees the fetch position past them (dataRecords): they are
+	// never handed out.
+	opts = append(opts, kgo.KeepControlRecords())
 	switch {
 	case len(cfg.Partitions) > 0:
 		opts = append(opts, kgo.ConsumePartitions(cfg.Partitions))
@@ -429,7 +434,8 @@ func (c *Consumer) pollLoop() {
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
 				n += len(p.Records)
-				c.track.Add(TP{p.Topic, p.Partition}, p.Records, p.HighWatermark)
+				recs, next := dataRecords(p.Records)
+				c.track.Add(TP{p.Topic, p.Partition}, recs, next, p.HighWatermark)
 			}
 		})
 		var ferr error
@@ -460,6 +466,34 @@ func (c *Consumer) pollLoop() {
 			idle = 0
 		}
 	}
+}
+
+// dataRecords returns the records of one polled partition without its
+// transaction markers (control records, kept by KeepControlRecords), and
+// the fetch position after them all: the offset after the last record,
+// marker or not, with its leader epoch. franz-go moves its fetch offset
+// past every record it decodes, including markers and, under
+// read_committed, aborted batches it drops; an aborted batch is always
+// followed by its abort marker, so the position after the last marker
+// returned is past it too. Committing that position once everything below
+// is acknowledged lets a transactional topic's commit reach its end offset
+// (KIP-1094). recs is returned as is when it holds no marker.
+func dataRecords(recs []*kgo.Record) (data []*kgo.Record, next kgo.EpochOffset) {
+	last := recs[len(recs)-1]
+	next = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	for k, r := range recs {
+		if !r.Attrs.IsControl() {
+			continue
+		}
+		data = slices.Clone(recs[:k])
+		for _, r := range recs[k+1:] {
+			if !r.Attrs.IsControl() {
+				data = append(data, r)
+			}
+		}
+		return data, next
+	}
+	return recs, next
 }
 
 // franz-go's fetch defaults, for a Config that leaves the fields unset.

@@ -60,7 +60,12 @@ type Config struct {
 	FetchMaxWait           time.Duration
 	ReadCommitted          bool
 
-	CommitPeriod     time.Duration
+	CommitPeriod time.Duration
+	// CommitOnAck also commits as soon as an acknowledgement moves a
+	// partition's durable offset, one commit at a time (acks that arrive
+	// during a commit are covered by the next one), besides every
+	// CommitPeriod: fewer records are read again after a crash.
+	CommitOnAck      bool
 	LagRefreshPeriod time.Duration
 	// CommitAge, when set (with a Group), is given each owned partition's
 	// commit age every LagRefreshPeriod, beside the lag: how long records
@@ -122,6 +127,9 @@ type Consumer struct {
 	pollCtx  context.Context
 	stopPoll context.CancelFunc
 	loops    sync.WaitGroup
+	// acked wakes the commit loop after an acknowledgement (CommitOnAck):
+	// one slot, so a burst of acks costs one commit.
+	acked chan struct{}
 
 	errLog *limitedLog
 	sizer  fetchSizer
@@ -178,9 +186,12 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	c.pollCtx, c.stopPoll = context.WithCancel(context.Background())
 	c.loops.Add(1)
 	go c.pollLoop()
-	if cfg.Group != "" && cfg.CommitPeriod > 0 {
+	if cfg.Group != "" && (cfg.CommitPeriod > 0 || cfg.CommitOnAck) {
+		if cfg.CommitOnAck {
+			c.acked = make(chan struct{}, 1)
+		}
 		c.loops.Add(1)
-		go c.every(cfg.CommitPeriod, func() { _ = c.Commit(c.pollCtx, nil) })
+		go c.commitLoop()
 	}
 	if lag != nil && cfg.LagRefreshPeriod > 0 {
 		c.loops.Add(1)
@@ -689,7 +700,36 @@ func (c *Consumer) Handed(b *Batch) []*kgo.Record { return c.track.Handed(b) }
 
 // Ack settles a delivery of b; see Tracker.Ack.
 func (c *Consumer) Ack(b *Batch, delivery int, err error) bool {
-	return c.track.Ack(b, delivery, err)
+	ok := c.track.Ack(b, delivery, err)
+	if ok && err == nil && c.acked != nil {
+		select {
+		case c.acked <- struct{}{}:
+		default: // a commit is already due: it covers this ack too
+		}
+	}
+	return ok
+}
+
+// commitLoop commits the durable offsets every CommitPeriod and, with
+// CommitOnAck, after acknowledgements, one commit at a time. A commit with
+// nothing new to commit sends nothing (Tracker.Committable).
+func (c *Consumer) commitLoop() {
+	defer c.loops.Done()
+	var tick <-chan time.Time
+	if c.cfg.CommitPeriod > 0 {
+		t := time.NewTicker(c.cfg.CommitPeriod)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.pollCtx.Done():
+			return
+		case <-tick:
+		case <-c.acked:
+		}
+		_ = c.Commit(c.pollCtx, nil)
+	}
 }
 
 // Tracker returns the consumer's tracker (for tests and metrics).

@@ -126,11 +126,11 @@ func (in *input) logConfig() {
 	if group == "" {
 		group = "(none: no commits)"
 	}
-	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d max_unacked_bytes=%d auto_replay_nacks=%t",
+	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s commit_on_ack=%t partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d max_unacked_bytes=%d auto_replay_nacks=%t",
 		k.SeedBrokers, k.ClientID, c.TLSEnabled, c.SkipVerify, c.SASLMechs, k.MetadataMaxAge, k.RequestTimeoutOverhead, k.ConnIdleTimeout,
 		k.Dial.ConnectTimeout, k.Dial.KeepAliveIdle, k.Dial.KeepAliveInterval, k.Dial.KeepAliveCount, k.Dial.UserTimeout,
 		topics, k.Regex, k.Exclude, group, k.InstanceID, k.RackID, k.RebalanceTimeout, k.SessionTimeout, k.HeartbeatInterval, c.StartOffset,
-		k.FetchMaxBytes, k.FetchMaxWait, k.FetchMinBytes, k.FetchMaxPartitionBytes, c.Isolation, k.CommitPeriod, k.Limits.BufferBytes,
+		k.FetchMaxBytes, k.FetchMaxWait, k.FetchMinBytes, k.FetchMaxPartitionBytes, c.Isolation, k.CommitPeriod, k.CommitOnAck, k.Limits.BufferBytes,
 		k.LagRefreshPeriod, k.Limits.YieldBytes, k.Limits.MaxUnacked, k.Limits.MaxUnackedBytes, k.Limits.Replay)
 }
 

@@ -161,7 +161,7 @@ func TestParseStatementRefuses(t *testing.T) {
 		wantClass string
 		wantIn    string
 	}{
-				{"DROP SCHEMA c.s", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
+		{"DROP SCHEMA c.s", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
 		{"DROP TEMPORARY TABLE t", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
 		{"DROP TABLE c.s.t FORCE", "UNSUPPORTED_FEATURE", "FORCE"},
 		{"DROP TABLE c.s.t PURGE", "UNSUPPORTED_FEATURE", "PURGE"},

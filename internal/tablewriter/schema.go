@@ -82,6 +82,12 @@ func (a *authority) applyConfig(d *catalog.DesiredTable) {
 	for k, v := range a.cfg.ColumnDescriptions {
 		d.Comments[k] = v
 	}
+	if a.cfg.DedupView {
+		d.DedupView = a.cfg.DedupViewName
+		if d.DedupView == "" {
+			d.DedupView = catalog.DefaultDedupView(a.cfg.Table)
+		}
+	}
 }
 
 // structured decodes the messages listed in idx (all when idx is nil) for

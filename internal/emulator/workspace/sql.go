@@ -65,6 +65,9 @@ type sqlError struct {
 }
 
 func (e *sqlError) Error() string {
+	if e.SQLState == "" {
+		return fmt.Sprintf("[%s] %s", e.Class, e.Msg)
+	}
 	return fmt.Sprintf("[%s] %s SQLSTATE: %s", e.Class, e.Msg, e.SQLState)
 }
 

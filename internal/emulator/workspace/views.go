@@ -196,7 +196,12 @@ func (p *sqlParser) viewQuery() (*viewQuery, *sqlError) {
 		}
 	}
 	if !p.acceptWord("ORDER") {
-		return nil, unsupported("row_number() OVER (PARTITION BY …) without ORDER BY")
+		// "The OVER clause of the window function must include an ORDER BY
+		// clause" (Databricks SQL reference, row_number); Apache Spark's
+		// analyzer refuses it with this class and text (a legacy class,
+		// without an SQLSTATE).
+		return nil, &sqlError{Class: "_LEGACY_ERROR_TEMP_1037", Code: "BAD_REQUEST",
+			Msg: "Window function row_number() requires window to be ordered, please add ORDER BY clause. For example SELECT row_number()(value_expr) OVER (PARTITION BY window_partition ORDER BY window_ordering) from table."}
 	}
 	if err := p.expectWord("BY"); err != nil {
 		return nil, err

@@ -90,6 +90,7 @@ func TestViewStatements(t *testing.T) {
 	} {
 		h.failsWith(q, "PARSE_SYNTAX_ERROR", "42601")
 	}
+	h.failsWith("CREATE VIEW main.default.v2 AS SELECT * FROM main.default.t QUALIFY row_number() OVER (PARTITION BY id) = 1", "_LEGACY_ERROR_TEMP_1037", "")
 	_, ok = h.ws.View("main.default.v2")
 	assert.False(t, ok, "no refused statement created a view")
 

@@ -354,3 +354,23 @@ func TestInterpolatedTableStreamsMin(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, c.StreamsMin)
 }
+
+// TestConfigDedupView: catalog.dedup_view reaches the writer's config and
+// the start-up line, with its default name or the one given.
+func TestConfigDedupView(t *testing.T) {
+	on := minimalYAML + "coverage:\n  source: s\n  offset: '1'\ncatalog:\n  provision: true\n  warehouse_id: w\n  dedup_view: true\n"
+	c, err := parseYAML(t, on)
+	require.NoError(t, err)
+	assert.Contains(t, knobsLine(c.knobs(2)), "catalog.dedup_view=<table>_dedup")
+	wc, err := c.writerConfig("w")
+	require.NoError(t, err)
+	assert.True(t, wc.DedupView)
+	assert.Empty(t, wc.DedupViewName)
+
+	c, err = parseYAML(t, on+"  dedup_view_name: main.default.readers\n")
+	require.NoError(t, err)
+	assert.Contains(t, knobsLine(c.knobs(2)), "catalog.dedup_view=main.default.readers")
+	wc, err = c.writerConfig("w")
+	require.NoError(t, err)
+	assert.Equal(t, "main.default.readers", wc.DedupViewName)
+}

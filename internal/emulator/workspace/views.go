@@ -2,7 +2,8 @@
 // view query the output defines (the deduplicating view of a table with
 // coverage, catalog.DedupViewQuery), their Unity Catalog entries (table_type
 // VIEW, view_definition, the columns bound at definition) and their rows,
-// by evaluating the query over the table's rows.
+// by evaluating the query over the table's rows. Views are kept beside the
+// tables (viewstore.go), persisted with them.
 //
 // Grammar (Databricks SQL reference, "CREATE VIEW", "ALTER VIEW", "DROP
 // VIEW", "QUALIFY clause"), of which the emulator executes:
@@ -234,6 +235,23 @@ func (p *sqlParser) viewQuery() (*viewQuery, *sqlError) {
 	return q, nil
 }
 
+// parseViewQuery parses a view's stored query text alone.
+func parseViewQuery(text string) (*viewQuery, *sqlError) {
+	toks, err := tokenize(text)
+	if err != nil {
+		return nil, err
+	}
+	p := &sqlParser{src: text, toks: toks}
+	q, err := p.viewQuery()
+	if err != nil {
+		return nil, err
+	}
+	if t := p.peek(); t.kind != sqlEOF {
+		return nil, parseErr("unexpected %s after the view's query", t.describe())
+	}
+	return q, nil
+}
+
 // Errors of a statement naming an object of the other kind: Apache Spark's
 // error classes, which Databricks SQL reports (Spark error-conditions:
 // WRONG_COMMAND_FOR_OBJECT_TYPE, EXPECT_VIEW_NOT_TABLE, EXPECT_TABLE_NOT_VIEW,
@@ -258,25 +276,10 @@ func expectTableNotView(name, op string) *sqlError {
 }
 
 // View returns the view named fullName, if there is one.
-func (w *Workspace) View(fullName string) (View, bool) {
-	w.viewsMu.Lock()
-	defer w.viewsMu.Unlock()
-	v, ok := w.views[NormalizeName(fullName)]
-	v.Columns = cloneColumns(v.Columns)
-	return v, ok
-}
+func (w *Workspace) View(fullName string) (View, bool) { return w.reg.views.get(fullName) }
 
-// Views lists the views.
-func (w *Workspace) Views() []View {
-	w.viewsMu.Lock()
-	defer w.viewsMu.Unlock()
-	out := make([]View, 0, len(w.views))
-	for _, v := range w.views {
-		v.Columns = cloneColumns(v.Columns)
-		out = append(out, v)
-	}
-	return out
-}
+// Views lists the views, sorted by name.
+func (w *Workspace) Views() []View { return w.reg.views.list() }
 
 func (w *Workspace) isView(name string) bool {
 	_, ok := w.View(name)
@@ -327,13 +330,12 @@ func (w *Workspace) createView(name string, st *statement, catalog, schema strin
 	}
 	now := w.opts.Now()
 	v.TableID, v.Owner, v.CreatedAt, v.UpdatedAt = NewUUID(), w.opts.Owner, now, now
-	w.viewsMu.Lock()
-	defer w.viewsMu.Unlock()
-	if _, ok := w.views[name]; ok && !st.OrReplace {
-		return alreadyExists(name)
-	}
-	w.views[name] = v
-	return nil
+	return w.reg.views.change(name, func(_ View, exists bool) (*View, bool, *sqlError) {
+		if exists && !st.OrReplace {
+			return nil, false, alreadyExists(name)
+		}
+		return &v, false, nil
+	})
 }
 
 // alterView runs ALTER VIEW … AS: the view keeps its id, owner and grants
@@ -349,15 +351,13 @@ func (w *Workspace) alterView(name string, st *statement, catalog, schema string
 	if serr != nil {
 		return serr
 	}
-	w.viewsMu.Lock()
-	defer w.viewsMu.Unlock()
-	old, ok := w.views[name]
-	if !ok {
-		return notFound(name)
-	}
-	v.TableID, v.Owner, v.CreatedAt, v.UpdatedAt = old.TableID, old.Owner, old.CreatedAt, w.opts.Now()
-	w.views[name] = v
-	return nil
+	return w.reg.views.change(name, func(old View, ok bool) (*View, bool, *sqlError) {
+		if !ok {
+			return nil, false, notFound(name)
+		}
+		v.TableID, v.Owner, v.CreatedAt, v.UpdatedAt = old.TableID, old.Owner, old.CreatedAt, w.opts.Now()
+		return &v, false, nil
+	})
 }
 
 // dropView runs DROP VIEW [IF EXISTS]: a missing view is
@@ -367,28 +367,27 @@ func (w *Workspace) dropView(name string, st *statement) *sqlError {
 	if _, ok := w.reg.Get(name); ok {
 		return wrongCommand("DROP VIEW", name, "TABLE", "DROP TABLE")
 	}
-	w.viewsMu.Lock()
-	defer w.viewsMu.Unlock()
-	if _, ok := w.views[name]; !ok {
-		if st.IfExists {
-			return nil
+	return w.reg.views.change(name, func(_ View, ok bool) (*View, bool, *sqlError) {
+		if !ok && !st.IfExists {
+			return nil, false, notFound(name)
 		}
-		return notFound(name)
-	}
-	delete(w.views, name)
-	return nil
+		return nil, ok, nil
+	})
 }
 
 // DropView drops a view (UC's DELETE of a table entry that is a view). A
 // missing view gives ErrNotFound (wrapped).
 func (w *Workspace) DropView(fullName string) error {
-	w.viewsMu.Lock()
-	defer w.viewsMu.Unlock()
 	name := NormalizeName(fullName)
-	if _, ok := w.views[name]; !ok {
+	serr := w.reg.views.change(name, func(_ View, ok bool) (*View, bool, *sqlError) {
+		if !ok {
+			return nil, false, notFound(name)
+		}
+		return nil, true, nil
+	})
+	if serr != nil {
 		return fmt.Errorf("view %s: %w", name, ErrNotFound)
 	}
-	delete(w.views, name)
 	return nil
 }
 

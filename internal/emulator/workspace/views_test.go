@@ -147,3 +147,44 @@ func TestViewEvaluate(t *testing.T) {
 	}
 	assert.Equal(t, []int64{2, 3, 4, 5, 6}, ids)
 }
+
+// TestViewsPersist: an emulator reopened on its data directory has its
+// views, with their query, columns and id, and evaluates them; a dropped
+// view stays dropped.
+func TestViewsPersist(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *Workspace {
+		reg, err := OpenRegistry(dir)
+		require.NoError(t, err)
+		return New(reg, Options{})
+	}
+	w := open()
+	run := func(w *Workspace, stmt string) {
+		t.Helper()
+		rec := w.run(executeRequest{Statement: stmt})
+		require.Equal(t, "SUCCEEDED", rec.exec.State, "%s: %s", stmt, rec.exec.Message)
+	}
+	run(w, "CREATE TABLE main.default.t (id BIGINT, _zb_source STRING, _zb_offset BIGINT, _zb_emit_ts TIMESTAMP)")
+	run(w, "CREATE VIEW main.default.t_dedup AS "+dedupQuery)
+	run(w, "CREATE VIEW main.default.gone AS "+dedupQuery)
+	run(w, "DROP VIEW main.default.gone")
+	before, _ := w.View("main.default.t_dedup")
+
+	w = open()
+	after, ok := w.View("main.default.t_dedup")
+	require.True(t, ok, "the view survived the restart")
+	assert.Equal(t, before.TableID, after.TableID)
+	assert.Equal(t, dedupQuery, after.Definition)
+	assert.Equal(t, len(before.Columns), len(after.Columns))
+	_, ok = w.View("main.default.gone")
+	assert.False(t, ok, "a dropped view stays dropped")
+	tb, _ := w.Registry().Get("main.default.t")
+	rows, err := after.Evaluate([]map[string]any{
+		{"id": int64(1), "_zb_source": "a", "_zb_offset": int64(0), "_zb_emit_ts": "2026-01-01T00:00:02Z"},
+		{"id": int64(2), "_zb_source": "a", "_zb_offset": int64(0), "_zb_emit_ts": "2026-01-01T00:00:01Z"},
+	}, tb)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	assert.Equal(t, int64(2), rows[0]["id"])
+	run(w, "ALTER VIEW main.default.t_dedup AS "+dedupQuery)
+}

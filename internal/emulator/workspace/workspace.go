@@ -93,12 +93,6 @@ type Workspace struct {
 	log        []ExecutedStatement
 	statements map[string]*statementRecord
 	iceberg    map[string]*icebergState // key: normalized full name
-
-	// views are the views (views.go), by normalized full name. They are
-	// kept in memory only: an emulator restarted on its data directory
-	// keeps its tables, not its views.
-	viewsMu sync.Mutex
-	views   map[string]View
 }
 
 type statementRecord struct {
@@ -137,7 +131,6 @@ func New(reg *Registry, opts Options) *Workspace {
 		stats:      Stats{ByKind: map[StatementKind]int{}},
 		statements: map[string]*statementRecord{},
 		iceberg:    map[string]*icebergState{},
-		views:      map[string]View{},
 	}
 }
 

@@ -106,9 +106,12 @@ coverage:
 	// Kill k lands at a random point of the k-th quarter of the production
 	// (kills 2 and 3 once the table has the tag column of the second half),
 	// once this run has landed rows of its own and committed beyond the
-	// last kill's offsets, so that it both reads records again and lands
-	// new ones.
-	var prevCommitted int64
+	// last kill's offsets, with records durable beyond its commit: the
+	// next run both reads records again and lands new ones.
+	// minUncommitted records durable but not committed at each kill make
+	// the duplicates certain.
+	const minUncommitted = 200
+	var prevCommitted, dupsBefore, reread int64
 	for k := 0; k < 3; k++ {
 		before := tableRowCount(srv, table)
 		p := startKafkaProduct(t, config, fmt.Sprintf("run%d", k))
@@ -123,8 +126,14 @@ coverage:
 			if produced.Load() < at || got <= before || (k > 0 && !hasTag()) {
 				return false, fmt.Sprintf("%d produced, %d rows (%d before the run), tag column %v\n%s", produced.Load(), got, before, hasTag(), tail(p.out.String(), 20))
 			}
+			// At least minUncommitted records durable beyond the commit,
+			// which the next run reads again: distinct rows are at least
+			// the rows less the duplicates so far and the re-read of this
+			// run.
 			committed, _, err := b.offsets(kafkaTopic, kafkaGroup)
-			return err == nil && sumOffsets(committed) > prevCommitted, fmt.Sprintf("committed %d, at the last kill %d (%v)", sumOffsets(committed), prevCommitted, err)
+			distinct := got - dupsBefore - reread
+			return err == nil && sumOffsets(committed) > prevCommitted && distinct-sumOffsets(committed) >= minUncommitted,
+				fmt.Sprintf("%d rows, at least %d distinct; committed %d, at the last kill %d (%v)", got, distinct, sumOffsets(committed), prevCommitted, err)
 		})
 		kill9(p)
 		settle(srv, table)
@@ -134,6 +143,7 @@ coverage:
 		committed, _, err := b.offsets(kafkaTopic, kafkaGroup)
 		require.NoError(t, err)
 		prevCommitted = sumOffsets(committed)
+		dupsBefore, reread = int64(l.rows-l.distinct()), int64(l.distinct())-prevCommitted
 		t.Logf("kill %d at %d produced, %d raw rows: %d distinct, view %d rows, tag column %v; committed %d", k+1, produced.Load(), l.rows, l.distinct(), vr, hasTag(), prevCommitted)
 	}
 	require.NoError(t, <-produceErr)

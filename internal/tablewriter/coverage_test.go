@@ -394,4 +394,13 @@ func TestDedupViewAskedForTheTableOnly(t *testing.T) {
 		assert.Positive(t, own, "the table was reconciled")
 		assert.Positive(t, cov, "the coverage table was reconciled")
 	}
+	// A writer without coverage (the dead-letter table's, made from the
+	// same config) asks for no view: its rows have no source position.
+	h := newHarness(t, ingestfake.Config{}, func(c *Config) {
+		c.Provision, c.DedupView = true, true
+	}, nil)
+	for _, d := range h.cat.Reconciled() {
+		assert.Empty(t, d.DedupView, d.FullName)
+	}
+	assert.Positive(t, h.cat.ReconcileCount())
 }

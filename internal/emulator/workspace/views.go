@@ -128,8 +128,8 @@ func (p *sqlParser) viewQuery() (*viewQuery, *sqlError) {
 		return nil, unsupported("view query SELECT %s (the emulator's views are SELECT * … QUALIFY row_number() … = 1)", p.peek().describe())
 	}
 	if t := p.peek(); !t.isWord("FROM") {
-		if t.isWord("EXCEPT") || t.isWord("EXCLUDE") {
-			return nil, unsupported("SELECT * %s in a view query", strings.ToUpper(t.text))
+		if t.isWord("EXCEPT") { // star clause: Databricks SQL reference, "SELECT", star_clause
+			return nil, unsupported("SELECT * EXCEPT in a view query")
 		}
 		return nil, parseErr("expected FROM, got %s", t.describe())
 	}

@@ -87,6 +87,7 @@ func TestViewStatements(t *testing.T) {
 		"CREATE VIEW main.default.v2 AS SELECT * FROM main.default.t QUALIFY row_number() OVER (PARTITION BY id ORDER BY id = 1",
 		"CREATE VIEW main.default.v2",
 		"DROP VIEW",
+		"CREATE VIEW main.default.v2 AS SELECT * EXCLUDE (extra) FROM main.default.t QUALIFY row_number() OVER (PARTITION BY id ORDER BY id) = 1",
 	} {
 		h.failsWith(q, "PARSE_SYNTAX_ERROR", "42601")
 	}

@@ -82,6 +82,9 @@ func (p *sqlParser) parseCreateView() (*statement, *sqlError) {
 		}
 		st.OrReplace = true
 	}
+	if p.peek().isWord("TABLE") {
+		return nil, unsupported("CREATE OR REPLACE TABLE (only CREATE TABLE [IF NOT EXISTS] is supported)")
+	}
 	if t := p.peek(); t.isWord("TEMPORARY") || t.isWord("GLOBAL") {
 		return nil, unsupported("CREATE … %s VIEW (a session's view; the emulator keeps Unity Catalog views only)", strings.ToUpper(t.text))
 	}

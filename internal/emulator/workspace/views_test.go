@@ -74,6 +74,7 @@ func TestViewStatements(t *testing.T) {
 		"CREATE VIEW main.default.v2 AS SELECT * FROM main.default.t QUALIFY row_number() OVER (PARTITION BY id ORDER BY id) = 2",
 		"CREATE VIEW main.default.v2 AS SELECT * FROM main.default.t QUALIFY row_number() OVER (PARTITION BY id ORDER BY id NULLS LAST) = 1",
 		"CREATE TEMPORARY VIEW v2 AS SELECT * FROM main.default.t",
+		"CREATE OR REPLACE TABLE main.default.v2 (a INT)",
 		"CREATE VIEW IF NOT EXISTS main.default.v2 AS " + dedupQuery,
 		"CREATE VIEW main.default.v2 COMMENT 'c' AS " + dedupQuery,
 		"CREATE VIEW main.default.v2 WITH SCHEMA EVOLUTION AS " + dedupQuery,

@@ -69,7 +69,7 @@ test: fmt-check vet build conformance-deps prometheus-deps lint-examples
 ## shutdown, the whole cross product; workspace down with the streams up; token expiry across
 ## rotations), rotation, concurrency rejects, the kill -9 recovery tests and the long
 ## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), and the
-## Kafka runs in their long form (TestKafka*: kill -9 ×3 of 300k records, a consumer group of 3→2→3
+## Kafka runs in their long form (TestKafka*: kill -9 ×3 of 300k records, the same with the deduplicating view and a column added, a consumer group of 3→2→3
 ## instances on 12 partitions and 300k records, 20 s of refused writes, a broker outage), each against
 ## the built binaries; then a summary of every cell's "fault:" line. Log: bin/chaos.log.
 ## make test runs the same cells, with the short TestChaos and TestFaultMatrix's compact subset.
@@ -93,7 +93,7 @@ soak:
 docs:
 	go run ./cmd/docs-gen
 
-## conformance-deps: the official SDK and apache-arrow from npm into conformance/node_modules (npm ci, lock file).
+## conformance-deps: the official SDK, apache-arrow and DuckDB (@duckdb/node-api: the e2e check of the deduplicating view's SQL) from npm into conformance/node_modules (npm ci, lock file).
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
 	npm ci --prefix test/registryjs --no-audit --no-fund --loglevel=error

@@ -588,16 +588,42 @@ func (s *Server) TableRowCount(fullName string) (int64, error) {
 	return n, nil
 }
 
-// TableRows reads up to limit stored rows of a table (limit <= 0: all) as
+// TableRows reads up to limit stored rows of a table, or the rows of a view
+// (viewRows), (limit <= 0: all) as
 // JSON-ready maps: decimals as strings, timestamps RFC 3339, binary as bytes
 // (base64 once marshalled).
 func (s *Server) TableRows(fullName string, limit int) ([]map[string]any, error) {
+	if v, ok := s.ws.View(fullName); ok {
+		return s.viewRows(v, limit)
+	}
 	ts, err := s.existingStore(fullName)
 	if err != nil {
 		return nil, err
 	}
 	t, _ := s.reg.Get(fullName)
 	return ts.readRows(t.Columns, limit)
+}
+
+// viewRows evaluates view v over every row of its table (workspace.View
+// Evaluate) and returns the first limit (all when limit <= 0). A view whose
+// table is gone is ErrNotFound, as querying it is TABLE_OR_VIEW_NOT_FOUND.
+func (s *Server) viewRows(v workspace.View, limit int) ([]map[string]any, error) {
+	t, ok := s.reg.Get(v.Source)
+	if !ok {
+		return nil, fmt.Errorf("view %s reads table %s: %w", v.FullName, v.Source, workspace.ErrNotFound)
+	}
+	raw, err := s.TableRows(v.Source, 0)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := v.Evaluate(raw, t)
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && len(rows) > limit {
+		rows = rows[:limit]
+	}
+	return rows, nil
 }
 
 func (s *Server) existingStore(fullName string) (*tableStore, error) {

@@ -149,6 +149,12 @@ type Config struct {
 	// existing one. The coverage table's writer sets both.
 	Comment          string
 	CreateProperties map[string]string
+	// DedupView keeps a deduplicating view beside the table (with
+	// Provision and Coverage): catalog.DesiredTable.DedupView, named
+	// DedupViewName, or catalog.DefaultDedupView of the table when that is
+	// empty (one view per table of an interpolated table name).
+	DedupView     bool
+	DedupViewName string
 }
 
 // Defaults of the Config durations.

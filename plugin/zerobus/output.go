@@ -329,6 +329,7 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 	if o.cfg.DLTable != "" {
 		cfg := o.wcfg
 		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role, cfg.Coverage = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived, nil
+		cfg.DedupView, cfg.DedupViewName = false, "" // dead letters have no source position
 		e.DeadLetters = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)

@@ -244,7 +244,7 @@ func TestRegistrySchemaRefusalIsDeadLettered(t *testing.T) {
 	v := cs.Schema{Type: cs.Object, Children: []cs.Schema{{Name: "id", Type: cs.Int64}, {Name: "name", Type: cs.Int64}}}
 	rest, err := e.Write(context.Background(), []Row{
 		registryRow(map[string]any{"id": json.Number("1"), "name": json.Number("9")}, v, "people-value", 4, 31),
-	}, nil, nil)
+	}, nil, nil, nil)
 	require.NoError(t, err)
 	assert.Empty(t, rest, "the refused row is a durable dead letter")
 	errsCol, _ := submittedColumn(t, dlOpener, "error")

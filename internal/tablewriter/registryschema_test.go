@@ -374,3 +374,31 @@ func TestRegistrySchemaNewVersionOnceUnderConcurrentBatches(t *testing.T) {
 	sent, _ := submittedColumn(t, h.opener, "price")
 	assert.Len(t, sent, n, "every v2 row landed in the new column")
 }
+
+// An Avro time-millis or time-micros reaches the output as
+// schema_registry_decode gives it with preserve_logical_types: a time on the
+// Unix epoch day (internal/registry's decodeTimeOfDay). Its TIME_OF_DAY
+// column (BIGINT) takes it as microseconds since midnight, as it takes a
+// time.Duration; a time on any other day is no time of day and fails its
+// row, naming the column.
+func TestRegistryTimeOfDayFromTheDecodersTime(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, registryCfg, absentTable)
+	epoch := func(h, m, s, ns int) time.Time { return time.Date(1970, 1, 1, h, m, s, ns, time.UTC) }
+	row := func(id int, at any) Row {
+		o := orderV1(id)
+		o["at"] = at
+		return registryRow(o, ordersV1(), "orders-value", 1, 7)
+	}
+	failed := h.write(t, []Row{
+		row(1, epoch(12, 34, 56, 789_000_000)),              // time-millis 45296789
+		row(2, epoch(23, 59, 59, 999_999_000)),              // the last microsecond of the day
+		row(3, epoch(0, 0, 0, 0)),                           // midnight
+		row(4, 45296789012*time.Microsecond),                // a time.Duration, as before
+		row(5, time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC)), // not on the epoch day
+	})
+	require.Len(t, failed, 1)
+	require.Contains(t, failed, 4)
+	assert.Contains(t, failed[4], `message 4: column "at"`)
+	sent, _ := submittedColumn(t, h.opener, "at")
+	assert.Equal(t, []string{"45296789000", "86399999999", "0", "45296789012"}, sent)
+}

@@ -402,3 +402,46 @@ func TestRegistryTimeOfDayFromTheDecodersTime(t *testing.T) {
 	sent, _ := submittedColumn(t, h.opener, "at")
 	assert.Equal(t, []string{"45296789000", "86399999999", "0", "45296789012"}, sent)
 }
+
+// A stored schema a mapping rewrote but whose fingerprint it kept is never
+// taken for the original: it is not cached under that fingerprint (its
+// content's differs), it is said once, and the original, met later, is
+// parsed as itself.
+func TestRegistrySchemaStaleFingerprintIsNotTrusted(t *testing.T) {
+	a := &authority{cfg: Config{SchemaMetadata: testSchemaKey}}
+	var said []string
+	a.schemas.stale = func(claimed, actual string) { said = append(said, claimed+" "+actual) }
+	v1, v2 := ordersV1(), ordersV2()
+	rewritten := v2.ToAny().(map[string]any)
+	rewritten["fingerprint"] = v1.Fingerprint() // kept from the original
+	row := func(s any) Row {
+		return metaTestRow{testRow: testRow{v: orderV1(1), structured: true}, meta: map[string]any{testSchemaKey: s}}
+	}
+
+	bs := a.schemasOf([]Row{row(rewritten)})
+	require.Len(t, bs.schemas, 1)
+	assert.Len(t, bs.schemas[0].fields, len(v2.Children), "the rewritten schema is read as itself")
+	assert.Empty(t, a.schemas.m, "not cached under a fingerprint that is not its own")
+	require.Len(t, said, 1)
+	assert.Equal(t, v1.Fingerprint()+" "+v2.Fingerprint(), said[0])
+
+	bs = a.schemasOf([]Row{row(v1.ToAny())})
+	assert.Len(t, bs.schemas[0].fields, len(v1.Children), "the original under its own fingerprint")
+	bs = a.schemasOf([]Row{row(rewritten)})
+	assert.Len(t, bs.schemas[0].fields, len(v2.Children))
+	assert.Len(t, said, 1, "said once")
+	assert.Len(t, a.schemas.m, 1)
+}
+
+// BenchmarkParseStoredSchema is the cost of a stored schema parsed for each
+// message (one without a fingerprint, or a stale one): the 15 fields of
+// ordersV1. docs/schema-registry.md quotes it.
+func BenchmarkParseStoredSchema(b *testing.B) {
+	s := ordersV1()
+	v := s.ToAny()
+	for b.Loop() {
+		if s, _ := parseSchemaValue(v, false); s.err != nil {
+			b.Fatal(s.err)
+		}
+	}
+}

@@ -328,6 +328,13 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	w.abortSchema = abort
 	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
 		current: w.snapshot, install: w.install, closing: closing}
+	a := w.schema
+	a.schemas.stale = func(claimed, actual string) {
+		a.warnf("table %s: a registry schema in metadata %q carries the fingerprint %s, but its content's is %s: a mapping changed the schema "+
+			"and kept the original's fingerprint. It is parsed for each message (slower) so that it is never taken for the original; "+
+			"leave the fingerprint out of a schema you rewrite (docs/schema-registry.md, \"Debezium change events\")",
+			cfg.Table, cfg.SchemaMetadata, shortFingerprint(claimed), shortFingerprint(actual))
+	}
 	return w
 }
 

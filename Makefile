@@ -20,7 +20,7 @@ TEST_PARALLEL ?= 6
 # staticcheck, pinned; `go run` fetches it through the Go module proxy on a fresh machine.
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all help build test chaos soak docs conformance-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka emulator docker clean
+.PHONY: all help build test chaos soak docs conformance-deps prometheus-deps lint-examples vet staticcheck fmt-check bench bench-transport fuzz demo demo-kafka demo-avro emulator docker clean
 
 all: build
 
@@ -50,7 +50,7 @@ test soak: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath)
 # bin/staticcheck.log and printed when all have ended. Tests that
 # call t.Parallel (the e2e package's long ones, each with its own emulator and binaries) run
 # TEST_PARALLEL at a time.
-test: fmt-check vet build conformance-deps lint-examples
+test: fmt-check vet build conformance-deps prometheus-deps lint-examples
 	@mkdir -p bin
 	@plain=$$(comm -23 <(go list ./... | sort) <(go list $(RACE_PKGS) | sort)); \
 	$(MAKE) --no-print-directory staticcheck >bin/staticcheck.log 2>&1 & sc=$$!; \
@@ -69,7 +69,7 @@ test: fmt-check vet build conformance-deps lint-examples
 ## shutdown, the whole cross product; workspace down with the streams up; token expiry across
 ## rotations), rotation, concurrency rejects, the kill -9 recovery tests and the long
 ## TestChaos (20k ids with rotation, errors, ack stalls, grants revoked, two kill -9s), and the
-## Kafka runs in their long form (TestKafka*: kill -9 ×3 of 300k records, a consumer group of 3→2→3
+## Kafka runs in their long form (TestKafka*: kill -9 ×3 of 300k records, the same with the deduplicating view and a column added, a consumer group of 3→2→3
 ## instances on 12 partitions and 300k records, 20 s of refused writes, a broker outage), each against
 ## the built binaries; then a summary of every cell's "fault:" line. Log: bin/chaos.log.
 ## make test runs the same cells, with the short TestChaos and TestFaultMatrix's compact subset.
@@ -93,10 +93,19 @@ soak:
 docs:
 	go run ./cmd/docs-gen
 
-## conformance-deps: the official SDK and apache-arrow from npm into conformance/node_modules (npm ci, lock file).
+## conformance-deps: the official SDK, apache-arrow and DuckDB (@duckdb/node-api: the e2e check of the deduplicating view's SQL) from npm into conformance/node_modules (npm ci, lock file).
 conformance-deps:
 	npm ci --prefix conformance --no-audit --no-fund --loglevel=error
 	npm ci --prefix test/registryjs --no-audit --no-fund --loglevel=error
+
+## prometheus-deps: promtool and prometheus (Debian's prometheus package, apt-get) when either is missing;
+## test/ops/ runs promtool on deploy/prometheus/, test/e2e/prometheus_test.go a real Prometheus.
+prometheus-deps:
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then \
+	  echo "installing Debian's prometheus package (promtool, prometheus)"; \
+	  sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
 
 ## lint-examples: benthos-zerobus lint of every config/examples/*.yaml.
 lint-examples: build
@@ -160,6 +169,13 @@ demo: build
 ## the table, its coverage and the group's committed offsets.
 demo-kafka: build
 	./scripts/demo.sh kafka $(BIN) $(EMU)
+
+## demo-avro: the same with Avro in the Schema Registry wire format: the emulator serves a broker and a Schema
+## Registry (--schema-registry), avro-produce registers an Avro schema and produces records encoded with it,
+## config/examples/avro.yaml (redpanda → schema_registry_decode → zerobus) runs until all have landed, then prints
+## the table with the columns typed from the registry's schema.
+demo-avro: build
+	./scripts/demo.sh avro $(BIN) $(EMU)
 
 ## emulator: run the local Zerobus + workspace emulator in the foreground.
 emulator: build

@@ -1,11 +1,12 @@
 // Command benthos-zerobus is a Redpanda Connect / Benthos v4 binary with the
 // core components, the zerobus output, the zerobus_replay input, the redpanda
-// (Kafka) input and a prometheus metrics exporter. The local emulator is a
+// (Kafka) input, the schema_registry_decode processor and a prometheus
+// metrics exporter. The local emulator is a
 // binary of its own, cmd/zerobus-emulator.
 //
-// The redpanda input (plugin/kafka) is registered here only, not by
-// plugin/zerobus: a Redpanda Connect build that imports the output has its
-// own redpanda input.
+// The redpanda input (plugin/kafka) and the schema_registry_decode processor
+// (plugin/schemaregistry) are registered here only, not by plugin/zerobus: a
+// Redpanda Connect build that imports the output has its own.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/schemaregistry"
 	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 	"github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"
 )

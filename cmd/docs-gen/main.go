@@ -16,6 +16,7 @@ import (
 
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/schemaregistry"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobusreplay"
 )

@@ -96,6 +96,10 @@ func (n *intNode[T]) put(st *state, v any) error {
 		return n.addLit(st, textOf(string(v)))
 	case time.Duration:
 		return n.putDuration(v)
+	case time.Time:
+		if d, ok := timeOfDay(v); ok {
+			return n.putDuration(d)
+		}
 	}
 	return n.mismatchGo("a number", v)
 }
@@ -118,6 +122,19 @@ func (n *intNode[T]) putDuration(d time.Duration) error {
 		return kerr(ErrInvalidValue, "duration %s has sub-microsecond digits, which %s (microseconds) cannot hold", d, n.name)
 	}
 	return n.add(int64(d/time.Microsecond), nil)
+}
+
+// timeOfDay reads a time on the Unix epoch day (1970-01-01 UTC) as the
+// time of day it stands for: the shape schema_registry_decode gives an Avro
+// time-millis or time-micros with preserve_logical_types (internal/registry,
+// decodeTimeOfDay, after Kafka Connect's Time: "a point in time during the
+// first day after the Unix epoch"). Any other time is no time of day.
+func timeOfDay(t time.Time) (time.Duration, bool) {
+	d := time.Duration(t.UnixNano())
+	if t.Location() != time.UTC || d < 0 || d >= 24*time.Hour {
+		return 0, false
+	}
+	return d, true
 }
 
 // putFloat spells f only on failure, so a valid value costs no allocation.

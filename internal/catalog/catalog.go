@@ -59,6 +59,8 @@ type TableState struct {
 	// until a Reconcile asked for tags (only a plan with tags reads them).
 	Tags    map[string]string
 	Comment string
+	// ViewDefinition is a view's query text (TableType VIEW); "" for a table.
+	ViewDefinition string
 	// IcebergConvertedVersion is the Delta version the asynchronous Iceberg
 	// metadata conversion has reached; nil when the table reports none.
 	IcebergConvertedVersion *int64
@@ -159,6 +161,12 @@ type DesiredTable struct {
 	AcceptNarrowerInput bool
 	// CommentsPolicy handles human edits of managed comments.
 	CommentsPolicy Policy
+	// DedupView, when set, is the catalog.schema.view Reconcile keeps beside
+	// the table: each (_zb_source, _zb_offset) of the table once (see
+	// DedupViewQuery). It is created with the table and redefined whenever
+	// the table's columns change, since a view's columns are fixed when it
+	// is defined. Empty: no view.
+	DedupView string
 }
 
 // comment returns the desired description of a column: Comments wins over the

@@ -113,6 +113,8 @@ type UC struct {
 	// absent holds when a describe last found a table absent (seenAbsent).
 	absent map[string]time.Time
 	locks  map[string]*sync.Mutex
+	// views remembers, per deduplicating view, what ensureView last did.
+	views map[string]viewState
 }
 
 var _ TableCatalog = (*UC)(nil)
@@ -157,6 +159,7 @@ func NewUC(cfg UCConfig) (*UC, error) {
 		cache:       map[string]*TableState{},
 		absent:      map[string]time.Time{},
 		locks:       map[string]*sync.Mutex{},
+		views:       map[string]viewState{},
 	}
 	if u.poll <= 0 {
 		u.poll = 500 * time.Millisecond
@@ -390,6 +393,9 @@ func tableStateFromJSON(body []byte) (*TableState, error) {
 		TableType:  string(info.TableType),
 		Properties: info.Properties,
 		Comment:    info.Comment,
+		// A view's query text as Unity Catalog keeps it (TableInfo
+		// view_definition).
+		ViewDefinition: info.ViewDefinition,
 	}
 	if s.Properties == nil {
 		s.Properties = map[string]string{}
@@ -480,11 +486,24 @@ func (u *UC) tableLock(table string) *sync.Mutex {
 // plan and applies it statement by statement, then re-describes and re-plans
 // (another writer may have raced it) until the plan is empty. Calls for one
 // table are serialised.
+//
+// With DedupView set, the view is then brought in line with the table as
+// reconciled (ensureView): created when absent, redefined when the table's
+// columns changed since it was defined.
 func (u *UC) Reconcile(ctx context.Context, desired DesiredTable) (ReconcileOutcome, error) {
 	l := u.tableLock(desired.FullName)
 	l.Lock()
 	defer l.Unlock()
+	out, err := u.reconcileTable(ctx, desired)
+	if err == nil && desired.DedupView != "" && out.State != nil {
+		n := u.ensureView(ctx, desired.DedupView, out.State)
+		out.Statements += n
+	}
+	return out, err
+}
 
+// reconcileTable is Reconcile's work on the table itself, under its lock.
+func (u *UC) reconcileTable(ctx context.Context, desired DesiredTable) (ReconcileOutcome, error) {
 	if cached := u.Cached(desired.FullName); cached != nil {
 		if p := Plan(cached, desired); p.Empty() {
 			return ReconcileOutcome{Plan: p, State: cached}, nil

@@ -28,7 +28,7 @@ import (
 // Component names one documented component.
 type Component struct {
 	// Type is the plural component type, the folder under docs/components
-	// ("outputs", "inputs", "metrics").
+	// ("outputs", "inputs", "processors", "metrics").
 	Type string
 	// Name is the registered name.
 	Name string
@@ -45,6 +45,7 @@ var Components = []Component{
 	{Type: "outputs", Name: "zerobus", Source: "plugin/zerobus/spec.go"},
 	{Type: "inputs", Name: "zerobus_replay", Source: "plugin/zerobusreplay", Optional: true},
 	{Type: "inputs", Name: "redpanda", Source: "plugin/kafka/spec.go", Optional: true},
+	{Type: "processors", Name: "schema_registry_decode", Source: "plugin/schemaregistry/spec.go", Optional: true},
 	{Type: "metrics", Name: "prometheus", Source: "plugin/prometheus/exporter.go"},
 }
 
@@ -64,6 +65,7 @@ func Pages(env *service.Environment) ([]Page, error) {
 	env.WalkOutputs(keep("outputs"))
 	env.WalkInputs(keep("inputs"))
 	env.WalkMetrics(keep("metrics"))
+	env.WalkProcessors(keep("processors"))
 
 	var pages []Page
 	var index strings.Builder

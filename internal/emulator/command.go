@@ -32,15 +32,17 @@ func App(version string) *cli.App {
 			"JSON EphemeralStream) over gRPC, and table storage over an S3-compatible endpoint (--s3), " +
 			"storing tables as Parquet + Delta log (+ Iceberg metadata once converted, see --iceberg-lag) " +
 			"under --data. Every flag has a loopback default. With --kafka it also serves a Kafka broker " +
-			"(franz-go's kfake), and the kafka-produce and kafka-offsets commands feed and inspect it.",
-		Commands: kafkaCommands(),
+			"(franz-go's kfake), and the kafka-produce and kafka-offsets commands feed and inspect it; " +
+			"with --schema-registry a Confluent Schema Registry (franz-go's srfake), which avro-produce registers a schema in.",
+		Commands: append(kafkaCommands(), avroCommands()...),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "http", Value: DefaultHTTPAddr, Usage: "workspace HTTP listen address"},
 			&cli.StringFlag{Name: "grpc", Value: DefaultGRPCAddr, Usage: "Zerobus gRPC listen address"},
 			&cli.StringFlag{Name: "s3", Value: DefaultS3Addr, Usage: "S3-compatible storage listen address (default: a free port, vended as s3.endpoint): table files for Iceberg readers, read-only, signed with the credentials the Iceberg REST catalog vends"},
 			&cli.StringFlag{Name: "kafka", Usage: "serve an embedded Kafka broker (franz-go's kfake) on this address, e.g. 127.0.0.1:9092 (127.0.0.1:0 picks a free port; --addr-file reports it): topics, records and committed group offsets are kept under --data; off when empty"},
+			&cli.StringFlag{Name: "schema-registry", Usage: "serve an embedded Confluent Schema Registry (franz-go's srfake) on this address, e.g. 127.0.0.1:8081 (127.0.0.1:0 picks a free port; --addr-file reports it): its schemas are kept under --data; off when empty"},
 			&cli.StringSliceFlag{Name: "kafka-topic", Usage: "create a Kafka topic 'NAME:PARTITIONS' on the --kafka broker unless it exists, e.g. orders:3 (repeatable)"},
-			&cli.StringFlag{Name: "addr-file", Usage: "once every listener is up, write the chosen addresses here as DATABRICKS_HOST=…, ZEROBUS_ENDPOINT=…, ZEROBUS_EMULATOR_S3=… lines, and KAFKA_BROKERS=… with --kafka (with 127.0.0.1:0 addresses: the free ports picked)"},
+			&cli.StringFlag{Name: "addr-file", Usage: "once every listener is up, write the chosen addresses here as DATABRICKS_HOST=…, ZEROBUS_ENDPOINT=…, ZEROBUS_EMULATOR_S3=… lines, and KAFKA_BROKERS=… with --kafka, SCHEMA_REGISTRY_URL=… with --schema-registry (with 127.0.0.1:0 addresses: the free ports picked)"},
 			&cli.DurationFlag{Name: "credential-ttl", Value: DefaultCredentialTTL, Usage: "lifetime of the storage credentials vended by the Iceberg REST catalog"},
 			&cli.StringFlag{Name: "data", Value: DefaultDataDir(), Usage: "data directory (tables persist across restarts)"},
 			// Not a StringSliceFlag: that splits values on commas, and a
@@ -104,22 +106,23 @@ func configFromFlags(c *cli.Context) (Config, error) {
 		return Config{}, fmt.Errorf("--log-level: %w", err)
 	}
 	cfg := Config{
-		HTTPAddr:      c.String("http"),
-		KafkaAddr:     c.String("kafka"),
-		GRPCAddr:      c.String("grpc"),
-		S3Addr:        c.String("s3"),
-		CredentialTTL: c.Duration("credential-ttl"),
-		DataDir:       c.String("data"),
-		Tables:        tablesFlag(c),
-		ClientID:      c.String("client-id"),
-		ClientSecret:  c.String("client-secret"),
-		WorkspaceID:   c.String("workspace-id"),
-		TokenTTL:      c.Duration("token-ttl"),
-		IcebergLag:    c.Duration("iceberg-lag"),
-		TLSCertFile:   c.String("tls-cert"),
-		TLSKeyFile:    c.String("tls-key"),
-		AdminToken:    c.String("admin-token"),
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		HTTPAddr:           c.String("http"),
+		KafkaAddr:          c.String("kafka"),
+		SchemaRegistryAddr: c.String("schema-registry"),
+		GRPCAddr:           c.String("grpc"),
+		S3Addr:             c.String("s3"),
+		CredentialTTL:      c.Duration("credential-ttl"),
+		DataDir:            c.String("data"),
+		Tables:             tablesFlag(c),
+		ClientID:           c.String("client-id"),
+		ClientSecret:       c.String("client-secret"),
+		WorkspaceID:        c.String("workspace-id"),
+		TokenTTL:           c.Duration("token-ttl"),
+		IcebergLag:         c.Duration("iceberg-lag"),
+		TLSCertFile:        c.String("tls-cert"),
+		TLSKeyFile:         c.String("tls-key"),
+		AdminToken:         c.String("admin-token"),
+		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		Faults: Faults{
 			AckLatency:          c.Duration("ack-latency"),
 			StreamLifetime:      c.Duration("stream-lifetime"),
@@ -252,6 +255,9 @@ Press Ctrl-C to stop.
 		for _, t := range cfg.KafkaTopics {
 			fmt.Fprintf(w, "  kafka topic %s (%d partitions)\n", t.Name, len(srv.Kafka().PartitionInfos(t.Name)))
 		}
+	}
+	if u := srv.SchemaRegistryURL(); u != "" {
+		fmt.Fprintf(w, "  Schema Registry (url):          %s\n", u)
 	}
 }
 

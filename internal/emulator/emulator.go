@@ -58,6 +58,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
@@ -145,6 +146,10 @@ type Config struct {
 	// KafkaTopics are created on the Kafka broker at start unless they
 	// already exist; they need KafkaAddr.
 	KafkaTopics []KafkaTopic
+	// SchemaRegistryAddr, when set, is the listen address of an embedded
+	// Confluent Schema Registry (schemaregistry.go; "127.0.0.1:0" picks a
+	// free port, see Server.SchemaRegistryURL). Empty means none.
+	SchemaRegistryAddr string
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -205,7 +210,8 @@ type Server struct {
 	grpcSrv *grpc.Server
 	s3Ln    net.Listener
 	s3Srv   *http.Server
-	kafka   *kafkaBroker // nil without Config.KafkaAddr
+	kafka   *kafkaBroker    // nil without Config.KafkaAddr
+	schemas *schemaRegistry // nil without Config.SchemaRegistryAddr
 
 	storesMu sync.Mutex
 	stores   map[string]*tableStore // key: workspace.NormalizeName
@@ -378,6 +384,21 @@ func (s *Server) listen() error {
 			return err
 		}
 	}
+	if s.cfg.SchemaRegistryAddr != "" {
+		ln, err := listenOn("Schema Registry", "schema-registry", s.cfg.SchemaRegistryAddr)
+		if err == nil {
+			s.schemas, err = startSchemaRegistry(ln, schemaRegistryFile(s.cfg.DataDir), tlsConf, s.log)
+		}
+		if err != nil {
+			s.httpLn.Close()
+			s.grpcLn.Close()
+			s.s3Ln.Close()
+			if s.kafka != nil {
+				s.kafka.cluster.Close()
+			}
+			return err
+		}
+	}
 	// Each server gets its own copy: ServeTLS configures HTTP/2 on it.
 	s.s3Srv = &http.Server{Handler: s.s3Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf.Clone(), ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 
@@ -440,7 +461,7 @@ func (s *Server) listen() error {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
-	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "kafka", s.KafkaAddr(), "data", s.cfg.DataDir, "admin_api", adminMode(s.cfg))
+	s.log.Info("emulator started", "http", s.HTTPURL(), "grpc", s.GRPCURL(), "s3", s.S3URL(), "kafka", s.KafkaAddr(), "schema_registry", s.SchemaRegistryURL(), "data", s.cfg.DataDir, "admin_api", adminMode(s.cfg))
 	return nil
 }
 
@@ -464,6 +485,25 @@ func (s *Server) KafkaAddr() string {
 		return ""
 	}
 	return s.kafka.addr
+}
+
+// SchemaRegistryURL is the embedded Schema Registry's base URL (a
+// schema_registry_decode url), or "" when the emulator serves none.
+func (s *Server) SchemaRegistryURL() string {
+	if s.schemas == nil {
+		return ""
+	}
+	return s.schemas.url
+}
+
+// SchemaRegistry is the embedded registry (nil without
+// Config.SchemaRegistryAddr): for tests that register schemas, or inject
+// faults with its interceptors, in process.
+func (s *Server) SchemaRegistry() *srfake.Registry {
+	if s.schemas == nil {
+		return nil
+	}
+	return s.schemas.reg
 }
 
 // Kafka is the embedded Kafka cluster (nil without Config.KafkaAddr): for
@@ -548,16 +588,42 @@ func (s *Server) TableRowCount(fullName string) (int64, error) {
 	return n, nil
 }
 
-// TableRows reads up to limit stored rows of a table (limit <= 0: all) as
+// TableRows reads up to limit stored rows of a table, or the rows of a view
+// (viewRows), (limit <= 0: all) as
 // JSON-ready maps: decimals as strings, timestamps RFC 3339, binary as bytes
 // (base64 once marshalled).
 func (s *Server) TableRows(fullName string, limit int) ([]map[string]any, error) {
+	if v, ok := s.ws.View(fullName); ok {
+		return s.viewRows(v, limit)
+	}
 	ts, err := s.existingStore(fullName)
 	if err != nil {
 		return nil, err
 	}
 	t, _ := s.reg.Get(fullName)
 	return ts.readRows(t.Columns, limit)
+}
+
+// viewRows evaluates view v over every row of its table (workspace.View
+// Evaluate) and returns the first limit (all when limit <= 0). A view whose
+// table is gone is ErrNotFound, as querying it is TABLE_OR_VIEW_NOT_FOUND.
+func (s *Server) viewRows(v workspace.View, limit int) ([]map[string]any, error) {
+	t, ok := s.reg.Get(v.Source)
+	if !ok {
+		return nil, fmt.Errorf("view %s reads table %s: %w", v.FullName, v.Source, workspace.ErrNotFound)
+	}
+	raw, err := s.TableRows(v.Source, 0)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := v.Evaluate(raw, t)
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && len(rows) > limit {
+		rows = rows[:limit]
+	}
+	return rows, nil
 }
 
 func (s *Server) existingStore(fullName string) (*tableStore, error) {
@@ -644,6 +710,11 @@ func (s *Server) Close() error {
 			s.closeErr = fmt.Errorf("emulator: close s3: %w", err)
 		}
 		s.wg.Wait()
+		if s.schemas != nil {
+			if err := s.schemas.close(); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("emulator: close schema registry: %w", err)
+			}
+		}
 		if s.kafka != nil {
 			// Saves the topics and group offsets under the data directory.
 			s.kafka.cluster.Close()

@@ -38,12 +38,15 @@ type Addresses struct {
 	// Kafka is the embedded Kafka broker's host:port (seed_brokers), empty
 	// without --kafka.
 	Kafka string `json:"kafka,omitempty"`
+	// SchemaRegistry is the embedded Schema Registry's base URL
+	// (schema_registry_decode's url), empty without --schema-registry.
+	SchemaRegistry string `json:"schema_registry,omitempty"`
 }
 
 // Addresses reports the URLs the emulator listens on, with the ports it
 // picked for any ":0" address.
 func (s *Server) Addresses() Addresses {
-	return Addresses{HTTP: s.HTTPURL(), GRPC: s.GRPCURL(), S3: s.S3URL(), Kafka: s.KafkaAddr()}
+	return Addresses{HTTP: s.HTTPURL(), GRPC: s.GRPCURL(), S3: s.S3URL(), Kafka: s.KafkaAddr(), SchemaRegistry: s.SchemaRegistryURL()}
 }
 
 // handleHealth is the readiness endpoint: it answers 200 once every
@@ -55,12 +58,16 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 
 // WriteAddrFile writes the emulator's addresses to path as shell variable
 // assignments (DATABRICKS_HOST, ZEROBUS_ENDPOINT, ZEROBUS_EMULATOR_S3, and
-// with --kafka KAFKA_BROKERS), atomically: a reader polling for the file sees it whole or not at all.
+// with --kafka KAFKA_BROKERS, with --schema-registry SCHEMA_REGISTRY_URL),
+// atomically: a reader polling for the file sees it whole or not at all.
 func (s *Server) WriteAddrFile(path string) error {
 	a := s.Addresses()
 	body := fmt.Sprintf("DATABRICKS_HOST=%s\nZEROBUS_ENDPOINT=%s\nZEROBUS_EMULATOR_S3=%s\n", a.HTTP, a.GRPC, a.S3)
 	if a.Kafka != "" {
 		body += "KAFKA_BROKERS=" + a.Kafka + "\n"
+	}
+	if a.SchemaRegistry != "" {
+		body += "SCHEMA_REGISTRY_URL=" + a.SchemaRegistry + "\n"
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".addr-*")
 	if err != nil {

@@ -69,6 +69,10 @@ type Report struct {
 	Outputs []OutputReport `json:"outputs"`
 	// Inputs are the registered inputs (the redpanda input), if any.
 	Inputs []InputReport `json:"inputs,omitempty"`
+	// Processors are the processors that report their health (such as
+	// schema_registry_decode, which holds batches while its registry is
+	// unreachable); absent when none do.
+	Processors []ProcessorReport `json:"processors,omitempty"`
 }
 
 // Input is what the registry asks of one input.
@@ -97,6 +101,23 @@ type InputReport struct {
 	Problems       []string `json:"problems,omitempty"`
 	FailingSeconds float64  `json:"failing_seconds,omitempty"`
 	FailedAttempts int      `json:"failed_attempts,omitempty"`
+}
+
+// Processor is what the registry asks of one processor.
+type Processor struct {
+	// Type is the processor's name, such as schema_registry_decode.
+	Type string
+	// Health returns its status (StatusUp, StatusDegraded or StatusDown)
+	// and, when not up, why, one line each; it must be cheap.
+	Health func() (status string, problems []string)
+}
+
+// ProcessorReport is one processor.
+type ProcessorReport struct {
+	Label    string   `json:"label"`
+	Type     string   `json:"type"`
+	Status   string   `json:"status"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // OutputReport is one output.
@@ -156,14 +177,15 @@ type StreamReport struct {
 // Registry holds the outputs of one Benthos manager. It is an
 // http.Handler.
 type Registry struct {
-	mu      sync.Mutex
-	outputs map[string]Output
-	inputs  map[string]Input
+	mu         sync.Mutex
+	outputs    map[string]Output
+	inputs     map[string]Input
+	processors map[string]Processor
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{outputs: map[string]Output{}, inputs: map[string]Input{}}
+	return &Registry{outputs: map[string]Output{}, inputs: map[string]Input{}, processors: map[string]Processor{}}
 }
 
 // AddInput registers in under label ("redpanda" when empty; a label taken
@@ -202,20 +224,38 @@ func (r *Registry) Add(label string, o Output) (name string, remove func()) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	name = label
+	return addNamed(&r.mu, r.outputs, label, o)
+}
+
+// AddProcessor registers p under label (p.Type when empty), named as Add
+// names outputs, and returns the name it got and the function that removes
+// it (call it when the processor closes).
+func (r *Registry) AddProcessor(label string, p Processor) (name string, remove func()) {
+	if label == "" {
+		label = p.Type
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return addNamed(&r.mu, r.processors, label, p)
+}
+
+// addNamed adds v to m under label, or label#2, #3… when taken; mu (held
+// by the caller) guards m, and the returned remove takes it.
+func addNamed[V any](mu *sync.Mutex, m map[string]V, label string, v V) (string, func()) {
+	name := label
 	for n := 2; ; n++ {
-		if _, taken := r.outputs[name]; !taken {
+		if _, taken := m[name]; !taken {
 			break
 		}
 		name = label + "#" + strconv.Itoa(n)
 	}
-	r.outputs[name] = o
+	m[name] = v
 	var once sync.Once
 	return name, func() {
 		once.Do(func() {
-			r.mu.Lock()
-			delete(r.outputs, name)
-			r.mu.Unlock()
+			mu.Lock()
+			delete(m, name)
+			mu.Unlock()
 		})
 	}
 }
@@ -246,6 +286,19 @@ func (r *Registry) Report(label string) (rep Report, ok bool) {
 	for i, n := range inNames {
 		ins[i] = r.inputs[n]
 	}
+	var procNames []string
+	if label == "" {
+		for n := range r.processors {
+			procNames = append(procNames, n)
+		}
+		slices.Sort(procNames)
+	} else if _, ok := r.processors[label]; ok {
+		procNames = []string{label}
+	}
+	procs := make([]Processor, len(procNames))
+	for i, n := range procNames {
+		procs[i] = r.processors[n]
+	}
 	r.mu.Unlock()
 	rep = Report{Status: StatusUp, Outputs: []OutputReport{}}
 	for i, o := range outs {
@@ -258,7 +311,15 @@ func (r *Registry) Report(label string) (rep Report, ok bool) {
 		rep.Status = worse(rep.Status, ir.Status)
 		rep.Inputs = append(rep.Inputs, ir)
 	}
-	return rep, label == "" || len(names) > 0
+	for i, p := range procs {
+		status, problems := p.Health()
+		if !slices.Contains(statusOrder, status) {
+			status = StatusDown
+		}
+		rep.Status = worse(rep.Status, status)
+		rep.Processors = append(rep.Processors, ProcessorReport{Label: procNames[i], Type: p.Type, Status: status, Problems: problems})
+	}
+	return rep, label == "" || len(names) > 0 || len(procNames) > 0
 }
 
 func inputReport(label string, h InputHealth) InputReport {
@@ -279,8 +340,9 @@ func inputReport(label string, h InputHealth) InputReport {
 	return ir
 }
 
-// ServeHTTP writes the report as JSON: 200 unless an output or an input is
-// down (503), 404 for an unknown ?label= (which names outputs only).
+// ServeHTTP writes the report as JSON: 200 unless an output, an input or a
+// processor is down (503), 404 for an unknown ?label= (which names outputs
+// and processors only).
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	rep, ok := r.Report(req.URL.Query().Get("label"))
 	w.Header().Set("Content-Type", "application/json")
@@ -388,23 +450,33 @@ type registryKey struct{}
 // tried to mount the endpoint and could not: log it once; the output works
 // without the endpoint.
 func Attach(res Resources, label string, o Output) (name string, remove func(), err error) {
+	reg, err := registryOf(res)
+	name, remove = reg.Add(label, o)
+	return name, remove, err
+}
+
+// AttachProcessor is Attach for a processor.
+func AttachProcessor(res Resources, label string, p Processor) (name string, remove func(), err error) {
+	reg, err := registryOf(res)
+	name, remove = reg.AddProcessor(label, p)
+	return name, remove, err
+}
+
+// registryOf returns the registry of res's manager, creating and mounting
+// it on the first call (err: the mount failed, on that call only).
+func registryOf(res Resources) (reg *Registry, err error) {
 	v, loaded := res.GetOrSetGeneric(registryKey{}, NewRegistry())
-	reg := v.(*Registry)
+	reg = v.(*Registry)
 	if !loaded {
 		err = Mount(res.XUnwrapper(), reg.ServeHTTP)
 	}
-	name, remove = reg.Add(label, o)
-	return name, remove, err
+	return reg, err
 }
 
 // AttachInput adds in under label to the registry of res's manager, like
 // Attach does an output.
 func AttachInput(res Resources, label string, in Input) (name string, remove func(), err error) {
-	v, loaded := res.GetOrSetGeneric(registryKey{}, NewRegistry())
-	reg := v.(*Registry)
-	if !loaded {
-		err = Mount(res.XUnwrapper(), reg.ServeHTTP)
-	}
+	reg, err := registryOf(res)
 	name, remove = reg.AddInput(label, in)
 	return name, remove, err
 }
@@ -420,7 +492,7 @@ type endpointRegistrar interface {
 // is internal to Benthos, hence the reflection). It fails, rather than
 // panics, when the engine offers neither.
 func Mount(x any, h http.HandlerFunc) (err error) {
-	const desc = "Per-stream health of the zerobus outputs and the connection of the redpanda inputs (JSON): 503 when streams stopped, acks are too old or an input cannot connect."
+	const desc = "Per-stream health of the zerobus outputs, the connection of the redpanda inputs, and processors that hold batches (JSON): 503 when streams stopped, acks are too old, an input cannot connect or a processor is down."
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("healthhttp: registering %s panicked: %v", Path, p)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,8 +60,19 @@ type Config struct {
 	FetchMaxWait           time.Duration
 	ReadCommitted          bool
 
-	CommitPeriod     time.Duration
+	CommitPeriod time.Duration
+	// CommitOnAck also commits as soon as an acknowledgement moves a
+	// partition's durable offset, one commit at a time (acks that arrive
+	// during a commit are covered by the next one), besides every
+	// CommitPeriod: fewer records are read again after a crash.
+	CommitOnAck      bool
 	LagRefreshPeriod time.Duration
+	// CommitAge, when set (with a Group), is given each owned partition's
+	// commit age every LagRefreshPeriod, beside the lag: how long records
+	// above its committed offset have existed without the commit moving (0
+	// when it is at the end). A commit that stays behind while records keep
+	// coming is a stuck commit.
+	CommitAge CommitAgeFunc
 
 	Limits Limits
 }
@@ -92,14 +104,19 @@ type Logger interface {
 // of its oldest record not acknowledged (what the group has left to do).
 type LagFunc func(tp TP, lag int64)
 
+// CommitAgeFunc receives a partition's commit age (see Config.CommitAge).
+type CommitAgeFunc func(tp TP, age time.Duration)
+
 // Consumer is a franz-go consumer whose commits follow its Tracker.
 type Consumer struct {
-	cfg   Config
-	log   Logger
-	lag   LagFunc
-	cl    *kgo.Client
-	adm   *kadm.Client
-	track *Tracker
+	cfg Config
+	log Logger
+	lag LagFunc
+	// behind is the commit-age clock; only refreshLag uses it.
+	behind commitClock
+	cl     *kgo.Client
+	adm    *kadm.Client
+	track  *Tracker
 
 	// commitMu serialises every commit, and a revoke's final commit with
 	// the release of its partitions, so that no commit of a partition can
@@ -110,6 +127,9 @@ type Consumer struct {
 	pollCtx  context.Context
 	stopPoll context.CancelFunc
 	loops    sync.WaitGroup
+	// acked wakes the commit loop after an acknowledgement (CommitOnAck):
+	// one slot, so a burst of acks costs one commit.
+	acked chan struct{}
 
 	errLog *limitedLog
 	sizer  fetchSizer
@@ -166,9 +186,12 @@ func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, e
 	c.pollCtx, c.stopPoll = context.WithCancel(context.Background())
 	c.loops.Add(1)
 	go c.pollLoop()
-	if cfg.Group != "" && cfg.CommitPeriod > 0 {
+	if cfg.Group != "" && (cfg.CommitPeriod > 0 || cfg.CommitOnAck) {
+		if cfg.CommitOnAck {
+			c.acked = make(chan struct{}, 1)
+		}
 		c.loops.Add(1)
-		go c.every(cfg.CommitPeriod, func() { _ = c.Commit(c.pollCtx, nil) })
+		go c.commitLoop()
 	}
 	if lag != nil && cfg.LagRefreshPeriod > 0 {
 		c.loops.Add(1)
@@ -235,6 +258,10 @@ func (c *Consumer) options() (conn, consume []kgo.Opt, err error) {
 	add(&opts, cfg.FetchMaxPartitionBytes > 0 && cfg.Limits.MaxUnackedBytes <= 0, kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	add(&opts, cfg.FetchMaxWait > 0, kgo.FetchMaxWait(cfg.FetchMaxWait))
 	add(&opts, cfg.ReadCommitted, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	// Transaction markers come back with the records, so that the poll
+	// loop sees the fetch position past them (dataRecords): they are
+	// never handed out.
+	opts = append(opts, kgo.KeepControlRecords())
 	switch {
 	case len(cfg.Partitions) > 0:
 		opts = append(opts, kgo.ConsumePartitions(cfg.Partitions))
@@ -418,7 +445,8 @@ func (c *Consumer) pollLoop() {
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) > 0 {
 				n += len(p.Records)
-				c.track.Add(TP{p.Topic, p.Partition}, p.Records, p.HighWatermark)
+				recs, next := dataRecords(p.Records)
+				c.track.Add(TP{p.Topic, p.Partition}, recs, next, p.HighWatermark)
 			}
 		})
 		var ferr error
@@ -449,6 +477,34 @@ func (c *Consumer) pollLoop() {
 			idle = 0
 		}
 	}
+}
+
+// dataRecords returns the records of one polled partition without its
+// transaction markers (control records, kept by KeepControlRecords), and
+// the fetch position after them all: the offset after the last record,
+// marker or not, with its leader epoch. franz-go moves its fetch offset
+// past every record it decodes, including markers and, under
+// read_committed, aborted batches it drops; an aborted batch is always
+// followed by its abort marker, so the position after the last marker
+// returned is past it too. Committing that position once everything below
+// is acknowledged lets a transactional topic's commit reach its end offset
+// (KIP-1094). recs is returned as is when it holds no marker.
+func dataRecords(recs []*kgo.Record) (data []*kgo.Record, next kgo.EpochOffset) {
+	last := recs[len(recs)-1]
+	next = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	for k, r := range recs {
+		if !r.Attrs.IsControl() {
+			continue
+		}
+		data = slices.Clone(recs[:k])
+		for _, r := range recs[k+1:] {
+			if !r.Attrs.IsControl() {
+				data = append(data, r)
+			}
+		}
+		return data, next
+	}
+	return recs, next
 }
 
 // franz-go's fetch defaults, for a Config that leaves the fields unset.
@@ -563,6 +619,8 @@ func (c *Consumer) refreshLag() {
 		return
 	}
 	c.errLog.ok("lag", "listing end offsets for the lag")
+	now := time.Now()
+	c.behind.keep(st)
 	for _, s := range st {
 		e, ok := ends.Lookup(s.TP.Topic, s.TP.Partition)
 		if !ok || e.Err != nil {
@@ -579,6 +637,54 @@ func (c *Consumer) refreshLag() {
 			continue
 		}
 		c.lag(s.TP, max(e.Offset-base, 0))
+		if c.cfg.CommitAge != nil && c.cfg.Group != "" {
+			c.cfg.CommitAge(s.TP, c.behind.age(s, e.Offset, now))
+		}
+	}
+}
+
+// commitClock measures each partition's commit age: how long records
+// above its committed offset have existed without the commit moving. The
+// commit of a partition idle for an hour is an hour old, but it is not
+// stuck when a record arrives: the age counts from when the end first went
+// past the commit, or from the commit's last move if later.
+type commitClock struct {
+	since map[TP]time.Time // when the end was first seen past the commit
+}
+
+// age returns s's commit age at now given the partition's end offset: 0
+// while the commit is at the end, and while nothing was ever committed nor
+// consumed (nothing is owed yet).
+func (k *commitClock) age(s PartitionState, end int64, now time.Time) time.Duration {
+	owed := end > s.Committed && (s.Committed >= 0 || s.Durable >= 0 || s.FirstUnacked >= 0)
+	if !owed {
+		delete(k.since, s.TP)
+		return 0
+	}
+	if k.since == nil {
+		k.since = map[TP]time.Time{}
+	}
+	from, ok := k.since[s.TP]
+	if !ok {
+		from = now
+		k.since[s.TP] = now
+	}
+	if s.CommitMoved.After(from) {
+		from = s.CommitMoved
+	}
+	return max(now.Sub(from), 0)
+}
+
+// keep forgets the partitions not in st (revoked or lost).
+func (k *commitClock) keep(st []PartitionState) {
+	owned := make(map[TP]bool, len(st))
+	for _, s := range st {
+		owned[s.TP] = true
+	}
+	for tp := range k.since {
+		if !owned[tp] {
+			delete(k.since, tp)
+		}
 	}
 }
 
@@ -594,7 +700,36 @@ func (c *Consumer) Handed(b *Batch) []*kgo.Record { return c.track.Handed(b) }
 
 // Ack settles a delivery of b; see Tracker.Ack.
 func (c *Consumer) Ack(b *Batch, delivery int, err error) bool {
-	return c.track.Ack(b, delivery, err)
+	ok := c.track.Ack(b, delivery, err)
+	if ok && err == nil && c.acked != nil {
+		select {
+		case c.acked <- struct{}{}:
+		default: // a commit is already due: it covers this ack too
+		}
+	}
+	return ok
+}
+
+// commitLoop commits the durable offsets every CommitPeriod and, with
+// CommitOnAck, after acknowledgements, one commit at a time. A commit with
+// nothing new to commit sends nothing (Tracker.Committable).
+func (c *Consumer) commitLoop() {
+	defer c.loops.Done()
+	var tick <-chan time.Time
+	if c.cfg.CommitPeriod > 0 {
+		t := time.NewTicker(c.cfg.CommitPeriod)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.pollCtx.Done():
+			return
+		case <-tick:
+		case <-c.acked:
+		}
+		_ = c.Commit(c.pollCtx, nil)
+	}
 }
 
 // Tracker returns the consumer's tracker (for tests and metrics).

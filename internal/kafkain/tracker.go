@@ -5,7 +5,8 @@
 // but not yet handed out and the batches handed out but not yet
 // acknowledged, in offset order. It answers three questions: what to hand
 // out next (Next), how far a partition is durable (the end of its run of
-// acknowledged batches: what may be committed), and whether a partition
+// acknowledged batches, or its fetch position once everything fetched is
+// acknowledged: what may be committed), and whether a partition
 // holds too much to go on polling (Room). The Consumer wires it
 // to a kgo.Client: a poll loop feeds it, group callbacks assign, revoke and
 // release partitions, and a commit loop commits what it reports durable.
@@ -14,6 +15,11 @@
 //   - a partition's commit offset is the offset after the longest prefix of
 //     its handed-out records that are all acknowledged; an acknowledgement
 //     out of order waits for the ones below it;
+//   - once every record of a partition fetched is handed out and
+//     acknowledged, its commit offset is its fetch position: the offset
+//     after the last record fetched, transaction markers (control records)
+//     and aborted batches included, so that a transactional topic's
+//     committed offset reaches its end offset (what KIP-1094 standardises);
 //   - a nacked batch is handed out again, before anything newer of its
 //     partition, with the same records (or, without replay, counts as
 //     acknowledged: dropped, as Redpanda Connect's auto_replay_nacks: false);
@@ -132,15 +138,17 @@ type partition struct {
 	pending  []*kgo.Record
 	pendBy   int
 	hwm      int64
-	out      []*Batch  // handed out and not yet retired, offset order
-	unacked  int       // records pending plus in out and not acknowledged
-	unackBy  int       // their RecordCost
-	durable  int64     // offset after the acknowledged prefix; -1 none yet
-	epoch    int32     // leader epoch of the record before durable
-	commit   int64     // last committed offset; -1 none
-	nacked   int       // batches in out waiting for their replay
-	nacks    int       // consecutive nacks, for the replay back-off
-	replayAt time.Time // no replay before this
+	out      []*Batch        // handed out and not yet retired, offset order
+	unacked  int             // records pending plus in out and not acknowledged
+	unackBy  int             // their RecordCost
+	durable  int64           // offset after the acknowledged prefix; -1 none yet
+	epoch    int32           // leader epoch of the record before durable
+	fetched  kgo.EpochOffset // fetch position after the last Add; Offset -1 unknown
+	commit   int64           // last committed offset; -1 none
+	moved    time.Time       // when commit last moved, or the partition was assigned
+	nacked   int             // batches in out waiting for their replay
+	nacks    int             // consecutive nacks, for the replay back-off
+	replayAt time.Time       // no replay before this
 }
 
 // Tracker is the per-partition commit tracker. Its zero value is not usable:
@@ -194,17 +202,21 @@ func (t *Tracker) Assign(tps []TP) {
 
 func (t *Tracker) addLocked(tp TP) *partition {
 	t.gen++
-	p := &partition{tp: tp, gen: t.gen, durable: -1, commit: -1, epoch: -1, hwm: -1}
+	p := &partition{tp: tp, gen: t.gen, durable: -1, commit: -1, epoch: -1, hwm: -1, moved: time.Now(), fetched: kgo.EpochOffset{Epoch: -1, Offset: -1}}
 	t.parts[tp] = p
 	t.order = append(t.order, tp)
 	return p
 }
 
 // Add hands the tracker the records of one fetched partition, in offset
-// order, with the partition's high watermark. Records of a partition not
-// owned (or leaving) are dropped: the group gave it away and its new owner
-// fetches them.
-func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
+// order, with the partition's fetch position after them and its high
+// watermark. recs are the data records only; next is the offset after the
+// last record franz-go returned, transaction markers (control records)
+// included, with that record's leader epoch: past markers and aborted
+// batches that are never handed out. next.Offset < 0 stands for the offset
+// after the last of recs. Records of a partition not owned (or leaving) are
+// dropped: the group gave it away and its new owner fetches them.
+func (t *Tracker) Add(tp TP, recs []*kgo.Record, next kgo.EpochOffset, hwm int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.parts[tp]
@@ -217,7 +229,20 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 	if hwm >= 0 {
 		p.hwm = hwm
 	}
-	if p.leaving || len(recs) == 0 {
+	if p.leaving {
+		return
+	}
+	if next.Offset < 0 && len(recs) > 0 {
+		last := recs[len(recs)-1]
+		next = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	}
+	if next.Offset >= 0 {
+		p.fetched = next
+	}
+	if len(recs) == 0 {
+		// Only markers: with nothing of p awaiting its ack, its commit
+		// moves past them.
+		p.advance()
 		return
 	}
 	p.pending = slices.Grow(p.pending, len(recs))
@@ -232,6 +257,26 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, hwm int64) {
 	p.unacked += len(recs)
 	t.charge(p, cost)
 	t.broadcast()
+}
+
+// advance moves p's durable offset past the run of acknowledged batches at
+// the head of out and, once nothing of p is handed out unacknowledged or
+// waiting to be handed out, to its fetch position (past the transaction
+// markers and aborted batches after its last record). Callers hold the
+// tracker's mu.
+func (p *partition) advance() {
+	for len(p.out) > 0 && p.out[0].state == stateAcked {
+		head := p.out[0]
+		p.durable, p.epoch = head.end, head.epoch
+		p.out[0] = nil
+		p.out = p.out[1:]
+	}
+	if len(p.out) == 0 {
+		p.out = nil
+		if len(p.pending) == 0 && p.fetched.Offset > p.durable {
+			p.durable, p.epoch = p.fetched.Offset, p.fetched.Epoch
+		}
+	}
 }
 
 // RecordOverhead is what a record costs in memory beyond its key, value and
@@ -490,15 +535,7 @@ func (t *Tracker) Ack(b *Batch, delivery int, err error) bool {
 	p.nacks = 0
 	p.unacked -= b.n
 	t.charge(p, -b.cost)
-	for len(p.out) > 0 && p.out[0].state == stateAcked {
-		head := p.out[0]
-		p.durable, p.epoch = head.end, head.epoch
-		p.out[0] = nil
-		p.out = p.out[1:]
-	}
-	if len(p.out) == 0 {
-		p.out = nil
-	}
+	p.advance()
 	return true
 }
 
@@ -510,6 +547,11 @@ func (t *Tracker) Revoke(tps []TP) {
 	defer t.mu.Unlock()
 	t.eachLocked(tps, func(p *partition) {
 		p.leaving = true
+		if len(p.pending) > 0 {
+			// The fetch position is past the records dropped here:
+			// the commit stops at the acknowledged prefix.
+			p.fetched = kgo.EpochOffset{Epoch: -1, Offset: -1}
+		}
 		p.unacked -= len(p.pending)
 		t.charge(p, -(p.pendBy + len(p.pending)*RecordOverhead))
 		clear(p.pending)
@@ -599,8 +641,9 @@ func (t *Tracker) Close() {
 
 // Committable returns, for each owned partition among tps (all when tps is
 // nil), the offset to commit when it moved past the last committed one: the
-// offset after its acknowledged prefix, with the leader epoch of the record
-// before it.
+// offset after its acknowledged prefix, or its fetch position once every
+// record fetched is acknowledged (see Add), with the leader epoch of the
+// record before it.
 func (t *Tracker) Committable(tps []TP) map[string]map[int32]kgo.EpochOffset {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -622,7 +665,7 @@ func (t *Tracker) Committed(tp TP, offset int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.parts[tp]; p != nil && offset > p.commit {
-		p.commit = offset
+		p.commit, p.moved = offset, time.Now()
 	}
 }
 
@@ -643,6 +686,9 @@ type PartitionState struct {
 	// AtCap reports that the partition holds MaxUnacked records not
 	// acknowledged: nothing is polled until it is below.
 	AtCap, Leaving bool
+	// CommitMoved is when Committed last moved, or the partition was
+	// assigned when it has not since.
+	CommitMoved time.Time
 }
 
 // State returns a snapshot of every owned partition, in no order.
@@ -654,6 +700,7 @@ func (t *Tracker) State() []PartitionState {
 		s := PartitionState{
 			TP: p.tp, Durable: p.durable, Committed: p.commit, FirstUnacked: -1,
 			Unacked: p.unacked, UnackedBytes: p.unackBy, Pending: len(p.pending), HighWatermark: p.hwm, AtCap: t.atCap(p), Leaving: p.leaving,
+			CommitMoved: p.moved,
 		}
 		for _, b := range p.out {
 			if b.state != stateAcked {

@@ -16,6 +16,10 @@ import (
 
 var tp0 = TP{"t", 0}
 
+// afterRecs is the fetch position Add takes as the offset after its last
+// record (no transaction marker after them).
+var afterRecs = kgo.EpochOffset{Epoch: -1, Offset: -1}
+
 func records(tp TP, from, n int) []*kgo.Record {
 	out := make([]*kgo.Record, n)
 	for i := range out {
@@ -56,7 +60,7 @@ func TestTrackerCommitIsAckedPrefix(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		tr := NewTracker(lim10, false)
 		tr.Assign([]TP{tp0})
-		tr.Add(tp0, records(tp0, 100, 200), 300)
+		tr.Add(tp0, records(tp0, 100, 200), afterRecs, 300)
 		var bs []*Batch
 		for range 20 {
 			bs = append(bs, next(t, tr))
@@ -81,7 +85,7 @@ func TestTrackerCommitIsAckedPrefix(t *testing.T) {
 func TestTrackerNackReplaysBeforeNewer(t *testing.T) {
 	tr := NewTracker(lim10, false)
 	tr.Assign([]TP{tp0})
-	tr.Add(tp0, records(tp0, 0, 30), 30)
+	tr.Add(tp0, records(tp0, 0, 30), afterRecs, 30)
 	b1, b2 := next(t, tr), next(t, tr)
 	require.True(t, tr.Ack(b2, 1, nil))
 	require.True(t, tr.Ack(b1, 1, errors.New("refused")))
@@ -103,7 +107,7 @@ func TestTrackerReplayBackoff(t *testing.T) {
 	lim.ReplayBackoff, lim.MaxReplayBackoff = 150*time.Millisecond, time.Second
 	tr := NewTracker(lim, false)
 	tr.Assign([]TP{tp0})
-	tr.Add(tp0, records(tp0, 0, 20), 20)
+	tr.Add(tp0, records(tp0, 0, 20), afterRecs, 20)
 	b1 := next(t, tr)
 	tr.Ack(b1, 1, errors.New("refused"))
 	start := time.Now()
@@ -117,7 +121,7 @@ func TestTrackerNoReplayDrops(t *testing.T) {
 	lim.Replay = false
 	tr := NewTracker(lim, false)
 	tr.Assign([]TP{tp0})
-	tr.Add(tp0, records(tp0, 0, 20), 20)
+	tr.Add(tp0, records(tp0, 0, 20), afterRecs, 20)
 	b1 := next(t, tr)
 	assert.Len(t, tr.Handed(b1), 10)
 	assert.Nil(t, b1.Records, "records dropped after hand-out without replay")
@@ -135,9 +139,9 @@ func TestTrackerStopsPollingAtTheCap(t *testing.T) {
 	tr := NewTracker(lim, false)
 	tp1 := TP{"t", 1}
 	tr.Assign([]TP{tp0, tp1})
-	tr.Add(tp0, records(tp0, 0, 20), 20)
+	tr.Add(tp0, records(tp0, 0, 20), afterRecs, 20)
 	assert.Equal(t, 5+25, tr.Room(), "room of both partitions")
-	tr.Add(tp0, records(tp0, 20, 10), 30)
+	tr.Add(tp0, records(tp0, 20, 10), afterRecs, 30)
 	assert.Equal(t, 0, tr.Room(), "30 unacked >= 25: no more polls, whatever tp1 has")
 	for _, st := range tr.State() {
 		assert.Equal(t, st.TP == tp0, st.AtCap, "%v at the cap", st.TP)
@@ -161,9 +165,9 @@ func TestTrackerStopsPollingAtTheCap(t *testing.T) {
 	lim.BufferBytes = 100
 	tr2 := NewTracker(lim, false)
 	tr2.Assign([]TP{tp0})
-	tr2.Add(tp0, records(tp0, 0, 9), 9)
+	tr2.Add(tp0, records(tp0, 0, 9), afterRecs, 9)
 	assert.Equal(t, 25-9, tr2.Room(), "90 bytes pending: below the buffer")
-	tr2.Add(tp0, records(tp0, 9, 1), 10)
+	tr2.Add(tp0, records(tp0, 9, 1), afterRecs, 10)
 	assert.Equal(t, 0, tr2.Room(), "100 bytes pending: no more polls")
 	ch = tr2.Changed()
 	next(t, tr2)
@@ -175,7 +179,7 @@ func TestTrackerStopsPollingAtTheCap(t *testing.T) {
 	assert.Equal(t, 25-10, tr2.Room(), "handed out: the buffer is empty")
 
 	// A released partition no longer counts.
-	tr.Add(tp0, records(tp0, 30, 10), 40)
+	tr.Add(tp0, records(tp0, 30, 10), afterRecs, 40)
 	require.Equal(t, 0, tr.Room())
 	tr.Revoke([]TP{tp0})
 	tr.Release([]TP{tp0})
@@ -186,8 +190,8 @@ func TestTrackerRevokeAndRelease(t *testing.T) {
 	tr := NewTracker(lim10, false)
 	tp1 := TP{"t", 1}
 	tr.Assign([]TP{tp0, tp1})
-	tr.Add(tp0, records(tp0, 0, 30), 30)
-	tr.Add(tp1, records(tp1, 0, 10), 10)
+	tr.Add(tp0, records(tp0, 0, 30), afterRecs, 30)
+	tr.Add(tp1, records(tp1, 0, 10), afterRecs, 10)
 	var b []*Batch
 	for range 3 {
 		b = append(b, next(t, tr))
@@ -224,7 +228,7 @@ func TestTrackerRevokeAndRelease(t *testing.T) {
 
 	// Assigned again: a new ownership; a stale ack changes nothing.
 	tr.Assign([]TP{tp0})
-	tr.Add(tp0, records(tp0, 10, 10), 30)
+	tr.Add(tp0, records(tp0, 10, 10), afterRecs, 30)
 	assert.False(t, tr.Ack(t0[1], 1, nil), "ack of a released ownership")
 	assert.Equal(t, int64(-1), commitOf(tr, tp0))
 	nb := next(t, tr)
@@ -232,12 +236,62 @@ func TestTrackerRevokeAndRelease(t *testing.T) {
 	assert.Equal(t, int64(10), first)
 }
 
+// at is a fetch position with an unknown leader epoch.
+func at(o int64) kgo.EpochOffset { return kgo.EpochOffset{Epoch: -1, Offset: o} }
+
+// TestTrackerCommitsFetchPositionOnceDrained: the commit moves to the fetch
+// position (past transaction markers and aborted records never added) only
+// while nothing added is unacknowledged: not while records wait to be
+// handed out, nor while a batch awaits its ack or its replay, nor past the
+// records a revoke dropped.
+func TestTrackerCommitsFetchPositionOnceDrained(t *testing.T) {
+	tr := NewTracker(lim10, false)
+	tr.Assign([]TP{tp0})
+	// Records 0-19, then a marker at 20: position 21.
+	tr.Add(tp0, records(tp0, 0, 20), at(21), 21)
+	b1 := next(t, tr)
+	tr.Ack(b1, 1, nil)
+	assert.Equal(t, int64(10), commitOf(tr, tp0), "records 10-19 wait to be handed out: the acked prefix")
+	b2 := next(t, tr)
+	assert.Equal(t, int64(10), commitOf(tr, tp0), "10-19 handed out, not acknowledged")
+	tr.Ack(b2, 1, errors.New("refused"))
+	assert.Equal(t, int64(10), commitOf(tr, tp0), "10-19 wait for their replay")
+	b2 = next(t, tr)
+	tr.Ack(b2, 2, nil)
+	assert.Equal(t, int64(21), commitOf(tr, tp0), "all acknowledged: past the marker")
+	tr.Committed(tp0, 21)
+
+	// A fetch of markers and aborted records only (offsets 21-40).
+	tr.Add(tp0, nil, kgo.EpochOffset{Epoch: 3, Offset: 41}, 41)
+	assert.Equal(t, kgo.EpochOffset{Epoch: 3, Offset: 41}, tr.Committable(nil)[tp0.Topic][tp0.Partition], "with the marker's leader epoch")
+	tr.Committed(tp0, 41)
+
+	// While a batch is out, a later fetch of markers only moves nothing.
+	tr.Add(tp0, records(tp0, 41, 5), at(46), 46)
+	b3 := next(t, tr)
+	tr.Add(tp0, nil, at(60), 60)
+	assert.Equal(t, int64(-1), commitOf(tr, tp0), "41-45 handed out, not acknowledged")
+	tr.Ack(b3, 1, nil)
+	assert.Equal(t, int64(60), commitOf(tr, tp0))
+	tr.Committed(tp0, 60)
+
+	// A revoke drops records waiting to be handed out: the position after
+	// them is forgotten, the commit stops at the acknowledged prefix.
+	tr.Add(tp0, records(tp0, 60, 20), at(81), 81)
+	b4 := next(t, tr)
+	tr.Revoke([]TP{tp0})
+	tr.Ack(b4, 1, nil)
+	assert.Equal(t, int64(70), commitOf(tr, tp0), "70-79 were dropped, not acknowledged")
+	tr.Add(tp0, nil, at(90), 90)
+	assert.Equal(t, int64(70), commitOf(tr, tp0), "a leaving partition's fetches change nothing")
+}
+
 func TestTrackerGroupModeDropsUnowned(t *testing.T) {
 	tr := NewTracker(lim10, false)
-	tr.Add(tp0, records(tp0, 0, 10), 10)
+	tr.Add(tp0, records(tp0, 0, 10), afterRecs, 10)
 	noNext(t, tr)
 	auto := NewTracker(lim10, true)
-	auto.Add(tp0, records(tp0, 0, 10), 10)
+	auto.Add(tp0, records(tp0, 0, 10), afterRecs, 10)
 	next(t, auto)
 }
 
@@ -263,7 +317,28 @@ func TestTrackerCloseEndsNext(t *testing.T) {
 // order, and a checker keeps reading the commit: every offset below it must
 // have been acknowledged before it was read. Run with -race.
 func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
-	const parts, perPart, chunk = 3, 3000, 50
+	concurrentAcks(t, func(int64) bool { return true })
+}
+
+// TestTrackerConcurrentFetchPositionNeverPastUnacked: as
+// TestTrackerConcurrentNeverCommitsPastUnacked on a transactional
+// partition (transactions of 25 records and a marker, every third aborted
+// and dropped, the last one too), fed in chunks that end anywhere, marker
+// only ones included: the commit moves to the fetch position past the
+// markers, never past an unacknowledged record, and ends at the end offset.
+func TestTrackerConcurrentFetchPositionNeverPastUnacked(t *testing.T) {
+	concurrentAcks(t, func(o int64) bool {
+		txn, at := o/26, o%26
+		return txn%3 != 2 && at != 25 // neither aborted nor the marker
+	})
+}
+
+// concurrentAcks runs the feeder, reader, ackers and checker over three
+// partitions of 3,042 offsets each, of which isData tells the data records
+// (the rest are markers and aborted records: never added, only passed over
+// by the fetch position).
+func concurrentAcks(t *testing.T, isData func(o int64) bool) {
+	const parts, perPart, chunk = 3, 3042, 50 // 117 transactions of 26 offsets
 	lim := Limits{MaxUnacked: 400, BufferBytes: 1 << 20, YieldBytes: 70, Replay: true}
 	tr := NewTracker(lim, false)
 	var tps []TP
@@ -274,12 +349,18 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 	acked := make([][]atomic.Bool, parts)
 	for p := range acked {
 		acked[p] = make([]atomic.Bool, perPart)
+		for o := range int64(perPart) {
+			if !isData(o) {
+				acked[p][o].Store(true) // nothing to acknowledge
+			}
+		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
-	// Feeder: takes no more than Room, as the poll loop does.
+	// Feeder: takes no more than Room, as the poll loop does, and passes
+	// the fetch position after each chunk of offsets.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -289,7 +370,13 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 			for p, tp := range tps {
 				if room := tr.Room(); pos[p] < perPart && room > 0 {
 					n := min(chunk, perPart-pos[p], room)
-					tr.Add(tp, records(tp, pos[p], n), int64(perPart))
+					var recs []*kgo.Record
+					for _, r := range records(tp, pos[p], n) {
+						if isData(r.Offset) {
+							recs = append(recs, r)
+						}
+					}
+					tr.Add(tp, recs, kgo.EpochOffset{Epoch: -1, Offset: int64(pos[p] + n)}, int64(perPart))
 					pos[p] += n
 					progressed = true
 				}
@@ -300,17 +387,22 @@ func TestTrackerConcurrentNeverCommitsPastUnacked(t *testing.T) {
 		}
 	}()
 	work := make(chan *Batch, 64)
-	// Reader.
+	// Reader: now and then slow, so that records wait in the tracker
+	// while every batch handed out is acknowledged.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(work)
+		r := rand.New(rand.NewPCG(99, 7))
 		for {
 			b, err := tr.Next(ctx)
 			if err != nil {
 				return
 			}
 			work <- b
+			if r.IntN(8) == 0 {
+				time.Sleep(time.Millisecond)
+			}
 		}
 	}()
 	// Ackers: a tenth of the batches are nacked once.
@@ -377,10 +469,10 @@ func TestTrackerRoomBoundsThePoll(t *testing.T) {
 	assert.Equal(t, 25, tr.Room(), "no partition yet")
 	tr.Assign([]TP{tp0, tp1})
 	assert.Equal(t, 50, tr.Room())
-	tr.Add(tp0, records(tp0, 0, 20), 20)
+	tr.Add(tp0, records(tp0, 0, 20), afterRecs, 20)
 	assert.Equal(t, 5+25, tr.Room())
 	ch := tr.Changed()
-	tr.Add(tp0, records(tp0, 20, 10), 30)
+	tr.Add(tp0, records(tp0, 20, 10), afterRecs, 30)
 	select {
 	case <-ch:
 	default:
@@ -416,7 +508,7 @@ func TestTrackerByteBudget(t *testing.T) {
 		n := tr.Room()
 		for i := range n {
 			tp := []TP{tp0, tp1}[i%2]
-			tr.Add(tp, records(tp, offs[tp], 1), -1)
+			tr.Add(tp, records(tp, offs[tp], 1), afterRecs, -1)
 			offs[tp]++
 		}
 		require.LessOrEqual(t, tr.UnackedBytes(), lim.MaxUnackedBytes, "never past the budget")
@@ -441,7 +533,7 @@ func TestTrackerByteBudget(t *testing.T) {
 	big := records(tp0, offs[tp0], 1)
 	big[0].Value = make([]byte, 2*lim.MaxUnackedBytes)
 	assert.Equal(t, 10, tr.Room())
-	tr.Add(tp0, big, -1)
+	tr.Add(tp0, big, afterRecs, -1)
 	assert.Equal(t, 0, tr.Room(), "the big record uses it all")
 	b := next(t, tr)
 	tr.Ack(b, 1, nil)
@@ -449,9 +541,9 @@ func TestTrackerByteBudget(t *testing.T) {
 	assert.Equal(t, 1, tr.Room(), "nothing held: room for one record of the largest size seen")
 
 	// Revoke gives back the pending records' share, Release the rest.
-	tr.Add(tp1, records(tp1, offs[tp1], 3), -1)
+	tr.Add(tp1, records(tp1, offs[tp1], 3), afterRecs, -1)
 	b = next(t, tr)
-	tr.Add(tp1, records(tp1, offs[tp1]+3, 2), -1)
+	tr.Add(tp1, records(tp1, offs[tp1]+3, 2), afterRecs, -1)
 	tr.Revoke([]TP{tp1})
 	assert.Equal(t, b.n*cost, tr.UnackedBytes(), "pending records dropped")
 	tr.Release([]TP{tp1})

@@ -46,18 +46,15 @@ func registryJSDir(t *testing.T) string {
 }
 
 // registryJSNode returns node, once the npm packages are installed. Missing
-// packages fail the test in CI (CI=true) and skip it elsewhere, saying how to
-// install them.
+// packages fail the test (never skip it), saying how to install them, as the
+// conformance tests do.
 func registryJSNode(t *testing.T, dir string) string {
 	t.Helper()
 	const pkg = "node_modules/@confluentinc/schemaregistry/package.json"
 	if _, err := os.Stat(filepath.Join(dir, pkg)); err != nil {
 		msg := "Confluent's JavaScript serializers are not installed (test/registryjs/" + pkg +
 			" missing): run `make conformance-deps` (npm ci --prefix test/registryjs)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		t.Fatal(msg)
 	}
 	if n := os.Getenv("NODE_BINARY"); n != "" {
 		return n
@@ -67,59 +64,13 @@ func registryJSNode(t *testing.T, dir string) string {
 	return n
 }
 
-const proofCommonProto = `syntax = "proto3";
-package proof.common;
-message Money {
-  int64 units = 1;
-  string currency = 2;
-}
-`
-
-// proofEventProto: Event is message index [1]; its map field's entry is not
-// counted, so Audit is [1,1] and Audit.Change [1,1,0].
-const proofEventProto = `syntax = "proto3";
-package proof.v1;
-import "google/protobuf/timestamp.proto";
-import "proof/common.proto";
-
-message Header {
-  string source = 1;
-}
-message Event {
-  string id = 1;
-  int64 big = 2;
-  proof.common.Money amount = 3;
-  google.protobuf.Timestamp at = 4;
-  map<string, int32> counts = 5;
-  Kind kind = 6;
-  repeated Item items = 7;
-  message Item {
-    string sku = 1;
-    uint32 qty = 2;
-    bytes blob = 3;
-  }
-  message Audit {
-    string who = 1;
-    message Change {
-      string field = 1;
-      double delta = 2;
-    }
-  }
-}
-enum Kind {
-  KIND_UNSPECIFIED = 0;
-  KIND_SALE = 1;
-}
-`
-
-// proofDescriptors compiles the Protobuf schema and writes it, with its
-// imports, as a base64 FileDescriptorSet for the script.
+// proofDescriptors compiles the Protobuf schema,
+// test/registryjs/proto/proof/v1/event.proto (the e2e tests use it too), and
+// writes it, with its imports, as a base64 FileDescriptorSet for the script.
 func proofDescriptors(t *testing.T, path string) {
 	t.Helper()
 	compiler := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
-		Accessor: protocompile.SourceAccessorFromMap(map[string]string{
-			"proof/v1/event.proto": proofEventProto, "proof/common.proto": proofCommonProto,
-		}),
+		ImportPaths: []string{filepath.Join(registryJSDir(t), "proto")},
 	})}
 	files, err := compiler.Compile(context.Background(), "proof/v1/event.proto")
 	require.NoError(t, err)

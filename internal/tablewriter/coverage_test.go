@@ -366,3 +366,41 @@ func TestCoverageCrashBetweenRawAckAndCoverageWriteLags(t *testing.T) {
 	assert.NotContains(t, cov, "t/1")
 	requireBehind(t, cov, raw)
 }
+
+// With DedupView, every reconcile of the writer's table asks for its
+// deduplicating view (named, or <table>_dedup), and none of the coverage
+// table's does: the view deduplicates raw rows by their source position.
+func TestDedupViewAskedForTheTableOnly(t *testing.T) {
+	for _, name := range []string{"", "main.default.readers_view"} {
+		h := newHarness(t, ingestfake.Config{}, func(c *Config) {
+			coverageOn(c)
+			c.DedupView, c.DedupViewName = true, name
+		}, nil)
+		want := name
+		if want == "" {
+			want = testTable + catalog.DedupViewSuffix
+		}
+		own, cov := 0, 0
+		for _, d := range h.cat.Reconciled() {
+			switch d.FullName {
+			case testTable:
+				own++
+				assert.Equal(t, want, d.DedupView)
+			case testCoverageTable:
+				cov++
+				assert.Empty(t, d.DedupView, "the coverage table has no view")
+			}
+		}
+		assert.Positive(t, own, "the table was reconciled")
+		assert.Positive(t, cov, "the coverage table was reconciled")
+	}
+	// A writer without coverage (the dead-letter table's, made from the
+	// same config) asks for no view: its rows have no source position.
+	h := newHarness(t, ingestfake.Config{}, func(c *Config) {
+		c.Provision, c.DedupView = true, true
+	}, nil)
+	for _, d := range h.cat.Reconciled() {
+		assert.Empty(t, d.DedupView, d.FullName)
+	}
+	assert.Positive(t, h.cat.ReconcileCount())
+}

@@ -67,6 +67,9 @@ type DeadLetters struct {
 	// broken is set while the dead-letter table refuses dead letters (it
 	// was reported): a batch then tries once instead of attempts times.
 	broken atomic.Bool
+	// obs counts the dead letters made durable; nil when the writer's
+	// observer does not.
+	obs DeadLetterObserver
 }
 
 // Dead-letter retry bounds and the payload cap.
@@ -85,11 +88,24 @@ const (
 	maxDeadLetterError = 16 << 10
 )
 
+// DeadLetterObserver is the optional part of a dead-letter writer's
+// Observer that counts the dead letters made durable (Metrics: the
+// zerobus_dead_letter_rows_total counter).
+type DeadLetterObserver interface {
+	DeadLettered(n int)
+}
+
 // NewDeadLetters writes dead letters through w (a writer of a table with
-// DeadLetterColumns); includePayload stores each message's bytes.
+// DeadLetterColumns); includePayload stores each message's bytes. The
+// writer's DeadLetterObserver, if any, gets its series at 0 here.
 func NewDeadLetters(w *Writer, includePayload bool) *DeadLetters {
 	w.cfg.Rescue = "" // a dead letter always fits: no rescue column
-	return &DeadLetters{w: w, includePayload: includePayload, attempts: DeadLetterAttempts, backoff: DeadLetterBackoff}
+	d := &DeadLetters{w: w, includePayload: includePayload, attempts: DeadLetterAttempts, backoff: DeadLetterBackoff}
+	if o, ok := w.obs.(DeadLetterObserver); ok {
+		d.obs = o
+		o.DeadLettered(0)
+	}
+	return d
 }
 
 // Writer is the dead-letter table's writer (to Open and Close it).
@@ -155,6 +171,9 @@ func (d *DeadLetters) Write(ctx context.Context, sourceOf func(i int) string, ro
 		d.reportBroken(fmt.Sprintf("it refuses every dead letter (column %q: %v); its columns must admit %s", de.Column, de.Err, describeColumns(DeadLetterColumns())))
 	} else if d.broken.CompareAndSwap(true, false) {
 		d.w.infof("dead-letter table %s takes dead letters again", d.w.cfg.Table)
+	}
+	if d.obs != nil {
+		d.obs.DeadLettered(len(letters) - len(dlErrs))
 	}
 	for _, de := range dlErrs {
 		re := errs[from[de.Index]]

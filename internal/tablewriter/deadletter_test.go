@@ -21,10 +21,14 @@ import (
 func TestDeadLettersAreWrittenDurably(t *testing.T) {
 	cat := catalogfake.New()
 	opener := ingestfake.NewOpener(ingestfake.Config{KeepRecords: true})
-	w := New(Config{Table: "c.s.dlq", Provision: true, CreateColumns: DeadLetterColumns(), Pool: testPoolConfig()}, opener, cat, nil, nil)
+	sink := &recordingSink{}
+	w := New(Config{Table: "c.s.dlq", Provision: true, CreateColumns: DeadLetterColumns(), Pool: testPoolConfig()}, opener, cat, nil, NewMetrics(sink, "c.s.dlq"))
 	defer w.Close(context.Background())
 	require.NoError(t, w.Open(context.Background()))
 	d := NewDeadLetters(w, true)
+	dead, ok := sink.get(mDeadLetters + "{c.s.dlq}")
+	require.True(t, ok, "the dead-letter counter exists from start-up")
+	assert.Zero(t, dead)
 
 	batch := rows(`{"id":1}`, `{"id":"x"}`, `{"id":3}`, "not json \xff")
 	errs := []RowError{
@@ -36,6 +40,8 @@ func TestDeadLettersAreWrittenDurably(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rest, 1, "the table failure is retried, not dead-lettered")
 	assert.Equal(t, 2, rest[0].Index)
+	dead, _ = sink.get(mDeadLetters + "{c.s.dlq}")
+	assert.Equal(t, int64(2), dead, "two dead letters durable; the table failure is not one")
 
 	st, _ := cat.Describe(context.Background(), "c.s.dlq")
 	require.NotNil(t, st, "the dead-letter table was created")

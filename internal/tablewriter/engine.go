@@ -1,9 +1,11 @@
 package tablewriter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 )
 
@@ -58,41 +60,105 @@ func (e *Engine) Open(ctx context.Context) error {
 	return nil
 }
 
+// ErrProcessorFailed marks the row error of a message that a processor
+// before the output failed (its error flag, service.Message.GetError): the
+// message is not the value the pipeline meant to write, so it is never
+// converted or written to the table, and never used to infer columns; it
+// goes to the dead-letter table, or fails back to the pipeline, with the
+// processor's own error.
+var ErrProcessorFailed = errors.New("failed in a processor")
+
+// ProcessorFailed is the row error of message i, failed by a processor with
+// err: "message i: failed in a processor: <err>".
+func ProcessorFailed(i int, err error) RowError {
+	return RowError{Index: i, Err: fmt.Errorf("%w: %w", ErrProcessorFailed, err)}
+}
+
 // Write writes one batch through the engine and is the whole write path of
 // the output: the rows go to the table writer, or with a Router to each
 // row's table (tableOf, unused without one); the rows that fail alone are
 // then written to the dead-letter table, when there is one, before Write
 // returns.
 //
+// failed are the rows a processor failed already (ProcessorFailed, in
+// index order): they are left out of the table's write and are dead-lettered
+// (or returned) with the others that fail.
+//
 // It returns the rows that still failed (index into rows, column, cause),
 // or an error for the whole batch. The verdict "not connected" is an error
 // wrapping ErrNotOpen: nothing was written and the caller should hold the
 // batch and Open again (the writer's lifecycle says when). Any other error
 // means the batch is to be failed and redelivered. keyOf may be nil.
-func (e *Engine) Write(ctx context.Context, rows []Row, tableOf TableFunc, keyOf KeyFunc) ([]RowError, error) {
+func (e *Engine) Write(ctx context.Context, rows []Row, failed []RowError, tableOf TableFunc, keyOf KeyFunc) ([]RowError, error) {
+	if e.Writer == nil && e.Router == nil {
+		return nil, ErrNotOpen
+	}
+	// keep maps an index of the rows written to its index in rows; nil
+	// when every row is written.
+	var keep []int
+	write, wTableOf, wKeyOf := rows, tableOf, keyOf
+	if len(failed) > 0 {
+		skip := make(map[int]bool, len(failed))
+		for _, f := range failed {
+			skip[f.Index] = true
+		}
+		keep = make([]int, 0, len(rows))
+		write = make([]Row, 0, len(rows))
+		for i, r := range rows {
+			if !skip[i] {
+				keep = append(keep, i)
+				write = append(write, r)
+			}
+		}
+		if tableOf != nil {
+			wTableOf = func(j int) (string, error) { return tableOf(keep[j]) }
+		}
+		if keyOf != nil {
+			wKeyOf = func(j int) (string, error) { return keyOf(keep[j]) }
+		}
+	}
 	var rowErrs []RowError
 	var sourceOf func(int) string
 	switch {
 	case e.Router != nil:
-		tables := make([]string, len(rows))
-		tableErrs := make([]error, len(rows))
-		for i := range rows {
-			tables[i], tableErrs[i] = tableOf(i)
+		tables := make([]string, len(write))
+		tableErrs := make([]error, len(write))
+		for j := range write {
+			tables[j], tableErrs[j] = wTableOf(j)
 		}
 		sourceOf = func(i int) string { return tables[i] }
-		rowErrs = e.Router.WriteRouted(ctx, rows, func(i int) (string, error) { return tables[i], tableErrs[i] }, keyOf)
-		if AllNotOpen(rowErrs, len(rows)) {
-			return nil, fmt.Errorf("%w: no table of the batch is open (first: %v)", ErrNotOpen, rowErrs[0].Err)
+		if len(write) > 0 {
+			rowErrs = e.Router.WriteRouted(ctx, write, func(j int) (string, error) { return tables[j], tableErrs[j] }, wKeyOf)
+			if AllNotOpen(rowErrs, len(write)) {
+				return nil, fmt.Errorf("%w: no table of the batch is open (first: %v)", ErrNotOpen, rowErrs[0].Err)
+			}
 		}
-	case e.Writer != nil:
-		table := e.Writer.cfg.Table
-		sourceOf = func(int) string { return table }
-		var err error
-		if rowErrs, err = e.Writer.Write(ctx, rows, keyOf); err != nil {
-			return nil, err
+		if keep != nil {
+			// A failed row's table, for its dead letter: its interpolation
+			// evaluated now ("" when it fails too).
+			bound := tables
+			tables = make([]string, len(rows))
+			for j, i := range keep {
+				tables[i] = bound[j]
+			}
+			for _, f := range failed {
+				if t, err := tableOf(f.Index); err == nil {
+					tables[f.Index] = t
+				}
+			}
 		}
 	default:
-		return nil, ErrNotOpen
+		table := e.Writer.cfg.Table
+		sourceOf = func(int) string { return table }
+		if len(write) > 0 {
+			var err error
+			if rowErrs, err = e.Writer.Write(ctx, write, wKeyOf); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if keep != nil {
+		rowErrs = mergeFailed(rowErrs, keep, failed)
 	}
 	if len(rowErrs) > 0 && e.DeadLetters != nil {
 		// The batch is acknowledged only once its dead letters are
@@ -111,6 +177,22 @@ func (e *Engine) Write(ctx context.Context, rows []Row, tableOf TableFunc, keyOf
 		rowErrs = rest
 	}
 	return rowErrs, nil
+}
+
+// mergeFailed maps the row errors of the rows written (indices into the
+// written rows, keep[j] being row j's index in the batch) back to the
+// batch's indices and merges them with failed, in index order.
+func mergeFailed(rowErrs []RowError, keep []int, failed []RowError) []RowError {
+	out := make([]RowError, 0, len(rowErrs)+len(failed))
+	for _, re := range rowErrs {
+		if re.Index >= 0 && re.Index < len(keep) {
+			re.Index = keep[re.Index]
+		}
+		out = append(out, re)
+	}
+	out = append(out, failed...)
+	slices.SortStableFunc(out, func(a, b RowError) int { return cmp.Compare(a.Index, b.Index) })
+	return out
 }
 
 // Close drains and closes every writer within ctx and joins their errors.

@@ -246,6 +246,14 @@ type HealthObserver interface {
 	ObserveHealth(TableHealth)
 }
 
+// CloseObserver is the optional part of a HealthObserver told once the
+// writer closed (an evicted table, the output closing), after its last
+// health report: the table's gauges go back to rest, so that the last state
+// of a table no longer written (stopped, say) does not page for ever.
+type CloseObserver interface {
+	ObserveClosed()
+}
+
 // healthLoop is the goroutine feeding a HealthObserver. Open starts it and
 // Close stops it, both under the writer's openMu, and Open refuses once the
 // writer is closed: so it starts at most once and never after its stop.

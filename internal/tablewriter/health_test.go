@@ -313,20 +313,33 @@ func TestHealthGauges(t *testing.T) {
 	require.NoError(t, w.Open(context.Background()))
 	series := func(name string) string { return name + "{" + testTable + ",0}" }
 	require.Eventually(t, func() bool { v, ok := sink.get(series(mStreamState)); return ok && v == 0 }, 10*time.Second, 5*time.Millisecond, "up is 0")
+	table := func(name string) int64 { v, _ := sink.get(name + "{" + testTable + "}"); return v }
+	require.Eventually(t, func() bool { return table(mTableState) == 0 && table(mInflightLimit) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"the table is up (0) and its in-flight byte limit is exported")
+	assert.Zero(t, table(mUnreachable), "a stream is connected")
 
 	go func() { _, _ = w.Write(context.Background(), rows(`{"id":1,"msg":"a"}`), nil) }()
 	require.Eventually(t, func() bool { v, _ := sink.get(series(mAckAge)); return v >= 100 }, 10*time.Second, 10*time.Millisecond,
 		"the ack age climbs past 100 ms while the ack stalls")
+	require.Eventually(t, func() bool { v, _ := sink.get(series(mPendingBatches)); return v == 1 && table(mInflightBytes) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"one batch in flight, holding bytes of the budget")
 	opener.Streams()[0].AckAll()
 	require.Eventually(t, func() bool { v, _ := sink.get(series(mAckAge)); return v == 0 }, 10*time.Second, 5*time.Millisecond,
 		"nothing pending: age 0")
 
 	opener.Streams()[0].Poison(ingestfake.ErrFatalConfig("PERMISSION_DENIED"))
 	require.Eventually(t, func() bool { v, _ := sink.get(series(mStreamState)); return v == 2 }, 10*time.Second, 5*time.Millisecond, "stopped is 2")
+	require.Eventually(t, func() bool { return table(mTableState) == 2 && table(mInflightBytes) == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the table is stopped (2), nothing in flight")
 	_, err := w.Write(context.Background(), rows(`{"id":2,"msg":"b"}`), nil)
 	require.True(t, errors.Is(err, ErrNotOpen))
 	v, _ := sink.get(mBackpressure + "{" + testTable + ",budget}")
 	assert.Zero(t, v)
+
+	// Closed (an evicted table): its last state no longer pages.
+	require.NoError(t, w.Close(context.Background()))
+	assert.Zero(t, table(mTableState), "a closed table reads 0, not its last state")
+	assert.Zero(t, table(mUnreachable))
 }
 
 // A stream that failed because the service refused its reconnect (a

@@ -63,6 +63,23 @@ const (
 	mAckAge       = "zerobus_ack_age_ms"
 	mStreamState  = "zerobus_stream_state"
 	mBackpressure = "zerobus_backpressure_waiters"
+	// mPendingBatches is the writes (batches, or their share of a stream)
+	// submitted on a stream and not yet durable: in-flight batches.
+	mPendingBatches = "zerobus_pending_batches"
+	// mInflightBytes and mInflightLimit are the table's in-flight byte
+	// budget in use and its limit (max_in_flight_bytes).
+	mInflightBytes = "zerobus_inflight_bytes"
+	mInflightLimit = "zerobus_inflight_bytes_limit"
+	// mTableState is the table's state, its worst stream's or stopped
+	// while it is not open: it exists before the table has a stream, so an
+	// output that never connected shows as stopped.
+	mTableState = "zerobus_table_state"
+	// mUnreachable is for how long no stream of the table has been
+	// connected (0 while one is): past OutageGrace new batches are held.
+	mUnreachable = "zerobus_unreachable_seconds"
+	// mDeadLetters counts the dead letters made durable in a dead-letter
+	// table (labelled with the dead-letter table).
+	mDeadLetters = "zerobus_dead_letter_rows_total"
 )
 
 // allPreconditions lists every primary-raw precondition the catalog can
@@ -90,8 +107,10 @@ type Metrics struct {
 	unmet     Gauge
 	reconcile Counter
 	waiters   Gauge
+	tbl       tableGauges
 
 	mu      sync.Mutex
+	dead    Counter // zerobus_dead_letter_rows_total, a dead-letter table's
 	streams map[int]*streamMetrics
 	sizes   sizeMetrics // the pool's size (metrics_pool.go)
 }
@@ -114,6 +133,12 @@ type streamMetrics struct {
 	bytes      Counter
 	ackAge     Gauge
 	state      Gauge
+	batches    Gauge
+}
+
+// tableGauges are the {table}-labelled gauges ObserveHealth refreshes.
+type tableGauges struct {
+	inflight, limit, state, unreachable Gauge
 }
 
 // reconcileKinds are the emit-time reconciliations the converter counts,
@@ -140,9 +165,19 @@ func NewMetrics(m Sink, table string) *Metrics {
 		unmet:     m.Gauge(mPrimaryRawUnmet, "table", "precondition"),
 		reconcile: m.Counter(mTypeReconcile, "table", "kind"),
 		waiters:   m.Gauge(mBackpressure, "table", "on"),
-		streams:   map[int]*streamMetrics{},
+		tbl: tableGauges{
+			inflight:    m.Gauge(mInflightBytes, "table"),
+			limit:       m.Gauge(mInflightLimit, "table"),
+			state:       m.Gauge(mTableState, "table"),
+			unreachable: m.Gauge(mUnreachable, "table"),
+		},
+		streams: map[int]*streamMetrics{},
 	}
 	x.rowErrors.Incr(0, table)
+	x.tbl.inflight.Set(0, table)
+	x.tbl.limit.Set(0, table)
+	x.tbl.state.Set(StateValue(StateRebuilding), table) // not opened yet
+	x.tbl.unreachable.Set(0, table)
 	for _, on := range waitsOn {
 		x.waiters.Set(0, table, on)
 	}
@@ -188,6 +223,7 @@ func (x *Metrics) stream(i int) *streamMetrics {
 		bytes:      m.Counter(mBytesSent, labels...),
 		ackAge:     m.Gauge(mAckAge, labels...),
 		state:      m.Gauge(mStreamState, labels...),
+		batches:    m.Gauge(mPendingBatches, labels...),
 	}
 	t, l := x.table, s.label
 	for _, c := range []Counter{s.bursts, s.burstItems, s.retries, s.poisoned, s.rebuilds, s.rejects, s.rows, s.bytes} {
@@ -197,6 +233,7 @@ func (x *Metrics) stream(i int) *streamMetrics {
 		s.reconnects.Incr(0, t, l, c)
 	}
 	s.pending.Set(0, t, l)
+	s.batches.Set(0, t, l)
 	s.ackAge.Set(0, t, l)
 	s.state.Set(StateValue(StateRebuilding), t, l) // opening
 	x.streams[i] = s
@@ -235,12 +272,38 @@ func (x *Metrics) ObserveHealth(h TableHealth) {
 		s := x.stream(sh.Index)
 		s.ackAge.Set(h.Age(sh.OldestPending).Milliseconds(), x.table, s.label)
 		s.pending.Set(int64(sh.PendingRows), x.table, s.label)
+		s.batches.Set(sh.PendingBatches, x.table, s.label)
 		s.state.Set(StateValue(sh.State), x.table, s.label)
 		lane += sh.LaneFullWriters
 	}
 	x.waiters.Set(int64(h.BudgetWaiters), x.table, waitBudget)
 	x.waiters.Set(lane, x.table, waitLane)
 	x.waiters.Set(h.StreamWaiters, x.table, waitStream)
+	x.tbl.inflight.Set(h.BudgetInUseBytes, x.table)
+	x.tbl.limit.Set(h.BudgetLimitBytes, x.table)
+	x.tbl.state.Set(StateValue(h.State), x.table)
+	x.tbl.unreachable.Set(int64(h.Age(h.Unreachable).Seconds()), x.table)
+}
+
+var _ CloseObserver = (*Metrics)(nil)
+
+// ObserveClosed implements CloseObserver: a closed table has nothing in
+// flight, nothing waiting and nothing down, so its table gauges read 0 (its
+// series stay, as the exporter cannot drop them).
+func (x *Metrics) ObserveClosed() {
+	x.tbl.state.Set(StateValue(StateUp), x.table)
+	x.tbl.unreachable.Set(0, x.table)
+	x.tbl.inflight.Set(0, x.table)
+	for _, on := range waitsOn {
+		x.waiters.Set(0, x.table, on)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, s := range x.streams {
+		s.pending.Set(0, x.table, s.label)
+		s.batches.Set(0, x.table, s.label)
+		s.ackAge.Set(0, x.table, s.label)
+	}
 }
 
 // Metrics is the table writer's observer: every pool member gets a lane
@@ -355,6 +418,24 @@ func (e streamEvents) OnReconnect(_ string, reason error) {
 		}
 	}
 	e.s.reconnects.Incr(1, e.table, e.s.label, cause)
+}
+
+// DeadLettered counts n dead letters made durable in this writer's table
+// (a dead-letter table); NewDeadLetters calls it with 0 so that the series
+// exists from start-up.
+func (x *Metrics) DeadLettered(n int) {
+	x.deadLetters().Incr(int64(n), x.table)
+}
+
+// deadLetters returns the dead-letter counter, made on first use: only a
+// dead-letter table's writer has the series.
+func (x *Metrics) deadLetters() Counter {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.dead == nil {
+		x.dead = x.m.Counter(mDeadLetters, "table")
+	}
+	return x.dead
 }
 
 // RowErrors counts rows that failed conversion.

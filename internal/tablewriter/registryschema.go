@@ -87,9 +87,67 @@ const maxCachedSchemas = 256
 
 // schemaCache holds parsed registry schemas by fingerprint, so that a batch
 // parses each of its schemas once, not once per message.
+//
+// The fingerprint is the one the stored schema carries (schema_registry_decode
+// computes it as benthos does). A schema a mapping rewrote but whose
+// fingerprint it kept (config/examples/debezium.yaml rewrites Debezium's
+// envelope schema into the row's) must not be taken for the original. So a
+// schema is cached under its fingerprint only when that is its content's,
+// checked when it is parsed, and a hit is taken only when the value's
+// top-level fields (names and types) are the cached schema's, a check that
+// costs no allocation. A schema that fails either is parsed for each message,
+// and said once (stale).
 type schemaCache struct {
 	mu sync.Mutex
-	m  map[string]*registrySchema
+	m  map[string]cachedSchema
+	// stale, when set, is told once per fingerprint of a schema whose
+	// content is not what its fingerprint says.
+	stale  func(claimed, actual string)
+	warned map[string]bool
+}
+
+// cachedSchema is a parsed schema and its top-level fields as stored.
+type cachedSchema struct {
+	s   *registrySchema
+	top []fieldSig
+}
+
+// fieldSig is a top-level field's name and type as the stored schema
+// spells them.
+type fieldSig struct{ name, typ string }
+
+// topFields reads the top-level fields of a stored schema (nil if it has
+// none or is not a map).
+func topFields(v any) []fieldSig {
+	m, _ := v.(map[string]any)
+	children, _ := m["children"].([]any)
+	out := make([]fieldSig, 0, len(children))
+	for _, c := range children {
+		cm, _ := c.(map[string]any)
+		name, _ := cm["name"].(string)
+		typ, _ := cm["type"].(string)
+		out = append(out, fieldSig{name, typ})
+	}
+	return out
+}
+
+// sameTop reports whether the stored schema v has exactly the top-level
+// fields top.
+func sameTop(v map[string]any, top []fieldSig) bool {
+	children, _ := v["children"].([]any)
+	if len(children) != len(top) {
+		return false
+	}
+	for i, c := range children {
+		cm, _ := c.(map[string]any)
+		if name, _ := cm["name"].(string); name != top[i].name {
+			return false
+		}
+		if typ, _ := cm["type"].(string); typ != top[i].typ {
+			return false
+		}
+	}
+	return true
 }
 
 // get returns the parsed schema of metadata value v: the serialised common
@@ -97,6 +155,7 @@ type schemaCache struct {
 // string or bytes, as a metadata value read back from a Kafka header is).
 func (c *schemaCache) get(v any) *registrySchema {
 	var key string
+	m, claimed := v.(map[string]any) // claimed: key is a fingerprint the value claims, not the value itself
 	switch x := v.(type) {
 	case map[string]any:
 		key, _ = x["fingerprint"].(string)
@@ -107,25 +166,50 @@ func (c *schemaCache) get(v any) *registrySchema {
 	}
 	if key != "" {
 		c.mu.Lock()
-		s, ok := c.m[key]
+		e, ok := c.m[key]
 		c.mu.Unlock()
-		if ok {
-			return s
+		if ok && (!claimed || sameTop(m, e.top)) {
+			return e.s
 		}
 	}
-	s := parseSchemaValue(v)
-	if key != "" {
-		c.mu.Lock()
-		if c.m == nil || len(c.m) >= maxCachedSchemas {
-			c.m = map[string]*registrySchema{}
-		}
-		c.m[key] = s
-		c.mu.Unlock()
+	s, actual := parseSchemaValue(v, claimed && key != "")
+	if key == "" {
+		return s
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if claimed && actual != key {
+		if c.stale != nil && actual != "" && !c.warned[key] {
+			if c.warned == nil || len(c.warned) >= maxCachedSchemas {
+				c.warned = map[string]bool{}
+			}
+			c.warned[key] = true
+			c.stale(key, actual)
+		}
+		return s
+	}
+	if c.m == nil || len(c.m) >= maxCachedSchemas {
+		c.m = map[string]cachedSchema{}
+	}
+	e := cachedSchema{s: s}
+	if claimed {
+		e.top = topFields(m)
+	}
+	c.m[key] = e
 	return s
 }
 
-func parseSchemaValue(v any) *registrySchema {
+// shortFingerprint is a fingerprint's first 12 hex digits, for a log line.
+func shortFingerprint(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+// parseSchemaValue parses a stored schema and, with fingerprint, returns its
+// content's fingerprint too ("" when it could not be parsed).
+func parseSchemaValue(v any, fingerprint bool) (*registrySchema, string) {
 	var text []byte
 	switch x := v.(type) {
 	case string:
@@ -138,12 +222,16 @@ func parseSchemaValue(v any) *registrySchema {
 		d.UseNumber()
 		var decoded any
 		if err := d.Decode(&decoded); err != nil {
-			return &registrySchema{err: fmt.Errorf("not a serialised common schema: %w", err)}
+			return &registrySchema{err: fmt.Errorf("not a serialised common schema: %w", err)}, ""
 		}
 		v = decoded
 	}
 	s, err := commonschema.Parse(v)
-	return compileSchema(&s, err)
+	fp := ""
+	if err == nil && fingerprint {
+		fp = s.Fingerprint()
+	}
+	return compileSchema(&s, err), fp
 }
 
 // batchSchemas are the registry schemas of a batch: the distinct ones, and

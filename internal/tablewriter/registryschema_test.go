@@ -244,7 +244,7 @@ func TestRegistrySchemaRefusalIsDeadLettered(t *testing.T) {
 	v := cs.Schema{Type: cs.Object, Children: []cs.Schema{{Name: "id", Type: cs.Int64}, {Name: "name", Type: cs.Int64}}}
 	rest, err := e.Write(context.Background(), []Row{
 		registryRow(map[string]any{"id": json.Number("1"), "name": json.Number("9")}, v, "people-value", 4, 31),
-	}, nil, nil)
+	}, nil, nil, nil)
 	require.NoError(t, err)
 	assert.Empty(t, rest, "the refused row is a durable dead letter")
 	errsCol, _ := submittedColumn(t, dlOpener, "error")
@@ -373,4 +373,75 @@ func TestRegistrySchemaNewVersionOnceUnderConcurrentBatches(t *testing.T) {
 	assert.Equal(t, 1, h.cat.ReconcileCount()-before, "one evolution for the new version")
 	sent, _ := submittedColumn(t, h.opener, "price")
 	assert.Len(t, sent, n, "every v2 row landed in the new column")
+}
+
+// An Avro time-millis or time-micros reaches the output as
+// schema_registry_decode gives it with preserve_logical_types: a time on the
+// Unix epoch day (internal/registry's decodeTimeOfDay). Its TIME_OF_DAY
+// column (BIGINT) takes it as microseconds since midnight, as it takes a
+// time.Duration; a time on any other day is no time of day and fails its
+// row, naming the column.
+func TestRegistryTimeOfDayFromTheDecodersTime(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, registryCfg, absentTable)
+	epoch := func(h, m, s, ns int) time.Time { return time.Date(1970, 1, 1, h, m, s, ns, time.UTC) }
+	row := func(id int, at any) Row {
+		o := orderV1(id)
+		o["at"] = at
+		return registryRow(o, ordersV1(), "orders-value", 1, 7)
+	}
+	failed := h.write(t, []Row{
+		row(1, epoch(12, 34, 56, 789_000_000)),              // time-millis 45296789
+		row(2, epoch(23, 59, 59, 999_999_000)),              // the last microsecond of the day
+		row(3, epoch(0, 0, 0, 0)),                           // midnight
+		row(4, 45296789012*time.Microsecond),                // a time.Duration, as before
+		row(5, time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC)), // not on the epoch day
+	})
+	require.Len(t, failed, 1)
+	require.Contains(t, failed, 4)
+	assert.Contains(t, failed[4], `message 4: column "at"`)
+	sent, _ := submittedColumn(t, h.opener, "at")
+	assert.Equal(t, []string{"45296789000", "86399999999", "0", "45296789012"}, sent)
+}
+
+// A stored schema a mapping rewrote but whose fingerprint it kept is never
+// taken for the original: it is not cached under that fingerprint (its
+// content's differs), it is said once, and the original, met later, is
+// parsed as itself.
+func TestRegistrySchemaStaleFingerprintIsNotTrusted(t *testing.T) {
+	a := &authority{cfg: Config{SchemaMetadata: testSchemaKey}}
+	var said []string
+	a.schemas.stale = func(claimed, actual string) { said = append(said, claimed+" "+actual) }
+	v1, v2 := ordersV1(), ordersV2()
+	rewritten := v2.ToAny().(map[string]any)
+	rewritten["fingerprint"] = v1.Fingerprint() // kept from the original
+	row := func(s any) Row {
+		return metaTestRow{testRow: testRow{v: orderV1(1), structured: true}, meta: map[string]any{testSchemaKey: s}}
+	}
+
+	bs := a.schemasOf([]Row{row(rewritten)})
+	require.Len(t, bs.schemas, 1)
+	assert.Len(t, bs.schemas[0].fields, len(v2.Children), "the rewritten schema is read as itself")
+	assert.Empty(t, a.schemas.m, "not cached under a fingerprint that is not its own")
+	require.Len(t, said, 1)
+	assert.Equal(t, v1.Fingerprint()+" "+v2.Fingerprint(), said[0])
+
+	bs = a.schemasOf([]Row{row(v1.ToAny())})
+	assert.Len(t, bs.schemas[0].fields, len(v1.Children), "the original under its own fingerprint")
+	bs = a.schemasOf([]Row{row(rewritten)})
+	assert.Len(t, bs.schemas[0].fields, len(v2.Children))
+	assert.Len(t, said, 1, "said once")
+	assert.Len(t, a.schemas.m, 1)
+}
+
+// BenchmarkParseStoredSchema is the cost of a stored schema parsed for each
+// message (one without a fingerprint, or a stale one): the 15 fields of
+// ordersV1. docs/schema-registry.md quotes it.
+func BenchmarkParseStoredSchema(b *testing.B) {
+	s := ordersV1()
+	v := s.ToAny()
+	for b.Loop() {
+		if s, _ := parseSchemaValue(v, false); s.err != nil {
+			b.Fatal(s.err)
+		}
+	}
 }

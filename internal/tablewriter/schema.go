@@ -64,7 +64,8 @@ func (a *authority) desiredForCreate(schema *arrow.Schema) (catalog.DesiredTable
 	return d, nil
 }
 
-// applyConfig sets the role, policies, contract and column descriptions.
+// applyConfig sets the role, policies, contract, column descriptions and
+// deduplicating view.
 // The contract was loaded once, by the caller of New.
 func (a *authority) applyConfig(d *catalog.DesiredTable) {
 	d.Role = a.cfg.Role
@@ -81,6 +82,15 @@ func (a *authority) applyConfig(d *catalog.DesiredTable) {
 	}
 	for k, v := range a.cfg.ColumnDescriptions {
 		d.Comments[k] = v
+	}
+	// The view partitions by the source position columns, which only a
+	// writer with coverage has (not the dead-letter table's writer, made
+	// from the same config without it).
+	if a.cfg.DedupView && a.cfg.Coverage != nil {
+		d.DedupView = a.cfg.DedupViewName
+		if d.DedupView == "" {
+			d.DedupView = catalog.DefaultDedupView(a.cfg.Table)
+		}
 	}
 }
 

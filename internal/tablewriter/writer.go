@@ -155,6 +155,12 @@ type Config struct {
 	// existing one. The coverage table's writer sets both.
 	Comment          string
 	CreateProperties map[string]string
+	// DedupView keeps a deduplicating view beside the table (with
+	// Provision and Coverage): catalog.DesiredTable.DedupView, named
+	// DedupViewName, or catalog.DefaultDedupView of the table when that is
+	// empty (one view per table of an interpolated table name).
+	DedupView     bool
+	DedupViewName string
 }
 
 // Defaults of the Config durations.
@@ -328,6 +334,13 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	w.abortSchema = abort
 	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
 		current: w.snapshot, install: w.install, closing: closing}
+	a := w.schema
+	a.schemas.stale = func(claimed, actual string) {
+		a.warnf("table %s: a registry schema in metadata %q carries the fingerprint %s, but its content's is %s: a mapping changed the schema "+
+			"and kept the original's fingerprint. It is parsed for each message (slower) so that it is never taken for the original; "+
+			"leave the fingerprint out of a schema you rewrite (docs/schema-registry.md, \"Debezium change events\")",
+			cfg.Table, cfg.SchemaMetadata, shortFingerprint(claimed), shortFingerprint(actual))
+	}
 	return w
 }
 
@@ -670,6 +683,9 @@ func (w *Writer) Close(ctx context.Context) error {
 	}
 	w.watchMu.Unlock()
 	w.health.stop()
+	if co, ok := w.obs.(CloseObserver); ok {
+		co.ObserveClosed()
+	}
 	w.stopOutageWatch()
 	w.closeStopped(ctx)
 	if sp := w.spare.Swap(nil); sp != nil {

@@ -148,3 +148,46 @@ func TestNackWithoutReplayDrops(t *testing.T) {
 	}
 	waitCommitted(t, addrs, group, topic, 0, 8)
 }
+
+// TestCommitOnAck: with commit_on_ack an acknowledgement is committed at
+// once, long before commit_period; without it the commit waits for the
+// period.
+func TestCommitOnAck(t *testing.T) {
+	const topic = "orders"
+	c := newCluster(t, topic, 1)
+	addrs := c.ListenAddrs()
+	produce(t, addrs, topic, 1, 0, 40)
+	conf := func(group string, extra ...string) string {
+		return yamlConf(addrs, append([]string{
+			"topics: [ " + topic + " ]",
+			"consumer_group: " + group,
+			"commit_period: 1h",
+			"max_yield_batch_bytes: 100B",
+		}, extra...)...)
+	}
+
+	off := newTestInput(t, conf("g-period"))
+	ds := readN(t, off, 40)
+	for _, d := range ds {
+		ack(t, d, nil)
+	}
+	stillBelow(t, addrs, "g-period", topic, 0, 1) // the hour has not passed
+
+	on := newTestInput(t, conf("g-on-ack", "commit_on_ack: true"))
+	ds = readN(t, on, 40)
+	require.GreaterOrEqual(t, len(ds), 3, "several batches")
+	ack(t, ds[1], nil)
+	stillBelow(t, addrs, "g-on-ack", topic, 0, 1) // the first batch is not acknowledged
+	start := time.Now()
+	ack(t, ds[0], nil)
+	end := int64(0)
+	for _, o := range ds[1].offsets(t) {
+		end = int64(o) + 1
+	}
+	waitCommitted(t, addrs, "g-on-ack", topic, 0, end)
+	t.Logf("committed %d within %v of the ack", end, time.Since(start))
+	for _, d := range ds[2:] {
+		ack(t, d, nil)
+	}
+	waitCommitted(t, addrs, "g-on-ack", topic, 0, 40)
+}

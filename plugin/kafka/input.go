@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -19,6 +20,12 @@ const Name = "redpanda"
 // LagMetric is the lag gauge's name, labelled topic and partition, as
 // Redpanda Connect's input names it.
 const LagMetric = "redpanda_lag"
+
+// CommitAgeMetric is the commit-age gauge's name, in seconds, labelled
+// topic and partition: how long a partition has had records above its
+// committed offset without the commit moving (0 when it is at the end). This
+// project's own: Redpanda Connect's input has none.
+const CommitAgeMetric = "redpanda_commit_age_seconds"
 
 func init() {
 	err := service.RegisterBatchInput(Name, Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
@@ -51,6 +58,12 @@ type input struct {
 }
 
 func newInput(cfg Config, mgr *service.Resources) *input {
+	if cfg.Consumer.Group != "" {
+		age := mgr.Metrics().NewGauge(CommitAgeMetric, "topic", "partition")
+		cfg.Consumer.CommitAge = func(tp kafkain.TP, d time.Duration) {
+			age.Set(int64(d.Seconds()), tp.Topic, strconv.Itoa(int(tp.Partition)))
+		}
+	}
 	in := &input{cfg: cfg, log: mgr.Logger(), mLag: mgr.Metrics().NewGauge(LagMetric, "topic", "partition")}
 	in.conn = kafkain.NewConnector(cfg.Consumer, in.log, func(tp kafkain.TP, lag int64) {
 		in.mLag.Set(lag, tp.Topic, strconv.Itoa(int(tp.Partition)))
@@ -113,11 +126,11 @@ func (in *input) logConfig() {
 	if group == "" {
 		group = "(none: no commits)"
 	}
-	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d max_unacked_bytes=%d auto_replay_nacks=%t",
+	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s commit_on_ack=%t partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d max_unacked_bytes=%d auto_replay_nacks=%t",
 		k.SeedBrokers, k.ClientID, c.TLSEnabled, c.SkipVerify, c.SASLMechs, k.MetadataMaxAge, k.RequestTimeoutOverhead, k.ConnIdleTimeout,
 		k.Dial.ConnectTimeout, k.Dial.KeepAliveIdle, k.Dial.KeepAliveInterval, k.Dial.KeepAliveCount, k.Dial.UserTimeout,
 		topics, k.Regex, k.Exclude, group, k.InstanceID, k.RackID, k.RebalanceTimeout, k.SessionTimeout, k.HeartbeatInterval, c.StartOffset,
-		k.FetchMaxBytes, k.FetchMaxWait, k.FetchMinBytes, k.FetchMaxPartitionBytes, c.Isolation, k.CommitPeriod, k.Limits.BufferBytes,
+		k.FetchMaxBytes, k.FetchMaxWait, k.FetchMinBytes, k.FetchMaxPartitionBytes, c.Isolation, k.CommitPeriod, k.CommitOnAck, k.Limits.BufferBytes,
 		k.LagRefreshPeriod, k.Limits.YieldBytes, k.Limits.MaxUnacked, k.Limits.MaxUnackedBytes, k.Limits.Replay)
 }
 

@@ -312,7 +312,9 @@ var _ kafkain.Logger = (*recordingLog)(nil)
 
 // TestLagGrowsWhileUnacked: while nothing is acknowledged (the output
 // refusing writes) and producers go on, the lag reported for the
-// redpanda_lag gauge grows; once everything is acknowledged it falls to 0.
+// redpanda_lag gauge grows, and so does the commit age
+// (redpanda_commit_age_seconds); once everything is acknowledged and
+// committed both fall to 0.
 func TestLagGrowsWhileUnacked(t *testing.T) {
 	const topic, group = "lag", "g-lag"
 	c := newCluster(t, topic, 1)
@@ -324,6 +326,17 @@ func TestLagGrowsWhileUnacked(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	lag := map[kafkain.TP]int64{}
+	age := map[kafkain.TP]time.Duration{}
+	cfg.Consumer.CommitAge = func(tp kafkain.TP, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		age[tp] = d
+	}
+	ageOf := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return age[kafkain.TP{Topic: topic, Partition: 0}]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	cons, err := kafkain.New(ctx, cfg.Consumer, &recordingLog{}, func(tp kafkain.TP, l int64) {
@@ -352,6 +365,7 @@ func TestLagGrowsWhileUnacked(t *testing.T) {
 	require.Eventually(t, func() bool { return lagOf() == 10 }, wait, 10*time.Millisecond, "10 produced, none acknowledged")
 	produce(t, addrs, topic, 1, 10, 15)
 	require.Eventually(t, func() bool { return lagOf() == 25 }, wait, 10*time.Millisecond, "lag grows while the output refuses")
+	require.Eventually(t, func() bool { return ageOf() >= time.Second }, wait, 10*time.Millisecond, "the commit age grows while nothing is acknowledged")
 	for _, b := range held {
 		cons.Ack(b, b.Delivery(), nil)
 	}
@@ -362,6 +376,7 @@ func TestLagGrowsWhileUnacked(t *testing.T) {
 		cons.Ack(b, b.Delivery(), nil)
 	}
 	require.Eventually(t, func() bool { return lagOf() == 0 }, wait, 10*time.Millisecond, "caught up")
+	require.Eventually(t, func() bool { return ageOf() == 0 }, wait, 10*time.Millisecond, "committed to the end: commit age 0")
 }
 
 // TestRegexpTopics: regexp_topics_include picks every matching topic,

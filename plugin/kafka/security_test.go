@@ -168,7 +168,7 @@ output:
 		"conn_idle_timeout", "tcp.connect_timeout", "tcp.keep_alive", "tcp.tcp_user_timeout", "topics", "regexp_topics_exclude",
 		"consumer_group", "instance_id", "rack_id", "rebalance_timeout", "session_timeout", "heartbeat_interval", "start_offset",
 		"fetch_max_bytes", "fetch_max_wait", "fetch_min_bytes", "fetch_max_partition_bytes", "transaction_isolation_level",
-		"commit_period", "partition_buffer_bytes", "topic_lag_refresh_period", "max_yield_batch_bytes",
+		"commit_period", "commit_on_ack", "partition_buffer_bytes", "topic_lag_refresh_period", "max_yield_batch_bytes",
 		"max_unacked_per_partition", "max_unacked_bytes", "auto_replay_nacks",
 	} {
 		assert.Contains(t, out, knob+"=", "the start-up line names %s", knob)

@@ -72,6 +72,7 @@ const (
 	fIsolation         = "transaction_isolation_level"
 	fConsumerGroup     = "consumer_group"
 	fCommitPeriod      = "commit_period"
+	fCommitOnAck       = "commit_on_ack"
 	fPartBufferBytes   = "partition_buffer_bytes"
 	fLagRefresh        = "topic_lag_refresh_period"
 	fMaxYieldBytes     = "max_yield_batch_bytes"
@@ -178,7 +179,7 @@ With `+"`consumer_group`"+`, the partitions of the topics are balanced across th
 
 == Delivery guarantees
 
-A partition's offset is committed only past records that every output they went to acknowledged: per partition the commit is the offset after the longest run of acknowledged records from the last commit. Acknowledgements that arrive out of order wait for the ones below them. Commits are made every `+"`commit_period`"+`, when partitions are revoked, and on shutdown.
+A partition's offset is committed only past records that every output they went to acknowledged: per partition the commit is the offset after the longest run of acknowledged records from the last commit. Acknowledgements that arrive out of order wait for the ones below them. Commits are made every `+"`commit_period`"+` (and, with `+"`commit_on_ack: true`"+`, as soon as an acknowledgement moves a partition's durable offset), when partitions are revoked, and on shutdown.
 
 The records fetched and not yet acknowledged, of every partition, are held within `+"`max_unacked_bytes`"+` (each counted as its key, value and headers plus 1 KiB), and the fetches are sized to what that budget has room for once decompressed. While a partition has `+"`max_unacked_per_partition`"+` records unacknowledged, or `+"`partition_buffer_bytes`"+` of records not yet handed to the pipeline, nothing more is polled (no partition is paused: a fetch that leaves a paused partition out can be held by the broker for `+"`fetch_max_wait`"+`). Past a bound the input waits for acknowledgements: that is its back-pressure, and it bounds its memory.
 
@@ -190,7 +191,7 @@ On shutdown the engine stops reading, waits for the pipeline to drain (the ackno
 
 == Metrics
 
-The gauge `+"`redpanda_lag`"+` (labels `+"`topic`, `partition`"+`) is each owned partition's end offset less its oldest unacknowledged offset, refreshed every `+"`topic_lag_refresh_period`"+`. It grows while the output refuses writes.
+The gauge `+"`redpanda_lag`"+` (labels `+"`topic`, `partition`"+`) is each owned partition's end offset less its oldest unacknowledged offset, refreshed every `+"`topic_lag_refresh_period`"+`. It grows while the output refuses writes. With a `+"`consumer_group`"+`, the gauge `+"`redpanda_commit_age_seconds`"+` (same labels; this binary's own) is how long the partition has had records above its committed offset without the commit moving, refreshed with the lag; 0 once the commit reaches the end.
 
 == Metadata
 
@@ -294,11 +295,14 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 			service.NewDurationField(fCommitPeriod).
 				Description("The period between commits of the durable offsets (what every record below has been acknowledged). Offsets are also committed when partitions are revoked and at shutdown.").
 				Default("5s").LintRule(lintrule.Duration(fCommitPeriod)).Advanced(),
+			service.NewBoolField(fCommitOnAck).
+				Description("Also commit as soon as an acknowledgement moves a partition's durable offset, one commit at a time (acknowledgements that arrive during a commit are covered by the next), besides every `"+fCommitPeriod+"`. After a crash fewer records are read again: with `kill -9` three times during 300,000 records, 11,484 duplicates against 188,145 at `commit_period: 5s` and 126,502 at `1s`. It sends up to one commit per acknowledged batch to the group coordinator. This binary's own field: Redpanda Connect's input has none. Off by default until its cost in throughput is measured on a quiet machine.").
+				Default(false).Advanced(),
 			service.NewStringField(fPartBufferBytes).
 				Description("How many bytes of records of one partition may wait, fetched, to be handed to the pipeline; while one partition holds this much, the input takes no more records from the client (a poll may pass it by a little).").
 				Default("1MB").LintRule(bytesLint(fPartBufferBytes)).Advanced(),
 			service.NewDurationField(fLagRefresh).
-				Description("The period between refreshes of the `redpanda_lag` metric (one ListOffsets request per refresh).").
+				Description("The period between refreshes of the `redpanda_lag` and `redpanda_commit_age_seconds` metrics (one ListOffsets request per refresh).").
 				Default("5s").LintRule(lintrule.Duration(fLagRefresh)).Advanced(),
 			service.NewStringField(fMaxYieldBytes).
 				Description("The maximum size of each batch this input yields (records of one partition; a larger record goes alone).").
@@ -476,6 +480,9 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	replay, err := conf.FieldBool(fAutoReplayNacks)
 	if err != nil {
 		return c, fail(fAutoReplayNacks, err)
+	}
+	if k.CommitOnAck, err = conf.FieldBool(fCommitOnAck); err != nil {
+		return c, fail(fCommitOnAck, err)
 	}
 	k.Limits = kafkain.Limits{
 		MaxUnacked: maxUnacked, BufferBytes: partBuf, MaxUnackedBytes: unackedBytes, YieldBytes: yield, Replay: replay,

@@ -36,6 +36,8 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 		AckTimeout:         c.AckTimeout,
 		RedescribeTimeout:  c.CloseTimeout,
 		MaxInFlightBytes:   int64(c.MaxInFlightBytes),
+		DedupView:          c.DedupView,
+		DedupViewName:      c.DedupViewName,
 	}
 	wc.Rescue = c.Rescue
 	wc.SchemaMetadata = c.SchemaMetadata

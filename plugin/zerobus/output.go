@@ -329,6 +329,7 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 	if o.cfg.DLTable != "" {
 		cfg := o.wcfg
 		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role, cfg.Coverage = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived, nil
+		cfg.DedupView, cfg.DedupViewName = false, "" // dead letters have no source position
 		e.DeadLetters = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)
@@ -432,8 +433,14 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (wr
 		return res, service.ErrNotConnected
 	}
 	rows := make([]tablewriter.Row, len(batch))
+	var failed []tablewriter.RowError
 	for i, m := range batch {
 		rows[i] = m
+		if perr := m.GetError(); perr != nil {
+			// A processor failed it: its bytes are not the value meant
+			// for the table (see the spec's "Errored messages").
+			failed = append(failed, tablewriter.ProcessorFailed(i, perr))
+		}
 	}
 	var keyOf tablewriter.KeyFunc
 	if o.cfg.OrderingKey != nil {
@@ -452,7 +459,7 @@ func (o *output) writeBatch(ctx context.Context, batch service.MessageBatch) (wr
 			return t, err
 		}
 	}
-	rowErrs, err := e.Write(ctx, rows, tableOf, keyOf)
+	rowErrs, err := e.Write(ctx, rows, failed, tableOf, keyOf)
 	if errors.Is(err, tablewriter.ErrNotOpen) {
 		// The bare sentinel: the engine holds the batch, reconnects and
 		// writes it again (the writer logged why, once).

@@ -2,6 +2,7 @@ package zerobus
 
 import (
 	"encoding/json"
+	"errors"
 	"math/big"
 	"testing"
 	"time"
@@ -193,4 +194,52 @@ func TestRegistryFramedValuesWithoutDecoderEmulated(t *testing.T) {
 	tables := e.out.health()
 	require.Len(t, tables, 1)
 	assert.Contains(t, jsonText(t, tables[0]), want)
+}
+
+// A message a processor failed (schema_registry_decode: an unknown schema
+// id, a value not in the wire format) carries its error flag to the output:
+// it is dead-lettered with the processor's error, never with the output's
+// own "values are Schema Registry framed" advice, and never lands, even in
+// the batch that creates the table. Without a dead-letter table it fails
+// through the batch error with the same text.
+func TestErroredMessagesAreDeadLetteredEmulated(t *testing.T) {
+	e := startEmulated(t, srTable, srYAML)
+	unknown := service.NewMessage([]byte{0, 0, 0, 0, 99, 0x02, 0x0a, 'h', 'i'})
+	unknownErr := errors.New("schema_registry_decode: message 1: schema id 99 is not in the schema registry (error 40403: Schema 99 not found)")
+	unknown.SetError(unknownErr)
+	unframed := service.NewMessage([]byte(`{"id":77}`)) // it would fit the table
+	unframedErr := errors.New("schema_registry_decode: message 2: value is not in the Schema Registry wire format (first byte 0x7b, not the magic byte 0x00: it looks like JSON)")
+	unframed.SetError(unframedErr)
+	require.Empty(t, e.write(t, service.MessageBatch{srMessage(srOrder(1), srOrdersV1(), 1, 7), unknown, unframed, srMessage(srOrder(4), srOrdersV1(), 1, 7)}))
+
+	rows := e.rows(t, srTable)
+	require.Len(t, rows, 2)
+	for _, r := range rows {
+		assert.Contains(t, []string{"1", "4"}, jsonText(t, r["id"]), "only the decoded messages land")
+	}
+	dead := e.rows(t, srDLQ)
+	require.Len(t, dead, 2)
+	byIndex := map[string]map[string]any{}
+	for _, d := range dead {
+		byIndex[jsonText(t, d["message_index"])] = d
+	}
+	require.Contains(t, byIndex, "1")
+	require.Contains(t, byIndex, "2")
+	assert.Equal(t, "failed in a processor: "+unknownErr.Error(), byIndex["1"]["error"])
+	assert.Equal(t, "failed in a processor: "+unframedErr.Error(), byIndex["2"]["error"])
+	assert.Equal(t, `{"id":77}`, byIndex["2"]["payload"], "the message as it reached the output")
+	assert.Equal(t, srTable, byIndex["1"]["source_table"])
+	for _, d := range dead {
+		assert.NotContains(t, d["error"], "add a schema_registry_decode processor")
+		assert.Empty(t, d["column_name"])
+	}
+
+	// No dead-letter table: the batch error carries the processor's error;
+	// the good row lands.
+	bare := startEmulated(t, "main.default.bare", "catalog:\n  provision: true\n  warehouse_id: wh\n  schema_metadata: registry_schema\n")
+	failed := bare.write(t, service.MessageBatch{srMessage(srOrder(1), srOrdersV1(), 1, 7), unknown})
+	require.Len(t, failed, 1)
+	require.Contains(t, failed, 1)
+	assert.Equal(t, "message 1: failed in a processor: "+unknownErr.Error(), failed[1].Error())
+	assert.Len(t, bare.rows(t, "main.default.bare"), 1)
 }

@@ -72,6 +72,8 @@ const (
 	fRole          = "role"
 	fRecheck       = "recheck_interval"
 	fSchemaMeta    = "schema_metadata"
+	fDedupView     = "dedup_view"
+	fDedupViewName = "dedup_view_name"
 	fTLS           = "tls"
 	fProxyURL      = "proxy_url"
 	fKeepalive     = "keepalive"
@@ -175,6 +177,23 @@ const proxyLint = `root = if this == "" { [] } else { match this.parse_url().cat
 // (loopback only) takes neither TLS settings, which would be silently
 // ignored, nor a proxy, which never carries a plaintext request. A lint of
 // the whole block carries the block's line.
+// dedupViewLint is the lint rule of catalog.dedup_view, which needs the
+// source position columns (coverage) and the DDL (catalog.provision); a
+// fixed view name needs a fixed table. validate says the same.
+const dedupViewLint = `root = if !this.` + fCatalog + `.` + fDedupView + `.or(false) {
+  if this.` + fCatalog + `.` + fDedupViewName + `.or("") != "" { [ "field ` + fCatalog + `.` + fDedupViewName + `: set without ` + fCatalog + `.` + fDedupView + `: true" ] } else { [] }
+} else { [
+  if this.` + fCoverage + `.source.or("") == "" { "field ` + fCatalog + `.` + fDedupView + `: needs ` + fCoverage + `.source and ` + fCoverage + `.offset, whose columns _zb_source and _zb_offset it deduplicates on" },
+  if !this.` + fCatalog + `.` + fProvision + `.or(false) { "field ` + fCatalog + `.` + fDedupView + `: needs ` + fCatalog + `.` + fProvision + `: true, which runs the DDL that defines it" },
+  if this.` + fCatalog + `.` + fDedupViewName + `.or("") != "" && this.` + fTable + `.or("").contains("${!") { "field ` + fCatalog + `.` + fDedupViewName + `: one name cannot serve an interpolated table: leave it empty for <table>` + catalog.DedupViewSuffix + `" },
+  if this.` + fCatalog + `.` + fDedupViewName + `.or("") != "" && this.` + fCatalog + `.` + fDedupViewName + `.lowercase() == this.` + fTable + `.or("").lowercase() { "field ` + fCatalog + `.` + fDedupViewName + `: names the table itself" },
+].filter(v -> v != null) }`
+
+// componentLint is the component-level lint rule (a component has one):
+// plaintextLint's and dedupViewLint's messages.
+var componentLint = strings.Replace(plaintextLint, "root = ", "let plaintext = ", 1) + "\n" +
+	strings.Replace(dedupViewLint, "root = ", "let dedup = ", 1) + "\nroot = $plaintext.concat($dedup)"
+
 const plaintextLint = `let plain = [
   if this.endpoint.or("").parse_url().catch({}).scheme.or("") == "http" { "` + fEndpoint + `" },
   if this.workspace_url.or("").parse_url().catch({}).scheme.or("") == "http" { "` + fWorkspaceURL + `" },
@@ -376,10 +395,16 @@ func newSpec(warehouseFromEnv bool) *service.ConfigSpec {
 				service.NewDurationField(fRecheck).
 					Description("How often the primary-raw preconditions are re-checked (a table property can change under a running pipeline).").
 					Default(durationDefault(tablewriter.DefaultRecheckInterval)).LintRule(lintrule.Duration(fCatalog+"."+fRecheck)),
+				service.NewBoolField(fDedupView).
+					Description("Keep a deduplicating view beside the table, for readers who want each source record once: `SELECT * FROM <table> QUALIFY _zb_source IS NULL OR _zb_offset IS NULL OR row_number() OVER (PARTITION BY _zb_source, _zb_offset ORDER BY _zb_emit_ts) = 1`. It is created with the table (or at start-up when absent) and redefined with `ALTER VIEW … AS` whenever the output adds or widens a column, since a view's columns are fixed when it is defined; `ALTER VIEW` keeps the grants on it. Needs `coverage` (the source position columns) and `provision` (the output runs the DDL, as the view's owner: it needs `CREATE TABLE` on the schema and `SELECT` on the table; readers need `SELECT` on the view). A view that cannot be defined is logged with what to do and tried again a minute later at the next change; the rows keep flowing. Every query of the view windows the whole table; rows without a source position are all kept. See docs/kafka.md, \"Exactly once for readers\".").
+					Default(false),
+				service.NewStringField(fDedupViewName).
+					Description("The deduplicating view's name, `catalog.schema.view`. Empty (the default) means `<table>"+catalog.DedupViewSuffix+"`, in the table's schema; with an interpolated `table` it must be empty (one view per table).").
+					Default("").LintRule(lintrule.TableOrEmpty(fCatalog+"."+fDedupViewName)),
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
 				LintRule(catalogLint(warehouseFromEnv)),
 		).
-		LintRule(plaintextLint).
+		LintRule(componentLint).
 		Example("Quickstart against the local emulator",
 			"Generates rows into a table of the emulator started with `zerobus-emulator`.",
 			`
@@ -474,6 +499,8 @@ type outputConfig struct {
 	Role               string
 	RecheckInterval    time.Duration
 	SchemaMetadata     string
+	DedupView          bool
+	DedupViewName      string
 
 	// batchingDefaulted says how Batching was derived, for the start-up log.
 	batchingDefaulted string
@@ -546,6 +573,8 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 	str(&c.Role, fCatalog, fRole)
 	duration(&c.RecheckInterval, fCatalog, fRecheck)
 	str(&c.SchemaMetadata, fCatalog, fSchemaMeta)
+	boolean(&c.DedupView, fCatalog, fDedupView)
+	str(&c.DedupViewName, fCatalog, fDedupViewName)
 	if err != nil {
 		return nil, err
 	}
@@ -720,6 +749,16 @@ func (c *outputConfig) validate() error {
 	check(c.Rescue != "" && !typemap.ValidIdentifier(c.Rescue), "%s: must be a column name of ASCII letters, digits and underscores, not starting with a digit, got %q", fRescue, c.Rescue)
 	check(c.Rescue != "" && strings.HasPrefix(strings.ToLower(c.Rescue), "_zb_"), "%s: %q is in the output's reserved _zb_ namespace", fRescue, c.Rescue)
 	check(c.Rescue != "" && c.Role == RolePrimaryRaw, "%s: needs a VARIANT column, which a table with Iceberg reads (%s.%s: %s) cannot have", fRescue, fCatalog, fRole, RolePrimaryRaw)
+	check(c.DedupViewName != "" && !c.DedupView, "%s.%s: set without %s.%s: true", fCatalog, fDedupViewName, fCatalog, fDedupView)
+	if c.DedupView {
+		check(c.CovSource == nil, "%s.%s: needs %s.source and %s.offset, whose columns _zb_source and _zb_offset it deduplicates on", fCatalog, fDedupView, fCoverage, fCoverage)
+		check(!c.Provision, "%s.%s: needs %s.%s: true, which runs the DDL that defines it", fCatalog, fDedupView, fCatalog, fProvision)
+		check(c.DedupViewName != "" && c.TableInterp != nil, "%s.%s: one name cannot serve an interpolated table: leave it empty for <table>%s", fCatalog, fDedupViewName, catalog.DedupViewSuffix)
+		check(c.DedupViewName != "" && strings.EqualFold(c.DedupViewName, c.Table), "%s.%s: names the table itself", fCatalog, fDedupViewName)
+		if c.DedupViewName != "" {
+			add(typemap.CheckTableName(c.DedupViewName), "field %s.%s: ", fCatalog, fDedupViewName)
+		}
+	}
 	if c.ContractPath != "" {
 		_, err := os.Stat(c.ContractPath)
 		add(err, "field %s.%s: ", fCatalog, fContract)
@@ -790,6 +829,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"catalog.role", c.Role,
 		"catalog.recheck_interval", c.RecheckInterval.String(),
 		"catalog.schema_metadata", c.SchemaMetadata,
+		"catalog.dedup_view", c.dedupViewLog(),
 	}
 	if c.DLTable != "" {
 		// include_payload means nothing without a dead-letter table: logged
@@ -798,6 +838,18 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		kv = slices.Insert(kv, i, any("dead_letter.include_payload"), any(c.DLPayload))
 	}
 	return kv
+}
+
+// dedupViewLog is the deduplicating view for the start-up log: "off", or
+// its name.
+func (c *outputConfig) dedupViewLog() string {
+	switch {
+	case !c.DedupView:
+		return "off"
+	case c.DedupViewName != "":
+		return c.DedupViewName
+	}
+	return "<table>" + catalog.DedupViewSuffix
 }
 
 // knobsLine renders knobs as "k=v k=v ...", for loggers without structured

@@ -56,6 +56,8 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, "respect", c.CommentsPolicy)
 	assert.Equal(t, RoleDerived, c.Role)
 	assert.Equal(t, 5*time.Minute, c.RecheckInterval)
+	assert.False(t, c.DedupView, "the deduplicating view is opt-in")
+	assert.Equal(t, "off", c.dedupViewLog())
 	assert.False(t, c.EndpointTLS, "http loopback endpoint is plaintext")
 	assert.Equal(t, "", c.WorkspaceID, "an IP endpoint derives no workspace id")
 }
@@ -134,6 +136,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"zero shrink_after", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "streams:\n  shrink_after: 0s\n", "field streams.shrink_after: must be positive"},
 		{"zero ack capacity", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "ack:\n  channel_capacity: 0\n", "field ack.channel_capacity"},
 		{"provision without warehouse", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  provision: true\n", "field catalog.warehouse_id: required"},
+		{"dedup view without coverage", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  provision: true\n  warehouse_id: w\n  dedup_view: true\n", "field catalog.dedup_view: needs coverage.source and coverage.offset"},
+		{"dedup view without provisioning", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "coverage:\n  source: s\n  offset: '1'\ncatalog:\n  dedup_view: true\n", "field catalog.dedup_view: needs catalog.provision: true"},
+		{"dedup view name alone", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  dedup_view_name: a.b.v\n", "field catalog.dedup_view_name: set without catalog.dedup_view: true"},
+		{"dedup view named as the table", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "coverage:\n  source: s\n  offset: '1'\ncatalog:\n  provision: true\n  warehouse_id: w\n  dedup_view: true\n  dedup_view_name: A.b.c\n", "field catalog.dedup_view_name: names the table itself"},
 		{"missing contract file", "endpoint: http://127.0.0.1:1\ntable: a.b.c\n" + base + "catalog:\n  contract: /does/not/exist.yaml\n", "field catalog.contract"},
 	}
 	for _, tt := range tests {
@@ -362,4 +368,24 @@ func TestConfigSchemaMetadata(t *testing.T) {
 	line := knobsLine(c.knobs(1))
 	assert.Contains(t, line, "catalog.schema_metadata=registry_schema")
 	assert.Contains(t, line, "reconcile.timestamp_ntz_from_zoned=true")
+}
+
+// TestConfigDedupView: catalog.dedup_view reaches the writer's config and
+// the start-up line, with its default name or the one given.
+func TestConfigDedupView(t *testing.T) {
+	on := minimalYAML + "coverage:\n  source: s\n  offset: '1'\ncatalog:\n  provision: true\n  warehouse_id: w\n  dedup_view: true\n"
+	c, err := parseYAML(t, on)
+	require.NoError(t, err)
+	assert.Contains(t, knobsLine(c.knobs(2)), "catalog.dedup_view=<table>_dedup")
+	wc, err := c.writerConfig("w")
+	require.NoError(t, err)
+	assert.True(t, wc.DedupView)
+	assert.Empty(t, wc.DedupViewName)
+
+	c, err = parseYAML(t, on+"  dedup_view_name: main.default.readers\n")
+	require.NoError(t, err)
+	assert.Contains(t, knobsLine(c.knobs(2)), "catalog.dedup_view=main.default.readers")
+	wc, err = c.writerConfig("w")
+	require.NoError(t, err)
+	assert.Equal(t, "main.default.readers", wc.DedupViewName)
 }

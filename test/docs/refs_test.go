@@ -23,7 +23,7 @@ var outside = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.])(` + `/wo` + `rk/|/ho` + `
 
 // repoPath is a citation of a file in the repository: a path under one of
 // its top-level directories, with an extension, and an optional #anchor.
-var repoPath = regexp.MustCompile(`(?:^|[\s(\x60'"\[])((?:internal|plugin|cmd|test|docs|config|scripts|conformance|deploy)/[A-Za-z0-9_./-]*[A-Za-z0-9_]\.(?:go|md|yaml|yml|sh|js|proto|json))(#[a-z0-9-]+)?`)
+var repoPath = regexp.MustCompile(`(?:^|[\s(\x60'"\[])((?:internal|plugin|cmd|test|docs|config|scripts|conformance|deploy)/[A-Za-z0-9_./-]*[A-Za-z0-9_]\.(?:go|md|yaml|yml|sh|json|js|proto))(#[a-z0-9-]+)?`)
 
 // mdLink is a markdown link target.
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)

@@ -27,6 +27,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/kafka"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/prometheus"
+	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/schemaregistry"
 	_ "github.com/benthos-zerobus/benthos-zerobus/plugin/zerobus"
 )
 

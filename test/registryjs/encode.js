@@ -203,7 +203,15 @@ async function main() {
   console.log(JSON.stringify({ ok: true, avro: out.avro.length, protobuf: out.protobuf.length, json: out.json.length }));
 }
 
-main().catch((e) => {
-  console.log(JSON.stringify({ ok: false, error: String(e && e.stack || e) }));
-  process.exit(1);
-});
+// The schemas and records, for e2e.js (the binaries' end-to-end test).
+module.exports = {
+  flags, decimalBytes, fixedDecimal,
+  avroMoney, avroOrder, avroRecords, jsonAddress, jsonOrder, jsonRecords,
+};
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.log(JSON.stringify({ ok: false, error: String(e && e.stack || e) }));
+    process.exit(1);
+  });
+}

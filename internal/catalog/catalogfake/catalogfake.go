@@ -147,6 +147,14 @@ func (f *Catalog) Describes() int {
 	return f.describes
 }
 
+// Reconciled returns the desired tables Reconcile was called with, in
+// order.
+func (f *Catalog) Reconciled() []catalog.DesiredTable {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]catalog.DesiredTable(nil), f.reconciles...)
+}
+
 // ReconcileCount is the number of Reconcile calls so far.
 func (f *Catalog) ReconcileCount() int {
 	f.mu.Lock()

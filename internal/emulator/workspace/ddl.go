@@ -231,9 +231,27 @@ func (w *Workspace) execute(st *statement, catalog, schema string) *sqlError {
 	}
 	switch st.Kind {
 	case KindCreateTable:
+		if w.isView(name) {
+			if st.IfNotExists {
+				return nil
+			}
+			return alreadyExists(name)
+		}
 		return w.create(name, st)
 	case KindDropTable:
+		if w.isView(name) {
+			return wrongCommand("DROP TABLE", name, "VIEW", "DROP VIEW")
+		}
 		return w.drop(name, st)
+	case KindCreateView:
+		return w.createView(name, st, catalog, schema)
+	case KindAlterViewAs:
+		return w.alterView(name, st, catalog, schema)
+	case KindDropView:
+		return w.dropView(name, st)
+	}
+	if w.isView(name) {
+		return expectTableNotView(name, string(st.Kind))
 	}
 	before, ok := w.reg.Get(name)
 	if !ok {

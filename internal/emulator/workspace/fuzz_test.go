@@ -22,6 +22,9 @@ func FuzzParseStatement(f *testing.F) {
 		"DROP TABLE IF EXISTS `main`.default.`t`;",
 		"CREATE TABLE a.b.c (x " + strings.Repeat("ARRAY<", 200) + "INT" + strings.Repeat(">", 200) + ")",
 		"CREATE TABLE a.b.c (x STRUCT<a: MAP<STRING, ARRAY<VARIANT>>>)",
+		"CREATE VIEW `main`.`default`.`t_dedup` AS SELECT * FROM `main`.`default`.`t` QUALIFY `_zb_source` IS NULL OR `_zb_offset` IS NULL OR row_number() OVER (PARTITION BY `_zb_source`, `_zb_offset` ORDER BY `_zb_emit_ts`) = 1",
+		"ALTER VIEW a.b.v AS SELECT * FROM a.b.t QUALIFY row_number() OVER (PARTITION BY k ORDER BY ts DESC) = 1;",
+		"DROP VIEW IF EXISTS a.b.v",
 	} {
 		f.Add(s)
 	}

@@ -144,6 +144,10 @@ type Registry struct {
 
 	mu     sync.RWMutex
 	tables map[string]*Table // key: NormalizeName(FullName)
+
+	// views are the views (views.go), persisted beside the tables under
+	// dir/_registry/views/.
+	views *viewStore
 }
 
 // OpenRegistry opens (creating it if needed) the registry persisted under
@@ -151,10 +155,15 @@ type Registry struct {
 func OpenRegistry(dir string) (*Registry, error) {
 	r := &Registry{now: time.Now, tables: map[string]*Table{}}
 	if dir == "" {
+		r.views, _ = openViewStore("")
 		return r, nil
 	}
 	r.dir = filepath.Join(dir, "_registry")
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open registry: %w", err)
+	}
+	var err error
+	if r.views, err = openViewStore(filepath.Join(r.dir, "views")); err != nil {
 		return nil, fmt.Errorf("open registry: %w", err)
 	}
 	entries, err := os.ReadDir(r.dir)

@@ -24,6 +24,9 @@ const (
 	KindCommentOnTable     StatementKind = "COMMENT ON TABLE"
 	KindRepairSyncMetadata StatementKind = "MSCK REPAIR TABLE SYNC METADATA"
 	KindDropTable          StatementKind = "DROP TABLE"
+	KindCreateView         StatementKind = "CREATE VIEW"
+	KindAlterViewAs        StatementKind = "ALTER VIEW AS"
+	KindDropView           StatementKind = "DROP VIEW"
 	KindUnsupported        StatementKind = "UNSUPPORTED"
 	KindInvalid            StatementKind = "INVALID"
 )
@@ -45,6 +48,9 @@ type statement struct {
 	// ALTER COLUMN
 	Column  string
 	NewType typemap.Type
+	// CREATE [OR REPLACE] VIEW, ALTER VIEW … AS: the view's query.
+	OrReplace bool
+	Query     *viewQuery
 }
 
 // tableRef is a possibly partial table name as written (one to three parts).
@@ -59,6 +65,9 @@ type sqlError struct {
 }
 
 func (e *sqlError) Error() string {
+	if e.SQLState == "" {
+		return fmt.Sprintf("[%s] %s", e.Class, e.Msg)
+	}
 	return fmt.Sprintf("[%s] %s SQLSTATE: %s", e.Class, e.Msg, e.SQLState)
 }
 
@@ -517,8 +526,11 @@ func firstWords(src string) string {
 
 func (p *sqlParser) parseCreate() (*statement, *sqlError) {
 	p.next() // CREATE
+	if p.peek().isWord("OR") || p.peek().isWord("VIEW") {
+		return p.parseCreateView()
+	}
 	if !p.acceptWord("TABLE") {
-		return nil, unsupported("CREATE %s (only CREATE TABLE is supported)", p.peek().describe())
+		return nil, unsupported("CREATE %s (only CREATE TABLE and CREATE [OR REPLACE] VIEW are supported)", p.peek().describe())
 	}
 	st := &statement{Kind: KindCreateTable}
 	if p.acceptWord("IF") {
@@ -575,8 +587,11 @@ func (p *sqlParser) parseCreate() (*statement, *sqlError) {
 
 func (p *sqlParser) parseAlter() (*statement, *sqlError) {
 	p.next() // ALTER
+	if p.acceptWord("VIEW") {
+		return p.parseAlterView()
+	}
 	if !p.acceptWord("TABLE") {
-		return nil, unsupported("ALTER %s (only ALTER TABLE is supported)", p.peek().describe())
+		return nil, unsupported("ALTER %s (only ALTER TABLE and ALTER VIEW … AS are supported)", p.peek().describe())
 	}
 	table, err := p.tableName()
 	if err != nil {
@@ -687,16 +702,20 @@ func (p *sqlParser) parseMSCK() (*statement, *sqlError) {
 
 // parseDrop reads "DROP TABLE [IF EXISTS] name", the statement of the
 // Databricks SQL reference (DROP TABLE: "DROP TABLE [ IF EXISTS ]
-// table_name"). Its other forms are refused as unsupported: DROP TEMPORARY
-// TABLE (a session's temporary table, which a warehouse statement never
-// names here), the FORCE clause (a base table of shallow clones, which the
-// emulator has none of), and DROP of any other object (VIEW, SCHEMA, …).
+// table_name"), and "DROP VIEW [IF EXISTS] name" (DROP VIEW: "DROP VIEW [ IF
+// EXISTS ] view_name"). Their other forms are refused as unsupported: DROP
+// TEMPORARY TABLE (a session's temporary table, which a warehouse statement
+// never names here), the FORCE clause (a base table of shallow clones, which
+// the emulator has none of), and DROP of any other object (SCHEMA, …).
 func (p *sqlParser) parseDrop() (*statement, *sqlError) {
 	p.next() // DROP
-	if !p.acceptWord("TABLE") {
-		return nil, unsupported("DROP %s (only DROP TABLE is supported)", p.peek().describe())
-	}
 	st := &statement{Kind: KindDropTable}
+	switch {
+	case p.acceptWord("VIEW"):
+		st.Kind = KindDropView
+	case !p.acceptWord("TABLE"):
+		return nil, unsupported("DROP %s (only DROP TABLE and DROP VIEW are supported)", p.peek().describe())
+	}
 	if p.acceptWord("IF") {
 		if err := p.expectWord("EXISTS"); err != nil {
 			return nil, err
@@ -707,7 +726,7 @@ func (p *sqlParser) parseDrop() (*statement, *sqlError) {
 	if st.Table, err = p.tableName(); err != nil {
 		return nil, err
 	}
-	if t := p.peek(); t.isWord("FORCE") || t.isWord("PURGE") {
+	if t := p.peek(); st.Kind == KindDropTable && (t.isWord("FORCE") || t.isWord("PURGE")) {
 		return nil, unsupported("DROP TABLE … %s", strings.ToUpper(t.text))
 	}
 	return st, nil

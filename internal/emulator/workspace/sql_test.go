@@ -161,7 +161,6 @@ func TestParseStatementRefuses(t *testing.T) {
 		wantClass string
 		wantIn    string
 	}{
-		{"DROP VIEW c.s.v", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
 		{"DROP SCHEMA c.s", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
 		{"DROP TEMPORARY TABLE t", "UNSUPPORTED_FEATURE", "only DROP TABLE"},
 		{"DROP TABLE c.s.t FORCE", "UNSUPPORTED_FEATURE", "FORCE"},
@@ -173,7 +172,7 @@ func TestParseStatementRefuses(t *testing.T) {
 		{"DROP TABLE a.b.c.d", "REQUIRES_SINGLE_PART_NAMESPACE", "4 parts"},
 		{"SELECT 1", "UNSUPPORTED_FEATURE", "unsupported statement"},
 		{"INSERT INTO c.s.t VALUES (1)", "UNSUPPORTED_FEATURE", "unsupported statement"},
-		{"CREATE VIEW c.s.v AS SELECT 1", "UNSUPPORTED_FEATURE", "CREATE"},
+		{"CREATE VIEW c.s.v AS SELECT 1", "UNSUPPORTED_FEATURE", "view query SELECT"},
 		{"CREATE TABLE c.s.t AS SELECT 1", "UNSUPPORTED_FEATURE", "AS SELECT"},
 		{"CREATE TABLE c.s.t (a INT) USING PARQUET", "UNSUPPORTED_FEATURE", "only DELTA"},
 		{"CREATE TABLE c.s.t (a INT) LOCATION 's3://x'", "UNSUPPORTED_FEATURE", "LOCATION"},
@@ -197,6 +196,7 @@ func TestParseStatementRefuses(t *testing.T) {
 		{"MSCK REPAIR TABLE c.s.t", "UNSUPPORTED_FEATURE", "SYNC METADATA"},
 		{"ALTER TABLE c.s.t SET TBLPROPERTIES ('a')", "PARSE_SYNTAX_ERROR", "expected '='"},
 		{"   ", "PARSE_SYNTAX_ERROR", "empty statement"},
+		{"DROP SCHEMA c.s", "UNSUPPORTED_FEATURE", "DROP"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.sql, func(t *testing.T) {

@@ -418,8 +418,9 @@ type tableJSON struct {
 	SchemaName          string            `json:"schema_name"`
 	FullName            string            `json:"full_name"`
 	TableType           string            `json:"table_type"`
-	DataSourceFormat    string            `json:"data_source_format"`
-	StorageLocation     string            `json:"storage_location"`
+	DataSourceFormat    string            `json:"data_source_format,omitempty"`
+	StorageLocation     string            `json:"storage_location,omitempty"`
+	ViewDefinition      string            `json:"view_definition,omitempty"`
 	TableID             string            `json:"table_id"`
 	Properties          map[string]string `json:"properties"`
 	Comment             string            `json:"comment,omitempty"`
@@ -454,10 +455,34 @@ func (w *Workspace) handleGetTable(rw http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("full_name")
 	t, ok := w.reg.Get(name)
 	if !ok {
+		if v, ok := w.View(name); ok {
+			WriteJSON(rw, http.StatusOK, describeView(v))
+			return
+		}
 		WriteError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
 		return
 	}
 	WriteJSON(rw, http.StatusOK, w.describe(t))
+}
+
+// describeView renders v as UC's TableInfo of a view: table_type VIEW, its
+// query as view_definition, the columns it was defined with, and no
+// storage (a view holds no data).
+func describeView(v View) tableJSON {
+	out := tableJSON{
+		Name: v.Name(), CatalogName: v.CatalogName(), SchemaName: v.SchemaName(), FullName: v.FullName,
+		TableType: "VIEW", TableID: v.TableID, ViewDefinition: v.Definition, Properties: map[string]string{},
+		Owner: v.Owner, CreatedAt: v.CreatedAt.UnixMilli(), CreatedBy: v.Owner, UpdatedAt: v.UpdatedAt.UnixMilli(), UpdatedBy: v.Owner,
+		Columns: make([]columnJSON, len(v.Columns)),
+	}
+	for i, c := range v.Columns {
+		out.Columns[i] = columnJSON{
+			Name: c.Name, Position: i, Nullable: c.Nullable, Comment: c.Comment,
+			TypeName: string(c.Type.Kind), TypeText: c.Type.Text(), TypeJSON: typemap.ColumnTypeJSON(c),
+			TypePrecision: c.Type.Precision, TypeScale: c.Type.Scale,
+		}
+	}
+	return out
 }
 
 // handleDeleteTable is UC's "Delete a table" (databricks-sdk-go
@@ -467,6 +492,10 @@ func (w *Workspace) handleGetTable(rw http.ResponseWriter, r *http.Request) {
 // to apierr.ErrNotFound); the endpoint has no IF EXISTS.
 func (w *Workspace) handleDeleteTable(rw http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("full_name")
+	if w.DropView(name) == nil {
+		WriteJSON(rw, http.StatusOK, struct{}{})
+		return
+	}
 	if _, err := w.Drop(name); err != nil {
 		WriteError(rw, http.StatusNotFound, "TABLE_DOES_NOT_EXIST", fmt.Sprintf("Table '%s' does not exist.", NormalizeName(name)))
 		return
@@ -495,6 +524,7 @@ func (w *Workspace) Drop(fullName string) (Table, error) {
 
 func (w *Workspace) handleTableExists(rw http.ResponseWriter, r *http.Request) {
 	_, ok := w.reg.Get(r.PathValue("full_name"))
+	ok = ok || w.isView(r.PathValue("full_name"))
 	WriteJSON(rw, http.StatusOK, map[string]bool{"table_exists": ok})
 }
 
@@ -508,6 +538,11 @@ func (w *Workspace) handleListTables(rw http.ResponseWriter, r *http.Request) {
 	for _, t := range w.reg.List() {
 		if t.CatalogName() == cat && t.SchemaName() == sch {
 			out = append(out, w.describe(t))
+		}
+	}
+	for _, v := range w.Views() {
+		if v.CatalogName() == cat && v.SchemaName() == sch {
+			out = append(out, describeView(v))
 		}
 	}
 	WriteJSON(rw, http.StatusOK, map[string]any{"tables": out})

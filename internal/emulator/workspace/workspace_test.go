@@ -182,7 +182,7 @@ func TestCreateExistingIsDistinguishable(t *testing.T) {
 		assert.NotEqual(t, "ALREADY_EXISTS", resp.Status.Error.ErrorCode, stmt)
 		assert.NotEqual(t, "42P07", resp.Status.SQLState, stmt)
 	}
-	assert.Contains(t, h.sql("DROP VIEW c.s.t").Status.Error.Message, "unsupported statement: DROP")
+	assert.Contains(t, h.sql("DROP VIEW c.s.t").Status.Error.Message, "[WRONG_COMMAND_FOR_OBJECT_TYPE]")
 }
 
 func TestAlterEffects(t *testing.T) {

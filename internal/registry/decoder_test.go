@@ -1,0 +1,97 @@
+package registry
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/commonschema"
+)
+
+// textCodec decodes a body as its text, prefixed with the schema's text: it
+// shows which schema a value was decoded with, and fails on "bad".
+type textCodec struct{ s Schema }
+
+func (c textCodec) Decode(body []byte) (any, *commonschema.Schema, error) {
+	if string(body) == "bad" {
+		return nil, nil, errors.New("body does not match the schema")
+	}
+	return c.s.Subject + ":" + string(body), &commonschema.Schema{Type: commonschema.String}, nil
+}
+
+func frame(id int, body string) []byte {
+	b := make([]byte, 5, 5+len(body))
+	binary.BigEndian.PutUint32(b[1:], uint32(id))
+	return append(b, body...)
+}
+
+func TestDecoderDecodesWithTheFramedSchemaAndCachesIt(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	var prepared int
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{
+		MakeCodec: func(s Schema, _ Options) (Codec, error) { return textCodec{s}, nil },
+		Prepare:   func(s Schema) (Schema, error) { prepared++; return s, nil },
+	})
+	for i := 0; i < 3; i++ {
+		got, err := d.Decode(context.Background(), frame(id, "v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Value != "c-value:v" || got.ID != id || got.Subject != "c-value" || got.Version != 1 || got.Format != Avro || got.Common == nil {
+			t.Fatalf("decoded = %+v", got)
+		}
+	}
+	if prepared != 1 || d.Cache().Loads() != 1 {
+		t.Fatalf("prepared %d times, %d loads: the schema is fetched and prepared once", prepared, d.Cache().Loads())
+	}
+	_, err := d.Decode(context.Background(), frame(id, "bad"))
+	if err == nil || !strings.Contains(err.Error(), "schema id 1 (subject c-value version 1): body does not match") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = d.Decode(context.Background(), []byte("{}"))
+	var nf *NotFramedError
+	if !errors.As(err, &nf) {
+		t.Fatalf("err = %v, want NotFramedError", err)
+	}
+}
+
+func TestDecoderDefaultSchemaIDReadsUnframedValues(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	pid := mustRegister(t, reg, "p-value", sr.Schema{Schema: `syntax = "proto3"; message P { int32 a = 1; }`, Type: sr.TypeProtobuf})
+	mk := func(s Schema, _ Options) (Codec, error) { return textCodec{s}, nil }
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{MakeCodec: mk, DefaultID: id, HasDefaultID: true})
+	got, err := d.Decode(context.Background(), []byte("raw"))
+	if err != nil || got.Value != "c-value:raw" || got.ID != id {
+		t.Fatalf("decoded = %+v, %v", got, err)
+	}
+	if got, err := d.Decode(context.Background(), frame(id, "framed")); err != nil || got.Value != "c-value:framed" {
+		t.Fatalf("a framed value still uses its own header: %+v, %v", got, err)
+	}
+	d = NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{MakeCodec: mk, DefaultID: pid, HasDefaultID: true})
+	if _, err := d.Decode(context.Background(), []byte("raw")); err == nil || !strings.Contains(err.Error(), "Protobuf schema, which needs the message index") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDecoderSchemaWithoutCodecFailsItsMessages(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{
+		MakeCodec: func(Schema, Options) (Codec, error) { return nil, errors.New("field c: unknown type") },
+	})
+	_, err := d.Decode(context.Background(), frame(id, "v"))
+	var se *SchemaError
+	if !errors.As(err, &se) || Retryable(err) || !strings.Contains(err.Error(), "AVRO schema (subject c-value version 1): field c: unknown type") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,41 @@
+package registry
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// HeaderSize is the Confluent wire format's header: the magic byte 0 and a
+// 4-byte big-endian schema id. For Protobuf a message-index array follows it,
+// which the codec reads.
+//
+// The format: https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format
+const HeaderSize = 5
+
+// magicByte is the wire format's first byte.
+const magicByte = 0
+
+// ParseHeader splits a registry-framed value into its schema id and the
+// bytes after the header. A value shorter than the header or without the
+// magic byte is a *NotFramedError saying which. It reads the same header as
+// franz-go's sr.ConfluentHeader.DecodeID, whose ErrBadHeader does not say
+// which of the two it was.
+func ParseHeader(value []byte) (id int, body []byte, err error) {
+	switch {
+	case len(value) < HeaderSize:
+		return 0, nil, &NotFramedError{Reason: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(value), HeaderSize)}
+	case value[0] != magicByte:
+		return 0, nil, &NotFramedError{Reason: fmt.Sprintf("first byte %#02x, not the magic byte 0x00%s", value[0], looksLike(value))}
+	}
+	return int(binary.BigEndian.Uint32(value[1:HeaderSize])), value[HeaderSize:], nil
+}
+
+// looksLike names what a value without the magic byte most likely is, as a
+// hint for the user.
+func looksLike(value []byte) string {
+	switch value[0] {
+	case '{', '[':
+		return ": it looks like JSON"
+	}
+	return ""
+}

@@ -24,10 +24,13 @@ import (
 )
 
 // SchemaSource gives a registry schema by id, its references resolved: the
-// schema_registry_decode processor's registry client (its Fetch) is one.
+// schema_registry_decode processor's registry client (registry.Client) is
+// one.
 type SchemaSource interface {
 	Fetch(ctx context.Context, id int) (registry.Schema, error)
 }
+
+var _ SchemaSource = (*registry.Client)(nil)
 
 // Options are the codec options of the general path a failing row is
 // redone with: the shapes the fast path lands (preserve_logical_types and

@@ -264,40 +264,12 @@ func addNamed[V any](mu *sync.Mutex, m map[string]V, label string, v V) (string,
 // (ok false when there is none).
 func (r *Registry) Report(label string) (rep Report, ok bool) {
 	r.mu.Lock()
-	names := make([]string, 0, len(r.outputs))
-	for n := range r.outputs {
-		if label == "" || n == label {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	outs := make([]Output, len(names))
-	for i, n := range names {
-		outs[i] = r.outputs[n]
-	}
+	names, outs := pick(r.outputs, label)
+	procNames, procs := pick(r.processors, label)
 	var inNames []string
-	if label == "" {
-		for n := range r.inputs {
-			inNames = append(inNames, n)
-		}
-		slices.Sort(inNames)
-	}
-	ins := make([]Input, len(inNames))
-	for i, n := range inNames {
-		ins[i] = r.inputs[n]
-	}
-	var procNames []string
-	if label == "" {
-		for n := range r.processors {
-			procNames = append(procNames, n)
-		}
-		slices.Sort(procNames)
-	} else if _, ok := r.processors[label]; ok {
-		procNames = []string{label}
-	}
-	procs := make([]Processor, len(procNames))
-	for i, n := range procNames {
-		procs[i] = r.processors[n]
+	var ins []Input
+	if label == "" { // a label names an output or a processor
+		inNames, ins = pick(r.inputs, "")
 	}
 	r.mu.Unlock()
 	rep = Report{Status: StatusUp, Outputs: []OutputReport{}}
@@ -320,6 +292,23 @@ func (r *Registry) Report(label string) (rep Report, ok bool) {
 		rep.Processors = append(rep.Processors, ProcessorReport{Label: procNames[i], Type: p.Type, Status: status, Problems: problems})
 	}
 	return rep, label == "" || len(names) > 0 || len(procNames) > 0
+}
+
+// pick returns the names in m that label selects (every name when label is
+// empty), sorted, and their values in the same order.
+func pick[V any](m map[string]V, label string) ([]string, []V) {
+	var names []string
+	for n := range m {
+		if label == "" || n == label {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	vals := make([]V, len(names))
+	for i, n := range names {
+		vals[i] = m[n]
+	}
+	return names, vals
 }
 
 func inputReport(label string, h InputHealth) InputReport {

@@ -36,7 +36,8 @@ type Client struct {
 }
 
 // ClientFields are the fields ParseClient reads, with the processor's
-// names, descriptions and defaults. prefix (such as "schema_registry.") is
+// names, descriptions and defaults: cache_duration, url, then the auth
+// fields and tls. prefix (such as "schema_registry.") is
 // the path of the object they sit in, which lint messages name; with one
 // the url defaults to empty (the block is off), for the output's
 // schema_registry block.

@@ -122,11 +122,16 @@ func newSpec() *service.ConfigSpec {
 				Description("This binary's own (Redpanda Connect has it for Avro only): when set, the schema of each decoded JSON Schema message is stored in the metadata key of this name, as `avro.store_schema_metadata` does.").
 				Optional().LintRule(storeLint(fJSON+"."+fStoreSchema)),
 		).Description("How JSON schemas are decoded."),
+	}
+	// The client's fields, with default_schema_id after url (Connect's
+	// order): cache_duration, url, then the auth and tls fields.
+	client := ClientFields("")
+	fields = append(fields, client[:2]...)
+	fields = append(fields,
 		service.NewIntField(fDefaultID).
 			Description("The schema id of values that are not in the wire format (no magic byte, or shorter than the 5-byte header): the whole value is then decoded with it. Unset, such values fail. Not for Protobuf schemas, whose values need the wire format's message index.").
-			Optional().LintRule(lintrule.AtLeast(fDefaultID, 1)),
-	}
-	fields = append(fields, ClientFields("")...)
+			Optional().LintRule(lintrule.AtLeast(fDefaultID, 1)))
+	fields = append(fields, client[2:]...)
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Parsing", "Integration").

@@ -192,6 +192,13 @@ type faultState struct {
 	reminded time.Time
 }
 
+// setClock replaces the clock (tests move it on while a batch is held).
+func (f *faultState) setClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = now
+}
+
 // set records err; the first time it explains what happens.
 func (f *faultState) set(log *service.Logger, err error, wait time.Duration) {
 	f.mu.Lock()

@@ -241,3 +241,40 @@ func TestSchemaRegistryConfig(t *testing.T) {
 	assert.NotContains(t, line, "hunter2secret")
 	assert.True(t, c.ntzFromZoned(), "a local-timestamp lands as its wall clock")
 }
+
+// A JSON Schema topic through the schema_registry block takes the general
+// path (the registry codec, then the structured converter): the table gets
+// the schema's types and the values their coerced types.
+func TestSchemaRegistryJSONSchemaEmulated(t *testing.T) {
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	id, _, err := reg.RegisterSchema("people-value", sr.Schema{Type: sr.TypeJSON, Schema: `{"type":"object","properties":{
+ "id":{"type":"integer"},"name":{"type":"string"},"born":{"type":"string","format":"date-time"}},"required":["id","name"]}`})
+	require.NoError(t, err)
+	const table = "main.default.people"
+	e := startEmulated(t, table, "catalog:\n  provision: true\n  warehouse_id: wh\nschema_registry:\n  url: "+reg.URL()+"\n")
+	msg := func(v string) *service.Message {
+		var hdr sr.ConfluentHeader
+		b, err := hdr.AppendEncode(nil, id, nil)
+		require.NoError(t, err)
+		return service.NewMessage(append(b, v...))
+	}
+	require.Empty(t, e.write(t, service.MessageBatch{msg(`{"id":1,"name":"Ada","born":"1815-12-10T00:00:00Z"}`), msg(`{"id":2,"name":"Alan"}`)}))
+	tbl, ok := e.srv.Registry().Get(table)
+	require.True(t, ok)
+	types := map[string]string{}
+	for _, c := range tbl.Columns {
+		types[c.Name] = c.Type.Text()
+		if !c.Nullable {
+			types[c.Name] += " NOT NULL"
+		}
+	}
+	assert.Equal(t, "bigint NOT NULL", types["id"])
+	assert.Equal(t, "string NOT NULL", types["name"])
+	assert.Equal(t, "timestamp", types["born"])
+	got := map[string]string{}
+	for _, r := range e.rows(t, table) {
+		got[jsonText(t, r["id"])] = jsonText(t, r["name"]) + " " + jsonText(t, r["born"])
+	}
+	assert.Equal(t, map[string]string{"1": `"Ada" "1815-12-10T00:00:00Z"`, "2": `"Alan" null`}, got)
+}

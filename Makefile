@@ -127,7 +127,7 @@ fmt-check:
 ## pipeline vs drop, ack latency tolerance, peak RSS, cost by row size and pool size, durability
 ## latency, replay vs plain Parquet, redpanda → zerobus vs → drop and the input vs a bare franz-go poll
 ## loop (BenchmarkKafka, 8.5M records), a registry-framed Avro topic through the output's schema_registry
-## fast path vs the same records as JSON and through schema_registry_decode (BenchmarkKafkaAvro, 10M
+## fast path vs the same records as JSON and through schema_registry_decode (BenchmarkKafkaAvro, 12M
 ## records), our transport vs the official SDK — then a summary of every
 ## `TARGET` line (median, range over the runs, target, met or not). Log: bin/bench.log.
 bench: build conformance-deps

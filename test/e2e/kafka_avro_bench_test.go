@@ -42,11 +42,11 @@ import (
 //
 //	go test ./test/e2e/ -run '^$' -bench KafkaAvro -benchtime 1x -timeout 60m
 //
-// AVRO_BENCH_RECORDS changes the records (default 10M: the fast side, the
-// shortest, measured at 310k to 490k records/s on a 2-core box, then runs
-// 20 s or more), AVRO_BENCH_REPS the reps (default 3).
+// AVRO_BENCH_RECORDS changes the records (default 12M: the fast side, the
+// shortest, measured at up to 580k records/s on a quiet 2-core box, then
+// runs 20 s or more), AVRO_BENCH_REPS the reps (default 3).
 func BenchmarkKafkaAvro(b *testing.B) {
-	n := envInt("AVRO_BENCH_RECORDS", 10_000_000)
+	n := envInt("AVRO_BENCH_RECORDS", 12_000_000)
 	reps := envInt("AVRO_BENCH_REPS", 3)
 	const (
 		table     = "main.default.avro_events"

@@ -126,11 +126,13 @@ fmt-check:
 ## bench: every promised figure against a baseline measured in the same run — converter ratios,
 ## pipeline vs drop, ack latency tolerance, peak RSS, cost by row size and pool size, durability
 ## latency, replay vs plain Parquet, redpanda → zerobus vs → drop and the input vs a bare franz-go poll
-## loop (BenchmarkKafka, 8.5M records), our transport vs the official SDK — then a summary of every
+## loop (BenchmarkKafka, 8.5M records), a registry-framed Avro topic through the output's schema_registry
+## fast path vs the same records as JSON and through schema_registry_decode (BenchmarkKafkaAvro, 12M
+## records), our transport vs the official SDK — then a summary of every
 ## `TARGET` line (median, range over the runs, target, met or not). Log: bin/bench.log.
 bench: build conformance-deps
 	@mkdir -p bin
-	set -o pipefail; { go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 40m ./internal/arrowconv/ ./test/e2e/ && \
+	set -o pipefail; { go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./internal/arrowconv/ ./test/e2e/ && \
 	  go test -run '^$$' -bench 'Transport' -benchtime 7x -count 1 -timeout 20m ./conformance/; } 2>&1 | tee bin/bench.log
 	@echo; echo "== summary (bin/bench.log) =="; grep '^TARGET' bin/bench.log | sed 's/^TARGET //'
 

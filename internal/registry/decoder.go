@@ -94,6 +94,16 @@ func (d *Decoder) Decode(ctx context.Context, value []byte) (Decoded, error) {
 	return Decoded{Value: v, Common: common, ID: id, Subject: e.schema.Subject, Version: e.schema.Version, Format: e.schema.Format}, nil
 }
 
+// Schema is the schema of id (prepared, its references resolved) from the
+// decoder's cache, or the registry when not cached; errors as Decode's.
+func (d *Decoder) Schema(ctx context.Context, id int) (Schema, error) {
+	e, err := d.cache.Get(ctx, id, func(ctx context.Context) (*entry, error) { return d.load(ctx, id) })
+	if err != nil {
+		return Schema{}, err
+	}
+	return e.schema, nil
+}
+
 // load fetches id and makes its codec.
 func (d *Decoder) load(ctx context.Context, id int) (*entry, error) {
 	s, err := d.client.Fetch(ctx, id)

@@ -92,8 +92,9 @@ type authority struct {
 	// its rows fail at once instead of re-planning every batch; widenHinted
 	// the columns the "catalog.widen would widen it" hint was logged for.
 	refused, widenRefused, widenHinted sync.Map
-	// schemas are the registry schemas parsed (Config.SchemaMetadata).
-	schemas schemaCache
+	// src gives the registry schemas of a batch (schemasource.go): the
+	// metadata key, the registry, or nil (off).
+	src schemaSource
 	// blocked is why the absent table could not be created from the last
 	// batch (noColumns), for the health report; nil once it is created.
 	blocked atomic.Pointer[string]
@@ -168,7 +169,7 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 		d = a.desiredFromColumns(append(slices.Clone(a.cfg.CreateColumns), a.reserved...))
 	} else {
 		var err error
-		if d, err = a.desiredFromBatch(batch); err != nil {
+		if d, err = a.desiredFromBatch(ctx, batch); err != nil {
 			return err
 		}
 	}
@@ -192,14 +193,17 @@ func (a *authority) create(ctx context.Context, batch []Row) error {
 // values (inferFields), then the reserved columns. A batch no column can be
 // made from is an error saying why (noColumns), or, when every row carries
 // a registry schema, a *refusedBatch failing them alone.
-func (a *authority) desiredFromBatch(batch []Row) (catalog.DesiredTable, error) {
+func (a *authority) desiredFromBatch(ctx context.Context, batch []Row) (catalog.DesiredTable, error) {
 	known := map[string]bool{}
 	for _, c := range a.reserved {
 		known[typemap.ColumnKey(c.Name)] = true
 	}
 	// Rows carrying a registry schema give their columns its types;
 	// the others' fields are inferred from their values.
-	bs := a.schemasOf(batch)
+	bs, err := a.schemasOf(ctx, batch)
+	if err != nil {
+		return catalog.DesiredTable{}, err
+	}
 	fromRegistry := a.createColumns(bs, known)
 	for _, c := range fromRegistry {
 		known[typemap.ColumnKey(c.Name)] = true

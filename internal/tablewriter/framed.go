@@ -107,7 +107,7 @@ func (a *authority) noColumns(batch []Row, bs batchSchemas) error {
 				break
 			}
 		}
-		err = fmt.Errorf("table %s does not exist: no column could be inferred from the messages of a batch of %d without a registry schema, and the registry schema of the others (metadata %q) gives none: %s", a.cfg.Table, len(batch), a.cfg.SchemaMetadata, why)
+		err = fmt.Errorf("table %s does not exist: no column could be inferred from the messages of a batch of %d without a registry schema, and the registry schema of the others (%s) gives none: %s", a.cfg.Table, len(batch), a.schemaWhere(), why)
 	default:
 		err = fmt.Errorf("table %s does not exist and no column could be inferred from a batch of %d messages", a.cfg.Table, len(batch))
 	}

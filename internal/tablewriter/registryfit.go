@@ -181,7 +181,7 @@ func (a *authority) refusal(batch []Row, i int, r fieldRefusal, more int) RowErr
 	origin := a.schemaOrigin(batch, i)
 	var err error
 	if r.field == "" {
-		err = fmt.Errorf("%w: %s in metadata %q: %s", ErrRegistrySchema, origin, a.cfg.SchemaMetadata, r.why)
+		err = fmt.Errorf("%w: %s %s: %s", ErrRegistrySchema, origin, a.schemaWhere(), r.why)
 	} else {
 		err = fmt.Errorf("%w: field %q of %s: %s", ErrRegistrySchema, r.field, origin, r.why)
 		if more > 0 {
@@ -299,7 +299,10 @@ func columnsText(cols []typemap.Column) string {
 // schema it cannot take come back, by index, to fail alone. The state
 // returned is the one to convert and send on.
 func (w *Writer) followSchemas(ctx context.Context, st *state, rows []Row) (*state, map[int]RowError, error) {
-	bs := w.schema.schemasOf(rows)
+	bs, err := w.schema.schemasOf(ctx, rows)
+	if err != nil {
+		return nil, nil, err
+	}
 	if len(bs.schemas) == 0 {
 		return st, nil, nil
 	}

@@ -8,6 +8,7 @@ package tablewriter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -251,32 +252,37 @@ func (b batchSchemas) rowsOf(k int) []int {
 	return out
 }
 
+// metadataSchemas is the schema source of catalog.schema_metadata: each
+// message carries its schema in its metadata under key, as
+// schema_registry_decode stores it.
+type metadataSchemas struct {
+	key     string
+	schemas schemaCache
+}
+
 // schemaValue is the registry schema row i of batch carries in its metadata.
-func (a *authority) schemaValue(batch []Row, i int) (any, bool) {
-	if a.cfg.SchemaMetadata == "" || i < 0 || i >= len(batch) {
+func (a *metadataSchemas) schemaValue(batch []Row, i int) (any, bool) {
+	if a.key == "" || i < 0 || i >= len(batch) {
 		return nil, false
 	}
 	m, ok := batch[i].(metaRow)
 	if !ok {
 		return nil, false
 	}
-	return m.MetaGetMut(a.cfg.SchemaMetadata)
+	return m.MetaGetMut(a.key)
 }
 
-// carriesSchema reports whether row i of batch carries a registry schema:
-// its columns then come from that schema, never from its values.
-func (a *authority) carriesSchema(batch []Row, i int) bool {
+func (a *metadataSchemas) carries(batch []Row, i int) bool {
 	_, ok := a.schemaValue(batch, i)
 	return ok
 }
 
-// schemasOf reads the registry schemas of batch; none without
-// SchemaMetadata or when no row carries one.
-func (a *authority) schemasOf(batch []Row) batchSchemas {
+func (a *metadataSchemas) where() string { return fmt.Sprintf("in metadata %q", a.key) }
+
+// schemasOf reads the registry schemas of batch from its metadata: never
+// an error (the metadata is there or not).
+func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchemas, error) {
 	var bs batchSchemas
-	if a.cfg.SchemaMetadata == "" {
-		return bs
-	}
 	// The rows of a batch mostly carry one schema: a row whose schema has
 	// the previous row's fingerprint takes its index without the cache.
 	lastFP, last := "", -1
@@ -311,16 +317,16 @@ func (a *authority) schemasOf(batch []Row) batchSchemas {
 		bs.of[i] = k
 		lastFP, last = fp, k
 	}
-	return bs
+	return bs, nil
 }
 
 // schemaOrigin names the registry schema row i carries, from the metadata
 // schema_registry_decode sets beside it: `subject "orders-value" version 2
 // (schema id 7)`, with what of it is there.
-func (a *authority) schemaOrigin(batch []Row, i int) string {
+func (a *metadataSchemas) origin(batch []Row, i int) string {
 	m, ok := batch[i].(metaRow)
 	if !ok {
-		return fmt.Sprintf("the registry schema in metadata %q", a.cfg.SchemaMetadata)
+		return fmt.Sprintf("the registry schema in metadata %q", a.key)
 	}
 	get := func(k string) string {
 		v, ok := m.MetaGetMut(k)

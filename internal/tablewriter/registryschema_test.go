@@ -326,7 +326,7 @@ func TestRegistrySchemaRefusalHealsWhenTheTableChanges(t *testing.T) {
 // A batch's schemas are parsed once per fingerprint, not once per message,
 // and kept for the next batches: the rows of one schema share one parse.
 func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
-	a := &authority{cfg: Config{SchemaMetadata: testSchemaKey}}
+	a := &metadataSchemas{key: testSchemaKey}
 	batch := make([]Row, 0, 1001)
 	for i := range 1000 {
 		s := ordersV1()
@@ -336,7 +336,7 @@ func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
 		batch = append(batch, registryRow(orderV1(i), s, "orders-value", 1+i%2, 7+i%2))
 	}
 	batch = append(batch, structuredRow(map[string]any{"id": 1}))
-	bs := a.schemasOf(batch)
+	bs, _ := a.schemasOf(context.Background(), batch)
 	require.Len(t, bs.schemas, 2)
 	assert.Equal(t, 0, bs.of[0])
 	assert.Equal(t, 1, bs.of[1])
@@ -344,7 +344,7 @@ func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
 	assert.Equal(t, -1, bs.of[1000], "a message without the key")
 	assert.Len(t, a.schemas.m, 2, "two fingerprints, two parses")
 
-	again := a.schemasOf(batch[:2])
+	again, _ := a.schemasOf(context.Background(), batch[:2])
 	assert.Same(t, bs.schemas[0], again.schemas[0], "the next batch reuses the parse")
 	assert.Same(t, bs.schemas[1], again.schemas[1])
 }
@@ -408,7 +408,7 @@ func TestRegistryTimeOfDayFromTheDecodersTime(t *testing.T) {
 // content's differs), it is said once, and the original, met later, is
 // parsed as itself.
 func TestRegistrySchemaStaleFingerprintIsNotTrusted(t *testing.T) {
-	a := &authority{cfg: Config{SchemaMetadata: testSchemaKey}}
+	a := &metadataSchemas{key: testSchemaKey}
 	var said []string
 	a.schemas.stale = func(claimed, actual string) { said = append(said, claimed+" "+actual) }
 	v1, v2 := ordersV1(), ordersV2()
@@ -418,16 +418,16 @@ func TestRegistrySchemaStaleFingerprintIsNotTrusted(t *testing.T) {
 		return metaTestRow{testRow: testRow{v: orderV1(1), structured: true}, meta: map[string]any{testSchemaKey: s}}
 	}
 
-	bs := a.schemasOf([]Row{row(rewritten)})
+	bs, _ := a.schemasOf(context.Background(), []Row{row(rewritten)})
 	require.Len(t, bs.schemas, 1)
 	assert.Len(t, bs.schemas[0].fields, len(v2.Children), "the rewritten schema is read as itself")
 	assert.Empty(t, a.schemas.m, "not cached under a fingerprint that is not its own")
 	require.Len(t, said, 1)
 	assert.Equal(t, v1.Fingerprint()+" "+v2.Fingerprint(), said[0])
 
-	bs = a.schemasOf([]Row{row(v1.ToAny())})
+	bs, _ = a.schemasOf(context.Background(), []Row{row(v1.ToAny())})
 	assert.Len(t, bs.schemas[0].fields, len(v1.Children), "the original under its own fingerprint")
-	bs = a.schemasOf([]Row{row(rewritten)})
+	bs, _ = a.schemasOf(context.Background(), []Row{row(rewritten)})
 	assert.Len(t, bs.schemas[0].fields, len(v2.Children))
 	assert.Len(t, said, 1, "said once")
 	assert.Len(t, a.schemas.m, 1)

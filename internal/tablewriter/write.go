@@ -305,9 +305,10 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 }
 
 // convertRows converts rows on snap: on the Avro fast path when it is on and
-// takes them, the general path otherwise. The fast path's error (the
-// registry did not give the schema) fails the batch, which is held and
-// written again.
+// takes them, the general path otherwise, where the framed values are first
+// decoded by the registry (Config.Registry) when it is set. The fast
+// path's error (the registry did not give the schema) fails the batch,
+// which is held and written again.
 func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (arrowconv.Result, error) {
 	if w.cfg.Avro != nil {
 		if values := framedValues(rows); values != nil {
@@ -317,8 +318,55 @@ func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (a
 			}
 		}
 	}
+	if w.cfg.Registry != nil {
+		var err error
+		if rows, err = decodeFramed(ctx, w.cfg.Registry, rows); err != nil {
+			return arrowconv.Result{}, err
+		}
+	}
 	return snap.conv.ConvertStructured(rows)
 }
+
+// decodeFramed returns rows with each registry-framed value replaced by its
+// decoded value (or its error, which fails that row alone, naming it); rows
+// itself when none is framed. Only ctx's end is an error: the registry
+// decoder waits out the registry's faults.
+func decodeFramed(ctx context.Context, dec RegistryDecoder, rows []Row) ([]Row, error) {
+	var out []Row
+	for i, r := range rows {
+		if _, ok := rowFramed(r); !ok {
+			if out != nil {
+				out[i] = r
+			}
+			continue
+		}
+		if out == nil {
+			out = make([]Row, len(rows))
+			copy(out, rows[:i])
+		}
+		b, _ := r.AsBytes()
+		d, err := dec.Decode(ctx, b)
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("the schema registry could not be read: %w", ctx.Err())
+		}
+		out[i] = registryDecoded{Row: r, v: d.Value, err: err}
+	}
+	if out == nil {
+		return rows, nil
+	}
+	return out, nil
+}
+
+// registryDecoded is a framed row with its value decoded by the registry,
+// or the error that fails it.
+type registryDecoded struct {
+	Row
+	v   any
+	err error
+}
+
+func (r registryDecoded) HasStructured() bool        { return true }
+func (r registryDecoded) AsStructured() (any, error) { return r.v, r.err }
 
 // framedValues returns the bytes of rows when every one is a
 // registry-framed value not yet decoded; nil otherwise.

@@ -150,6 +150,12 @@ type Config struct {
 	// messages and every column added for them take the registry's types
 	// (registryschema.go). Empty: off, types are inferred from values.
 	SchemaMetadata string
+	// Registry, when set, decodes Schema Registry framed values (the
+	// output's schema_registry): their schema, fetched by id, types the
+	// table as SchemaMetadata's does (one source of types: not both), and
+	// values the Avro fast path (Avro) does not take are decoded by it
+	// (schemasource.go). Values that are not framed are read as before.
+	Registry RegistryDecoder
 	// Comment is the table comment asked for (comments policy permitting);
 	// CreateProperties are set on a table this writer creates, never on an
 	// existing one. The coverage table's writer sets both.
@@ -335,11 +341,14 @@ func New(cfg Config, opener ingest.Opener, cat catalog.TableCatalog, log *slog.L
 	w.schema = &authority{cfg: cfg, cat: cat, log: log, reserved: w.tableReserved(),
 		current: w.snapshot, install: w.install, closing: closing}
 	a := w.schema
-	a.schemas.stale = func(claimed, actual string) {
-		a.warnf("table %s: a registry schema in metadata %q carries the fingerprint %s, but its content's is %s: a mapping changed the schema "+
-			"and kept the original's fingerprint. It is parsed for each message (slower) so that it is never taken for the original; "+
-			"leave the fingerprint out of a schema you rewrite (docs/schema-registry.md, \"Debezium change events\")",
-			cfg.Table, cfg.SchemaMetadata, shortFingerprint(claimed), shortFingerprint(actual))
+	a.src = newSchemaSource(cfg)
+	if ms, ok := a.src.(*metadataSchemas); ok {
+		ms.schemas.stale = func(claimed, actual string) {
+			a.warnf("table %s: a registry schema in metadata %q carries the fingerprint %s, but its content's is %s: a mapping changed the schema "+
+				"and kept the original's fingerprint. It is parsed for each message (slower) so that it is never taken for the original; "+
+				"leave the fingerprint out of a schema you rewrite (docs/schema-registry.md, \"Debezium change events\")",
+				cfg.Table, cfg.SchemaMetadata, shortFingerprint(claimed), shortFingerprint(actual))
+		}
 	}
 	return w
 }

@@ -1,16 +1,11 @@
 package schemaregistry
 
 import (
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/bloblang"
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -21,22 +16,10 @@ import (
 
 // Config is the parsed processor configuration.
 type Config struct {
-	URL           string
-	CacheDuration time.Duration
-	DefaultID     int
-	HasDefaultID  bool
-	TLS           *tls.Config
-	// Sign signs each registry request (basic_auth, oauth, jwt).
-	Sign func(*http.Request) error
-	// Auth names the enabled auth mechanisms, for the start-up log.
-	Auth []string
-	// CredentialsField names the fields to fix when the registry refuses
-	// the credentials.
-	CredentialsField string
-	// credentialsID is a hash of the credentials, so that two processor
-	// configs that differ only by them do not share a client.
-	credentialsID string
-	Options       registry.Options
+	Client
+	DefaultID    int
+	HasDefaultID bool
+	Options      registry.Options
 	// Mapping is avro.mapping, nil when unset; MappingText its text.
 	Mapping     *bloblang.Executor
 	MappingText string
@@ -49,17 +32,8 @@ type Config struct {
 func ParseConfig(conf *service.ParsedConfig, files fs.FS) (Config, error) {
 	var c Config
 	var err error
-	if c.URL, err = conf.FieldString(fURL); err != nil {
-		return c, fieldErr(fURL, err)
-	}
-	if err := checkURL(c.URL); err != nil {
-		return c, fieldErr(fURL, err)
-	}
-	if c.CacheDuration, err = conf.FieldDuration(fCacheDuration); err != nil {
-		return c, fieldErr(fCacheDuration, err)
-	}
-	if c.CacheDuration <= 0 {
-		return c, fieldErr(fCacheDuration, fmt.Errorf("must be a positive duration such as 10m, got %s", c.CacheDuration))
+	if c.Client, err = ParseClient(conf, files, ""); err != nil {
+		return c, err
 	}
 	if conf.Contains(fDefaultID) {
 		if c.DefaultID, err = conf.FieldInt(fDefaultID); err != nil {
@@ -70,29 +44,6 @@ func ParseConfig(conf *service.ParsedConfig, files fs.FS) (Config, error) {
 		}
 		c.HasDefaultID = true
 	}
-	if strings.HasPrefix(c.URL, "https://") {
-		if c.TLS, err = conf.FieldTLS(fTLS); err != nil {
-			return c, fieldErr(fTLS, err)
-		}
-	}
-	sign, err := conf.HTTPRequestAuthSignerFromParsed()
-	if err != nil {
-		return c, err
-	}
-	c.Sign = func(r *http.Request) error { return sign(files, r) }
-	for _, a := range []string{"basic_auth", "oauth", "jwt"} {
-		if on, _ := conf.FieldBool(a, "enabled"); on {
-			c.Auth = append(c.Auth, a)
-		}
-	}
-	c.CredentialsField = credentialsField(conf)
-	h := sha256.New()
-	for _, f := range [][]string{{"basic_auth", "username"}, {"basic_auth", "password"}, {"oauth", "consumer_key"}, {"oauth", "consumer_secret"},
-		{"oauth", "access_token"}, {"oauth", "access_token_secret"}, {"jwt", "private_key_file"}, {"jwt", "signing_method"}} {
-		v, _ := conf.FieldString(f...)
-		fmt.Fprintf(h, "%d:%s;", len(v), v)
-	}
-	c.credentialsID = hex.EncodeToString(h.Sum(nil))
 
 	a, p, j := &c.Options.Avro, &c.Options.Protobuf, &c.Options.JSON
 	bools := []struct {
@@ -203,20 +154,16 @@ func (c Config) prepare() func(registry.Schema) (registry.Schema, error) {
 
 // knobs is the start-up log line.
 func (c Config) knobs() string {
-	auth := "none"
-	if len(c.Auth) > 0 {
-		auth = strings.Join(c.Auth, ",")
-	}
 	def := "unset"
 	if c.HasDefaultID {
 		def = fmt.Sprint(c.DefaultID)
 	}
 	a, p := c.Options.Avro, c.Options.Protobuf
-	return fmt.Sprintf("url=%s auth=%s tls=%t cache_duration=%s cache_size=%d default_schema_id=%s "+
+	return fmt.Sprintf("%s default_schema_id=%s "+
 		"avro.raw_unions=%t avro.preserve_logical_types=%t avro.translate_kafka_connect_types=%t avro.mapping=%t avro.store_schema_metadata=%q "+
 		"protobuf.use_proto_names=%t protobuf.use_enum_numbers=%t protobuf.emit_unpopulated=%t protobuf.emit_default_values=%t protobuf.serialize_to_json=%t protobuf.store_schema_metadata=%q "+
 		"json.coerce_data=%t json.store_schema_metadata=%q retry_backoff=%s..%s",
-		redactURL(c.URL), auth, c.TLS != nil, c.CacheDuration, registry.DefaultCacheSize, def,
+		c.Client.Knobs(), def,
 		a.RawUnions, a.PreserveLogicalTypes, a.TranslateKafkaConnectTypes, c.Mapping != nil, c.StoreKeys[registry.Avro],
 		p.UseProtoNames, p.UseEnumNumbers, p.EmitUnpopulated, p.EmitDefaultValues, p.SerializeToJSON, c.StoreKeys[registry.Protobuf],
 		c.Options.JSON.CoerceData, c.StoreKeys[registry.JSONSchema], retryInitial, retryMax)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/commonschema"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
@@ -31,12 +30,8 @@ const (
 
 // processor is the schema_registry_decode BatchProcessor.
 type processor struct {
-	cfg   Config
-	dec   *registry.Decoder
-	log   *service.Logger
-	fault *faultState
-	// retryInitial and retryMax are the back-off bounds (tests shorten them).
-	retryInitial, retryMax time.Duration
+	Holder
+	cfg Config
 	// schemas holds each common schema's serialised form, made once per
 	// schema rather than per message.
 	schemas  sync.Map // *commonschema.Schema → any
@@ -61,7 +56,7 @@ func newProcessorWith(cfg Config, mgr *service.Resources, makeCodec func(registr
 	if v, ok := mgr.GetGeneric(key); ok {
 		sh = v.(*shared)
 	} else {
-		client, err := registry.NewClient(registry.ClientConfig{URL: cfg.URL, TLS: cfg.TLS, Sign: cfg.Sign, CredentialsField: cfg.CredentialsField})
+		client, err := cfg.NewRegistryClient()
 		if err != nil {
 			return nil, fieldErr(fURL, err)
 		}
@@ -72,7 +67,7 @@ func newProcessorWith(cfg Config, mgr *service.Resources, makeCodec func(registr
 				CacheDuration: cfg.CacheDuration, CacheSize: registry.DefaultCacheSize,
 				MakeCodec: makeCodec,
 			}),
-			fault: &faultState{url: client.URL(), now: time.Now},
+			fault: &faultState{name: Name, url: client.URL(), now: time.Now},
 		}
 		v, loaded := mgr.GetOrSetGeneric(key, fresh)
 		sh = v.(*shared)
@@ -89,9 +84,8 @@ func newProcessorWith(cfg Config, mgr *service.Resources, makeCodec func(registr
 	sh.users++
 	sh.mu.Unlock()
 	return &processor{
-		cfg: cfg, dec: sh.dec, fault: sh.fault, shared: sh,
-		log:          mgr.Logger(),
-		retryInitial: retryInitial, retryMax: retryMax,
+		Holder: Holder{dec: sh.dec, fault: sh.fault, log: mgr.Logger(), retryInitial: retryInitial, retryMax: retryMax},
+		cfg:    cfg, shared: sh,
 	}, nil
 }
 
@@ -144,33 +138,6 @@ func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch
 	return []service.MessageBatch{batch}, nil
 }
 
-// decode decodes value, retrying with back-off while the registry cannot be
-// read (registry.Retryable), until it can or ctx is done.
-func (p *processor) decode(ctx context.Context, value []byte) (registry.Decoded, error) {
-	var bo *backoff.Backoff
-	for {
-		d, err := p.dec.Decode(ctx, value)
-		if err == nil || !registry.Retryable(err) {
-			if bo != nil && ctx.Err() == nil {
-				p.fault.clear(p.log) // the held message went on
-			}
-			return d, err
-		}
-		if bo == nil {
-			bo = backoff.New(p.retryInitial, p.retryMax)
-		}
-		wait := bo.Next()
-		p.fault.set(p.log, err, wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return d, ctx.Err()
-		}
-	}
-}
-
 // serialised is s's common schema form, made once per schema. The value is
 // shared by the messages of that schema: it is read, never modified, by
 // the zerobus output.
@@ -214,14 +181,22 @@ func (p *processor) Close(context.Context) error {
 // logged once when it starts, reminded every minute, logged when it heals,
 // and reported by the health endpoint meanwhile.
 type faultState struct {
-	url string
-	now func() time.Time
+	name string // what holds the batches, for the log: the processor's name
+	url  string
+	now  func() time.Time
 
 	mu       sync.Mutex
 	since    time.Time // zero while healthy
 	err      error
 	retries  int
 	reminded time.Time
+}
+
+// setClock replaces the clock (tests move it on while a batch is held).
+func (f *faultState) setClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = now
 }
 
 // set records err; the first time it explains what happens.
@@ -234,12 +209,12 @@ func (f *faultState) set(log *service.Logger, err error, wait time.Duration) {
 	if f.since.IsZero() {
 		f.since, f.reminded = now, now
 		log.Errorf("%s: %v; %s. The batch is held and the schema is fetched again with back-off (next in %s): nothing is failed or dropped, and it resumes by itself once the registry answers",
-			Name, err, advice(err), wait.Round(time.Millisecond))
+			f.name, err, advice(err), wait.Round(time.Millisecond))
 		return
 	}
 	if now.Sub(f.reminded) >= reminderEvery {
 		f.reminded = now
-		log.Warnf("%s: still waiting for the schema registry after %s (%d attempts): %v; %s", Name, now.Sub(f.since).Round(time.Second), f.retries, err, advice(err))
+		log.Warnf("%s: still waiting for the schema registry after %s (%d attempts): %v; %s", f.name, now.Sub(f.since).Round(time.Second), f.retries, err, advice(err))
 	}
 }
 
@@ -250,7 +225,7 @@ func (f *faultState) clear(log *service.Logger) {
 	if f.since.IsZero() {
 		return
 	}
-	log.Infof("%s: the schema registry %s answers again after %s (%d attempts); the held batches go on", Name, f.url, f.now().Sub(f.since).Round(time.Millisecond), f.retries)
+	log.Infof("%s: the schema registry %s answers again after %s (%d attempts); the held batches go on", f.name, f.url, f.now().Sub(f.since).Round(time.Millisecond), f.retries)
 	f.since, f.err, f.retries = time.Time{}, nil, 0
 }
 

@@ -193,11 +193,11 @@ func TestRegistryDownHoldsTheBatchReportsItAndHeals(t *testing.T) {
 			if st != healthhttp.StatusDegraded || len(problems) != 1 || !strings.Contains(problems[0], tc.want) || !strings.Contains(problems[0], "check that the registry is up") {
 				t.Fatalf("health = %s %v", st, problems)
 			}
-			p.fault.now = func() time.Time { return time.Now().Add(downAfter) }
+			p.fault.setClock(func() time.Time { return time.Now().Add(downAfter) })
 			if st, _ := p.fault.health(); st != healthhttp.StatusDown {
 				t.Fatalf("health after %s = %s, want down", downAfter, st)
 			}
-			p.fault.now = time.Now
+			p.fault.setClock(time.Now)
 
 			down.Store(false)
 			var out []service.MessageBatch

@@ -122,19 +122,16 @@ func newSpec() *service.ConfigSpec {
 				Description("This binary's own (Redpanda Connect has it for Avro only): when set, the schema of each decoded JSON Schema message is stored in the metadata key of this name, as `avro.store_schema_metadata` does.").
 				Optional().LintRule(storeLint(fJSON+"."+fStoreSchema)),
 		).Description("How JSON schemas are decoded."),
-		service.NewDurationField(fCacheDuration).
-			Description("How long a fetched schema is kept before it is fetched again. At most 1000 schema ids are kept (the least recently used goes first); an id the registry does not know is remembered for at most 30s.").
-			Default("10m").Example("1h").Example("5m").LintRule(lintrule.Duration(fCacheDuration)),
-		service.NewStringField(fURL).
-			Description("The base URL of the schema registry: https, or http for a loopback host only.").
-			Example("https://schema-registry.example.com:8081").Example("http://127.0.0.1:8081").
-			LintRule(lintrule.URL(fURL)),
+	}
+	// The client's fields, with default_schema_id after url (Connect's
+	// order): cache_duration, url, then the auth and tls fields.
+	client := ClientFields("")
+	fields = append(fields, client[:2]...)
+	fields = append(fields,
 		service.NewIntField(fDefaultID).
 			Description("The schema id of values that are not in the wire format (no magic byte, or shorter than the 5-byte header): the whole value is then decoded with it. Unset, such values fail. Not for Protobuf schemas, whose values need the wire format's message index.").
-			Optional().LintRule(lintrule.AtLeast(fDefaultID, 1)),
-	}
-	fields = append(fields, service.NewHTTPRequestAuthSignerFields()...)
-	fields = append(fields, service.NewTLSField(fTLS))
+			Optional().LintRule(lintrule.AtLeast(fDefaultID, 1)))
+	fields = append(fields, client[2:]...)
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Parsing", "Integration").
@@ -176,17 +173,18 @@ output:
 
 // fieldsOf is "basic_auth.username/basic_auth.password" and the like: the
 // fields that hold the credentials of the enabled auth mechanism.
-func credentialsField(conf *service.ParsedConfig) string {
+func credentialsField(conf *service.ParsedConfig, prefix string) string {
 	on := func(f string) bool { b, _ := conf.FieldBool(f, "enabled"); return b }
+	p := prefix
 	switch {
 	case on("basic_auth"):
-		return "basic_auth.username and basic_auth.password"
+		return p + "basic_auth.username and " + p + "basic_auth.password"
 	case on("oauth"):
-		return "oauth.consumer_key, oauth.consumer_secret, oauth.access_token and oauth.access_token_secret"
+		return p + "oauth.consumer_key, " + p + "oauth.consumer_secret, " + p + "oauth.access_token and " + p + "oauth.access_token_secret"
 	case on("jwt"):
-		return "jwt.private_key_file, jwt.signing_method and jwt.claims"
+		return p + "jwt.private_key_file, " + p + "jwt.signing_method and " + p + "jwt.claims"
 	}
-	return "basic_auth (none of basic_auth, oauth or jwt is enabled)"
+	return p + "basic_auth (none of basic_auth, oauth or jwt is enabled)"
 }
 
 // mustFormat is the Format names of the store_schema_metadata fields.

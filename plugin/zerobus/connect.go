@@ -191,4 +191,6 @@ func (r redialLog) OnRedial(gen uint64, reason error) {
 // "local-timestamp-millis/micros/nanos: time.Time (UTC; wall-clock fields
 // encode/decode as if UTC, matching Java's reference impl)"), and such a
 // field's column is a TIMESTAMP_NTZ.
-func (c *outputConfig) ntzFromZoned() bool { return c.NTZFromZoned || c.SchemaMetadata != "" }
+func (c *outputConfig) ntzFromZoned() bool {
+	return c.NTZFromZoned || c.SchemaMetadata != "" || c.RegistryURL != ""
+}

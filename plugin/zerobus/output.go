@@ -94,6 +94,9 @@ type output struct {
 	unhealth func()
 	// releaseMem gives back this output's share of the soft memory limit.
 	releaseMem func()
+	// unregistry removes the schema_registry block's entry from the
+	// health endpoint (nil without one).
+	unregistry func()
 }
 
 func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, error) {
@@ -112,14 +115,19 @@ func newOutput(cfg *outputConfig, mgr *service.Resources, d deps) (*output, erro
 			return tablewriter.NewMetrics(metricsSink{mgr.Metrics()}, table)
 		}
 	}
+	unregistry, err := cfg.schemaRegistry(mgr, &wcfg)
+	if err != nil {
+		return nil, err
+	}
 	o := &output{
-		cfg:      cfg,
-		log:      mgr.Logger(),
-		mgr:      mgr,
-		deps:     d,
-		version:  mgr.EngineVersion(),
-		shutdown: processShutdown,
-		wcfg:     wcfg,
+		unregistry: unregistry,
+		cfg:        cfg,
+		log:        mgr.Logger(),
+		mgr:        mgr,
+		deps:       d,
+		version:    mgr.EngineVersion(),
+		shutdown:   processShutdown,
+		wcfg:       wcfg,
 	}
 	if cfg.TableInterp == nil {
 		o.tally.seen(cfg.Table)
@@ -330,6 +338,7 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 		cfg := o.wcfg
 		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role, cfg.Coverage = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived, nil
 		cfg.DedupView, cfg.DedupViewName = false, "" // dead letters have no source position
+		cfg.Registry, cfg.Avro = nil, nil            // a dead letter is a row of its own columns
 		e.DeadLetters = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)
@@ -503,6 +512,9 @@ func (o *output) Close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	o.unhealth()
+	if o.unregistry != nil {
+		o.unregistry()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.releaseMem != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
+	"github.com/benthos-zerobus/benthos-zerobus/plugin/schemaregistry"
 )
 
 // Config field names. Kept as constants so that error messages and the
@@ -78,6 +79,7 @@ const (
 	fProxyURL      = "proxy_url"
 	fKeepalive     = "keepalive"
 	fKATime        = "time"
+	fSchemaReg     = "schema_registry"
 	fKATimeout     = "timeout"
 )
 
@@ -192,7 +194,13 @@ const dedupViewLint = `root = if !this.` + fCatalog + `.` + fDedupView + `.or(fa
 // componentLint is the component-level lint rule (a component has one):
 // plaintextLint's and dedupViewLint's messages.
 var componentLint = strings.Replace(plaintextLint, "root = ", "let plaintext = ", 1) + "\n" +
-	strings.Replace(dedupViewLint, "root = ", "let dedup = ", 1) + "\nroot = $plaintext.concat($dedup)"
+	strings.Replace(dedupViewLint, "root = ", "let dedup = ", 1) + "\n" +
+	strings.Replace(registrySourceLint, "root = ", "let registry = ", 1) + "\nroot = $plaintext.concat($dedup).concat($registry)"
+
+// registrySourceLint refuses two sources of a table's types: the registry
+// itself (schema_registry.url) and the schema a processor stored in
+// metadata (catalog.schema_metadata). validate says the same.
+const registrySourceLint = `root = if this.` + fSchemaReg + `.url.or("") != "" && this.` + fCatalog + `.` + fSchemaMeta + `.or("") != "" { [ "fields ` + fSchemaReg + `.url and ` + fCatalog + `.` + fSchemaMeta + `: both set, two sources of the table's types; with ` + fSchemaReg + ` the output decodes the framed values and types the table from the registry itself: remove ` + fCatalog + `.` + fSchemaMeta + ` (or remove ` + fSchemaReg + ` and decode with schema_registry_decode)" ] } else { [] }`
 
 const plaintextLint = `let plain = [
   if this.endpoint.or("").parse_url().catch({}).scheme.or("") == "http" { "` + fEndpoint + `" },
@@ -403,6 +411,9 @@ func newSpec(warehouseFromEnv bool) *service.ConfigSpec {
 					Default("").LintRule(lintrule.TableOrEmpty(fCatalog+"."+fDedupViewName)),
 			).Description("Unity Catalog integration: describing, provisioning and evolving the table.").Advanced().
 				LintRule(catalogLint(warehouseFromEnv)),
+			service.NewObjectField(fSchemaReg, schemaregistry.ClientFields(fSchemaReg+".")...).
+				Description("Decode Schema Registry framed values (the Confluent wire format: magic byte 0, a 4-byte schema id, the encoded value) in the output itself, the fast path: Avro values are read from their bytes straight into the Arrow columns sent, without a Go value per message; Protobuf and JSON Schema values are decoded by the registry's codec. The fields are `schema_registry_decode`'s (`url`, `tls`, `basic_auth`/`oauth`/`jwt`, `cache_duration`); values land as that processor lands them with `avro.preserve_logical_types` and `avro.raw_unions` on. With `catalog.provision` the table is created and evolved from the registry's schema (the types of `catalog.schema_metadata`, which must then be unset: one source of types). Messages that are not framed are read as JSON, as without it. A registry that cannot be reached, answers 5xx or refuses the credentials holds the batch (retried with back-off, explained once, reported by the health endpoint); a value whose schema id the registry does not know, or that does not decode, fails alone (to the dead-letter table) with the registry's message. Use `schema_registry_decode` instead when a Bloblang step needs the decoded value. See docs/schema-registry.md, \"Fast path\". An empty `url` (the default): off.").
+				Advanced(),
 		).
 		LintRule(componentLint).
 		Example("Quickstart against the local emulator",
@@ -499,8 +510,18 @@ type outputConfig struct {
 	Role               string
 	RecheckInterval    time.Duration
 	SchemaMetadata     string
-	DedupView          bool
-	DedupViewName      string
+	// RegistryURL is schema_registry.url ("" is off); registryConf the
+	// parsed schema_registry block, read by newOutput (its jwt key file is
+	// read through the manager's file system); registryKnobs its start-up
+	// log text, set then.
+	RegistryURL   string
+	registryConf  *service.ParsedConfig
+	registryKnobs string
+	// registryHolder is the block's decoder, set by newOutput (tests
+	// shorten its back-off).
+	registryHolder *schemaregistry.Holder
+	DedupView      bool
+	DedupViewName  string
 
 	// batchingDefaulted says how Batching was derived, for the start-up log.
 	batchingDefaulted string
@@ -639,6 +660,14 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 			c.CovTable, _ = conf.FieldString(fCoverage, fDLTable)
 		}
 	}
+	if conf.Contains(fSchemaReg) {
+		if c.RegistryURL, err = conf.FieldString(fSchemaReg, "url"); err != nil {
+			return nil, fmt.Errorf("field %s.url: %w", fSchemaReg, err)
+		}
+		if c.RegistryURL = strings.TrimSpace(c.RegistryURL); c.RegistryURL != "" {
+			c.registryConf = conf.Namespace(fSchemaReg)
+		}
+	}
 	if c.Batching, err = conf.FieldBatchPolicy(fBatching); err != nil {
 		return nil, err
 	}
@@ -691,6 +720,9 @@ func (c *outputConfig) validate() error {
 			errs = append(errs, fmt.Errorf("field "+format, args...))
 		}
 	}
+	// One source of the table's types (registrySourceLint says the same).
+	check(c.RegistryURL != "" && c.SchemaMetadata != "", "%s.url and %s.%s: both set, two sources of the table's types; with %s the output decodes the framed values and types the table from the registry itself: remove %s.%s (or remove %s and decode with schema_registry_decode)",
+		fSchemaReg, fCatalog, fSchemaMeta, fSchemaReg, fCatalog, fSchemaMeta, fSchemaReg)
 	tlsOn, urlErr := ingest.CheckURL(fEndpoint, c.Endpoint)
 	add(urlErr, "")
 	c.EndpointTLS = tlsOn
@@ -830,6 +862,7 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		"catalog.recheck_interval", c.RecheckInterval.String(),
 		"catalog.schema_metadata", c.SchemaMetadata,
 		"catalog.dedup_view", c.dedupViewLog(),
+		"schema_registry", c.registryLog(),
 	}
 	if c.DLTable != "" {
 		// include_payload means nothing without a dead-letter table: logged
@@ -838,6 +871,19 @@ func (c *outputConfig) knobs(poolSize int) []any {
 		kv = slices.Insert(kv, i, any("dead_letter.include_payload"), any(c.DLPayload))
 	}
 	return kv
+}
+
+// registryLog is the schema_registry block for the start-up log: "off", or
+// its url (password redacted), auth mechanism (never its credentials), tls
+// and cache_duration.
+func (c *outputConfig) registryLog() string {
+	switch {
+	case c.RegistryURL == "":
+		return "off"
+	case c.registryKnobs != "":
+		return c.registryKnobs
+	}
+	return "on"
 }
 
 // dedupViewLog is the deduplicating view for the start-up log: "off", or

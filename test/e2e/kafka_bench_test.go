@@ -210,7 +210,17 @@ func BenchmarkKafka(b *testing.B) {
 // its CPU and its peak RSS.
 func runKafkaBinary(b *testing.B, bin, brokers, group string, n int, output string) kafkaRun {
 	b.Helper()
+	return runKafkaPipeline(b, bin, brokers, kafkaTopic, group, n, "", output)
+}
+
+// runKafkaPipeline is runKafkaBinary reading topic, with pipeline (YAML
+// under the pipeline key; empty: none) between the input and the output.
+func runKafkaPipeline(b *testing.B, bin, brokers, topic, group string, n int, pipeline, output string) kafkaRun {
+	b.Helper()
 	addr := freeAddr(b)
+	if pipeline != "" {
+		pipeline = "pipeline:\n" + indentBy(pipeline, 2)
+	}
 	heapDir, profDir := os.Getenv("KAFKA_BENCH_HEAP"), os.Getenv("KAFKA_BENCH_PROFILE")
 	cfg := filepath.Join(b.TempDir(), "pipeline.yaml")
 	require.NoError(b, os.WriteFile(cfg, []byte(fmt.Sprintf(`
@@ -230,10 +240,11 @@ input:
     consumer_group: %s
     start_offset: earliest
 %s
+%s
 output:
 %s
-`, addr, heapDir != "" || profDir != "", brokers, kafkaTopic, group,
-		indentBy(strings.ReplaceAll(os.Getenv("KAFKA_BENCH_INPUT"), `\n`, "\n"), 4), indentBy(output, 2))), 0o600))
+`, addr, heapDir != "" || profDir != "", brokers, topic, group,
+		indentBy(strings.ReplaceAll(os.Getenv("KAFKA_BENCH_INPUT"), `\n`, "\n"), 4), pipeline, indentBy(output, 2))), 0o600))
 	began := time.Now()
 	p := startBinary(b, bin, strings.Fields(os.Getenv("KAFKA_BENCH_BINARY_ENV")), "run", cfg)
 	done := make(chan error, 1)

@@ -242,6 +242,25 @@ type batchSchemas struct {
 	of      []int
 }
 
+// noSchema marks row i as carrying no registry schema (of stays nil while no
+// row of the batch has one).
+func (b *batchSchemas) noSchema(i int) {
+	if b.of != nil {
+		b.of[i] = -1
+	}
+}
+
+// withSchema readies of for row i of n, the first row with a schema marking
+// every row before it as without one.
+func (b *batchSchemas) withSchema(i, n int) {
+	if b.of == nil {
+		b.of = make([]int, n)
+		for k := range i {
+			b.of[k] = -1
+		}
+	}
+}
+
 func (b batchSchemas) rowsOf(k int) []int {
 	var out []int
 	for i, s := range b.of {
@@ -289,17 +308,10 @@ func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchema
 	for i := range batch {
 		v, ok := a.schemaValue(batch, i)
 		if !ok {
-			if bs.of != nil {
-				bs.of[i] = -1
-			}
+			bs.noSchema(i)
 			continue
 		}
-		if bs.of == nil {
-			bs.of = make([]int, len(batch))
-			for k := range i {
-				bs.of[k] = -1
-			}
-		}
+		bs.withSchema(i, len(batch))
 		fp := ""
 		if m, ok := v.(map[string]any); ok {
 			fp, _ = m["fingerprint"].(string)

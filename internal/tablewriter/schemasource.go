@@ -129,17 +129,10 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row) (batchSche
 	for i, row := range batch {
 		id, ok := rowFramed(row)
 		if !ok {
-			if bs.of != nil {
-				bs.of[i] = -1
-			}
+			bs.noSchema(i)
 			continue
 		}
-		if bs.of == nil {
-			bs.of = make([]int, len(batch))
-			for k := range i {
-				bs.of[k] = -1
-			}
-		}
+		bs.withSchema(i, len(batch))
 		if k, seen := byID[id]; seen {
 			bs.of[i] = k
 			continue

@@ -54,6 +54,21 @@ func (l *clockLog) add(level, format string, v ...any) {
 	l.at = append(l.at, l.clock.Now())
 }
 
+// connectLines returns, under the lock, the lines about connecting: the
+// engine's and the connector's, without the group's (partitions assigned
+// or revoked), which the consumer logs from its own goroutines once
+// connected.
+func (l *clockLog) connectLines() (lines []string, at []time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, line := range l.lines {
+		if !strings.Contains(line, "redpanda: partitions ") {
+			lines, at = append(lines, line), append(at, l.at[i])
+		}
+	}
+	return lines, at
+}
+
 func (l *clockLog) Debugf(string, ...any)          {}
 func (l *clockLog) Infof(format string, v ...any)  { l.add("INFO", format, v...) }
 func (l *clockLog) Warnf(format string, v ...any)  { l.add("WARN", format, v...) }
@@ -118,9 +133,10 @@ func TestHourOfWrongPasswordIsQuiet(t *testing.T) {
 	cons := engine(t, conn, clock, log)
 	defer closeConsumer(t, cons)
 
+	lines, at := log.connectLines()
 	var faultLines []string
-	for i, l := range log.lines {
-		if log.at[i].Sub(start) < time.Hour {
+	for i, l := range lines {
+		if at[i].Sub(start) < time.Hour {
 			faultLines = append(faultLines, l)
 		}
 	}
@@ -137,9 +153,9 @@ func TestHourOfWrongPasswordIsQuiet(t *testing.T) {
 		}
 		worst = max(worst, n)
 	}
-	t.Logf("an hour of SASL refusals (test clock): %d attempts, worst minute after 5 min %d; %d lines during the fault, %d in all:", len(attempts), worst, len(faultLines), len(log.lines))
-	for i, l := range log.lines {
-		t.Logf("  +%s %s", log.at[i].Sub(start).Round(time.Second), l)
+	t.Logf("an hour of SASL refusals (test clock): %d attempts, worst minute after 5 min %d; %d lines during the fault, %d in all:", len(attempts), worst, len(faultLines), len(lines))
+	for i, l := range lines {
+		t.Logf("  +%s %s", at[i].Sub(start).Round(time.Second), l)
 	}
 	assert.LessOrEqual(t, worst, 3, "at most 3 attempts a minute after 5 minutes")
 	assert.GreaterOrEqual(t, worst, 2, "still trying every half minute or so")
@@ -150,16 +166,16 @@ func TestHourOfWrongPasswordIsQuiet(t *testing.T) {
 		assert.Contains(t, l, "WARN redpanda: still cannot connect after")
 		assert.Contains(t, l, "SASL refused")
 	}
-	assert.NotContains(t, strings.Join(log.lines, "\n"), "s3cret", "the password is never logged")
+	assert.NotContains(t, strings.Join(lines, "\n"), "s3cret", "the password is never logged")
 	require.NotNil(t, duringFault.Failing, "the state names the cause during the fault")
 	assert.Equal(t, CauseSASL, duringFault.Failing.Cause)
 	assert.False(t, duringFault.Connected)
 	assert.Equal(t, len(attempts)-1, duringFault.Attempts, "every failed attempt is counted")
 
-	last := log.lines[len(log.lines)-1]
+	last := lines[len(lines)-1]
 	assert.Contains(t, last, "INFO redpanda: connected to")
 	assert.Contains(t, last, "after failing for 1h0m")
-	assert.Equal(t, 1, strings.Count(strings.Join(log.lines, "\n"), "connected to"), "one line for the recovery")
+	assert.Equal(t, 1, strings.Count(strings.Join(lines, "\n"), "connected to"), "one line for the recovery")
 	assert.True(t, conn.State().Connected)
 	assert.Nil(t, conn.State().Failing)
 }
@@ -191,10 +207,11 @@ func TestTopicCreatedLater(t *testing.T) {
 	}
 	cons := engine(t, conn, clock, log)
 	defer closeConsumer(t, cons)
-	require.Len(t, log.lines, 2, "%q", log.lines)
-	assert.Contains(t, log.lines[0], "kafka input: no such topic: topic late: the topic does not exist")
-	assert.Contains(t, log.lines[1], "connected to")
-	assert.Contains(t, log.lines[1], "(5 attempts; last cause: no such topic)")
+	lines, _ := log.connectLines()
+	require.Len(t, lines, 2, "%q", lines)
+	assert.Contains(t, lines[0], "kafka input: no such topic: topic late: the topic does not exist")
+	assert.Contains(t, lines[1], "connected to")
+	assert.Contains(t, lines[1], "(5 attempts; last cause: no such topic)")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := cons.Next(ctx)
@@ -249,9 +266,10 @@ func TestNewCauseIsLoggedAtOnce(t *testing.T) {
 	}()
 	cons := engine(t, conn, clock, log)
 	defer closeConsumer(t, cons)
-	require.Len(t, log.lines, 3, "%q", log.lines)
-	assert.Contains(t, log.lines[0], "ERROR Failed to connect to redpanda: kafka input: connection refused: nothing accepts connections at "+addr)
-	assert.Contains(t, log.lines[1], "ERROR Failed to connect to redpanda: kafka input: SASL refused")
-	assert.Contains(t, log.lines[2], "INFO redpanda: connected to ["+addr+"]")
-	assert.Contains(t, log.lines[2], "(7 attempts; last cause: SASL refused)")
+	lines, _ := log.connectLines()
+	require.Len(t, lines, 3, "%q", lines)
+	assert.Contains(t, lines[0], "ERROR Failed to connect to redpanda: kafka input: connection refused: nothing accepts connections at "+addr)
+	assert.Contains(t, lines[1], "ERROR Failed to connect to redpanda: kafka input: SASL refused")
+	assert.Contains(t, lines[2], "INFO redpanda: connected to ["+addr+"]")
+	assert.Contains(t, lines[2], "(7 attempts; last cause: SASL refused)")
 }

@@ -18,7 +18,7 @@ import (
 const (
 	ConnectBackoffInitial = time.Second
 	ConnectBackoffMax     = 30 * time.Second
-	RemindFirst           = 10 * time.Minute
+	RemindFirst           = backoff.DefaultRemindFirst
 )
 
 // Clock is the time the connector's back-off and reminders follow: the
@@ -65,10 +65,8 @@ type Connector struct {
 	state ConnectState
 	// returned is the cause of the last error Connect returned.
 	returned Cause
-	// nextRemind is when the next reminder is due; remindWait the wait
-	// before it.
-	nextRemind time.Time
-	remindWait time.Duration
+	// remind spaces the reminders of the cause returned.
+	remind backoff.Reminder
 
 	// attempted is called at the start of each attempt (tests).
 	attempted func()
@@ -81,7 +79,7 @@ func NewConnector(cfg Config, log Logger, lag LagFunc, clock Clock) *Connector {
 	}
 	g := backoff.NewGate(ConnectBackoffInitial, ConnectBackoffMax, backoff.DefaultJitter)
 	g.SetClock(clock.Now)
-	return &Connector{cfg: cfg, log: log, lag: lag, clock: clock, gate: g}
+	return &Connector{cfg: cfg, log: log, lag: lag, clock: clock, gate: g, remind: backoff.Reminder{First: RemindFirst}}
 }
 
 // State returns where the connector is; it is cheap.
@@ -142,21 +140,19 @@ func (c *Connector) failed(ce *ConnectError) (isNew bool) {
 	c.state.Attempts++
 	if ce.Cause != c.returned {
 		c.returned = ce.Cause
-		c.remindWait = RemindFirst
-		c.nextRemind = now.Add(c.remindWait)
+		c.remind.Start(now)
 		c.mu.Unlock()
 		return true
 	}
-	if now.Before(c.nextRemind) {
+	due, nextIn := c.remind.Due(now)
+	if !due {
 		c.mu.Unlock()
 		return false
 	}
-	c.remindWait *= 2
-	c.nextRemind = now.Add(c.remindWait)
 	since, attempts := now.Sub(c.state.Since), c.state.Attempts
 	c.mu.Unlock()
 	c.log.Warnf("redpanda: still cannot connect after %s (%d attempts, now at most every %s; next reminder in %s): %v",
-		since.Round(time.Second), attempts, ConnectBackoffMax, c.remindWait, ce)
+		since.Round(time.Second), attempts, ConnectBackoffMax, nextIn, ce)
 	return false
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"sync"
 	"time"
 
@@ -21,9 +22,6 @@ import (
 const (
 	retryInitial = time.Second
 	retryMax     = 30 * time.Second
-	// reminderEvery is how often a registry fault that lasts is logged
-	// again.
-	reminderEvery = time.Minute
 	// downAfter is how long a fault is reported degraded before down.
 	downAfter = 30 * time.Second
 )
@@ -178,18 +176,19 @@ func (p *processor) Close(context.Context) error {
 }
 
 // faultState is the registry fault the processor is waiting out, if any:
-// logged once when it starts, reminded every minute, logged when it heals,
+// logged once when it starts, reminded at 10 and 30 minutes and then
+// twice as far apart each time (backoff.Reminder), logged when it heals,
 // and reported by the health endpoint meanwhile.
 type faultState struct {
 	name string // what holds the batches, for the log: the processor's name
 	url  string
 	now  func() time.Time
 
-	mu       sync.Mutex
-	since    time.Time // zero while healthy
-	err      error
-	retries  int
-	reminded time.Time
+	mu      sync.Mutex
+	since   time.Time // zero while healthy
+	err     error
+	retries int
+	remind  backoff.Reminder
 }
 
 // setClock replaces the clock (tests move it on while a batch is held).
@@ -207,14 +206,15 @@ func (f *faultState) set(log *service.Logger, err error, wait time.Duration) {
 	f.err = err
 	f.retries++
 	if f.since.IsZero() {
-		f.since, f.reminded = now, now
+		f.since = now
+		f.remind = backoff.Reminder{First: backoff.DefaultRemindFirst}
+		f.remind.Start(now)
 		log.Errorf("%s: %v; %s. The batch is held and the schema is fetched again with back-off (next in %s): nothing is failed or dropped, and it resumes by itself once the registry answers",
 			f.name, err, advice(err), wait.Round(time.Millisecond))
 		return
 	}
-	if now.Sub(f.reminded) >= reminderEvery {
-		f.reminded = now
-		log.Warnf("%s: still waiting for the schema registry after %s (%d attempts): %v; %s", f.name, now.Sub(f.since).Round(time.Second), f.retries, err, advice(err))
+	if due, nextIn := f.remind.Due(now); due {
+		log.Warnf("%s: still waiting for the schema registry after %s (%d attempts; next reminder in %s): %v; %s", f.name, now.Sub(f.since).Round(time.Second), f.retries, nextIn, err, advice(err))
 	}
 }
 

@@ -415,6 +415,22 @@ type writeResult struct {
 // keep is nil) by table: tables[i] when the writer resolved it, else the
 // output's table, or its interpolation evaluated now.
 func (o *output) rowsPerTable(batch service.MessageBatch, tables []string, keep func(int) bool) map[string]int {
+	if len(tables) == 0 && o.cfg.TableInterp == nil {
+		// One table: count without a map update per row.
+		n := len(batch)
+		if keep != nil {
+			n = 0
+			for i := range batch {
+				if keep(i) {
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			return map[string]int{}
+		}
+		return map[string]int{o.cfg.Table: n}
+	}
 	counts := map[string]int{}
 	for i := range batch {
 		if keep != nil && !keep(i) {

@@ -358,28 +358,34 @@ func (r *Registry) persist(t Table) error {
 	if err != nil {
 		return err
 	}
-	final := filepath.Join(r.dir, url.PathEscape(t.FullName)+".json")
-	f, err := os.CreateTemp(r.dir, ".tmp-*")
+	return writeFileAtomic(r.dir, url.PathEscape(t.FullName)+".json", b, "persist")
+}
+
+// writeFileAtomic writes b as dir/name so that a crash leaves either the old
+// or the new file: a temporary file in dir, fsync, rename, fsync of dir.
+// what prefixes the errors. The registry's tables and views both use it.
+func writeFileAtomic(dir, name string, b []byte, what string) error {
+	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
-		return fmt.Errorf("persist: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // no-op after a successful rename
 	if _, err := f.Write(b); err != nil {
 		f.Close()
-		return fmt.Errorf("persist: write %s: %w", tmp, err)
+		return fmt.Errorf("%s: write %s: %w", what, tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("persist: fsync %s: %w", tmp, err)
+		return fmt.Errorf("%s: fsync %s: %w", what, tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("persist: close %s: %w", tmp, err)
+		return fmt.Errorf("%s: close %s: %w", what, tmp, err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("persist: rename: %w", err)
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("%s: rename: %w", what, err)
 	}
-	return syncDir(r.dir, "persist")
+	return syncDir(dir, what)
 }
 
 // storedTable is the on-disk form of a Table. Columns are kept as UC

@@ -105,9 +105,8 @@ func (s *viewStore) change(name string, fn func(old View, ok bool) (next *View, 
 	return nil
 }
 
-func (s *viewStore) file(name string) string {
-	return filepath.Join(s.dir, url.PathEscape(name)+".json")
-}
+// file is the name, within s.dir, of the view name's file.
+func (s *viewStore) file(name string) string { return url.PathEscape(name) + ".json" }
 
 // persist writes v atomically. Callers hold s.mu.
 func (s *viewStore) persist(v View) error {
@@ -121,27 +120,7 @@ func (s *viewStore) persist(v View) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("persist view: %w", err)
 	}
-	f, err := os.CreateTemp(s.dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("persist view: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("persist view: write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("persist view: fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("persist view: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, s.file(v.FullName)); err != nil {
-		return fmt.Errorf("persist view: rename: %w", err)
-	}
-	return syncDir(s.dir, "persist view")
+	return writeFileAtomic(s.dir, s.file(v.FullName), b, "persist view")
 }
 
 // unpersist removes a view's file. Callers hold s.mu.
@@ -149,7 +128,7 @@ func (s *viewStore) unpersist(name string) error {
 	if s.dir == "" {
 		return nil
 	}
-	if err := os.Remove(s.file(name)); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(filepath.Join(s.dir, s.file(name))); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("drop view: %w", err)
 	}
 	return syncDir(s.dir, "drop view")

@@ -127,8 +127,14 @@ func (r *schemaRegistry) save() error {
 	return os.Rename(tmp.Name(), r.path)
 }
 
-// load seeds the registry from path, when it exists: in id order, so that a
-// schema's references (registered before it) are there first.
+// load seeds the registry from path, when it exists: each id's first
+// version in id order, so that a schema's references (registered before
+// it) are there first; then the versions that reuse an id under another
+// subject, which SeedSchema refuses (one id, one seed) and RegisterSchema
+// numbers highest+1 in their subject, in (subject, version) order, so that
+// they come after the subject's own earlier versions and keep their number.
+// (Only a subject whose copy of another's schema predates its own versions
+// gets a higher number back; the id, what a record carries, is kept.)
 func (r *schemaRegistry) load() (err error) {
 	b, err := os.ReadFile(r.path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -148,16 +154,26 @@ func (r *schemaRegistry) load() (err error) {
 		}
 	}()
 	seeded := map[int]bool{}
+	var reused []sr.SubjectSchema
 	for _, s := range all {
 		if seeded[s.ID] {
-			// The same schema under a second subject keeps its id.
-			if _, _, err := r.reg.RegisterSchema(s.Subject, s.Schema); err != nil {
-				return fmt.Errorf("subject %s version %d: %w", s.Subject, s.Version, err)
-			}
+			reused = append(reused, s)
 			continue
 		}
 		r.reg.SeedSchema(s.Subject, s.Version, s.ID, s.Schema)
 		seeded[s.ID] = true
+	}
+	sort.SliceStable(reused, func(i, j int) bool {
+		if reused[i].Subject != reused[j].Subject {
+			return reused[i].Subject < reused[j].Subject
+		}
+		return reused[i].Version < reused[j].Version
+	})
+	for _, s := range reused {
+		// The same schema under a second subject keeps its id.
+		if _, _, err := r.reg.RegisterSchema(s.Subject, s.Schema); err != nil {
+			return fmt.Errorf("subject %s version %d: %w", s.Subject, s.Version, err)
+		}
 	}
 	return nil
 }

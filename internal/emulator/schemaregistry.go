@@ -17,6 +17,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 )
 
 // schemaRegistry is the emulator's embedded Confluent Schema Registry:
@@ -99,7 +101,7 @@ func (r *schemaRegistry) savedSchemas() ([]sr.SubjectSchema, error) {
 	return all, nil
 }
 
-// save writes every schema version to path, atomically.
+// save writes every schema version to path, atomically and fsync'd.
 func (r *schemaRegistry) save() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -111,20 +113,7 @@ func (r *schemaRegistry) save() error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(r.path), ".schema-registry-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), r.path)
+	return workspace.WriteFileAtomic(filepath.Dir(r.path), filepath.Base(r.path), b, "save schemas")
 }
 
 // load seeds the registry from path, when it exists: each id's first

@@ -358,13 +358,14 @@ func (r *Registry) persist(t Table) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(r.dir, url.PathEscape(t.FullName)+".json", b, "persist")
+	return WriteFileAtomic(r.dir, url.PathEscape(t.FullName)+".json", b, "persist")
 }
 
-// writeFileAtomic writes b as dir/name so that a crash leaves either the old
+// WriteFileAtomic writes b as dir/name so that a crash leaves either the old
 // or the new file: a temporary file in dir, fsync, rename, fsync of dir.
-// what prefixes the errors. The registry's tables and views both use it.
-func writeFileAtomic(dir, name string, b []byte, what string) error {
+// what prefixes the errors. The registry's tables and views and the
+// emulator's schema registry use it.
+func WriteFileAtomic(dir, name string, b []byte, what string) error {
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)

@@ -120,7 +120,7 @@ func (s *viewStore) persist(v View) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("persist view: %w", err)
 	}
-	return writeFileAtomic(s.dir, s.file(v.FullName), b, "persist view")
+	return WriteFileAtomic(s.dir, s.file(v.FullName), b, "persist view")
 }
 
 // unpersist removes a view's file. Callers hold s.mu.

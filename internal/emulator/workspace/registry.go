@@ -166,26 +166,42 @@ func OpenRegistry(dir string) (*Registry, error) {
 	if r.views, err = openViewStore(filepath.Join(r.dir, "views")); err != nil {
 		return nil, fmt.Errorf("open registry: %w", err)
 	}
-	entries, err := os.ReadDir(r.dir)
+	err = readJSONFiles(r.dir, func(b []byte) error {
+		t, err := decodeTable(b)
+		if err != nil {
+			return err
+		}
+		r.tables[NormalizeName(t.FullName)] = &t
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open registry: %w", err)
+	}
+	return r, nil
+}
+
+// readJSONFiles calls fn with the contents of every *.json file in dir,
+// leaving out subdirectories and the temporary files of WriteFileAtomic:
+// the loading of the registry's tables and views. An error names the file.
+func readJSONFiles(dir string, fn func(b []byte) error) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".tmp-") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(r.dir, name))
+		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return nil, fmt.Errorf("open registry: %w", err)
+			return err
 		}
-		t, err := decodeTable(b)
-		if err != nil {
-			return nil, fmt.Errorf("open registry: %s: %w", name, err)
+		if err := fn(b); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		r.tables[NormalizeName(t.FullName)] = &t
 	}
-	return r, nil
+	return nil
 }
 
 // SetClock makes the registry stamp CreatedAt/UpdatedAt with now instead of

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,27 +32,19 @@ func openViewStore(dir string) (*viewStore, error) {
 	if dir == "" {
 		return s, nil
 	}
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return s, nil // created with the first view
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open views: %w", err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".tmp-") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("open views: %w", err)
-		}
+	err := readJSONFiles(dir, func(b []byte) error {
 		v, err := decodeView(b)
 		if err != nil {
-			return nil, fmt.Errorf("open views: %s: %w", name, err)
+			return err
 		}
 		s.views[v.FullName] = v
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open views: %w", err)
 	}
 	return s, nil
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/avro"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/urfave/cli/v2"
 )
@@ -80,8 +79,7 @@ func DemoAvroRecord(id int, at time.Time) map[string]any {
 }
 
 // produceAvroRecords registers DemoAvroSchema under subject and produces
-// count records to topic, record i to partition i % partitions, waiting
-// until every one is acknowledged. It returns the schema id.
+// count records to topic (produceRecords). It returns the schema id.
 func produceAvroRecords(ctx context.Context, brokers []string, registryURL, topic, subject string, first, count int) (int, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -97,43 +95,20 @@ func produceAvroRecords(ctx context.Context, brokers []string, registryURL, topi
 	if err != nil {
 		return 0, 0, fmt.Errorf("register %s at %s: %w", subject, registryURL, err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cl.Close()
-	parts, err := partitionCount(ctx, cl, topic)
-	if err != nil {
-		return 0, 0, err
-	}
 	var hdr sr.ConfluentHeader
 	now := time.Now()
-	errs := make(chan error, 1)
-	for i := 0; i < count; i++ {
-		id := first + i
+	err = produceRecords(ctx, brokers, topic, first, count, func(id int) ([]byte, error) {
 		v, err := hdr.AppendEncode(nil, ss.ID, nil)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		if v, err = schema.AppendEncode(v, DemoAvroRecord(id, now)); err != nil {
-			return 0, 0, fmt.Errorf("record %d: %w", id, err)
+			return nil, fmt.Errorf("record %d: %w", id, err)
 		}
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % parts), Key: []byte(fmt.Sprint(id)), Value: v}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
-			}
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
+		return v, nil
+	})
+	if err != nil {
 		return 0, 0, err
-	}
-	select {
-	case err := <-errs:
-		return 0, 0, err
-	default:
 	}
 	return ss.ID, count, nil
 }

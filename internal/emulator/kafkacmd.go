@@ -108,20 +108,37 @@ func splitBrokers(s string) []string {
 func produceDemoRecords(ctx context.Context, brokers []string, topic string, first, count int) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond))
+	err := produceRecords(ctx, brokers, topic, first, count, func(id int) ([]byte, error) {
+		return fmt.Appendf(nil, `{"id":%d,"device":"sensor-%02d","temperature":%.1f,"reading_ms":%d}`, id, id%10, 15+float64(id%200)/10, time.Now().UnixMilli()), nil
+	})
 	if err != nil {
 		return 0, err
+	}
+	return count, nil
+}
+
+// produceRecords produces count records with ids first … first+count-1,
+// record i keyed by its id, valued value(id), to partition i % partitions,
+// and waits until every one is acknowledged: the loop of kafka-produce and
+// avro-produce.
+func produceRecords(ctx context.Context, brokers []string, topic string, first, count int, value func(id int) ([]byte, error)) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
 	}
 	defer cl.Close()
 	parts, err := partitionCount(ctx, cl, topic)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	errs := make(chan error, 1)
 	for i := 0; i < count; i++ {
 		id := first + i
-		v := fmt.Sprintf(`{"id":%d,"device":"sensor-%02d","temperature":%.1f,"reading_ms":%d}`, id, id%10, 15+float64(id%200)/10, time.Now().UnixMilli())
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % parts), Key: []byte(fmt.Sprint(id)), Value: []byte(v)}, func(_ *kgo.Record, err error) {
+		v, err := value(id)
+		if err != nil {
+			return err
+		}
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % parts), Key: []byte(fmt.Sprint(id)), Value: v}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				select {
 				case errs <- err:
@@ -131,14 +148,14 @@ func produceDemoRecords(ctx context.Context, brokers []string, topic string, fir
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	select {
 	case err := <-errs:
-		return 0, err
+		return err
 	default:
 	}
-	return count, nil
+	return nil
 }
 
 // consumeAndDiscard polls topic as a member of group until count records

@@ -17,6 +17,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/emulator/workspace"
 )
 
 // schemaRegistry is the emulator's embedded Confluent Schema Registry:
@@ -99,7 +101,7 @@ func (r *schemaRegistry) savedSchemas() ([]sr.SubjectSchema, error) {
 	return all, nil
 }
 
-// save writes every schema version to path, atomically.
+// save writes every schema version to path, atomically and fsync'd.
 func (r *schemaRegistry) save() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -111,24 +113,17 @@ func (r *schemaRegistry) save() error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(r.path), ".schema-registry-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), r.path)
+	return workspace.WriteFileAtomic(filepath.Dir(r.path), filepath.Base(r.path), b, "save schemas")
 }
 
-// load seeds the registry from path, when it exists: in id order, so that a
-// schema's references (registered before it) are there first.
+// load seeds the registry from path, when it exists: each id's first
+// version in id order, so that a schema's references (registered before
+// it) are there first; then the versions that reuse an id under another
+// subject, which SeedSchema refuses (one id, one seed) and RegisterSchema
+// numbers highest+1 in their subject, in (subject, version) order, so that
+// they come after the subject's own earlier versions and keep their number.
+// (Only a subject whose copy of another's schema predates its own versions
+// gets a higher number back; the id, what a record carries, is kept.)
 func (r *schemaRegistry) load() (err error) {
 	b, err := os.ReadFile(r.path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -148,16 +143,26 @@ func (r *schemaRegistry) load() (err error) {
 		}
 	}()
 	seeded := map[int]bool{}
+	var reused []sr.SubjectSchema
 	for _, s := range all {
 		if seeded[s.ID] {
-			// The same schema under a second subject keeps its id.
-			if _, _, err := r.reg.RegisterSchema(s.Subject, s.Schema); err != nil {
-				return fmt.Errorf("subject %s version %d: %w", s.Subject, s.Version, err)
-			}
+			reused = append(reused, s)
 			continue
 		}
 		r.reg.SeedSchema(s.Subject, s.Version, s.ID, s.Schema)
 		seeded[s.ID] = true
+	}
+	sort.SliceStable(reused, func(i, j int) bool {
+		if reused[i].Subject != reused[j].Subject {
+			return reused[i].Subject < reused[j].Subject
+		}
+		return reused[i].Version < reused[j].Version
+	})
+	for _, s := range reused {
+		// The same schema under a second subject keeps its id.
+		if _, _, err := r.reg.RegisterSchema(s.Subject, s.Schema); err != nil {
+			return fmt.Errorf("subject %s version %d: %w", s.Subject, s.Version, err)
+		}
 	}
 	return nil
 }

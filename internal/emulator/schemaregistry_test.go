@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/avro"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
 // TestSchemaRegistryServesReportsAndKeepsSchemasAcrossRestart starts the
@@ -131,5 +132,40 @@ func TestAvroProduceRegistersAndFramesRecords(t *testing.T) {
 			assert.Equal(t, fmt.Sprintf("sensor-%02d", key%10), v["device"])
 			seen++
 		}
+	}
+}
+
+// TestSchemaRegistryLoadSharedSchemaKeepsVersions: one schema under two
+// subjects keeps its id, and the later subject's versions stay as they were,
+// across a save and a load: subject b holds a schema of its own (version 1,
+// id 2) and then a's (version 2, id 1). Seeding in id order alone
+// registered b's copy of id 1 first, as b's version 1, and the emulator then
+// refused to start ("subject b version 1 already seeded").
+func TestSchemaRegistryLoadSharedSchemaKeepsVersions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sr.json")
+	r := &schemaRegistry{reg: srfake.NewRegistry(), path: path}
+	x := sr.Schema{Schema: `"string"`}
+	y := sr.Schema{Schema: `"int"`}
+	require.NoError(t, r.reg.SetCompat("b", sr.CompatNone))
+	for _, s := range []struct {
+		subject string
+		schema  sr.Schema
+		id, ver int
+	}{{"a", x, 1, 1}, {"b", y, 2, 1}, {"b", x, 1, 2}} {
+		id, ver, err := r.reg.RegisterSchema(s.subject, s.schema)
+		require.NoError(t, err)
+		require.Equal(t, []int{s.id, s.ver}, []int{id, ver}, "subject %s", s.subject)
+	}
+	require.NoError(t, r.save())
+
+	loaded := &schemaRegistry{reg: srfake.NewRegistry(), path: path}
+	require.NoError(t, loaded.load())
+	for _, want := range []struct {
+		subject string
+		ver, id int
+	}{{"a", 1, 1}, {"b", 1, 2}, {"b", 2, 1}} {
+		got, ok := loaded.reg.GetSchema(want.subject, want.ver)
+		require.True(t, ok, "subject %s version %d", want.subject, want.ver)
+		assert.Equal(t, want.id, got.ID, "subject %s version %d", want.subject, want.ver)
 	}
 }

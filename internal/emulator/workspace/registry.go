@@ -166,26 +166,42 @@ func OpenRegistry(dir string) (*Registry, error) {
 	if r.views, err = openViewStore(filepath.Join(r.dir, "views")); err != nil {
 		return nil, fmt.Errorf("open registry: %w", err)
 	}
-	entries, err := os.ReadDir(r.dir)
+	err = readJSONFiles(r.dir, func(b []byte) error {
+		t, err := decodeTable(b)
+		if err != nil {
+			return err
+		}
+		r.tables[NormalizeName(t.FullName)] = &t
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open registry: %w", err)
+	}
+	return r, nil
+}
+
+// readJSONFiles calls fn with the contents of every *.json file in dir,
+// leaving out subdirectories and the temporary files of WriteFileAtomic:
+// the loading of the registry's tables and views. An error names the file.
+func readJSONFiles(dir string, fn func(b []byte) error) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".tmp-") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(r.dir, name))
+		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return nil, fmt.Errorf("open registry: %w", err)
+			return err
 		}
-		t, err := decodeTable(b)
-		if err != nil {
-			return nil, fmt.Errorf("open registry: %s: %w", name, err)
+		if err := fn(b); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		r.tables[NormalizeName(t.FullName)] = &t
 	}
-	return r, nil
+	return nil
 }
 
 // SetClock makes the registry stamp CreatedAt/UpdatedAt with now instead of
@@ -358,28 +374,35 @@ func (r *Registry) persist(t Table) error {
 	if err != nil {
 		return err
 	}
-	final := filepath.Join(r.dir, url.PathEscape(t.FullName)+".json")
-	f, err := os.CreateTemp(r.dir, ".tmp-*")
+	return WriteFileAtomic(r.dir, url.PathEscape(t.FullName)+".json", b, "persist")
+}
+
+// WriteFileAtomic writes b as dir/name so that a crash leaves either the old
+// or the new file: a temporary file in dir, fsync, rename, fsync of dir.
+// what prefixes the errors. The registry's tables and views and the
+// emulator's schema registry use it.
+func WriteFileAtomic(dir, name string, b []byte, what string) error {
+	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
-		return fmt.Errorf("persist: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // no-op after a successful rename
 	if _, err := f.Write(b); err != nil {
 		f.Close()
-		return fmt.Errorf("persist: write %s: %w", tmp, err)
+		return fmt.Errorf("%s: write %s: %w", what, tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("persist: fsync %s: %w", tmp, err)
+		return fmt.Errorf("%s: fsync %s: %w", what, tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("persist: close %s: %w", tmp, err)
+		return fmt.Errorf("%s: close %s: %w", what, tmp, err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("persist: rename: %w", err)
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("%s: rename: %w", what, err)
 	}
-	return syncDir(r.dir, "persist")
+	return syncDir(dir, what)
 }
 
 // storedTable is the on-disk form of a Table. Columns are kept as UC

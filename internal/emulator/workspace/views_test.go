@@ -59,6 +59,7 @@ func TestViewStatements(t *testing.T) {
 	h.failsWith("ALTER VIEW main.default.nope AS "+dedupQuery, "TABLE_OR_VIEW_NOT_FOUND", "42P01")
 	h.failsWith("CREATE TABLE main.default.t_dedup (a INT)", "TABLE_OR_VIEW_ALREADY_EXISTS", "42P07")
 	h.failsWith("ALTER TABLE main.default.t_dedup ADD COLUMNS (a INT)", "EXPECT_TABLE_NOT_VIEW.USE_ALTER_VIEW", "42809")
+	h.failsWith("COMMENT ON TABLE main.default.t_dedup IS 'x'", "UNSUPPORTED_FEATURE", "0A000")
 	h.failsWith("DROP TABLE main.default.t_dedup", "WRONG_COMMAND_FOR_OBJECT_TYPE", "42809")
 	h.failsWith("DROP VIEW main.default.t", "WRONG_COMMAND_FOR_OBJECT_TYPE", "42809")
 	h.failsWith("CREATE VIEW main.default.v2 AS SELECT * FROM main.default.t QUALIFY row_number() OVER (PARTITION BY nope ORDER BY _zb_emit_ts) = 1",

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,27 +32,19 @@ func openViewStore(dir string) (*viewStore, error) {
 	if dir == "" {
 		return s, nil
 	}
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return s, nil // created with the first view
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open views: %w", err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".tmp-") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("open views: %w", err)
-		}
+	err := readJSONFiles(dir, func(b []byte) error {
 		v, err := decodeView(b)
 		if err != nil {
-			return nil, fmt.Errorf("open views: %s: %w", name, err)
+			return err
 		}
 		s.views[v.FullName] = v
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open views: %w", err)
 	}
 	return s, nil
 }
@@ -105,9 +96,8 @@ func (s *viewStore) change(name string, fn func(old View, ok bool) (next *View, 
 	return nil
 }
 
-func (s *viewStore) file(name string) string {
-	return filepath.Join(s.dir, url.PathEscape(name)+".json")
-}
+// file is the name, within s.dir, of the view name's file.
+func (s *viewStore) file(name string) string { return url.PathEscape(name) + ".json" }
 
 // persist writes v atomically. Callers hold s.mu.
 func (s *viewStore) persist(v View) error {
@@ -121,27 +111,7 @@ func (s *viewStore) persist(v View) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("persist view: %w", err)
 	}
-	f, err := os.CreateTemp(s.dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("persist view: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("persist view: write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("persist view: fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("persist view: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, s.file(v.FullName)); err != nil {
-		return fmt.Errorf("persist view: rename: %w", err)
-	}
-	return syncDir(s.dir, "persist view")
+	return WriteFileAtomic(s.dir, s.file(v.FullName), b, "persist view")
 }
 
 // unpersist removes a view's file. Callers hold s.mu.
@@ -149,7 +119,7 @@ func (s *viewStore) unpersist(name string) error {
 	if s.dir == "" {
 		return nil
 	}
-	if err := os.Remove(s.file(name)); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(filepath.Join(s.dir, s.file(name))); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("drop view: %w", err)
 	}
 	return syncDir(s.dir, "drop view")

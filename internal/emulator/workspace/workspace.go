@@ -469,14 +469,20 @@ func (w *Workspace) handleGetTable(rw http.ResponseWriter, r *http.Request) {
 // query as view_definition, the columns it was defined with, and no
 // storage (a view holds no data).
 func describeView(v View) tableJSON {
-	out := tableJSON{
+	return tableJSON{
 		Name: v.Name(), CatalogName: v.CatalogName(), SchemaName: v.SchemaName(), FullName: v.FullName,
 		TableType: "VIEW", TableID: v.TableID, ViewDefinition: v.Definition, Properties: map[string]string{},
 		Owner: v.Owner, CreatedAt: v.CreatedAt.UnixMilli(), CreatedBy: v.Owner, UpdatedAt: v.UpdatedAt.UnixMilli(), UpdatedBy: v.Owner,
-		Columns: make([]columnJSON, len(v.Columns)),
+		Columns: describeColumns(v.Columns),
 	}
-	for i, c := range v.Columns {
-		out.Columns[i] = columnJSON{
+}
+
+// describeColumns renders columns as UC's ColumnInfo list, positions from 0:
+// the one rendering of a table's and a view's columns.
+func describeColumns(cols []typemap.Column) []columnJSON {
+	out := make([]columnJSON, len(cols))
+	for i, c := range cols {
+		out[i] = columnJSON{
 			Name: c.Name, Position: i, Nullable: c.Nullable, Comment: c.Comment,
 			TypeName: string(c.Type.Kind), TypeText: c.Type.Text(), TypeJSON: typemap.ColumnTypeJSON(c),
 			TypePrecision: c.Type.Precision, TypeScale: c.Type.Scale,
@@ -556,17 +562,10 @@ func (w *Workspace) describe(t Table) tableJSON {
 		TableType: t.TableType, DataSourceFormat: "DELTA", StorageLocation: loc, TableID: t.TableID,
 		Properties: t.Properties, Comment: t.Comment, Owner: t.Owner,
 		CreatedAt: t.CreatedAt.UnixMilli(), CreatedBy: t.Owner, UpdatedAt: t.UpdatedAt.UnixMilli(), UpdatedBy: t.Owner,
-		Columns: make([]columnJSON, len(t.Columns)),
+		Columns: describeColumns(t.Columns),
 	}
 	if out.Properties == nil {
 		out.Properties = map[string]string{}
-	}
-	for i, c := range t.Columns {
-		out.Columns[i] = columnJSON{
-			Name: c.Name, Position: i, Nullable: c.Nullable, Comment: c.Comment,
-			TypeName: string(c.Type.Kind), TypeText: c.Type.Text(), TypeJSON: typemap.ColumnTypeJSON(c),
-			TypePrecision: c.Type.Precision, TypeScale: c.Type.Scale,
-		}
 	}
 	if t.IcebergReads() {
 		if v, at, ok := w.IcebergConverted(t.FullName); ok {

@@ -388,10 +388,14 @@ func (w *Workspace) DropView(fullName string) error {
 		}
 		return nil, true, nil
 	})
-	if serr != nil {
+	switch {
+	case serr == nil:
+		return nil
+	case serr.Class == "TABLE_OR_VIEW_NOT_FOUND":
 		return fmt.Errorf("view %s: %w", name, ErrNotFound)
+	default: // the view could not be removed from storage
+		return fmt.Errorf("view %s: %w", name, serr)
 	}
-	return nil
 }
 
 // Evaluate computes the view's rows from its table's rows (raw, in storage

@@ -498,8 +498,12 @@ func describeColumns(cols []typemap.Column) []columnJSON {
 // to apierr.ErrNotFound); the endpoint has no IF EXISTS.
 func (w *Workspace) handleDeleteTable(rw http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("full_name")
-	if w.DropView(name) == nil {
+	switch err := w.DropView(name); {
+	case err == nil:
 		WriteJSON(rw, http.StatusOK, struct{}{})
+		return
+	case !errors.Is(err, ErrNotFound):
+		WriteError(rw, http.StatusInternalServerError, "INTERNAL_ERROR", err.Error())
 		return
 	}
 	if _, err := w.Drop(name); err != nil {

@@ -303,8 +303,11 @@ func (a *metadataSchemas) where() string { return fmt.Sprintf("in metadata %q", 
 func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchemas, error) {
 	var bs batchSchemas
 	// The rows of a batch mostly carry one schema: a row whose schema has
-	// the previous row's fingerprint takes its index without the cache.
+	// the previous row's fingerprint and top-level fields (the check
+	// schemaCache makes of a hit: a rewritten schema may keep the
+	// fingerprint) takes its index without the cache.
 	lastFP, last := "", -1
+	var lastTop []fieldSig
 	for i := range batch {
 		v, ok := a.schemaValue(batch, i)
 		if !ok {
@@ -313,10 +316,11 @@ func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchema
 		}
 		bs.withSchema(i, len(batch))
 		fp := ""
-		if m, ok := v.(map[string]any); ok {
+		m, _ := v.(map[string]any)
+		if m != nil {
 			fp, _ = m["fingerprint"].(string)
 		}
-		if fp != "" && fp == lastFP {
+		if fp != "" && fp == lastFP && sameTop(m, lastTop) {
 			bs.of[i] = last
 			continue
 		}
@@ -327,7 +331,10 @@ func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchema
 			bs.schemas = append(bs.schemas, s)
 		}
 		bs.of[i] = k
-		lastFP, last = fp, k
+		lastFP, last, lastTop = fp, k, nil
+		if fp != "" {
+			lastTop = topFields(m)
+		}
 	}
 	return bs, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -461,5 +462,32 @@ func BenchmarkParseStoredSchema(b *testing.B) {
 		if s, _ := parseSchemaValue(v, false); s.err != nil {
 			b.Fatal(s.err)
 		}
+	}
+}
+
+// BenchmarkMetadataSchemasOf is the per-batch cost of reading the registry
+// schemas of 1000 messages carrying one stored schema (ordersV1): one
+// stored value shared by every message, as schema_registry_decode stores
+// it, or a value of its own per message.
+func BenchmarkMetadataSchemasOf(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		b.Run("shared="+strconv.FormatBool(shared), func(b *testing.B) {
+			a := &metadataSchemas{key: testSchemaKey}
+			v1 := ordersV1()
+			stored := v1.ToAny()
+			batch := make([]Row, 1000)
+			for i := range batch {
+				r := registryRow(orderV1(i), ordersV1(), "orders-value", 1, 7).(metaTestRow)
+				if shared {
+					r.meta[testSchemaKey] = stored
+				}
+				batch[i] = r
+			}
+			for b.Loop() {
+				if bs, _ := a.schemasOf(context.Background(), batch); len(bs.schemas) != 1 {
+					b.Fatal(len(bs.schemas))
+				}
+			}
+		})
 	}
 }

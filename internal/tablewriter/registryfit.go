@@ -48,17 +48,13 @@ func (a *authority) fit(seen *snapshot, s *registrySchema, origin string) schema
 	}
 	iceberg := catalog.IcebergReadsOn(seen.table.Properties)
 	cols := seen.columns()
-	at := make(map[string]int, len(cols))
-	for i, c := range cols {
-		at[typemap.ColumnKey(c.Name)] = i
-	}
 	for _, fd := range s.fields {
 		if fd.err != nil {
 			f.refused = append(f.refused, fieldRefusal{field: fd.name, why: fd.err.Error()})
 			continue
 		}
 		key := typemap.ColumnKey(fd.name)
-		i, ok := at[key]
+		i, ok := seen.keys[key]
 		if !ok {
 			if why, refused := a.refused.Load(key); refused {
 				f.refused = append(f.refused, fieldRefusal{field: fd.name, why: "no column was added for it: " + why.(string)})

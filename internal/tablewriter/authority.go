@@ -30,7 +30,7 @@ import (
 type snapshot struct {
 	version uint64
 	table   *catalog.TableState // as described; its Columns are the snapshot's
-	keys    map[string]bool     // typemap.ColumnKey of every column
+	keys    map[string]int      // typemap.ColumnKey of every column: its index in columns()
 	conv    *arrowconv.Converter
 }
 
@@ -40,7 +40,7 @@ func (s *snapshot) columns() []typemap.Column { return s.table.Columns }
 func (s *snapshot) schema() *arrow.Schema { return s.conv.Schema() }
 
 // has reports whether the table has a column for field name.
-func (s *snapshot) has(name string) bool { return s.keys[typemap.ColumnKey(name)] }
+func (s *snapshot) has(name string) bool { _, ok := s.keys[typemap.ColumnKey(name)]; return ok }
 
 // authority owns the table's schema: it describes the table, creates it from
 // the first batch, adds columns and widens them on drift, re-describes it on
@@ -106,9 +106,9 @@ func (a *authority) snapshotOf(ts *catalog.TableState) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("table %s: %w", a.cfg.Table, err)
 	}
-	s := &snapshot{version: a.versions.Add(1), table: ts, keys: make(map[string]bool, len(ts.Columns)), conv: conv}
-	for _, c := range ts.Columns {
-		s.keys[typemap.ColumnKey(c.Name)] = true
+	s := &snapshot{version: a.versions.Add(1), table: ts, keys: make(map[string]int, len(ts.Columns)), conv: conv}
+	for i, c := range ts.Columns {
+		s.keys[typemap.ColumnKey(c.Name)] = i
 	}
 	return s, nil
 }

@@ -102,8 +102,11 @@ func (a *authority) noColumns(batch []Row, bs batchSchemas) error {
 		// held, as a batch no column can be inferred from.
 		why := "it has no field with a column type"
 		for _, s := range bs.schemas {
-			if f := a.fitNew(s); f != "" {
-				why = f
+			if r, found := noColumn(s); found {
+				why = r.why
+				if r.field != "" {
+					why = fmt.Sprintf("field %q: %s", r.field, r.why)
+				}
 				break
 			}
 		}
@@ -116,18 +119,4 @@ func (a *authority) noColumns(batch []Row, bs batchSchemas) error {
 		a.warnf("%s", msg)
 	}
 	return err
-}
-
-// fitNew is why a schema gives no column: its own error or its first
-// field's.
-func (a *authority) fitNew(s *registrySchema) string {
-	if s.err != nil {
-		return s.err.Error()
-	}
-	for _, f := range s.fields {
-		if f.err != nil {
-			return fmt.Sprintf("field %q: %v", f.name, f.err)
-		}
-	}
-	return ""
 }

@@ -48,17 +48,13 @@ func (a *authority) fit(seen *snapshot, s *registrySchema, origin string) schema
 	}
 	iceberg := catalog.IcebergReadsOn(seen.table.Properties)
 	cols := seen.columns()
-	at := make(map[string]int, len(cols))
-	for i, c := range cols {
-		at[typemap.ColumnKey(c.Name)] = i
-	}
 	for _, fd := range s.fields {
 		if fd.err != nil {
 			f.refused = append(f.refused, fieldRefusal{field: fd.name, why: fd.err.Error()})
 			continue
 		}
 		key := typemap.ColumnKey(fd.name)
-		i, ok := at[key]
+		i, ok := seen.keys[key]
 		if !ok {
 			if why, refused := a.refused.Load(key); refused {
 				f.refused = append(f.refused, fieldRefusal{field: fd.name, why: "no column was added for it: " + why.(string)})
@@ -215,23 +211,25 @@ func (a *authority) refuseAll(batch []Row, bs batchSchemas) *refusedBatch {
 	}
 	rb := &refusedBatch{}
 	for i := range batch {
-		s := bs.schemas[bs.of[i]]
-		var r fieldRefusal
-		switch {
-		case s.err != nil:
-			r.why = s.err.Error()
-		default:
-			r.why = "it has no field with a column type"
-			for _, f := range s.fields {
-				if f.err != nil {
-					r = fieldRefusal{field: f.name, why: f.err.Error()}
-					break
-				}
-			}
-		}
+		r, _ := noColumn(bs.schemas[bs.of[i]])
 		rb.errs = append(rb.errs, a.refusal(batch, i, r, 0))
 	}
 	return rb
+}
+
+// noColumn is why schema s gives no column: its own error, its first
+// field's, or, when neither (found false), that it has no field with a
+// column type.
+func noColumn(s *registrySchema) (r fieldRefusal, found bool) {
+	if s.err != nil {
+		return fieldRefusal{why: s.err.Error()}, true
+	}
+	for _, f := range s.fields {
+		if f.err != nil {
+			return fieldRefusal{field: f.name, why: f.err.Error()}, true
+		}
+	}
+	return fieldRefusal{why: "it has no field with a column type"}, false
 }
 
 // createColumns are the columns a table created from batch takes from the

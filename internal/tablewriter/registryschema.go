@@ -303,8 +303,15 @@ func (a *metadataSchemas) where() string { return fmt.Sprintf("in metadata %q", 
 func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchemas, error) {
 	var bs batchSchemas
 	// The rows of a batch mostly carry one schema: a row whose schema has
-	// the previous row's fingerprint takes its index without the cache.
+	// the previous row's fingerprint and top-level fields (the check
+	// schemaCache makes of a hit: a rewritten schema may keep the
+	// fingerprint) takes its index without the cache. The fields are the
+	// same without a look when the row's schema is the previous row's
+	// stored value itself, as schema_registry_decode shares one per schema
+	// (plugin/schemaregistry's serialised).
 	lastFP, last := "", -1
+	var lastTop []fieldSig
+	var lastChildren []any
 	for i := range batch {
 		v, ok := a.schemaValue(batch, i)
 		if !ok {
@@ -313,10 +320,13 @@ func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchema
 		}
 		bs.withSchema(i, len(batch))
 		fp := ""
-		if m, ok := v.(map[string]any); ok {
+		var children []any
+		m, _ := v.(map[string]any)
+		if m != nil {
 			fp, _ = m["fingerprint"].(string)
+			children, _ = m["children"].([]any)
 		}
-		if fp != "" && fp == lastFP {
+		if fp != "" && fp == lastFP && (sameSlice(children, lastChildren) || sameTop(m, lastTop)) {
 			bs.of[i] = last
 			continue
 		}
@@ -327,9 +337,18 @@ func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchema
 			bs.schemas = append(bs.schemas, s)
 		}
 		bs.of[i] = k
-		lastFP, last = fp, k
+		lastFP, last, lastTop, lastChildren = fp, k, nil, children
+		if fp != "" {
+			lastTop = topFields(m)
+		}
 	}
 	return bs, nil
+}
+
+// sameSlice reports whether a and b are one non-empty slice: the same
+// backing array and length.
+func sameSlice(a, b []any) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 // schemaOrigin names the registry schema row i carries, from the metadata

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -433,6 +434,24 @@ func TestRegistrySchemaStaleFingerprintIsNotTrusted(t *testing.T) {
 	assert.Len(t, a.schemas.m, 1)
 }
 
+// Within one batch too: a row whose stored schema claims the previous row's
+// fingerprint but was rewritten is read as itself, not given the previous
+// row's schema.
+func TestRegistrySchemaStaleFingerprintInOneBatch(t *testing.T) {
+	a := &metadataSchemas{key: testSchemaKey}
+	v1, v2 := ordersV1(), ordersV2()
+	rewritten := v2.ToAny().(map[string]any)
+	rewritten["fingerprint"] = v1.Fingerprint() // kept from the original
+	row := func(s any) Row {
+		return metaTestRow{testRow: testRow{v: orderV1(1), structured: true}, meta: map[string]any{testSchemaKey: s}}
+	}
+	bs, _ := a.schemasOf(context.Background(), []Row{row(v1.ToAny()), row(rewritten), row(rewritten), row(v1.ToAny())})
+	require.Len(t, bs.schemas, 2)
+	assert.Equal(t, []int{0, 1, 1, 0}, bs.of)
+	assert.Len(t, bs.schemas[0].fields, len(v1.Children))
+	assert.Len(t, bs.schemas[1].fields, len(v2.Children), "the rewritten schema is read as itself")
+}
+
 // BenchmarkParseStoredSchema is the cost of a stored schema parsed for each
 // message (one without a fingerprint, or a stale one): the 15 fields of
 // ordersV1. docs/schema-registry.md quotes it.
@@ -443,5 +462,32 @@ func BenchmarkParseStoredSchema(b *testing.B) {
 		if s, _ := parseSchemaValue(v, false); s.err != nil {
 			b.Fatal(s.err)
 		}
+	}
+}
+
+// BenchmarkMetadataSchemasOf is the per-batch cost of reading the registry
+// schemas of 1000 messages carrying one stored schema (ordersV1): one
+// stored value shared by every message, as schema_registry_decode stores
+// it, or a value of its own per message.
+func BenchmarkMetadataSchemasOf(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		b.Run("shared="+strconv.FormatBool(shared), func(b *testing.B) {
+			a := &metadataSchemas{key: testSchemaKey}
+			v1 := ordersV1()
+			stored := v1.ToAny()
+			batch := make([]Row, 1000)
+			for i := range batch {
+				r := registryRow(orderV1(i), ordersV1(), "orders-value", 1, 7).(metaTestRow)
+				if shared {
+					r.meta[testSchemaKey] = stored
+				}
+				batch[i] = r
+			}
+			for b.Loop() {
+				if bs, _ := a.schemasOf(context.Background(), batch); len(bs.schemas) != 1 {
+					b.Fatal(len(bs.schemas))
+				}
+			}
+		})
 	}
 }

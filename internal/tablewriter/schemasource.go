@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -151,8 +152,13 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row) (batchSche
 			bs.of[i] = -1 // the value's own fault: it fails in conversion
 			continue
 		}
-		k := len(bs.schemas)
-		bs.schemas = append(bs.schemas, s)
+		// Protobuf values of one id decode each, mostly to one schema
+		// (compile's): it is one schema of the batch, fitted once.
+		k := slices.Index(bs.schemas, s)
+		if k < 0 {
+			k = len(bs.schemas)
+			bs.schemas = append(bs.schemas, s)
+		}
 		bs.of[i] = k
 		if err != nil || d.Format != registry.Protobuf {
 			byID[id] = k

@@ -371,6 +371,11 @@ func (r registryDecoded) AsStructured() (any, error) { return r.v, r.err }
 // framedValues returns the bytes of rows when every one is a
 // registry-framed value not yet decoded; nil otherwise.
 func framedValues(rows []Row) [][]byte {
+	if len(rows) > 0 {
+		if _, ok := rowFramed(rows[0]); !ok {
+			return nil // a batch of JSON values: no slice made for it
+		}
+	}
 	values := make([][]byte, len(rows))
 	for i, r := range rows {
 		if r.HasStructured() {

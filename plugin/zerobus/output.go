@@ -382,8 +382,10 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	var berr *service.BatchError
 	isBatchErr := errors.As(err, &berr)
 	if isBatchErr {
-		// The rows that did not fail are durable.
+		// The rows that did not fail are durable; those that failed alone
+		// (not table failures) are refused back to the input.
 		o.tally.delivered(o.rowsPerTable(batch, res.tables, func(i int) bool { _, failed := res.failed[i]; return !failed }))
+		o.tally.refused(o.rowsPerTable(batch, res.tables, func(i int) bool { table, failed := res.failed[i]; return failed && !table }))
 	}
 	if stopping || ctx.Err() != nil {
 		// A whole-batch error: every row is redelivered. A batch error:

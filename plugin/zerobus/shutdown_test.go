@@ -241,6 +241,14 @@ func TestDeliveryTallyLine(t *testing.T) {
 		"a.b.two: 10 rows delivered, 9 rows not delivered (4 held and never sent, the table not connected, 5 sent but not confirmed durable within close_timeout; 2 batches) handed back to the input, nacked: it redelivers them; "+
 		"c.d.quiet: 0 rows delivered, 1 row not delivered (1 sent but not confirmed durable within close_timeout; 1 batch) handed back to the input, nacked: it redelivers them", line)
 	assert.Equal(t, int64(10), tally.notDelivered())
+
+	// Rows refused alone (they did not fit, no dead-letter table) are not
+	// delivered either, and say so.
+	tally.refused(map[string]int{"a.b.one": 2})
+	line, back = tally.line()
+	assert.True(t, back)
+	assert.Contains(t, line, "a.b.one: 1 row delivered, 2 rows not delivered (2 refused alone, not fitting the table or failed by a processor, with no dead-letter table) handed back to the input")
+	assert.Equal(t, int64(12), tally.notDelivered())
 }
 
 // SIGTERM while Connect waits out the writer's back-off (the same cause

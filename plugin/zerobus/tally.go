@@ -24,8 +24,12 @@ type deliveryTally struct {
 // tableTally is one table's counts.
 type tableTally struct {
 	delivered         int64
-	held, unconfirmed int64 // rows handed back
-	batches           int64 // batches handed back
+	held, unconfirmed int64 // rows handed back while stopping
+	batches           int64 // batches handed back while stopping
+	// refused counts rows failed alone through a batch error, at any time:
+	// they did not fit the table, or a processor had failed them, with no
+	// dead-letter table to take them. The engine nacks them.
+	refused int64
 }
 
 func (t *deliveryTally) table(name string) *tableTally {
@@ -74,13 +78,22 @@ func (t *deliveryTally) handedBack(rows map[string]int, held bool) {
 	}
 }
 
+// refused counts rows failed alone (see tableTally.refused), per table.
+func (t *deliveryTally) refused(rows map[string]int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for table, n := range rows {
+		t.table(table).refused += int64(n)
+	}
+}
+
 // notDelivered returns the rows handed back over every table.
 func (t *deliveryTally) notDelivered() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var n int64
 	for _, tt := range t.tables {
-		n += tt.held + tt.unconfirmed
+		n += tt.held + tt.unconfirmed + tt.refused
 	}
 	return n
 }
@@ -103,7 +116,7 @@ func (t *deliveryTally) line() (text string, handedBack bool) {
 	for _, name := range names {
 		tt := t.tables[name]
 		s := fmt.Sprintf("%s: %s delivered", name, rowsText(tt.delivered))
-		back := tt.held + tt.unconfirmed
+		back := tt.held + tt.unconfirmed + tt.refused
 		if back == 0 {
 			parts = append(parts, s+", none handed back")
 			continue
@@ -116,8 +129,15 @@ func (t *deliveryTally) line() (text string, handedBack bool) {
 		if tt.unconfirmed > 0 {
 			why = append(why, fmt.Sprintf("%d sent but not confirmed durable within close_timeout", tt.unconfirmed))
 		}
-		parts = append(parts, fmt.Sprintf("%s, %s not delivered (%s; %s) handed back to the input, nacked: it redelivers them",
-			s, rowsText(back), strings.Join(why, ", "), batchesText(tt.batches)))
+		var whys []string
+		if len(why) > 0 {
+			whys = append(whys, strings.Join(why, ", ")+"; "+batchesText(tt.batches))
+		}
+		if tt.refused > 0 {
+			whys = append(whys, fmt.Sprintf("%d refused alone, not fitting the table or failed by a processor, with no dead-letter table", tt.refused))
+		}
+		parts = append(parts, fmt.Sprintf("%s, %s not delivered (%s) handed back to the input, nacked: it redelivers them",
+			s, rowsText(back), strings.Join(whys, "; ")))
 	}
 	return "zerobus: closed; " + strings.Join(parts, "; "), handedBack
 }

@@ -8,8 +8,10 @@
 // A batch of several schema ids, or of a schema the fast path does not
 // plan, takes the general path within Convert (the registry codec's decode,
 // then ConvertStructured), which gives the same record. A batch with a
-// value that is not framed, or a schema that is not Avro, is left to the
-// caller: Convert reports ok false.
+// value that is not framed, a schema that is not Avro, or a schema id the
+// registry does not give for a reason of its own (unknown, unusable) is
+// left to the caller, whose general path fails those rows alone: Convert
+// reports ok false.
 package avrofast
 
 import (
@@ -84,9 +86,11 @@ func Framed(v []byte) (int, bool) {
 // one id and the fast path plans it for conv's table, else through the
 // general path (the registry codec's decode, then ConvertStructured), which
 // gives the same record. ok false means the batch is the caller's (a value
-// not framed, a schema that is not Avro); nothing was converted. A registry
-// failure to give a schema is the error return, so the caller holds the
-// batch and tries again.
+// not framed, a schema that is not Avro, a schema id the registry does
+// not know or a schema it cannot use: the caller's general path fails
+// those rows alone); nothing was converted. The error return is the
+// registry's fault (registry.Retryable) or ctx's end, so the caller holds
+// the batch and tries again.
 func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values [][]byte) (res arrowconv.Result, ok bool, err error) {
 	if len(values) == 0 {
 		return arrowconv.Result{}, false, nil
@@ -108,7 +112,13 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 		}
 		pl, err := p.plan(ctx, conv, id)
 		if err != nil {
-			return arrowconv.Result{}, false, err
+			if registry.Retryable(err) || ctx.Err() != nil {
+				return arrowconv.Result{}, false, err
+			}
+			// The schema's own fault (an id the registry does not know,
+			// a schema it cannot use): the caller's general path fails
+			// that id's rows alone, each with this reason.
+			return arrowconv.Result{}, false, nil
 		}
 		if pl.codec == nil {
 			return arrowconv.Result{}, false, nil

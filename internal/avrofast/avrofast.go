@@ -16,7 +16,6 @@ package avrofast
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -71,16 +70,6 @@ func New(src SchemaSource) *Path {
 	return &Path{src: src, plans: map[planKey]*plan{}}
 }
 
-// Framed reports the schema id of a value in the Confluent wire format
-// (magic byte 0, a 4-byte big-endian schema id, the encoded value;
-// https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format).
-func Framed(v []byte) (int, bool) {
-	if len(v) < 5 || v[0] != 0 {
-		return 0, false
-	}
-	return int(binary.BigEndian.Uint32(v[1:5])), true
-}
-
 // Convert converts values, each a whole framed value, on conv when they are
 // all framed with Avro schema ids: straight from their bytes when there is
 // one id and the fast path plans it for conv's table, else through the
@@ -98,7 +87,7 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	ids := make([]int, len(values))
 	one := true
 	for i, v := range values {
-		id, framed := Framed(v)
+		id, framed := registry.Framed(v)
 		if !framed {
 			return arrowconv.Result{}, false, nil
 		}
@@ -128,7 +117,7 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	if pl := plans[ids[0]]; one && pl.avro != nil {
 		bodies := make([][]byte, len(values))
 		for i, v := range values {
-			bodies[i] = v[5:]
+			bodies[i] = v[registry.HeaderSize:]
 		}
 		res, err = conv.ConvertAvro(pl.avro, bodies, func(body []byte) (any, error) {
 			v, _, err := pl.codec.Decode(body)
@@ -138,7 +127,7 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	}
 	rows := make([]arrowconv.StructuredRow, len(values))
 	for i, v := range values {
-		d, _, err := plans[ids[i]].codec.Decode(v[5:])
+		d, _, err := plans[ids[i]].codec.Decode(v[registry.HeaderSize:])
 		rows[i] = decoded{v: d, err: err}
 	}
 	res, err = conv.ConvertStructured(rows)

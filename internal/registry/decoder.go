@@ -73,18 +73,25 @@ func (d *Decoder) Cache() *Cache[*entry] { return d.cache }
 // *SchemaError when no codec could be made for the schema, or the codec's
 // error wrapped with the schema id.
 func (d *Decoder) Decode(ctx context.Context, value []byte) (Decoded, error) {
-	id, body, hdrErr := ParseHeader(value)
-	if hdrErr != nil {
-		if !d.conf.HasDefaultID {
-			return Decoded{}, hdrErr
-		}
-		id, body = d.conf.DefaultID, value
+	// Framed first: with default_schema_id every value may be unframed,
+	// and ParseHeader's error is only made when it is returned.
+	id, framed := Framed(value)
+	body := value
+	switch {
+	case framed:
+		body = value[HeaderSize:]
+	case !d.conf.HasDefaultID:
+		_, _, err := ParseHeader(value)
+		return Decoded{}, err
+	default:
+		id = d.conf.DefaultID
 	}
 	e, err := d.cache.Get(ctx, id, func(ctx context.Context) (*entry, error) { return d.load(ctx, id) })
 	if err != nil {
 		return Decoded{}, err
 	}
-	if hdrErr != nil && e.schema.Format == Protobuf {
+	if !framed && e.schema.Format == Protobuf {
+		_, _, hdrErr := ParseHeader(value)
 		return Decoded{}, fmt.Errorf("%w; default_schema_id %d is a Protobuf schema, which needs the message index of the wire format", hdrErr, id)
 	}
 	v, common, err := e.codec.Decode(body)

@@ -95,3 +95,31 @@ func TestDecoderSchemaWithoutCodecFailsItsMessages(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// constCodec decodes every body as the same value.
+type constCodec struct{ common *commonschema.Schema }
+
+func (c constCodec) Decode([]byte) (any, *commonschema.Schema, error) { return true, c.common, nil }
+
+// With default_schema_id an unframed value, which may be every value of
+// the topic, costs what a framed one does: no header error is made for it.
+func TestDecoderDefaultSchemaIDCostsNoErrorPerValue(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	common := &commonschema.Schema{Type: commonschema.Boolean}
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{
+		MakeCodec: func(Schema, Options) (Codec, error) { return constCodec{common}, nil },
+		DefaultID: id, HasDefaultID: true,
+	})
+	ctx := context.Background()
+	raw, framed := []byte("raw"), frame(id, "v")
+	if _, err := d.Decode(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	perFramed := testing.AllocsPerRun(100, func() { _, _ = d.Decode(ctx, framed) })
+	perRaw := testing.AllocsPerRun(100, func() { _, _ = d.Decode(ctx, raw) })
+	if perRaw > perFramed {
+		t.Fatalf("an unframed value allocates %v times, a framed one %v", perRaw, perFramed)
+	}
+}

@@ -43,3 +43,18 @@ func FuzzCodecs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNewCodec makes codecs from arbitrary schema texts, as a registry
+// could answer them: a schema no codec can be made from is an error, never
+// a panic, so that only the messages of its id fail.
+func FuzzNewCodec(f *testing.F) {
+	f.Add(avroLogicalSchema)
+	f.Add(protoMoney)
+	f.Add(jsonOrder)
+	f.Add(`{"type":"record","name":"R","fields":[{"name":"a","type":["null",{"type":"map","values":"long"}]}]}`)
+	f.Fuzz(func(t *testing.T, text string) {
+		for _, format := range []Format{Avro, Protobuf, JSONSchema} {
+			_, _ = NewCodec(Schema{ID: 1, Format: format, Text: text}, Options{Avro: AvroOptions{PreserveLogicalTypes: true}})
+		}
+	})
+}

@@ -126,11 +126,24 @@ func (d *Decoder) load(ctx context.Context, id int) (*entry, error) {
 	if mk == nil {
 		mk = NewCodec
 	}
-	c, err := mk(s, d.conf.Options)
+	c, err := makeCodec(mk, s, d.conf.Options)
 	if err != nil {
 		return nil, &SchemaError{ID: id, Err: fmt.Errorf("%s schema%s: %w", formatName(s.Format), s.describe(), err)}
 	}
 	return &entry{schema: s, codec: c}, nil
+}
+
+// makeCodec is mk(s, o), a panic of it (a parser meeting a schema text it
+// did not foresee) an error: the messages of that id then fail, where the
+// panic would leave the cache entry loading for ever, holding every later
+// message of the id, or crash the pipeline.
+func makeCodec(mk func(Schema, Options) (Codec, error), s Schema, o Options) (c Codec, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = nil, fmt.Errorf("the schema parser panicked: %v", p)
+		}
+	}()
+	return mk(s, o)
 }
 
 // describe is " (subject S version N)" when the subject is known.

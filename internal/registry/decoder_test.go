@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
@@ -121,5 +122,26 @@ func TestDecoderDefaultSchemaIDCostsNoErrorPerValue(t *testing.T) {
 	perRaw := testing.AllocsPerRun(100, func() { _, _ = d.Decode(ctx, raw) })
 	if perRaw > perFramed {
 		t.Fatalf("an unframed value allocates %v times, a framed one %v", perRaw, perFramed)
+	}
+}
+
+// A codec maker that panics on a schema fails the messages of that id with
+// a SchemaError; the next message of the id is answered too, not left
+// waiting on an entry that never loads.
+func TestDecoderCodecPanicFailsItsMessages(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{
+		MakeCodec: func(Schema, Options) (Codec, error) { panic("index out of range") },
+	})
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := d.Decode(ctx, frame(id, "v"))
+		cancel()
+		var se *SchemaError
+		if !errors.As(err, &se) || Retryable(err) || !strings.Contains(err.Error(), "the schema parser panicked: index out of range") {
+			t.Fatalf("err = %v, want a SchemaError naming the panic", err)
+		}
 	}
 }

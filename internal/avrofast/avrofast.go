@@ -8,13 +8,14 @@
 // A batch of several schema ids, or of a schema the fast path does not
 // plan, takes the general path within Convert (the registry codec's decode,
 // then ConvertStructured), which gives the same record. A batch with a
-// value that is not framed, or a schema that is not Avro, is left to the
-// caller: Convert reports ok false.
+// value that is not framed, a schema that is not Avro, or a schema id the
+// registry does not give for a reason of its own (unknown, unusable) is
+// left to the caller, whose general path fails those rows alone: Convert
+// reports ok false.
 package avrofast
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -69,24 +70,16 @@ func New(src SchemaSource) *Path {
 	return &Path{src: src, plans: map[planKey]*plan{}}
 }
 
-// Framed reports the schema id of a value in the Confluent wire format
-// (magic byte 0, a 4-byte big-endian schema id, the encoded value;
-// https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format).
-func Framed(v []byte) (int, bool) {
-	if len(v) < 5 || v[0] != 0 {
-		return 0, false
-	}
-	return int(binary.BigEndian.Uint32(v[1:5])), true
-}
-
 // Convert converts values, each a whole framed value, on conv when they are
 // all framed with Avro schema ids: straight from their bytes when there is
 // one id and the fast path plans it for conv's table, else through the
 // general path (the registry codec's decode, then ConvertStructured), which
 // gives the same record. ok false means the batch is the caller's (a value
-// not framed, a schema that is not Avro); nothing was converted. A registry
-// failure to give a schema is the error return, so the caller holds the
-// batch and tries again.
+// not framed, a schema that is not Avro, a schema id the registry does
+// not know or a schema it cannot use: the caller's general path fails
+// those rows alone); nothing was converted. The error return is the
+// registry's fault (registry.Retryable) or ctx's end, so the caller holds
+// the batch and tries again.
 func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values [][]byte) (res arrowconv.Result, ok bool, err error) {
 	if len(values) == 0 {
 		return arrowconv.Result{}, false, nil
@@ -94,7 +87,7 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	ids := make([]int, len(values))
 	one := true
 	for i, v := range values {
-		id, framed := Framed(v)
+		id, framed := registry.Framed(v)
 		if !framed {
 			return arrowconv.Result{}, false, nil
 		}
@@ -108,7 +101,13 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 		}
 		pl, err := p.plan(ctx, conv, id)
 		if err != nil {
-			return arrowconv.Result{}, false, err
+			if registry.Retryable(err) || ctx.Err() != nil {
+				return arrowconv.Result{}, false, err
+			}
+			// The schema's own fault (an id the registry does not know,
+			// a schema it cannot use): the caller's general path fails
+			// that id's rows alone, each with this reason.
+			return arrowconv.Result{}, false, nil
 		}
 		if pl.codec == nil {
 			return arrowconv.Result{}, false, nil
@@ -118,7 +117,7 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	if pl := plans[ids[0]]; one && pl.avro != nil {
 		bodies := make([][]byte, len(values))
 		for i, v := range values {
-			bodies[i] = v[5:]
+			bodies[i] = v[registry.HeaderSize:]
 		}
 		res, err = conv.ConvertAvro(pl.avro, bodies, func(body []byte) (any, error) {
 			v, _, err := pl.codec.Decode(body)
@@ -128,7 +127,7 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	}
 	rows := make([]arrowconv.StructuredRow, len(values))
 	for i, v := range values {
-		d, _, err := plans[ids[i]].codec.Decode(v[5:])
+		d, _, err := plans[ids[i]].codec.Decode(v[registry.HeaderSize:])
 		rows[i] = decoded{v: d, err: err}
 	}
 	res, err = conv.ConvertStructured(rows)

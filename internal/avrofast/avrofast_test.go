@@ -196,9 +196,48 @@ func TestConvertOtherBatches(t *testing.T) {
 	ids64 := res.Record.Column(0).(*array.Int64)
 	assert.Equal(t, []int64{1, 3}, ids64.Int64Values())
 
-	// An id the registry does not know is an error: the caller holds the
-	// batch (or dead-letters it) rather than guessing.
-	_, ok, err = p.Convert(ctx, f.conv, [][]byte{frame(4242, order(1))})
+	// An id the registry does not know is the rows' own fault, not the
+	// batch's: the batch is left to the caller, whose general path fails
+	// those rows alone with the registry's reason.
+	_, ok, err = p.Convert(ctx, f.conv, [][]byte{frame(ids[0], order(1)), frame(4242, order(1))})
+	require.NoError(t, err)
 	assert.False(t, ok)
-	assert.ErrorContains(t, err, "schema id 4242")
+}
+
+// failingSource fails every fetch with err.
+type failingSource struct{ err error }
+
+func (s failingSource) Fetch(context.Context, int) (registry.Schema, error) {
+	return registry.Schema{}, s.err
+}
+
+// Only a registry fault (registry.Retryable) or the end of ctx is Convert's
+// error, which holds the batch; a schema id the registry does not know or a
+// schema it cannot use leaves the batch to the caller's general path, which
+// fails those rows alone rather than holding every row of the batch.
+func TestConvertHoldsOnlyForRegistryFaults(t *testing.T) {
+	f, ids := newFixture(t, orderSchema)
+	values := [][]byte{frame(ids[0], order(1)), frame(ids[0], order(2))}
+	ctx := context.Background()
+	for name, src := range map[string]failingSource{
+		"unknown id": {&registry.NotFoundError{ID: ids[0], Code: 40403, Message: "Schema not found"}},
+		"unusable":   {&registry.SchemaError{ID: ids[0], Err: errors.New("reference cycle")}},
+	} {
+		_, ok, err := New(src).Convert(ctx, f.conv, values)
+		assert.NoError(t, err, name)
+		assert.False(t, ok, name)
+	}
+	for name, src := range map[string]failingSource{
+		"unreachable":  {&registry.UnreachableError{URL: "http://sr", Status: 503, Err: errors.New("down")}},
+		"unauthorized": {&registry.UnauthorizedError{URL: "http://sr", Status: 401, Message: "no", Field: "basic_auth"}},
+	} {
+		_, ok, err := New(src).Convert(ctx, f.conv, values)
+		assert.True(t, registry.Retryable(err), "%s: %v", name, err)
+		assert.False(t, ok, name)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, ok, err := New(failingSource{cancelled.Err()}).Convert(cancelled, f.conv, values)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ok)
 }

@@ -223,3 +223,27 @@ func TestClientNamesTheRegistryWithoutItsPassword(t *testing.T) {
 		t.Fatalf("err = %v: the password must not appear", err)
 	}
 }
+
+// A 404 without a registry error code (a url that names a web server, not
+// the registry) is not dressed up as the registry's 40403: the message
+// says that no code came and to check the url.
+func TestFetchBare404SaysToCheckTheURL(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<html>Not Found</html>"))
+		return true
+	})
+	_, err := newClient(t, reg.URL(), nil, "").Fetch(context.Background(), 7)
+	var nf *NotFoundError
+	if !errors.As(err, &nf) || nf.Code != 0 || Retryable(err) {
+		t.Fatalf("err = %#v, want a NotFoundError without a code", err)
+	}
+	for _, want := range []string{"schema id 7", "HTTP 404 without a registry error code", "Not Found", "check that url"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q lacks %q", err, want)
+		}
+	}
+}

@@ -73,18 +73,25 @@ func (d *Decoder) Cache() *Cache[*entry] { return d.cache }
 // *SchemaError when no codec could be made for the schema, or the codec's
 // error wrapped with the schema id.
 func (d *Decoder) Decode(ctx context.Context, value []byte) (Decoded, error) {
-	id, body, hdrErr := ParseHeader(value)
-	if hdrErr != nil {
-		if !d.conf.HasDefaultID {
-			return Decoded{}, hdrErr
-		}
-		id, body = d.conf.DefaultID, value
+	// Framed first: with default_schema_id every value may be unframed,
+	// and ParseHeader's error is only made when it is returned.
+	id, framed := Framed(value)
+	body := value
+	switch {
+	case framed:
+		body = value[HeaderSize:]
+	case !d.conf.HasDefaultID:
+		_, _, err := ParseHeader(value)
+		return Decoded{}, err
+	default:
+		id = d.conf.DefaultID
 	}
 	e, err := d.cache.Get(ctx, id, func(ctx context.Context) (*entry, error) { return d.load(ctx, id) })
 	if err != nil {
 		return Decoded{}, err
 	}
-	if hdrErr != nil && e.schema.Format == Protobuf {
+	if !framed && e.schema.Format == Protobuf {
+		_, _, hdrErr := ParseHeader(value)
 		return Decoded{}, fmt.Errorf("%w; default_schema_id %d is a Protobuf schema, which needs the message index of the wire format", hdrErr, id)
 	}
 	v, common, err := e.codec.Decode(body)
@@ -119,11 +126,24 @@ func (d *Decoder) load(ctx context.Context, id int) (*entry, error) {
 	if mk == nil {
 		mk = NewCodec
 	}
-	c, err := mk(s, d.conf.Options)
+	c, err := makeCodec(mk, s, d.conf.Options)
 	if err != nil {
 		return nil, &SchemaError{ID: id, Err: fmt.Errorf("%s schema%s: %w", formatName(s.Format), s.describe(), err)}
 	}
 	return &entry{schema: s, codec: c}, nil
+}
+
+// makeCodec is mk(s, o), a panic of it (a parser meeting a schema text it
+// did not foresee) an error: the messages of that id then fail, where the
+// panic would leave the cache entry loading for ever, holding every later
+// message of the id, or crash the pipeline.
+func makeCodec(mk func(Schema, Options) (Codec, error), s Schema, o Options) (c Codec, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = nil, fmt.Errorf("the schema parser panicked: %v", p)
+		}
+	}()
+	return mk(s, o)
 }
 
 // describe is " (subject S version N)" when the subject is known.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
@@ -93,5 +94,54 @@ func TestDecoderSchemaWithoutCodecFailsItsMessages(t *testing.T) {
 	var se *SchemaError
 	if !errors.As(err, &se) || Retryable(err) || !strings.Contains(err.Error(), "AVRO schema (subject c-value version 1): field c: unknown type") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// constCodec decodes every body as the same value.
+type constCodec struct{ common *commonschema.Schema }
+
+func (c constCodec) Decode([]byte) (any, *commonschema.Schema, error) { return true, c.common, nil }
+
+// With default_schema_id an unframed value, which may be every value of
+// the topic, costs what a framed one does: no header error is made for it.
+func TestDecoderDefaultSchemaIDCostsNoErrorPerValue(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	common := &commonschema.Schema{Type: commonschema.Boolean}
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{
+		MakeCodec: func(Schema, Options) (Codec, error) { return constCodec{common}, nil },
+		DefaultID: id, HasDefaultID: true,
+	})
+	ctx := context.Background()
+	raw, framed := []byte("raw"), frame(id, "v")
+	if _, err := d.Decode(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	perFramed := testing.AllocsPerRun(100, func() { _, _ = d.Decode(ctx, framed) })
+	perRaw := testing.AllocsPerRun(100, func() { _, _ = d.Decode(ctx, raw) })
+	if perRaw > perFramed {
+		t.Fatalf("an unframed value allocates %v times, a framed one %v", perRaw, perFramed)
+	}
+}
+
+// A codec maker that panics on a schema fails the messages of that id with
+// a SchemaError; the next message of the id is answered too, not left
+// waiting on an entry that never loads.
+func TestDecoderCodecPanicFailsItsMessages(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	d := NewDecoder(newClient(t, reg.URL(), nil, ""), DecoderConfig{
+		MakeCodec: func(Schema, Options) (Codec, error) { panic("index out of range") },
+	})
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := d.Decode(ctx, frame(id, "v"))
+		cancel()
+		var se *SchemaError
+		if !errors.As(err, &se) || Retryable(err) || !strings.Contains(err.Error(), "the schema parser panicked: index out of range") {
+			t.Fatalf("err = %v, want a SchemaError naming the panic", err)
+		}
 	}
 }

@@ -8,14 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 )
 
-// The registry's error codes this package tells apart (Confluent's REST API
-// reference, https://docs.confluent.io/platform/current/schema-registry/develop/api.html#errors).
-const (
-	codeSubjectNotFound = 40401
-	codeVersionNotFound = 40402
-	codeSchemaNotFound  = 40403
-)
-
 // NotFramedError is a value that is not in the Confluent wire format: shorter
 // than the 5-byte header, or without the magic byte. Only that message fails.
 type NotFramedError struct {
@@ -65,19 +57,28 @@ func (e *UnauthorizedError) Error() string {
 
 // NotFoundError is a schema id the registry does not know (error 40403), or
 // a reference of the schema whose subject or version it does not know
-// (40401, 40402). Only the messages written with that id fail.
+// (40401, 40402): the codes of Confluent's REST API reference,
+// https://docs.confluent.io/platform/current/schema-registry/develop/api.html#errors.
+// Only the messages written with that id fail.
 type NotFoundError struct {
-	ID        int
+	ID int
+	// Code is the registry's error_code; 0 when the HTTP 404 carried none,
+	// which a registry does not answer: the url most likely names
+	// something else.
 	Code      int
 	Message   string // the registry's own message
 	Reference string // "subject version N" of a missing reference; empty for the schema itself
 }
 
 func (e *NotFoundError) Error() string {
-	if e.Reference != "" {
-		return fmt.Sprintf("schema id %d: its reference %s is not in the schema registry (error %d: %s)", e.ID, e.Reference, e.Code, e.Message)
+	why := fmt.Sprintf("error %d: %s", e.Code, e.Message)
+	if e.Code == 0 {
+		why = fmt.Sprintf("HTTP 404 without a registry error code: %s; check that url is the registry's base URL", e.Message)
 	}
-	return fmt.Sprintf("schema id %d is not in the schema registry (error %d: %s)", e.ID, e.Code, e.Message)
+	if e.Reference != "" {
+		return fmt.Sprintf("schema id %d: its reference %s is not in the schema registry (%s)", e.ID, e.Reference, why)
+	}
+	return fmt.Sprintf("schema id %d is not in the schema registry (%s)", e.ID, why)
 }
 
 // SchemaError is a schema that was fetched but cannot be used: a reference
@@ -123,14 +124,7 @@ func classify(err error, baseURL string, id int, ref string, credentials string)
 	case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
 		return &UnauthorizedError{URL: baseURL, Status: re.StatusCode, Message: msg, Field: credentials}
 	case re.StatusCode == http.StatusNotFound:
-		code := re.ErrorCode
-		if code == 0 {
-			code = codeSchemaNotFound
-			if ref != "" {
-				code = codeVersionNotFound
-			}
-		}
-		return &NotFoundError{ID: id, Code: code, Message: msg, Reference: ref}
+		return &NotFoundError{ID: id, Code: re.ErrorCode, Message: msg, Reference: ref}
 	}
 	if ref != "" {
 		return &SchemaError{ID: id, Err: fmt.Errorf("reference %s: the registry answered HTTP %d: %s", ref, re.StatusCode, msg)}

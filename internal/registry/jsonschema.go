@@ -128,7 +128,11 @@ func (c *jsonCodec) Decode(body []byte) (any, *commonschema.Schema, error) {
 	if c.coerce {
 		v = jsonCoercer{docs: c.docs}.value(c.main, c.main.root, v, 0)
 	}
-	res, err := c.validator.Validate(gojsonschema.NewGoLoader(v))
+	// v is already what gojsonschema validates (decodeJSONValue's maps,
+	// slices, json.Numbers, strings, bools and nils; coercion keeps to
+	// them), so the raw loader, not NewGoLoader, which writes v out as JSON
+	// and parses it again per value.
+	res, err := c.validator.Validate(gojsonschema.NewRawLoader(v))
 	if err != nil {
 		return nil, nil, fmt.Errorf("schema %d: validating the JSON value: %w", c.id, err)
 	}

@@ -109,7 +109,7 @@ func coerceScalar(v any, types map[string]bool) any {
 		}
 		s := strings.TrimSpace(x)
 		if types["integer"] {
-			if _, ok := new(big.Int).SetString(s, 10); ok {
+			if _, ok := new(big.Int).SetString(s, 10); ok && json.Valid([]byte(s)) {
 				return json.Number(s)
 			}
 		}

@@ -114,6 +114,14 @@ func TestJSONSchemaCoerceData(t *testing.T) {
 	_, _, err = jsonCodecFor(t, JSONOptions{CoerceData: true}).Decode([]byte(`{"id":"1.5","amount":1,"placed":"2023-11-14T22:13:20Z"}`))
 	require.Error(t, err, "1.5 is not an integer: left as is, then refused")
 	assert.Contains(t, err.Error(), "id: Invalid type")
+
+	// Integer text that is no JSON number (a sign, a leading zero) is left
+	// a string, then refused: the value goes on to the output as is.
+	for _, id := range []string{"+5", "007"} {
+		_, _, err = jsonCodecFor(t, JSONOptions{CoerceData: true}).Decode([]byte(`{"id":"` + id + `","amount":1,"placed":"2023-11-14T22:13:20Z"}`))
+		require.Error(t, err, id)
+		assert.Contains(t, err.Error(), "id: Invalid type", id)
+	}
 }
 
 func TestJSONSchemaBadSchemas(t *testing.T) {

@@ -209,7 +209,7 @@ func (c *protobufCodec) Decode(body []byte) (any, *commonschema.Schema, error) {
 		return nil, nil, fmt.Errorf("schema %d: %w", c.id, err)
 	}
 	msg := dynamicpb.NewMessage(md)
-	if err := (proto.UnmarshalOptions{Resolver: c.json.Resolver}).Unmarshal(payload, msg); err != nil {
+	if err := c.unmarshal(payload, msg); err != nil {
 		return nil, nil, fmt.Errorf("schema %d: decoding Protobuf message %s (message index %s): %w", c.id, md.FullName(), indexText(index), err)
 	}
 	schema := c.schemas[md.FullName()]
@@ -226,6 +226,20 @@ func (c *protobufCodec) Decode(body []byte) (any, *commonschema.Schema, error) {
 		return nil, nil, fmt.Errorf("schema %d: Protobuf message %s as JSON: %w", c.id, md.FullName(), err)
 	}
 	return v, schema, nil
+}
+
+// unmarshal reads payload into msg. google.golang.org/protobuf (v1.36.12)
+// panics on some malformed map entries of a dynamic message ("type
+// mismatch: cannot convert nil to map key", found by FuzzCodecs): that is
+// this value's fault, an error failing its message alone, not a crash of
+// the pipeline.
+func (c *protobufCodec) unmarshal(payload []byte, msg *dynamicpb.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed Protobuf value (the decoder panicked: %v)", p)
+		}
+	}()
+	return proto.UnmarshalOptions{Resolver: c.json.Resolver}.Unmarshal(payload, msg)
 }
 
 // message follows the message-index path: the first index picks a top-level

@@ -304,3 +304,15 @@ func TestProtobufSerializedSchema(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]any{"total": map[string]any{"units": "5"}, "placedAt": "2023-11-14T22:13:20Z"}, v)
 }
+
+// A malformed map entry on which google.golang.org/protobuf panics (found
+// by FuzzCodecs) fails its value with an error instead.
+func TestProtobufMalformedMapEntryIsAnError(t *testing.T) {
+	c, err := NewCodec(Schema{ID: 2, Format: Protobuf, Text: protoOrder, References: protoRefs}, Options{})
+	require.NoError(t, err)
+	body := []byte("\x000\xff\xff\xd6\xff\xff\xff\xff\xff\xff\x010028000000000000000000000000000000000000000000000000000000002!00000000000000000000000000000000000100000000\x8a\x01\x05\n\x010\b0")
+	_, _, err = c.Decode(body)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "malformed Protobuf value")
+	assert.Contains(t, err.Error(), "schema 2: decoding Protobuf message")
+}

@@ -13,7 +13,8 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
 )
 
-// oneSchema is a SchemaSource knowing one Avro schema.
+// oneSchema is a SchemaSource knowing one Avro schema; the registry
+// cannot be reached for any other.
 type oneSchema struct {
 	id   int
 	text string
@@ -21,7 +22,7 @@ type oneSchema struct {
 
 func (s oneSchema) Fetch(_ context.Context, id int) (registry.Schema, error) {
 	if id != s.id {
-		return registry.Schema{}, assert.AnError
+		return registry.Schema{}, &registry.UnreachableError{URL: "http://registry", Err: assert.AnError}
 	}
 	return registry.Schema{ID: id, Format: registry.Avro, Text: s.text}, nil
 }
@@ -52,8 +53,8 @@ func TestWriteAvroFastPath(t *testing.T) {
 	msgs, _ := submittedColumn(t, h.opener, "msg")
 	assert.Equal(t, []string{"a", "c", "d"}, msgs)
 
-	// A schema the registry does not give holds the batch: Write fails and
-	// nothing is sent.
+	// A schema the registry cannot give (it is unreachable) holds the
+	// batch: Write fails and nothing is sent.
 	other := framedEvent(5, "e").(testRow)
 	other.b[4] = 99
 	_, err := h.w.Write(context.Background(), []Row{other}, nil)

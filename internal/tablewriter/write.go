@@ -307,8 +307,9 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 // convertRows converts rows on snap: on the Avro fast path when it is on and
 // takes them, the general path otherwise, where the framed values are first
 // decoded by the registry (Config.Registry) when it is set. The fast
-// path's error (the registry did not give the schema) fails the batch,
-// which is held and written again.
+// path's error (the registry could not be read) fails the batch, which is
+// held and written again; a schema id the registry does not know is left to
+// the general path, which fails those rows alone.
 func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (arrowconv.Result, error) {
 	if w.cfg.Avro != nil {
 		if values := framedValues(rows); values != nil {

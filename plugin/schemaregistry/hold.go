@@ -46,11 +46,13 @@ func (h *Holder) SetBackoff(initial, maxWait time.Duration) {
 	h.retryInitial, h.retryMax = initial, maxWait
 }
 
-// Decode decodes a framed value, waiting out registry faults (see Holder).
-// Its errors are the value's own (not framed, unknown schema id, a value
-// that does not match its schema) or ctx's.
+// Decode decodes a framed value, waiting out registry faults (see Holder):
+// it retries with back-off while the registry cannot be read
+// (registry.Retryable), until it can or ctx is done. Its errors are the
+// value's own (not framed, unknown schema id, a value that does not match
+// its schema) or ctx's.
 func (h *Holder) Decode(ctx context.Context, value []byte) (registry.Decoded, error) {
-	return h.decode(ctx, value)
+	return hold(ctx, h, func() (registry.Decoded, error) { return h.dec.Decode(ctx, value) })
 }
 
 // Fetch is the schema of id, from the decoder's cache or the registry,
@@ -62,12 +64,6 @@ func (h *Holder) Fetch(ctx context.Context, id int) (registry.Schema, error) {
 // Health is the holder's health endpoint status and problems: up, degraded
 // while a fault is younger than 30 s, down after.
 func (h *Holder) Health() (string, []string) { return h.fault.health() }
-
-// decode decodes value, retrying with back-off while the registry cannot be
-// read (registry.Retryable), until it can or ctx is done.
-func (h *Holder) decode(ctx context.Context, value []byte) (registry.Decoded, error) {
-	return hold(ctx, h, func() (registry.Decoded, error) { return h.dec.Decode(ctx, value) })
-}
 
 // hold calls try until it succeeds or fails for a reason that is not the
 // registry's (registry.Retryable), waiting with back-off between tries.

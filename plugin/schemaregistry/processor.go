@@ -111,7 +111,7 @@ func (p *processor) ProcessBatch(ctx context.Context, batch service.MessageBatch
 			msg.SetError(fmt.Errorf("%s: message %d: %w", Name, i, err))
 			continue
 		}
-		d, err := p.decode(ctx, value)
+		d, err := p.Decode(ctx, value)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%s: stopped while the schema registry could not be read: %w", Name, ctx.Err())

@@ -148,7 +148,8 @@ FUZZ_TARGETS := \
 	./internal/typemap:FuzzParseType ./internal/typemap:FuzzParseColumns ./internal/typemap:FuzzCheckTableName \
 	./internal/lintrule:FuzzURLRuleMatchesRun \
 	./internal/emulator:FuzzDoPutFrame ./internal/emulator:FuzzJSONRecords ./internal/emulator:FuzzVariantJSON ./internal/emulator:FuzzFlightCodec ./internal/emulator:FuzzParseOffset \
-	./internal/emulator/workspace:FuzzParseStatement
+	./internal/emulator/workspace:FuzzParseStatement \
+	./internal/arrowconv:FuzzConvertAvro ./internal/registry:FuzzCodecs ./internal/registry:FuzzNewCodec
 FUZZTIME    ?= 30s
 FUZZMINTIME ?= 100x
 

@@ -5,13 +5,13 @@
 package tablewriter
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
 )
 
 // registryFramed reports whether b is a value in the Confluent wire format
@@ -19,12 +19,11 @@ import (
 // the encoded value), and its schema id. No JSON text starts with a zero
 // byte, so a JSON message is never taken for one. Source: Confluent docs,
 // "Wire format",
-// https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format.
+// https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format
+// (registry.Framed reads it).
 func registryFramed(b []byte) (uint32, bool) {
-	if len(b) < 5 || b[0] != 0 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint32(b[1:5]), true
+	id, ok := registry.Framed(b)
+	return uint32(id), ok
 }
 
 // framedAdvice is what to do about registry-framed values with these schema

@@ -12,6 +12,7 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkamsg"
 )
 
 // Name is the input's registered name.
@@ -126,12 +127,12 @@ func (in *input) logConfig() {
 	if group == "" {
 		group = "(none: no commits)"
 	}
-	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s commit_on_ack=%t partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d max_unacked_bytes=%d auto_replay_nacks=%t",
+	in.log.Infof("redpanda: seed_brokers=%v client_id=%s tls.enabled=%t tls.skip_cert_verify=%t sasl=%v (credentials not logged) metadata_max_age=%s request_timeout_overhead=%s conn_idle_timeout=%s tcp.connect_timeout=%s tcp.keep_alive=[idle=%s interval=%s count=%d] tcp.tcp_user_timeout=%s topics=[%s] regexp=%t regexp_topics_exclude=%v consumer_group=%s instance_id=%q rack_id=%q rebalance_timeout=%s session_timeout=%s heartbeat_interval=%s start_offset=%s fetch_max_bytes=%d fetch_max_wait=%s fetch_min_bytes=%d fetch_max_partition_bytes=%d transaction_isolation_level=%s commit_period=%s commit_on_ack=%t partition_buffer_bytes=%d topic_lag_refresh_period=%s max_yield_batch_bytes=%d max_unacked_per_partition=%d max_unacked_bytes=%d auto_replay_nacks=%t pack_records=%t",
 		k.SeedBrokers, k.ClientID, c.TLSEnabled, c.SkipVerify, c.SASLMechs, k.MetadataMaxAge, k.RequestTimeoutOverhead, k.ConnIdleTimeout,
 		k.Dial.ConnectTimeout, k.Dial.KeepAliveIdle, k.Dial.KeepAliveInterval, k.Dial.KeepAliveCount, k.Dial.UserTimeout,
 		topics, k.Regex, k.Exclude, group, k.InstanceID, k.RackID, k.RebalanceTimeout, k.SessionTimeout, k.HeartbeatInterval, c.StartOffset,
 		k.FetchMaxBytes, k.FetchMaxWait, k.FetchMinBytes, k.FetchMaxPartitionBytes, c.Isolation, k.CommitPeriod, k.CommitOnAck, k.Limits.BufferBytes,
-		k.LagRefreshPeriod, k.Limits.YieldBytes, k.Limits.MaxUnacked, k.Limits.MaxUnackedBytes, k.Limits.Replay)
+		k.LagRefreshPeriod, k.Limits.YieldBytes, k.Limits.MaxUnacked, k.Limits.MaxUnackedBytes, k.Limits.Replay, c.PackRecords)
 }
 
 func (in *input) consumer() *kafkain.Consumer {
@@ -141,8 +142,8 @@ func (in *input) consumer() *kafkain.Consumer {
 }
 
 // ReadBatch returns the next batch of one partition, with Redpanda
-// Connect's metadata on every message; its ack settles the batch in the
-// commit tracker.
+// Connect's metadata on every message, or as one record pack
+// (pack_records); its ack settles the batch in the commit tracker.
 func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	cons := in.consumer()
 	if cons == nil {
@@ -156,7 +157,12 @@ func (in *input) ReadBatch(ctx context.Context) (service.MessageBatch, service.A
 		return nil, nil, err
 	}
 	recs := cons.Handed(b)
-	batch := newBatchBuilder(b.TP).messages(recs, b.HighWatermark)
+	var batch service.MessageBatch
+	if in.cfg.PackRecords {
+		batch = service.MessageBatch{kafkamsg.NewPack(kafkamsg.TP(b.TP), recs, b.HighWatermark).Message()}
+	} else {
+		batch = kafkamsg.Messages(kafkamsg.TP(b.TP), recs, b.HighWatermark)
+	}
 	delivery := b.Delivery()
 	return batch, func(_ context.Context, err error) error {
 		cons.Ack(b, delivery, err)

@@ -76,6 +76,7 @@ const (
 	fPartBufferBytes   = "partition_buffer_bytes"
 	fLagRefresh        = "topic_lag_refresh_period"
 	fMaxYieldBytes     = "max_yield_batch_bytes"
+	fPackRecords       = "pack_records"
 	fAutoReplayNacks   = service.AutoRetryNacksToggleFieldName
 	fMaxUnacked        = "max_unacked_per_partition"
 	fMaxUnackedBytes   = "max_unacked_bytes"
@@ -307,6 +308,9 @@ Each message carries `+"`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_of
 			service.NewStringField(fMaxYieldBytes).
 				Description("The maximum size of each batch this input yields (records of one partition; a larger record goes alone).").
 				Default("32KB").LintRule(bytesLint(fMaxYieldBytes)).Advanced(),
+			service.NewBoolField(fPackRecords).
+				Description("This binary's own (Redpanda Connect has no such field): hand each batch (the records of one partition, up to `"+fMaxYieldBytes+"`) to the pipeline as one message carrying its records, a record pack, instead of a message per record. The `zerobus` output reads the records of a pack as rows without a message per record: the engine's per-message work (a transaction, a tracing span, the batcher's step, the metadata of each record) is done once per pack, which is most of the pipeline's CPU with small records (docs/performance.md). Only for a `zerobus` output with no `processors` in between: anything else sees a placeholder, and the output fails a pack whose message a processor changed. A pack message's metadata is `kafka_topic`, `kafka_partition` and `kafka_pack_records` (its record count); the output builds each record's message, with the usual metadata, only where it needs one (an interpolated `table`, `ordering_key` or `coverage`). Batching counts a pack as one message of its records' bytes. Acknowledgements and replays are per batch either way.").
+				Default(false).Advanced(),
 			service.NewIntField(fMaxUnacked).
 				Description("This binary's own (Redpanda Connect has no such field): how many records of one partition may be fetched and not yet acknowledged before the input stops polling until acknowledgements take it below, so that one partition cannot take the whole of `max_unacked_bytes`. One poll may take a partition past it (the bound is this plus one poll, itself within `max_unacked_bytes`); the rest of a fetch stays in franz-go's buffer. No partition is paused: a fetch that leaves a paused partition out is held by the broker for up to `fetch_max_wait` when the others are caught up, which stalled consuming. At the default `max_unacked_bytes` (16MiB, more than 1 KiB a record) the default, 16384, is never reached.").
 				Default(DefaultMaxUnacked).LintRule(lintrule.AtLeast(fMaxUnacked, 1)).Advanced(),
@@ -343,6 +347,9 @@ type Config struct {
 	SkipVerify  bool
 	SASLMechs   []string
 	UserTimeout time.Duration
+	// PackRecords hands each batch out as one record pack
+	// (kafkamsg.Pack) instead of a message per record.
+	PackRecords bool
 }
 
 // ParseConfig reads and checks the configuration; every error names its
@@ -483,6 +490,9 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	}
 	if k.CommitOnAck, err = conf.FieldBool(fCommitOnAck); err != nil {
 		return c, fail(fCommitOnAck, err)
+	}
+	if c.PackRecords, err = conf.FieldBool(fPackRecords); err != nil {
+		return c, fail(fPackRecords, err)
 	}
 	k.Limits = kafkain.Limits{
 		MaxUnacked: maxUnacked, BufferBytes: partBuf, MaxUnackedBytes: unackedBytes, YieldBytes: yield, Replay: replay,

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
@@ -56,8 +54,8 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 
 // position is a message's coverage source and offset.
 func (c *outputConfig) position(r tablewriter.Row) (string, string, error) {
-	m, ok := r.(*service.Message)
-	if !ok {
+	m := rowMessage(r)
+	if m == nil {
 		return "", "", fmt.Errorf("row is a %T, not a message", r)
 	}
 	src, err := c.CovSource.TryString(m)

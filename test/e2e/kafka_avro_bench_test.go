@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,18 +84,40 @@ func BenchmarkKafkaAvro(b *testing.B) {
 		time.Since(began).Round(time.Millisecond))
 	bin := binary(b)
 
+	const packed = "pack_records: true\n"
 	sides := []struct {
-		name, topic, pipeline, output string
+		name, topic, input, pipeline, output string
 	}{
-		{"fast", avroTopic, "", zerobusOutput(grpcURL, httpURL, table, benchOutputExtra(), "schema_registry:\n  url: "+reg.URL())},
-		{"json", jsonTopic, "", zerobusOutput(grpcURL, httpURL, table, benchOutputExtra())},
-		{"processor", avroTopic, "processors:\n  - schema_registry_decode:\n      url: " + reg.URL() + "\n      avro:\n        preserve_logical_types: true\n        raw_unions: true\n",
+		{"fast", avroTopic, "", "", zerobusOutput(grpcURL, httpURL, table, benchOutputExtra(), "schema_registry:\n  url: "+reg.URL())},
+		{"json", jsonTopic, "", "", zerobusOutput(grpcURL, httpURL, table, benchOutputExtra())},
+		{"processor", avroTopic, "", "processors:\n  - schema_registry_decode:\n      url: " + reg.URL() + "\n      avro:\n        preserve_logical_types: true\n        raw_unions: true\n",
 			zerobusOutput(grpcURL, httpURL, table, benchOutputExtra())},
+		{"fast_packed", avroTopic, packed, "", zerobusOutput(grpcURL, httpURL, table, benchOutputExtra(), "schema_registry:\n  url: "+reg.URL())},
+		{"json_packed", jsonTopic, packed, "", zerobusOutput(grpcURL, httpURL, table, benchOutputExtra())},
+	}
+	if only := os.Getenv("AVRO_BENCH_SIDES"); only != "" {
+		keep := strings.Split(only, ",")
+		sides = slices.DeleteFunc(sides, func(s struct{ name, topic, input, pipeline, output string }) bool {
+			return !slices.Contains(keep, s.name)
+		})
 	}
 	rates := map[string][]float64{}
 	cpus := map[string][]float64{}
 	emuCPUs := map[string][]float64{}
-	var vsJSON, vsProc, cpuVsJSON, cpuVsProc []float64
+	// The ratios, each a side's records/s over another's (and the other's
+	// CPU over the side's), with its target (0: none).
+	ratios := []struct {
+		name, num, den string
+		target         float64
+	}{
+		{"fast_packed_vs_json", "fast_packed", "json", 1.5},
+		{"fast_packed_vs_processor", "fast_packed", "processor", 2},
+		{"fast_packed_vs_json_packed", "fast_packed", "json_packed", 0},
+		{"fast_vs_json", "fast", "json", 0},
+		{"fast_vs_processor", "fast", "processor", 0},
+		{"json_packed_vs_json", "json_packed", "json", 0},
+	}
+	rateRatios, cpuRatios := map[string][]float64{}, map[string][]float64{}
 	group := 0
 	for rep := range b.N * reps {
 		got := map[string]kafkaRun{}
@@ -101,7 +125,7 @@ func BenchmarkKafkaAvro(b *testing.B) {
 			side := sides[(k+rep)%len(sides)] // rotate which side goes first
 			group++
 			acked, emuBefore := rowsAckedIn(b, httpURL, table), emu.cpu(b)
-			r := runKafkaPipeline(b, bin, broker.addr, side.topic, fmt.Sprintf("avro-bench-%d", group), n, side.pipeline, side.output)
+			r := runKafkaPipeline(b, bin, broker.addr, side.topic, fmt.Sprintf("avro-bench-%d", group), n, side.input, side.pipeline, side.output)
 			emuCPU := emu.cpu(b) - emuBefore
 			require.GreaterOrEqual(b, rowsAckedIn(b, httpURL, table)-acked, int64(n), "%s: every record acked", side.name)
 			got[side.name] = r
@@ -112,21 +136,31 @@ func BenchmarkKafkaAvro(b *testing.B) {
 				rep+1, side.name, r.wall.Round(time.Millisecond), r.first.Round(time.Millisecond), r.rate(n), r.cpu.Round(time.Millisecond),
 				r.cpuPerMillion(n), float64(r.peak)/(1<<20), emuCPU.Round(time.Millisecond))
 		}
-		fast, js, proc := got["fast"], got["json"], got["processor"]
-		vsJSON = append(vsJSON, fast.rate(n)/js.rate(n))
-		vsProc = append(vsProc, fast.rate(n)/proc.rate(n))
-		cpuVsJSON = append(cpuVsJSON, js.cpu.Seconds()/fast.cpu.Seconds())
-		cpuVsProc = append(cpuVsProc, proc.cpu.Seconds()/fast.cpu.Seconds())
+		for _, r := range ratios {
+			num, nok := got[r.num]
+			den, dok := got[r.den]
+			if nok && dok {
+				rateRatios[r.name] = append(rateRatios[r.name], num.rate(n)/den.rate(n))
+				cpuRatios[r.name] = append(cpuRatios[r.name], den.cpu.Seconds()/num.cpu.Seconds())
+			}
+		}
 	}
 	for _, s := range sides {
 		benchreport.Report("kafka_avro/"+s.name+"_records_per_s", rates[s.name], benchreport.Info, 0, "rows/s")
 		benchreport.Report("kafka_avro/"+s.name+"_cpu_per_million", cpus[s.name], benchreport.Info, 0, "s")
 		benchreport.Report("kafka_avro/"+s.name+"_emulator_cpu", emuCPUs[s.name], benchreport.Info, 0, "s")
 	}
-	benchreport.Report("kafka_avro/fast_vs_json_binary_cpu", cpuVsJSON, benchreport.Info, 0, "")
-	benchreport.Report("kafka_avro/fast_vs_processor_binary_cpu", cpuVsProc, benchreport.Info, 0, "")
-	b.ReportMetric(benchreport.Report("kafka_avro/fast_vs_json", vsJSON, benchreport.AtLeast, 1.5, ""), "x_vs_json")
-	b.ReportMetric(benchreport.Report("kafka_avro/fast_vs_processor", vsProc, benchreport.AtLeast, 2.0, ""), "x_vs_processor")
+	for _, r := range ratios {
+		if len(rateRatios[r.name]) == 0 {
+			continue
+		}
+		benchreport.Report("kafka_avro/"+r.name+"_binary_cpu", cpuRatios[r.name], benchreport.Info, 0, "")
+		kind := benchreport.Info
+		if r.target > 0 {
+			kind = benchreport.AtLeast
+		}
+		b.ReportMetric(benchreport.Report("kafka_avro/"+r.name, rateRatios[r.name], kind, r.target, ""), "x_"+r.name)
+	}
 }
 
 // The table, schema and records of BenchmarkKafkaAvro (the columns of

@@ -1,13 +1,23 @@
-package kafka
+// Package kafkamsg turns the Kafka records the redpanda input hands out
+// into Benthos messages: a message per record with Redpanda Connect's
+// metadata (Messages), or one message carrying a whole batch of records, a
+// record pack, for the zerobus output to read without a message per record
+// (pack.go).
+package kafkamsg
 
 import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
 )
+
+// TP is a topic partition. (Not the input's TP: the zerobus
+// output reads packs, and must not pull in the input.)
+type TP struct {
+	Topic     string
+	Partition int32
+}
 
 // batchBuilder turns the records of one handed-out batch, all of one
 // partition, into messages with the metadata Redpanda Connect's redpanda
@@ -28,8 +38,15 @@ type batchBuilder struct {
 }
 
 // newBatchBuilder returns the builder of a batch of tp.
-func newBatchBuilder(tp kafkain.TP) *batchBuilder {
+func newBatchBuilder(tp TP) *batchBuilder {
 	return &batchBuilder{topic: tp.Topic, partition: int(tp.Partition)}
+}
+
+// Messages returns a message per record of recs, all of partition tp, with
+// Redpanda Connect's metadata; hwm is the partition's high watermark (for
+// kafka_lag).
+func Messages(tp TP, recs []*kgo.Record, hwm int64) service.MessageBatch {
+	return newBatchBuilder(tp).messages(recs, hwm)
 }
 
 // messages builds the batch's messages; hwm is the partition's high

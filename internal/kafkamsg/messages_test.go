@@ -1,4 +1,4 @@
-package kafka
+package kafkamsg
 
 import (
 	"fmt"
@@ -9,15 +9,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/benthos-zerobus/benthos-zerobus/internal/kafkain"
 )
 
 // TestMessageMetadataPerRecord: the values boxed once per batch (topic,
 // partition, the last timestamps) never leak from one record into the
 // next: each message carries its own record's timestamp, offset and lag.
 func TestMessageMetadataPerRecord(t *testing.T) {
-	mb := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 3})
+	mb := newBatchBuilder(TP{Topic: "orders", Partition: 3})
 	t1, t2 := time.UnixMilli(1700000000123), time.UnixMilli(1700000005999)
 	recs := []*kgo.Record{
 		{Offset: 10, Timestamp: t1, Key: []byte("a"), Value: []byte("x")},
@@ -72,7 +70,7 @@ func TestBatchMessagesKeepTheirOwnValues(t *testing.T) {
 		recs = append(recs, r)
 	}
 	const hwm = 2000
-	batch := newBatchBuilder(kafkain.TP{Topic: "orders", Partition: 300}).messages(recs, hwm)
+	batch := newBatchBuilder(TP{Topic: "orders", Partition: 300}).messages(recs, hwm)
 	require.Len(t, batch, len(recs))
 	runtime.GC()
 

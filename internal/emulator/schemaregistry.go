@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -86,19 +88,80 @@ func (r *schemaRegistry) handler() http.Handler {
 	})
 }
 
-// savedSchemas reads every schema version through the registry's own
-// GET /schemas (srfake exports no listing).
-func (r *schemaRegistry) savedSchemas() ([]sr.SubjectSchema, error) {
+// savedSchema is one schema version as kept in the file: the registry's
+// own JSON of it, and whether it is soft-deleted, alone or with its whole
+// subject. A soft delete hides a version from lookups by subject and
+// version, but its id stays readable (GET /schemas/ids/{id}) and is never
+// given to another schema, and its version number is never reused:
+// Confluent's deletion guidelines, "On a soft delete, the API only deletes
+// the version and the underlying schema ID would still be available for
+// any lookup ... schema IDs are not reusable",
+// https://docs.confluent.io/platform/current/schema-registry/schema-deletion-guidelines.html.
+// So a soft-deleted version is saved, and deleted again at load: dropping
+// it lost its id (records carrying it no longer decode after a restart)
+// and let a new schema take its id and version number.
+type savedSchema struct {
+	sr.SubjectSchema
+	// Deleted is a version soft-deleted by itself
+	// (DELETE /subjects/{subject}/versions/{version}).
+	Deleted bool `json:"deleted,omitempty"`
+	// SubjectDeleted is a version of a soft-deleted subject
+	// (DELETE /subjects/{subject}).
+	SubjectDeleted bool `json:"subject_deleted,omitempty"`
+}
+
+// call makes one request of the registry's own REST API in-process (srfake
+// exports no listing and no soft delete), decoding its answer into out.
+func (r *schemaRegistry) call(method, path string, out any) error {
 	rec := httptest.NewRecorder()
-	r.reg.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/schemas", nil))
+	r.reg.Handler().ServeHTTP(rec, httptest.NewRequest(method, path, nil))
 	if rec.Code != http.StatusOK {
-		return nil, fmt.Errorf("GET /schemas: HTTP %d: %s", rec.Code, rec.Body.String())
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, path, rec.Code, rec.Body.String())
 	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// savedSchemas reads every schema version, soft-deleted ones with what was
+// deleted, through the registry's API: GET /schemas?deleted=true, the
+// subjects' soft-deleted versions (?deletedOnly=true) and the soft-deleted
+// subjects (GET /subjects?deletedOnly=true).
+func (r *schemaRegistry) savedSchemas() ([]savedSchema, error) {
 	var all []sr.SubjectSchema
-	if err := json.Unmarshal(rec.Body.Bytes(), &all); err != nil {
-		return nil, fmt.Errorf("GET /schemas: %w", err)
+	if err := r.call(http.MethodGet, "/schemas?deleted=true", &all); err != nil {
+		return nil, err
 	}
-	return all, nil
+	var subjectsGone []string
+	if err := r.call(http.MethodGet, "/subjects?deletedOnly=true", &subjectsGone); err != nil {
+		return nil, err
+	}
+	goneSubject := map[string]bool{}
+	for _, s := range subjectsGone {
+		goneSubject[s] = true
+	}
+	gone := map[string]map[int]bool{} // subject -> its soft-deleted versions
+	out := make([]savedSchema, 0, len(all))
+	for _, s := range all {
+		vs, ok := gone[s.Subject]
+		if !ok {
+			var list []int
+			if err := r.call(http.MethodGet, "/subjects/"+url.PathEscape(s.Subject)+"/versions?deletedOnly=true", &list); err != nil {
+				return nil, err
+			}
+			vs = map[int]bool{}
+			for _, v := range list {
+				vs[v] = true
+			}
+			gone[s.Subject] = vs
+		}
+		out = append(out, savedSchema{SubjectSchema: s, Deleted: vs[s.Version], SubjectDeleted: goneSubject[s.Subject]})
+	}
+	return out, nil
 }
 
 // save writes every schema version to path, atomically and fsync'd.
@@ -124,6 +187,7 @@ func (r *schemaRegistry) save() error {
 // they come after the subject's own earlier versions and keep their number.
 // (Only a subject whose copy of another's schema predates its own versions
 // gets a higher number back; the id, what a record carries, is kept.)
+// Last, the soft deletions are made again (see savedSchema).
 func (r *schemaRegistry) load() (err error) {
 	b, err := os.ReadFile(r.path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -132,7 +196,7 @@ func (r *schemaRegistry) load() (err error) {
 	if err != nil {
 		return err
 	}
-	var all []sr.SubjectSchema
+	var all []savedSchema
 	if err := json.Unmarshal(b, &all); err != nil {
 		return err
 	}
@@ -143,7 +207,7 @@ func (r *schemaRegistry) load() (err error) {
 		}
 	}()
 	seeded := map[int]bool{}
-	var reused []sr.SubjectSchema
+	var reused []savedSchema
 	for _, s := range all {
 		if seeded[s.ID] {
 			reused = append(reused, s)
@@ -158,11 +222,71 @@ func (r *schemaRegistry) load() (err error) {
 		}
 		return reused[i].Version < reused[j].Version
 	})
+	deleted := map[string]bool{} // "subject/version" deleted already
 	for _, s := range reused {
+		// A schema registered again after its version was soft-deleted
+		// is a new version of the same id: RegisterSchema gives it only
+		// once the earlier one is deleted, else it answers with that one.
+		for _, e := range all {
+			if e.Subject == s.Subject && e.Version < s.Version && e.Deleted && e.ID == s.ID {
+				if err := r.softDelete(e, deleted); err != nil {
+					return err
+				}
+			}
+		}
 		// The same schema under a second subject keeps its id.
 		if _, _, err := r.reg.RegisterSchema(s.Subject, s.Schema); err != nil {
 			return fmt.Errorf("subject %s version %d: %w", s.Subject, s.Version, err)
 		}
+	}
+	return r.softDeleteAll(all, deleted)
+}
+
+// softDelete soft-deletes the version s, once (done records it).
+func (r *schemaRegistry) softDelete(s savedSchema, done map[string]bool) error {
+	key := s.Subject + "/" + strconv.Itoa(s.Version)
+	if done[key] {
+		return nil
+	}
+	if err := r.call(http.MethodDelete, "/subjects/"+url.PathEscape(s.Subject)+"/versions/"+strconv.Itoa(s.Version), nil); err != nil {
+		return fmt.Errorf("soft-deleting subject %s version %d again: %w", s.Subject, s.Version, err)
+	}
+	done[key] = true
+	return nil
+}
+
+// softDeleteAll makes the saved soft deletions again: the versions, then the
+// subjects, referrers before what they reference (the registry refuses to
+// delete a schema an undeleted one references): newest id first, the
+// subjects in passes until none is left.
+func (r *schemaRegistry) softDeleteAll(all []savedSchema, done map[string]bool) error {
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i].Deleted {
+			if err := r.softDelete(all[i], done); err != nil {
+				return err
+			}
+		}
+	}
+	var subjects []string
+	seen := map[string]bool{}
+	for i := len(all) - 1; i >= 0; i-- {
+		if s := all[i].Subject; all[i].SubjectDeleted && !seen[s] {
+			seen[s] = true
+			subjects = append(subjects, s)
+		}
+	}
+	for len(subjects) > 0 {
+		var left []string
+		var lastErr error
+		for _, s := range subjects {
+			if err := r.call(http.MethodDelete, "/subjects/"+url.PathEscape(s), nil); err != nil {
+				left, lastErr = append(left, s), err
+			}
+		}
+		if len(left) == len(subjects) {
+			return fmt.Errorf("soft-deleting subjects %v again: %w", left, lastErr)
+		}
+		subjects = left
 	}
 	return nil
 }

@@ -169,3 +169,79 @@ func TestSchemaRegistryLoadSharedSchemaKeepsVersions(t *testing.T) {
 		assert.Equal(t, want.id, got.ID, "subject %s version %d", want.subject, want.ver)
 	}
 }
+
+// TestSchemaRegistryKeepsSoftDeletesAcrossRestart: versions soft-deleted
+// alone or with their subject stay soft-deleted after a restart, as
+// Confluent's deletion guidelines describe a soft delete: hidden from
+// lookups by subject and version (found with ?deleted=true), the id still
+// readable, and neither the id nor the version number given again. Before,
+// only the live versions were saved: a soft-deleted version was gone after
+// a restart, its id unknown to records that carry it, and its id and
+// version free for the next schema.
+func TestSchemaRegistryKeepsSoftDeletesAcrossRestart(t *testing.T) {
+	cfg := Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: t.TempDir(), SchemaRegistryAddr: "127.0.0.1:0"}
+	srv, err := Start(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := sr.NewClient(sr.URLs(srv.SchemaRegistryURL()))
+	require.NoError(t, err)
+	field := func(names ...string) sr.Schema {
+		fs := `{"name":"a","type":"string"}`
+		for _, n := range names {
+			fs += `,{"name":"` + n + `","type":["null","string"],"default":null}`
+		}
+		return sr.Schema{Schema: `{"type":"record","name":"Order","fields":[` + fs + `]}`}
+	}
+	v1, err := cl.CreateSchema(ctx, "orders-value", field())
+	require.NoError(t, err)
+	v2, err := cl.CreateSchema(ctx, "orders-value", field("b"))
+	require.NoError(t, err)
+	require.NoError(t, cl.DeleteSchema(ctx, "orders-value", 2, sr.SoftDelete))
+	again, err := cl.CreateSchema(ctx, "orders-value", field("b"))
+	require.NoError(t, err)
+	require.Equal(t, []int{3, v2.ID}, []int{again.Version, again.ID}, "registered again after its soft delete: a new version of the same id")
+	old, err := cl.CreateSchema(ctx, "old-value", sr.Schema{Schema: `"string"`})
+	require.NoError(t, err)
+	_, err = cl.DeleteSubject(ctx, "old-value", sr.SoftDelete)
+	require.NoError(t, err)
+	require.NoError(t, srv.Close())
+
+	srv, err = Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	cl, err = sr.NewClient(sr.URLs(srv.SchemaRegistryURL()))
+	require.NoError(t, err)
+
+	_, err = cl.SchemaByVersion(ctx, "orders-value", 2)
+	var re *sr.ResponseError
+	require.ErrorAs(t, err, &re, "the soft-deleted version stays hidden")
+	assert.Equal(t, sr.ErrVersionNotFound.Code, re.ErrorCode)
+	ss, err := cl.SchemaByVersion(sr.WithParams(ctx, sr.ShowDeleted), "orders-value", 2)
+	require.NoError(t, err, "?deleted=true still finds it")
+	assert.Equal(t, v2.ID, ss.ID)
+	vs, err := cl.SubjectVersions(ctx, "orders-value")
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 3}, vs)
+	vs, err = cl.SubjectVersions(sr.WithParams(ctx, sr.DeletedOnly), "orders-value")
+	require.NoError(t, err)
+	assert.Equal(t, []int{2}, vs)
+	ss, err = cl.SchemaByVersion(ctx, "orders-value", 1)
+	require.NoError(t, err)
+	assert.Equal(t, v1.ID, ss.ID)
+
+	subjects, err := cl.Subjects(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"orders-value"}, subjects, "the soft-deleted subject stays hidden")
+	subjects, err = cl.Subjects(sr.WithParams(ctx, sr.DeletedOnly))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"old-value"}, subjects)
+	got, err := cl.SchemaByID(ctx, old.ID)
+	require.NoError(t, err, "the id of a soft-deleted subject's version stays readable")
+	assert.Equal(t, `"string"`, got.Schema)
+
+	next, err := cl.CreateSchema(ctx, "orders-value", field("b", "c"))
+	require.NoError(t, err)
+	assert.Equal(t, 4, next.Version, "the deleted version's number is not given again")
+	assert.Greater(t, next.ID, old.ID, "the deleted versions' ids are not given again")
+}

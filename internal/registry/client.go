@@ -31,6 +31,9 @@ type ClientConfig struct {
 	// Sign, when set, signs every request: benthos' HTTP auth signer
 	// (basic_auth, oauth, jwt).
 	Sign func(*http.Request) error
+	// URLField names the config field holding URL, for the error when a
+	// 404 shows that URL is not the registry's ("url" when empty).
+	URLField string
 	// CredentialsField names the config field holding the credentials, for
 	// the error when the registry refuses them.
 	CredentialsField string
@@ -41,9 +44,10 @@ type ClientConfig struct {
 // Client fetches schemas by id, with their references resolved, through
 // franz-go's sr client. It does not cache: Cache does.
 type Client struct {
-	cl   *sr.Client
-	url  string
-	cred string
+	cl  *sr.Client
+	url string
+	// fields are the config fields errors name.
+	fields fieldNames
 	// secret is the url's password, scrubbed from errors.
 	secret string
 }
@@ -85,7 +89,11 @@ func NewClient(c ClientConfig) (*Client, error) {
 	if cred == "" {
 		cred = "the credentials (none are configured)"
 	}
-	c2 := &Client{cl: cl, url: redacted(u), cred: cred}
+	urlField := c.URLField
+	if urlField == "" {
+		urlField = "url"
+	}
+	c2 := &Client{cl: cl, url: redacted(u), fields: fieldNames{url: urlField, credentials: cred}}
 	if p, err := url.Parse(u); err == nil && p.User != nil {
 		c2.secret, _ = p.User.Password()
 	}
@@ -108,8 +116,9 @@ func (c *Client) URL() string { return c.url }
 // Fetch returns the schema with id, its references resolved recursively, and
 // the subject and version it is registered under when the registry says
 // (GET /schemas/ids/{id}/versions; the first pair it lists). Errors are
-// this package's: *UnreachableError and *UnauthorizedError (Retryable),
-// *NotFoundError, *SchemaError, or ctx's error once ctx is done.
+// this package's: *UnreachableError, *UnauthorizedError and
+// *WrongURLError (Retryable), *NotFoundError, *SchemaError, or ctx's error
+// once ctx is done.
 func (c *Client) Fetch(ctx context.Context, id int) (Schema, error) {
 	s, err := c.cl.SchemaByID(ctx, id)
 	if err != nil {
@@ -117,9 +126,14 @@ func (c *Client) Fetch(ctx context.Context, id int) (Schema, error) {
 	}
 	out := Schema{ID: id, Format: format(s.Type), Text: s.Schema}
 	vs, err := c.cl.SchemaVersionsByID(ctx, id)
+	var wrongURL *WrongURLError
 	switch err := c.fail(ctx, err, id, ""); {
 	case err == nil && len(vs) > 0:
 		out.Subject, out.Version = vs[0].Subject, vs[0].Version
+	case errors.As(err, &wrongURL):
+		// The schema came from this url, so it is the registry's: a 404
+		// without a registry error here is a registry without the
+		// endpoint, not a wrong url.
 	case Retryable(err) || ctx.Err() != nil:
 		return Schema{}, err
 	}
@@ -143,7 +157,7 @@ func (c *Client) fail(ctx context.Context, err error, id int, ref string) error 
 	if c.secret != "" && strings.Contains(err.Error(), c.secret) {
 		err = &scrubbed{msg: strings.ReplaceAll(err.Error(), c.secret, "xxxxx"), err: err}
 	}
-	return classify(err, c.url, id, ref, c.cred)
+	return classify(err, c.url, id, ref, c.fields)
 }
 
 // scrubbed is an error whose text had the url's password: the text without

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -224,26 +225,75 @@ func TestClientNamesTheRegistryWithoutItsPassword(t *testing.T) {
 	}
 }
 
-// A 404 without a registry error code (a url that names a web server, not
-// the registry) is not dressed up as the registry's 40403: the message
-// says that no code came and to check the url.
-func TestFetchBare404SaysToCheckTheURL(t *testing.T) {
+// A 404 without a registry error (a url that names a web server or a
+// wrong path, not the registry's API) is not the registry's 40403: no id
+// is at fault, so it is Retryable (the batch is held) and names url.
+func TestFetchBare404IsAWrongURLNotAnUnknownID(t *testing.T) {
+	for _, tc := range []struct{ name, contentType, body, want string }{
+		{"html page", "text/html", "<html>\n<body>Not Found</body></html>", "<html> <body>Not Found</body></html>"},
+		{"empty", "", "", "no response"},
+		{"registry's generic 404", "application/vnd.schemaregistry.v1+json", `{"error_code":404,"message":"HTTP 404 Not Found"}`, "HTTP 404 Not Found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if tc.contentType != "" {
+					w.Header().Set("Content-Type", tc.contentType)
+				}
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			c, err := NewClient(ClientConfig{URL: srv.URL + "/wrong", URLField: "schema_registry.url"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Fetch(context.Background(), 7)
+			var wu *WrongURLError
+			var nf *NotFoundError
+			if !errors.As(err, &wu) || errors.As(err, &nf) || !Retryable(err) {
+				t.Fatalf("err = %#v, want a Retryable WrongURLError", err)
+			}
+			want := "the registry at " + srv.URL + "/wrong answered 404 without a registry error (" + tc.want + "): check schema_registry.url, the registry's base URL"
+			if err.Error() != want {
+				t.Fatalf("err = %q\nwant  %q", err, want)
+			}
+		})
+	}
+}
+
+// A registry's own 404 (error_code 40403 in its JSON body) stays an
+// unknown id: only that id's messages fail.
+func TestFetch40403IsAnUnknownIDNotAWrongURL(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error_code":40403,"message":"Schema 7 not found"}`))
+	}))
+	defer srv.Close()
+	_, err := newClient(t, srv.URL, nil, "").Fetch(context.Background(), 7)
+	var nf *NotFoundError
+	if !errors.As(err, &nf) || nf.Code != 40403 || Retryable(err) {
+		t.Fatalf("err = %#v, want a NotFoundError 40403", err)
+	}
+}
+
+// A registry without GET /schemas/ids/{id}/versions answers it 404
+// without a 404xx code: the schema came from the same url, so that is no
+// wrong url, and the schema is returned without its subject.
+func TestFetchToleratesAMissingVersionsEndpoint(t *testing.T) {
 	reg := srfake.New()
 	defer reg.Close()
-	reg.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
-		w.Header().Set("Content-Type", "text/html")
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte("<html>Not Found</html>"))
-		return true
-	})
-	_, err := newClient(t, reg.URL(), nil, "").Fetch(context.Background(), 7)
-	var nf *NotFoundError
-	if !errors.As(err, &nf) || nf.Code != 0 || Retryable(err) {
-		t.Fatalf("err = %#v, want a NotFoundError without a code", err)
-	}
-	for _, want := range []string{"schema id 7", "HTTP 404 without a registry error code", "Not Found", "check that url"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Fatalf("%q lacks %q", err, want)
+	id := mustRegister(t, reg, "c-value", sr.Schema{Schema: avroC})
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.HasSuffix(r.URL.Path, "/versions") {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error_code":404,"message":"HTTP 404 Not Found"}`))
+			return true
 		}
+		return false
+	})
+	s, err := newClient(t, reg.URL(), nil, "").Fetch(context.Background(), id)
+	if err != nil || s.Text != avroC || s.Subject != "" {
+		t.Fatalf("schema = %+v, err = %v", s, err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/sr"
 )
@@ -61,25 +63,58 @@ func (e *UnauthorizedError) Error() string {
 // https://docs.confluent.io/platform/current/schema-registry/develop/api.html#errors.
 // Only the messages written with that id fail.
 type NotFoundError struct {
-	ID int
-	// Code is the registry's error_code; 0 when the HTTP 404 carried none,
-	// which a registry does not answer: the url most likely names
-	// something else.
-	Code      int
+	ID        int
+	Code      int    // the registry's error_code, one of its 404xx codes
 	Message   string // the registry's own message
 	Reference string // "subject version N" of a missing reference; empty for the schema itself
 }
 
 func (e *NotFoundError) Error() string {
-	why := fmt.Sprintf("error %d: %s", e.Code, e.Message)
-	if e.Code == 0 {
-		why = fmt.Sprintf("HTTP 404 without a registry error code: %s; check that url is the registry's base URL", e.Message)
-	}
 	if e.Reference != "" {
-		return fmt.Sprintf("schema id %d: its reference %s is not in the schema registry (%s)", e.ID, e.Reference, why)
+		return fmt.Sprintf("schema id %d: its reference %s is not in the schema registry (error %d: %s)", e.ID, e.Reference, e.Code, e.Message)
 	}
-	return fmt.Sprintf("schema id %d is not in the schema registry (%s)", e.ID, why)
+	return fmt.Sprintf("schema id %d is not in the schema registry (error %d: %s)", e.ID, e.Code, e.Message)
 }
+
+// WrongURLError is an HTTP 404 without a registry error: no error_code of
+// the registry's 404xx family (40401 subject, 40402 version, 40403 schema
+// not found) in the body. A registry that does not know an id says 40403;
+// a 404 without it comes from something that is not the registry's API: a
+// url with a wrong path, which Confluent's registry answers with its
+// generic {"error_code":404,"message":"HTTP 404 Not Found"} (as quoted in
+// https://github.com/tchiotludo/akhq/discussions/1579), or a web server or
+// proxy answering with a page. No schema id is at fault, so no message
+// fails for it: it is Retryable, the batch held until url is fixed (or
+// the proxy answers again).
+type WrongURLError struct {
+	URL   string
+	Body  string // the answer's message or body, cut short
+	Field string // the config field to fix, such as url
+}
+
+func (e *WrongURLError) Error() string {
+	return fmt.Sprintf("the registry at %s answered 404 without a registry error (%s): check %s, the registry's base URL", e.URL, e.Body, e.Field)
+}
+
+// maxBodyQuote bounds how much of an answer's body an error quotes.
+const maxBodyQuote = 200
+
+// quote is body on one line, cut to maxBodyQuote bytes at a rune boundary.
+func quote(body string) string {
+	body = strings.Join(strings.Fields(body), " ")
+	if len(body) <= maxBodyQuote {
+		return body
+	}
+	cut := maxBodyQuote
+	for cut > 0 && !utf8.RuneStart(body[cut]) {
+		cut--
+	}
+	return body[:cut] + "…"
+}
+
+// registryNotFound reports whether code is one of the registry's own
+// not-found codes (404xx), which only a registry's API answers.
+func registryNotFound(code int) bool { return code >= 40400 && code <= 40499 }
 
 // SchemaError is a schema that was fetched but cannot be used: a reference
 // cycle, an answer the registry should not give, or a schema no codec can be
@@ -99,14 +134,21 @@ func (e *SchemaError) Unwrap() error { return e.Err }
 func Retryable(err error) bool {
 	var u *UnreachableError
 	var a *UnauthorizedError
-	return errors.As(err, &u) || errors.As(err, &a)
+	var w *WrongURLError
+	return errors.As(err, &u) || errors.As(err, &a) || errors.As(err, &w)
+}
+
+// fieldNames are the config fields errors tell the user to check.
+type fieldNames struct {
+	url         string // the registry's base URL
+	credentials string // the credentials
 }
 
 // classify turns an error of franz-go's sr client into this package's
 // errors: id is the schema id asked for, ref the reference being fetched
-// ("subject S version N", empty for the schema itself), credentials the
-// config field that holds the credentials.
-func classify(err error, baseURL string, id int, ref string, credentials string) error {
+// ("subject S version N", empty for the schema itself), fields the config
+// fields to name.
+func classify(err error, baseURL string, id int, ref string, fields fieldNames) error {
 	if err == nil {
 		return nil
 	}
@@ -122,9 +164,11 @@ func classify(err error, baseURL string, id int, ref string, credentials string)
 	case re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests || re.StatusCode == http.StatusRequestTimeout:
 		return &UnreachableError{URL: baseURL, Status: re.StatusCode, Err: errors.New(msg)}
 	case re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden:
-		return &UnauthorizedError{URL: baseURL, Status: re.StatusCode, Message: msg, Field: credentials}
-	case re.StatusCode == http.StatusNotFound:
+		return &UnauthorizedError{URL: baseURL, Status: re.StatusCode, Message: msg, Field: fields.credentials}
+	case re.StatusCode == http.StatusNotFound && registryNotFound(re.ErrorCode):
 		return &NotFoundError{ID: id, Code: re.ErrorCode, Message: msg, Reference: ref}
+	case re.StatusCode == http.StatusNotFound:
+		return &WrongURLError{URL: baseURL, Body: quote(msg), Field: fields.url}
 	}
 	if ref != "" {
 		return &SchemaError{ID: id, Err: fmt.Errorf("reference %s: the registry answered HTTP %d: %s", ref, re.StatusCode, msg)}

@@ -27,6 +27,9 @@ type Client struct {
 	Sign func(*http.Request) error
 	// Auth names the enabled auth mechanisms, for the start-up log.
 	Auth []string
+	// URLField names the url field (with its prefix), to fix when the url
+	// answers as no registry does.
+	URLField string
 	// CredentialsField names the fields to fix when the registry refuses
 	// the credentials.
 	CredentialsField string
@@ -100,6 +103,7 @@ func ParseClient(conf *service.ParsedConfig, files fs.FS, prefix string) (Client
 			c.Auth = append(c.Auth, a)
 		}
 	}
+	c.URLField = prefix + fURL
 	c.CredentialsField = credentialsField(conf, prefix)
 	h := sha256.New()
 	for _, f := range [][]string{{"basic_auth", "username"}, {"basic_auth", "password"}, {"oauth", "consumer_key"}, {"oauth", "consumer_secret"},
@@ -113,7 +117,7 @@ func ParseClient(conf *service.ParsedConfig, files fs.FS, prefix string) (Client
 
 // NewRegistryClient is the registry client of c.
 func (c Client) NewRegistryClient() (*registry.Client, error) {
-	return registry.NewClient(registry.ClientConfig{URL: c.URL, TLS: c.TLS, Sign: c.Sign, CredentialsField: c.CredentialsField})
+	return registry.NewClient(registry.ClientConfig{URL: c.URL, TLS: c.TLS, Sign: c.Sign, URLField: c.URLField, CredentialsField: c.CredentialsField})
 }
 
 // Knobs is the start-up log text of c (never a secret: the url's password

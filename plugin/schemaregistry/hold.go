@@ -12,9 +12,10 @@ import (
 
 // Holder reads the registry through a decoder and waits out the
 // registry's faults (registry.Retryable: unreachable, 5xx, refused
-// credentials): it retries with back-off (1 s doubling to 30 s) until the
-// registry answers or ctx ends, explains the fault once (a reminder every
-// minute, a line when it heals) and reports it in Health. The processor
+// credentials, a 404 without a registry error): it retries with back-off
+// (1 s doubling to 30 s) until the registry answers or ctx ends, explains
+// the fault once (a reminder every minute, a line when it heals) and
+// reports it in Health. The processor
 // holds its batches with one; so does the zerobus output's
 // schema_registry block.
 type Holder struct {

@@ -251,6 +251,10 @@ func advice(err error) string {
 	if errors.As(err, &ua) {
 		return "fix the credentials (or their rights at the registry); they are tried again without a restart"
 	}
+	var wu *registry.WrongURLError
+	if errors.As(err, &wu) {
+		return "set " + wu.Field + " to the registry's base URL (the path its /schemas/ids/{id} is under), or fix the proxy in front of it"
+	}
 	var unknownCA x509.UnknownAuthorityError
 	var badName x509.HostnameError
 	var invalid x509.CertificateInvalidError

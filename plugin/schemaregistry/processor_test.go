@@ -219,6 +219,63 @@ func TestRegistryDownHoldsTheBatchReportsItAndHeals(t *testing.T) {
 	}
 }
 
+// A url answering 404 without a registry error (a wrong path, or a proxy's
+// page) is no unknown id: the batch is held, not failed, the health names
+// url, and it goes on once the url answers as the registry.
+func TestBare404HoldsTheBatchNamingTheURLField(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	id, _, _ := reg.RegisterSchema("orders-value", sr.Schema{Schema: avroSchema})
+	var wrong atomic.Bool
+	var hits atomic.Int64
+	wrong.Store(true)
+	reg.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		if !wrong.Load() {
+			return false
+		}
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<html><body>404 page not found</body></html>"))
+		return true
+	})
+	p, _ := newTestProcessor(t, "url: "+reg.URL()+"\n")
+
+	done := make(chan []service.MessageBatch)
+	go func() {
+		out, err := p.ProcessBatch(context.Background(), batchOf(frame(id, "1")))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for hits.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case out := <-done:
+		t.Fatalf("the batch went on (%v) while the url answered 404 without a registry error", out[0][0].GetError())
+	default:
+	}
+	st, problems := p.fault.health()
+	if st != healthhttp.StatusDegraded || len(problems) != 1 ||
+		!strings.Contains(problems[0], "the registry at "+reg.URL()+" answered 404 without a registry error (<html><body>404 page not found</body></html>): check url") ||
+		!strings.Contains(problems[0], "set url to the registry's base URL") {
+		t.Fatalf("health = %s %v", st, problems)
+	}
+
+	wrong.Store(false)
+	select {
+	case out := <-done:
+		if err := out[0][0].GetError(); err != nil {
+			t.Fatalf("message failed after the url healed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the batch did not go on once the url answered as the registry")
+	}
+}
+
 func TestRefusedCredentialsNameTheFieldAndShutdownNacks(t *testing.T) {
 	good := "Basic " + base64.StdEncoding.EncodeToString([]byte("svc:right"))
 	reg := srfake.New(srfake.WithAuth(good))

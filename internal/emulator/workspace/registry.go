@@ -146,7 +146,9 @@ type Registry struct {
 	tables map[string]*Table // key: NormalizeName(FullName)
 
 	// views are the views (views.go), persisted beside the tables under
-	// dir/_registry/views/.
+	// dir/_registry/views/. Tables and views share one name space, so a
+	// name is claimed under both locks, always mu first, then the views'
+	// (Create, changeView): never the other way round.
 	views *viewStore
 }
 
@@ -250,7 +252,10 @@ func (r *Registry) List() []Table {
 // Create adds a table. FullName must have three non-empty parts; it is stored
 // lower-cased as UC does. Create assigns a TableID (unless set), TableType
 // MANAGED (unless set), Version 1 and CreatedAt/UpdatedAt. It returns
-// ErrAlreadyExists (wrapped) when the name is taken.
+// ErrAlreadyExists (wrapped) when the name is taken, by a table or a view:
+// one name space (Databricks error class TABLE_OR_VIEW_ALREADY_EXISTS,
+// "Cannot create table or view … because it already exists",
+// https://docs.databricks.com/en/error-messages/error-classes.html).
 func (r *Registry) Create(t Table) (Table, error) {
 	if _, _, _, err := typemap.ParseTableName(t.FullName); err != nil {
 		return Table{}, fmt.Errorf("create table: %w", err)
@@ -274,11 +279,25 @@ func (r *Registry) Create(t Table) (Table, error) {
 	if _, ok := r.tables[t.FullName]; ok {
 		return Table{}, fmt.Errorf("create table %s: %w", t.FullName, ErrAlreadyExists)
 	}
+	if r.views.has(t.FullName) { // under mu: no view can claim it meanwhile
+		return Table{}, fmt.Errorf("create table %s: a view of that name: %w", t.FullName, ErrAlreadyExists)
+	}
 	if err := r.persist(t); err != nil {
 		return Table{}, fmt.Errorf("create table %s: %w", t.FullName, err)
 	}
 	r.tables[t.FullName] = &t
 	return t.Clone(), nil
+}
+
+// changeView is viewStore.change with the tables held still: fn is told
+// whether a table has the name, and no table can take it before fn's
+// answer is stored. A view's creation goes through it, so that a CREATE
+// TABLE and a CREATE VIEW of one name cannot both succeed (see Create).
+func (r *Registry) changeView(name string, fn func(table bool, old View, ok bool) (next *View, del bool, serr *sqlError)) *sqlError {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, table := r.tables[NormalizeName(name)]
+	return r.views.change(name, func(old View, ok bool) (*View, bool, *sqlError) { return fn(table, old, ok) })
 }
 
 // Update applies fn to a copy of the table and stores the result if fn

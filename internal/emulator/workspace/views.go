@@ -319,13 +319,19 @@ func (w *Workspace) bindView(name string, q *viewQuery, catalog, schema string) 
 // TABLE_OR_VIEW_ALREADY_EXISTS ("CREATE VIEW": OR REPLACE "If a view of the
 // same name already exists, it is replaced"). A replaced view is a new
 // object (a new table id), as the reference says ("equivalent to DROP VIEW
-// IF EXISTS view_name followed by CREATE VIEW view_name").
+// IF EXISTS view_name followed by CREATE VIEW view_name"). The name is
+// checked against the tables again as the view is stored, under the
+// registry's lock (Registry.changeView): a CREATE TABLE of the same name
+// run meanwhile cannot succeed too.
 func (w *Workspace) createView(name string, st *statement, catalog, schema string) *sqlError {
-	if _, ok := w.reg.Get(name); ok {
+	tableTaken := func() *sqlError {
 		if st.OrReplace {
 			return expectViewNotTable(name, "CREATE OR REPLACE VIEW")
 		}
 		return alreadyExists(name)
+	}
+	if _, ok := w.reg.Get(name); ok {
+		return tableTaken()
 	}
 	v, serr := w.bindView(name, st.Query, catalog, schema)
 	if serr != nil {
@@ -333,8 +339,11 @@ func (w *Workspace) createView(name string, st *statement, catalog, schema strin
 	}
 	now := w.opts.Now()
 	v.TableID, v.Owner, v.CreatedAt, v.UpdatedAt = NewUUID(), w.opts.Owner, now, now
-	return w.reg.views.change(name, func(_ View, exists bool) (*View, bool, *sqlError) {
-		if exists && !st.OrReplace {
+	return w.reg.changeView(name, func(table bool, _ View, exists bool) (*View, bool, *sqlError) {
+		switch {
+		case table:
+			return nil, false, tableTaken()
+		case exists && !st.OrReplace:
 			return nil, false, alreadyExists(name)
 		}
 		return &v, false, nil

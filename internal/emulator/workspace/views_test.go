@@ -2,7 +2,9 @@ package workspace
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -190,4 +192,43 @@ func TestViewsPersist(t *testing.T) {
 	require.Len(t, rows, 1)
 	assert.Equal(t, int64(2), rows[0]["id"])
 	run(w, "ALTER VIEW main.default.t_dedup AS "+dedupQuery)
+}
+
+// TestCreateTableAndViewOfOneNameRace: tables and views share one name
+// space, so of a CREATE TABLE and a CREATE VIEW of one name run at once
+// exactly one succeeds, and the other is TABLE_OR_VIEW_ALREADY_EXISTS.
+// With the names checked under two locks one after the other, both could
+// pass their check and both succeed. Run with -race too.
+func TestCreateTableAndViewOfOneNameRace(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.mustSQL("CREATE TABLE main.default.t (id BIGINT, _zb_source STRING, _zb_offset BIGINT, _zb_emit_ts TIMESTAMP)")
+	const rounds = 300
+	for i := range rounds {
+		name := fmt.Sprintf("main.default.x%d", i)
+		stmts := []string{"CREATE TABLE " + name + " (a INT)", "CREATE VIEW " + name + " AS " + dedupQuery}
+		var errs [2]*sqlError
+		var start, done sync.WaitGroup
+		start.Add(1)
+		for j, text := range stmts {
+			st, serr := parseStatement(text)
+			require.Nil(t, serr, text)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				start.Wait()
+				errs[j] = h.ws.execute(st, "main", "default")
+			}()
+		}
+		start.Done()
+		done.Wait()
+		_, isTable := h.ws.reg.Get(name)
+		_, isView := h.ws.View(name)
+		require.False(t, isTable && isView, "round %d: %s is both a table and a view (table: %v, view: %v)", i, name, errs[0], errs[1])
+		require.True(t, (errs[0] == nil) != (errs[1] == nil), "round %d: exactly one CREATE succeeds (table: %v, view: %v)", i, errs[0], errs[1])
+		for _, e := range errs {
+			if e != nil {
+				require.Equal(t, "TABLE_OR_VIEW_ALREADY_EXISTS", e.Class, "round %d", i)
+			}
+		}
+	}
 }

@@ -57,6 +57,14 @@ func (s *viewStore) get(name string) (View, bool) {
 	return v, ok
 }
 
+// has reports whether a view is named name.
+func (s *viewStore) has(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.views[NormalizeName(name)]
+	return ok
+}
+
 // list returns every view, sorted by name.
 func (s *viewStore) list() []View {
 	s.mu.Lock()

@@ -185,15 +185,13 @@ func makePlan(conv *arrowconv.Converter, s registry.Schema) *plan {
 	if s.Format != registry.Avro && s.Format != "" {
 		return &plan{why: fmt.Errorf("schema %d: %w (%s)", s.ID, errNotAvro, s.Format)}
 	}
-	codec, err := registry.NewCodec(s, Options)
+	// One parse gives the codec (the general path's decode) and the tree
+	// matched to conv's columns.
+	codec, tree, err := registry.NewAvroCodec(s, Options.Avro)
 	if err != nil {
 		return &plan{why: err}
 	}
-	root, err := registry.AvroSchemaNode(s)
-	if err != nil {
-		return &plan{why: err}
-	}
-	ap, err := conv.CompileAvro(root)
+	ap, err := conv.CompileAvro(tree)
 	if err != nil {
 		return &plan{codec: codec, why: fmt.Errorf("schema %d: %w", s.ID, err)}
 	}

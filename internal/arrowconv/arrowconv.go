@@ -287,6 +287,8 @@ type Converter struct {
 	// every few batches that had been most of the converter's garbage.
 	mu   sync.Mutex
 	idle []*state
+
+	kept kept // what callers made for this converter (Keep)
 }
 
 // maxIdleStates bounds the states a Converter keeps between batches: as

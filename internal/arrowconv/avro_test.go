@@ -431,28 +431,6 @@ func TestCompileAvroRefusesWhatItDoesNotPlan(t *testing.T) {
 	assert.ErrorIs(t, err, ErrAvroNotPlanned)
 }
 
-// Decimals of every length land with the registry decoder's digits, the
-// widest two's-complement values included.
-func TestAppendAvroDecimal(t *testing.T) {
-	for _, tc := range []struct {
-		b     []byte
-		scale int
-		want  string
-	}{
-		{nil, 2, "0.00"},
-		{[]byte{0x01}, 3, "0.001"},
-		{[]byte{0xff}, 2, "-0.01"},
-		{[]byte{0x30, 0x39}, 2, "123.45"},
-		{[]byte{0xcf, 0xc7}, 0, "-12345"},
-		{[]byte{0x80, 0, 0, 0, 0, 0, 0, 0}, 4, "-922337203685477.5808"},
-		{[]byte{0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0, "9223372036854775807"},
-		{[]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 1, "-0.1"},
-		{[]byte{0x00, 0x80, 0, 0, 0, 0, 0, 0, 0}, 2, "92233720368547758.08"},
-	} {
-		assert.Equal(t, tc.want, string(appendAvroDecimal(nil, tc.b, tc.scale)), "%x", tc.b)
-	}
-}
-
 // Concurrent batches on one plan each bind it to their own state and give
 // the same record.
 func TestConvertAvroConcurrent(t *testing.T) {

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"math/big"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -245,75 +243,6 @@ func avroTime(v int64, unit string) time.Time {
 		return time.UnixMicro(v).UTC()
 	}
 	return time.Unix(0, v).UTC()
-}
-
-// appendAvroDecimal appends the decimal whose unscaled value is the
-// two's-complement big-endian integer b with scale fraction digits, spelled
-// as the registry's decoder spells it (every digit, exactly scale after the
-// point).
-func appendAvroDecimal(dst, b []byte, scale int) []byte {
-	neg := len(b) > 0 && b[0]&0x80 != 0
-	if len(b) <= 8 {
-		var buf [20]byte
-		return appendAvroScaled(dst, neg, smallDigits(buf[:0], b), scale)
-	}
-	n := new(big.Int).SetBytes(b)
-	if neg {
-		n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
-		n.Neg(n)
-	}
-	return appendAvroScaled(dst, neg, n.Append(nil, 10), scale)
-}
-
-// smallDigits appends the decimal digits of the magnitude of the
-// two's-complement big-endian integer b of at most 8 bytes.
-func smallDigits(dst, b []byte) []byte {
-	neg := len(b) > 0 && b[0]&0x80 != 0
-	var u uint64
-	if neg {
-		u = math.MaxUint64
-	}
-	for _, c := range b {
-		u = u<<8 | uint64(c)
-	}
-	if v := int64(u); neg {
-		return strconv.AppendUint(dst, uint64(-v), 10) // -MinInt64 as uint64 is exact
-	}
-	return strconv.AppendUint(dst, u, 10)
-}
-
-// appendSmallDecimal appends the canonical DECIMAL(p, scale) text of the
-// unscaled b (at most 8 bytes) at scale, as appendDecimal spells it; ok is
-// false when its digits pass p (the general path then decides).
-func appendSmallDecimal(dst, b []byte, scale, p int) ([]byte, bool) {
-	var buf [20]byte
-	digits := smallDigits(buf[:0], b)
-	if len(digits) > p {
-		return dst, false
-	}
-	return appendAvroScaled(dst, len(b) > 0 && b[0]&0x80 != 0, digits, scale), true
-}
-
-// appendAvroScaled appends the digits of a decimal's unscaled magnitude with a
-// point before the last scale of them, zero-padded to one integer digit.
-func appendAvroScaled(dst []byte, neg bool, digits []byte, scale int) []byte {
-	if neg {
-		dst = append(dst, '-')
-	}
-	if scale <= 0 {
-		return append(dst, digits...)
-	}
-	if len(digits) <= scale {
-		dst = append(dst, '0', '.')
-		for range scale - len(digits) {
-			dst = append(dst, '0')
-		}
-		return append(dst, digits...)
-	}
-	cut := len(digits) - scale
-	dst = append(dst, digits[:cut]...)
-	dst = append(dst, '.')
-	return append(dst, digits[cut:]...)
 }
 
 // avroEntry is one map entry being read: its key and its value's bytes.

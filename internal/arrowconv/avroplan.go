@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/avro"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/avrodecimal"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
 )
 
@@ -627,13 +628,13 @@ func (b *avroBinder) bytesLike(s *avro.SchemaNode, logical string, n node, path 
 			// At the column's own scale, a value of at most 8 bytes whose
 			// digits fit the precision is already canonical: written
 			// as it is, with no parse.
-			if same && len(v) <= 8 {
-				if out, ok := appendSmallDecimal(sn.data, v, scale, sn.precision); ok {
+			if same {
+				if out, ok := avrodecimal.AppendFitting(sn.data, v, scale, sn.precision); ok {
 					sn.data = out
 					return sn.commit()
 				}
 			}
-			st.text = appendAvroDecimal(st.text[:0], v, scale)
+			st.text = avrodecimal.Append(st.text[:0], v, scale)
 			return sn.addDecimal(st, st.text, false)
 		}, nil
 	case logical == "uuid" && fixed && size == 16 && sn.mode == modeString:

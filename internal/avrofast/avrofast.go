@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
@@ -39,22 +38,19 @@ var _ SchemaSource = (*registry.Client)(nil)
 // landed it.
 var Options = registry.Options{Avro: registry.AvroOptions{PreserveLogicalTypes: true, RawUnions: true}}
 
-// maxPlans bounds the plans kept: one per (table schema, registry schema)
-// pair met, so a table that evolves or a topic of many schema versions does
-// not grow it without end. When full it is emptied (plans are cheap to
-// make again).
-const maxPlans = 256
-
 // Path is the fast path for one output. It is safe for concurrent use.
+//
+// Its plans are kept on the converter they were made for
+// (arrowconv.Converter.Keep, by path and schema id, bounded there): a table
+// that evolves gets a new converter, and the old one's plans go with it.
 type Path struct {
 	src SchemaSource
-
-	mu    sync.Mutex
-	plans map[planKey]*plan
 }
 
+// planKey is the key of a plan kept on a converter: the path that made it
+// (whose source the schema id is of) and the schema id.
 type planKey struct {
-	conv *arrowconv.Converter
+	path *Path
 	id   int
 }
 
@@ -67,7 +63,7 @@ type plan struct {
 
 // New returns the fast path fetching schemas from src.
 func New(src SchemaSource) *Path {
-	return &Path{src: src, plans: map[planKey]*plan{}}
+	return &Path{src: src}
 }
 
 // Convert converts values, each a whole framed value, on conv when they are
@@ -149,33 +145,22 @@ var errDecodedOnly = errors.New("avrofast: a decoded value has no bytes")
 // Why says why values of schema id on conv do not take the fast path; nil
 // when they do or the schema has not been met.
 func (p *Path) Why(conv *arrowconv.Converter, id int) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if pl := p.plans[planKey{conv, id}]; pl != nil {
+	if pl, _ := conv.Kept(planKey{p, id}).(*plan); pl != nil {
 		return pl.why
 	}
 	return nil
 }
 
 func (p *Path) plan(ctx context.Context, conv *arrowconv.Converter, id int) (*plan, error) {
-	key := planKey{conv, id}
-	p.mu.Lock()
-	pl := p.plans[key]
-	p.mu.Unlock()
-	if pl != nil {
+	if pl, _ := conv.Kept(planKey{p, id}).(*plan); pl != nil {
 		return pl, nil
 	}
 	s, err := p.src.Fetch(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("schema id %d: %w", id, err)
 	}
-	pl = makePlan(conv, s)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.plans) >= maxPlans {
-		clear(p.plans)
-	}
-	p.plans[key] = pl
+	pl := makePlan(conv, s)
+	conv.Keep(planKey{p, id}, pl)
 	return pl, nil
 }
 
@@ -185,15 +170,13 @@ func makePlan(conv *arrowconv.Converter, s registry.Schema) *plan {
 	if s.Format != registry.Avro && s.Format != "" {
 		return &plan{why: fmt.Errorf("schema %d: %w (%s)", s.ID, errNotAvro, s.Format)}
 	}
-	codec, err := registry.NewCodec(s, Options)
+	// One parse gives the codec (the general path's decode) and the tree
+	// matched to conv's columns.
+	codec, tree, err := registry.NewAvroCodec(s, Options.Avro)
 	if err != nil {
 		return &plan{why: err}
 	}
-	root, err := registry.AvroSchemaNode(s)
-	if err != nil {
-		return &plan{why: err}
-	}
-	ap, err := conv.CompileAvro(root)
+	ap, err := conv.CompileAvro(tree)
 	if err != nil {
 		return &plan{codec: codec, why: fmt.Errorf("schema %d: %w", s.ID, err)}
 	}

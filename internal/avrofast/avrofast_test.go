@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"weak"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/stretchr/testify/assert"
@@ -240,4 +242,51 @@ func TestConvertHoldsOnlyForRegistryFaults(t *testing.T) {
 	_, ok, err := New(failingSource{cancelled.Err()}).Convert(cancelled, f.conv, values)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.False(t, ok)
+}
+
+// A table that evolved gets a new converter: the plans made for the old one
+// are kept on it, not by the path, so the old converter, its plans and
+// their codecs are collected once nothing else holds it, and the new one
+// plans afresh (one more fetch).
+func TestReplacedConverterReleasesItsPlans(t *testing.T) {
+	f, ids := newFixture(t, orderSchema)
+	p := New(f.src)
+	values := [][]byte{frame(ids[0], order(1)), frame(ids[0], order(2))}
+	convert := func(conv *arrowconv.Converter) {
+		res, ok, err := p.Convert(context.Background(), conv, values)
+		require.NoError(t, err)
+		require.True(t, ok)
+		res.Record.Release()
+		require.NoError(t, p.Why(conv, ids[0]))
+		require.NotNil(t, conv.Kept(planKey{p, ids[0]}), "the plan is kept on its converter")
+	}
+	gone := func() weak.Pointer[arrowconv.Converter] {
+		old := newConverter(t)
+		convert(old)
+		return weak.Make(old)
+	}()
+	for range 3 {
+		runtime.GC()
+	}
+	assert.Nil(t, gone.Value(), "the replaced converter (and its plans) collected")
+	assert.EqualValues(t, 1, f.src.fetches.Load())
+
+	conv := newConverter(t)
+	convert(conv)
+	assert.EqualValues(t, 2, f.src.fetches.Load(), "a new converter plans afresh")
+
+	// Another path on the same converter (another output, another
+	// registry) does not take this one's plan: it asks its own registry.
+	down := New(failingSource{&registry.UnreachableError{URL: "http://sr", Status: 503, Err: errors.New("down")}})
+	_, ok, err := down.Convert(context.Background(), conv, values)
+	assert.True(t, registry.Retryable(err), "%v", err)
+	assert.False(t, ok)
+}
+
+func newConverter(t *testing.T) *arrowconv.Converter {
+	cols, err := typemap.ParseColumns(orderDefs)
+	require.NoError(t, err)
+	conv, err := arrowconv.New(cols, arrowconv.Options{})
+	require.NoError(t, err)
+	return conv
 }

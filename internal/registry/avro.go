@@ -27,22 +27,38 @@ type avroCodec struct {
 	opts   []avro.Opt
 }
 
-// newAvroCodec parses s's references, depth first, into one schema cache and
-// then s itself, so that the named types the references define resolve.
+// newAvroCodec is NewAvroCodec's codec.
 func newAvroCodec(s Schema, o AvroOptions) (Codec, error) {
-	parsed, err := parseAvro(s, avroLogicalTypes(o))
+	c, _, err := NewAvroCodec(s, o)
 	if err != nil {
 		return nil, err
 	}
-	common, err := avroCommonSchema(parsed.Root(), o)
+	return c, nil
+}
+
+// NewAvroCodec makes the codec of the Avro schema s, as NewCodec does, and
+// returns with it the schema's tree (avro.Schema's Root, every named type
+// its references define expanded in place): what
+// arrowconv.Converter.CompileAvro matches to a table's columns for the Avro
+// fast path. Both come from one parse of s: s's references, depth first,
+// into one schema cache, and then s itself, so that the named types the
+// references define resolve.
+func NewAvroCodec(s Schema, o AvroOptions) (Codec, *avro.SchemaNode, error) {
+	parsed, err := parseAvro(s, avroLogicalTypes(o))
 	if err != nil {
-		return nil, fmt.Errorf("schema %d: %w", s.ID, err)
+		return nil, nil, err
+	}
+	root := parsed.Root()
+	tree := root.ExpandReferences()
+	common, err := avroCommonSchema(tree, root.Name, o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schema %d: %w", s.ID, err)
 	}
 	c := &avroCodec{id: s.ID, schema: parsed, common: &common}
 	if !o.RawUnions {
 		c.opts = []avro.Opt{avro.TaggedUnions()}
 	}
-	return c, nil
+	return c, tree, nil
 }
 
 // parseAvro parses s after its references, with the custom types given.
@@ -57,18 +73,6 @@ func parseAvro(s Schema, custom []avro.SchemaOpt) (*avro.Schema, error) {
 		return nil, fmt.Errorf("schema %d: parsing the Avro schema: %w", s.ID, err)
 	}
 	return parsed, nil
-}
-
-// AvroSchemaNode returns the tree of the Avro schema s (with avro.Schema's
-// Root), every named type its references define expanded in place: what
-// arrowconv.Converter.CompileAvro matches to a table's columns for the Avro
-// fast path.
-func AvroSchemaNode(s Schema) (*avro.SchemaNode, error) {
-	parsed, err := parseAvro(s, nil)
-	if err != nil {
-		return nil, err
-	}
-	return parsed.Root().ExpandReferences(), nil
 }
 
 // parseAvroReferences parses each reference after its own references. A

@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/twmb/avro"
 	"github.com/twmb/avro/atype"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/avrodecimal"
 )
 
 // avroLogicalTypes returns the conversions the codec registers with the Avro
@@ -79,31 +79,11 @@ func decodeAvroDecimal(v any, n *avro.SchemaNode) (any, error) {
 	return decimalText(b, n.Scale), nil
 }
 
-// decimalText formats the two's-complement big-endian integer b divided by
-// 10^scale with exactly scale digits after the point.
+// decimalText is the exact text of the decimal whose unscaled value is the
+// two's-complement big-endian integer b, with exactly scale digits after the
+// point: avrodecimal's, the Avro fast path's spelling too.
 func decimalText(b []byte, scale int) json.Number {
-	n := new(big.Int).SetBytes(b)
-	if len(b) > 0 && b[0]&0x80 != 0 {
-		n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(len(b))*8))
-	}
-	return scaledText(n, scale)
-}
-
-// scaledText formats n × 10^-scale with exactly scale fraction digits.
-func scaledText(n *big.Int, scale int) json.Number {
-	digits := n.String()
-	sign := ""
-	if strings.HasPrefix(digits, "-") {
-		sign, digits = "-", digits[1:]
-	}
-	if scale <= 0 {
-		return json.Number(sign + digits)
-	}
-	if len(digits) <= scale {
-		digits = strings.Repeat("0", scale-len(digits)+1) + digits
-	}
-	cut := len(digits) - scale
-	return json.Number(sign + digits[:cut] + "." + digits[cut:])
+	return json.Number(avrodecimal.Append(nil, b, scale))
 }
 
 // decodeTimeOfDay places time-millis (int32) or time-micros (int64) on the

@@ -24,9 +24,12 @@ import (
 //     the connect.name types likewise. Without it a logical type is its
 //     underlying type, as its values are.
 //   - a recursive reference (a record that contains itself) → ANY.
-func avroCommonSchema(root *avro.SchemaNode, o AvroOptions) (commonschema.Schema, error) {
+//
+// tree is the schema's Root with its references expanded
+// (avro.SchemaNode.ExpandReferences); name is the root's name.
+func avroCommonSchema(tree *avro.SchemaNode, name string, o AvroOptions) (commonschema.Schema, error) {
 	w := avroSchemaWalker{opts: o}
-	s, err := w.node(root.ExpandReferences(), nil, root.Name)
+	s, err := w.node(tree, nil, name)
 	if err != nil {
 		return s, err
 	}

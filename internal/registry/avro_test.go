@@ -454,11 +454,12 @@ func TestAvroSchemaNodeExpandsReferences(t *testing.T) {
 	currency := `{"type":"enum","name":"Currency","namespace":"common","symbols":["EUR","USD"]}`
 	order := `{"type":"record","name":"Order","fields":[{"name":"total","type":"common.Money"},{"name":"tip","type":["null","common.Money"]}]}`
 	currencyRef := Reference{Name: "common.Currency", Schema: Schema{ID: 1, Text: currency, Subject: "currency", Version: 1}}
-	root, err := AvroSchemaNode(Schema{ID: 3, Text: order, References: []Reference{
+	codec, root, err := NewAvroCodec(Schema{ID: 3, Text: order, References: []Reference{
 		currencyRef,
 		{Name: "common.Money", Schema: Schema{ID: 2, Text: money, Subject: "money", Version: 1, References: []Reference{currencyRef}}},
-	}})
+	}}, AvroOptions{PreserveLogicalTypes: true, RawUnions: true})
 	require.NoError(t, err)
+	require.NotNil(t, codec)
 	require.Len(t, root.Fields, 2)
 	total := root.Fields[0].Type
 	assert.Equal(t, "record", total.Type)
@@ -470,6 +471,30 @@ func TestAvroSchemaNodeExpandsReferences(t *testing.T) {
 	require.Len(t, tip.Branches, 2)
 	assert.Equal(t, "record", tip.Branches[1].Type, "a second use of a named type is expanded too")
 
-	_, err = AvroSchemaNode(Schema{ID: 9, Text: order})
+	codec, root, err = NewAvroCodec(Schema{ID: 9, Text: order}, AvroOptions{})
 	assert.ErrorContains(t, err, "schema 9")
+	assert.Nil(t, codec)
+	assert.Nil(t, root)
+}
+
+// The tree NewAvroCodec gives with its codec, from the parse with the
+// codec's logical types, is the tree of a parse without them (what the
+// Avro fast path matched before it shared the codec's parse): the custom
+// types change how values decode, not the schema's shape.
+func TestNewAvroCodecTreeIsThePlainParse(t *testing.T) {
+	money := `{"type":"record","name":"Money","namespace":"common","fields":[{"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2},"default":"\u0000"},{"name":"cur","type":"common.Currency","default":"EUR"}]}`
+	currency := `{"type":"enum","name":"Currency","namespace":"common","symbols":["EUR","USD"]}`
+	currencyRef := Reference{Name: "common.Currency", Schema: Schema{ID: 1, Text: currency}}
+	withRefs := Schema{ID: 3, Text: `{"type":"record","name":"Order","fields":[{"name":"total","type":"common.Money"},{"name":"tip","type":["null","common.Money"],"default":null}]}`,
+		References: []Reference{currencyRef, {Name: "common.Money", Schema: Schema{ID: 2, Text: money, References: []Reference{currencyRef}}}}}
+	recursive := Schema{ID: 4, Text: `{"type":"record","name":"Node","fields":[{"name":"v","type":"long","default":0},{"name":"next","type":["null","Node"],"default":null}]}`}
+	for _, s := range []Schema{{ID: 1, Text: avroPlainSchema}, {ID: 2, Text: avroLogicalSchema}, withRefs, recursive} {
+		for _, o := range []AvroOptions{{}, {PreserveLogicalTypes: true, RawUnions: true}, {PreserveLogicalTypes: true, TranslateKafkaConnectTypes: true}} {
+			_, tree, err := NewAvroCodec(s, o)
+			require.NoError(t, err, "schema %d %+v", s.ID, o)
+			plain, err := parseAvro(s, nil)
+			require.NoError(t, err)
+			assert.Equal(t, plain.Root().ExpandReferences(), tree, "schema %d %+v", s.ID, o)
+		}
+	}
 }

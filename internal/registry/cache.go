@@ -31,7 +31,10 @@ type Cache[V any] struct {
 	max int
 	now func() time.Time
 
-	mu      sync.Mutex
+	// mu is held for reading only by a hit on the most recently used id
+	// (hit), the usual Get (every value of a batch of one schema id after
+	// its first), so that concurrent batches do not queue for it per value.
+	mu      sync.RWMutex
 	entries map[int]*cacheEntry[V]
 	lru     *list.List // of *cacheEntry[V], most recently used first
 	loads   int
@@ -60,6 +63,9 @@ func NewCache[V any](ttl time.Duration, max int) *Cache[V] {
 // Get returns id's value, loading it with load when it is not held or has
 // expired.
 func (c *Cache[V]) Get(ctx context.Context, id int, load func(context.Context) (V, error)) (V, error) {
+	if e := c.hit(id); e != nil {
+		return e.val, e.err // set once, before e was ready
+	}
 	for {
 		c.mu.Lock()
 		e := c.entries[id]
@@ -88,6 +94,24 @@ func (c *Cache[V]) Get(ctx context.Context, id int, load func(context.Context) (
 		}
 		return e.val, e.err
 	}
+}
+
+// hit is Get's fast path, under the read lock: id's entry when it is
+// loaded, has not expired and is already the most recently used, so that
+// the one change a hit makes, moving it to the front of the LRU order, would
+// change nothing. nil leaves the Get to the write-locked path (a load, an
+// expiry, a move to the front).
+func (c *Cache[V]) hit(id int) *cacheEntry[V] {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.entries[id]
+	if e == nil || e.elem == nil || c.lru.Front() != e.elem || !e.loaded() || !c.now().Before(e.expires) {
+		return nil
+	}
+	if e.err != nil && isContextErr(e.err) {
+		return nil
+	}
+	return e
 }
 
 // fill loads e and keeps or drops it.
@@ -133,15 +157,15 @@ func (c *Cache[V]) removeLocked(e *cacheEntry[V]) {
 
 // Len is how many ids are held (loading or loaded).
 func (c *Cache[V]) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return len(c.entries)
 }
 
 // Loads is how many loads were started, for tests and metrics.
 func (c *Cache[V]) Loads() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return c.loads
 }
 

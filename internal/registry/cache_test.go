@@ -178,3 +178,47 @@ func TestParseHeader(t *testing.T) {
 		}
 	}
 }
+
+// A Get of the most recently used id, loaded and not expired (every value
+// of a batch of one schema id after its first), takes the read lock only:
+// it is answered while another reader holds the cache. An id that must move
+// to the front of the LRU order still takes the write lock, so the
+// eviction order is the one it was.
+func TestCacheHitOnTheMostRecentlyUsedTakesTheReadLock(t *testing.T) {
+	c, _ := newTestCache(time.Hour, 10)
+	ctx := context.Background()
+	load := func(id int) func(context.Context) (int, error) {
+		return func(context.Context) (int, error) { return id, nil }
+	}
+	for _, id := range []int{1, 2} {
+		if v, err := c.Get(ctx, id, load(id)); v != id || err != nil {
+			t.Fatal(v, err)
+		}
+	}
+	c.mu.RLock() // another reader
+	got := make(chan int, 1)
+	go func() { v, _ := c.Get(ctx, 2, nil); got <- v }()
+	select {
+	case v := <-got:
+		if v != 2 {
+			t.Fatalf("hit = %d, want 2", v)
+		}
+	case <-time.After(5 * time.Second):
+		c.mu.RUnlock()
+		t.Fatal("a hit on the most recently used id waited for a reader")
+	}
+	go func() { v, _ := c.Get(ctx, 1, nil); got <- v }()
+	select {
+	case v := <-got:
+		c.mu.RUnlock()
+		t.Fatalf("id 1 = %d without the write lock: its move to the front was skipped", v)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.mu.RUnlock()
+	if v := <-got; v != 1 {
+		t.Fatalf("id 1 = %d", v)
+	}
+	if front := c.lru.Front().Value.(*cacheEntry[int]).id; front != 1 {
+		t.Fatalf("most recently used = %d, want 1", front)
+	}
+}

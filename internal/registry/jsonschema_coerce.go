@@ -47,8 +47,7 @@ func (c jsonCoercer) value(doc *jsDoc, schema any, v any, hops int) any {
 			}
 		}
 	}
-	types := jsonTypes(o)
-	v = coerceScalar(v, types)
+	v = coerceScalar(v, o.types)
 	switch x := v.(type) {
 	case map[string]any:
 		props := o.obj("properties")
@@ -80,65 +79,106 @@ func (c jsonCoercer) value(doc *jsDoc, schema any, v any, hops int) any {
 	return v
 }
 
-// jsonTypes is the set of types a schema's "type" allows (nil: any).
-func jsonTypes(o *jsObject) map[string]bool {
-	switch t := o.m["type"].(type) {
+// jsTypes is the set of scalar types a schema's "type" allows, as far as
+// coercion asks: string, integer, number, boolean. The empty set (no
+// "type", or none of these) converts nothing.
+type jsTypes uint8
+
+const (
+	jsString jsTypes = 1 << iota
+	jsInteger
+	jsNumber
+	jsBoolean
+)
+
+// readJSTypes reads a "type" keyword's value (a name or a list of names).
+func readJSTypes(t any) jsTypes {
+	var set jsTypes
+	switch t := t.(type) {
 	case string:
-		return map[string]bool{t: true}
+		set = jsTypeNamed(t)
 	case []any:
-		set := map[string]bool{}
 		for _, e := range t {
 			if s, ok := e.(string); ok {
-				set[s] = true
+				set |= jsTypeNamed(s)
 			}
 		}
-		return set
 	}
-	return nil
+	return set
 }
 
+func jsTypeNamed(name string) jsTypes {
+	switch name {
+	case "string":
+		return jsString
+	case "integer":
+		return jsInteger
+	case "number":
+		return jsNumber
+	case "boolean":
+		return jsBoolean
+	}
+	return 0
+}
+
+func (s jsTypes) has(t jsTypes) bool { return s&t != 0 }
+
 // coerceScalar converts v to an allowed type when it has none of them.
-func coerceScalar(v any, types map[string]bool) any {
-	if types == nil {
+func coerceScalar(v any, types jsTypes) any {
+	if types == 0 {
 		return v
 	}
 	switch x := v.(type) {
 	case string:
-		if types["string"] {
+		if types.has(jsString) {
 			return v
 		}
 		s := strings.TrimSpace(x)
-		if types["integer"] {
+		if types.has(jsInteger) {
 			if _, ok := new(big.Int).SetString(s, 10); ok && json.Valid([]byte(s)) {
 				return json.Number(s)
 			}
 		}
-		if types["number"] {
+		if types.has(jsNumber) {
 			if _, err := strconv.ParseFloat(s, 64); err == nil && json.Valid([]byte(s)) {
 				return json.Number(s)
 			}
 		}
-		if types["boolean"] {
+		if types.has(jsBoolean) {
 			if b, err := strconv.ParseBool(s); err == nil && (s == "true" || s == "false") {
 				return b
 			}
 		}
 	case json.Number:
-		if types["number"] || types["integer"] && isInteger(x) {
+		if types.has(jsNumber) || types.has(jsInteger) && isInteger(x) {
 			return v
 		}
-		if types["string"] {
+		if types.has(jsString) {
 			return string(x)
 		}
 	case bool:
-		if !types["boolean"] && types["string"] {
+		if !types.has(jsBoolean) && types.has(jsString) {
 			return strconv.FormatBool(x)
 		}
 	}
 	return v
 }
 
+// isInteger reports whether n is an integer as big.Int reads one in base 10
+// (a sign, then digits). A sign and ASCII digits, the usual integer, is
+// answered without a big.Int (two allocations per field per value).
 func isInteger(n json.Number) bool {
+	s := string(n)
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	digits := s != ""
+	for i := 0; i < len(s) && digits; i++ {
+		digits = s[i] >= '0' && s[i] <= '9'
+	}
+	if digits {
+		return true
+	}
 	_, ok := new(big.Int).SetString(string(n), 10)
 	return ok
 }

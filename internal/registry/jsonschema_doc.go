@@ -16,6 +16,9 @@ import (
 type jsObject struct {
 	keys []string
 	m    map[string]any
+	// types are the scalar types its "type" allows, read once as it is
+	// parsed: json.coerce_data asks them of every value it meets.
+	types jsTypes
 }
 
 func (o *jsObject) get(k string) (any, bool) {
@@ -74,6 +77,7 @@ func readOrdered(dec *json.Decoder) (any, error) {
 				o.m[k] = v
 			}
 			_, err := dec.Token() // }
+			o.types = readJSTypes(o.m["type"])
 			return o, err
 		case '[':
 			list := []any{}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"math/big"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -191,4 +192,32 @@ func TestJSONSchemaDraft2020(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "123e4567-e89b-12d3-a456-426614174000", v)
 	assert.Equal(t, cs.UUID, schema.Type)
+}
+
+// json.coerce_data reads each schema's allowed types once, when the schema
+// is parsed: a value whose fields already have their types is walked
+// without allocating (it made a type set per schema node per value), and a
+// type list still allows each type it names.
+func TestJSONCoerceTypesReadOnce(t *testing.T) {
+	docs := newJSDocs()
+	main, err := docs.add("", `{"type":"object","properties":{
+	 "id":{"type":"integer"},"note":{"type":["null","string"]},"n":{"type":["null","integer"]},
+	 "tags":{"type":"array","items":{"type":"string"}},"in":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}`)
+	require.NoError(t, err)
+	c := jsonCoercer{docs: docs}
+	v := map[string]any{"id": json.Number("1"), "note": "x", "n": json.Number("2"),
+		"tags": []any{"a", "b"}, "in": map[string]any{"ok": true}}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { c.value(main, main.root, v, 0) }))
+
+	got := c.value(main, main.root, map[string]any{"id": "5", "note": json.Number("7"), "n": " 8 ", "tags": []any{true}, "in": map[string]any{"ok": "false"}}, 0)
+	assert.Equal(t, map[string]any{"id": json.Number("5"), "note": "7", "n": json.Number("8"),
+		"tags": []any{"true"}, "in": map[string]any{"ok": false}}, got)
+}
+
+// isInteger answers as big.Int's base-10 reading does.
+func TestJSONIsInteger(t *testing.T) {
+	for _, s := range []string{"0", "7", "-12", "+5", "007", "123456789012345678901234567890", "1.5", "1e3", "", "-", "+", "1_000", " 1", "0x10", "--1", "١"} {
+		_, want := new(big.Int).SetString(s, 10)
+		assert.Equal(t, want, isInteger(json.Number(s)), "%q", s)
+	}
 }

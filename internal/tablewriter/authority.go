@@ -200,7 +200,7 @@ func (a *authority) desiredFromBatch(ctx context.Context, batch []Row) (catalog.
 	}
 	// Rows carrying a registry schema give their columns its types;
 	// the others' fields are inferred from their values.
-	bs, err := a.schemasOf(ctx, batch)
+	bs, err := a.schemasOf(ctx, batch, nil)
 	if err != nil {
 		return catalog.DesiredTable{}, err
 	}

@@ -295,9 +295,9 @@ func columnsText(cols []typemap.Column) string {
 // followSchemas is the write path's step for registry schemas: the table
 // follows the batch's schemas (authority.followSchemas), and the rows of a
 // schema it cannot take come back, by index, to fail alone. The state
-// returned is the one to convert and send on.
-func (w *Writer) followSchemas(ctx context.Context, st *state, rows []Row) (*state, map[int]RowError, error) {
-	bs, err := w.schema.schemasOf(ctx, rows)
+// returned is the one to convert and send on. decodes are rows' decodes.
+func (w *Writer) followSchemas(ctx context.Context, st *state, rows []Row, decodes *batchDecodes) (*state, map[int]RowError, error) {
+	bs, err := w.schema.schemasOf(ctx, rows, decodes)
 	if err != nil {
 		return nil, nil, err
 	}

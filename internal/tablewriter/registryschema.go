@@ -300,7 +300,7 @@ func (a *metadataSchemas) where() string { return fmt.Sprintf("in metadata %q", 
 
 // schemasOf reads the registry schemas of batch from its metadata: never
 // an error (the metadata is there or not).
-func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row) (batchSchemas, error) {
+func (a *metadataSchemas) schemasOf(_ context.Context, batch []Row, _ *batchDecodes) (batchSchemas, error) {
 	var bs batchSchemas
 	// The rows of a batch mostly carry one schema: a row whose schema has
 	// the previous row's fingerprint and top-level fields (the check

@@ -337,7 +337,7 @@ func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
 		batch = append(batch, registryRow(orderV1(i), s, "orders-value", 1+i%2, 7+i%2))
 	}
 	batch = append(batch, structuredRow(map[string]any{"id": 1}))
-	bs, _ := a.schemasOf(context.Background(), batch)
+	bs, _ := a.schemasOf(context.Background(), batch, nil)
 	require.Len(t, bs.schemas, 2)
 	assert.Equal(t, 0, bs.of[0])
 	assert.Equal(t, 1, bs.of[1])
@@ -345,7 +345,7 @@ func TestRegistrySchemasParsedOncePerFingerprint(t *testing.T) {
 	assert.Equal(t, -1, bs.of[1000], "a message without the key")
 	assert.Len(t, a.schemas.m, 2, "two fingerprints, two parses")
 
-	again, _ := a.schemasOf(context.Background(), batch[:2])
+	again, _ := a.schemasOf(context.Background(), batch[:2], nil)
 	assert.Same(t, bs.schemas[0], again.schemas[0], "the next batch reuses the parse")
 	assert.Same(t, bs.schemas[1], again.schemas[1])
 }
@@ -419,16 +419,16 @@ func TestRegistrySchemaStaleFingerprintIsNotTrusted(t *testing.T) {
 		return metaTestRow{testRow: testRow{v: orderV1(1), structured: true}, meta: map[string]any{testSchemaKey: s}}
 	}
 
-	bs, _ := a.schemasOf(context.Background(), []Row{row(rewritten)})
+	bs, _ := a.schemasOf(context.Background(), []Row{row(rewritten)}, nil)
 	require.Len(t, bs.schemas, 1)
 	assert.Len(t, bs.schemas[0].fields, len(v2.Children), "the rewritten schema is read as itself")
 	assert.Empty(t, a.schemas.m, "not cached under a fingerprint that is not its own")
 	require.Len(t, said, 1)
 	assert.Equal(t, v1.Fingerprint()+" "+v2.Fingerprint(), said[0])
 
-	bs, _ = a.schemasOf(context.Background(), []Row{row(v1.ToAny())})
+	bs, _ = a.schemasOf(context.Background(), []Row{row(v1.ToAny())}, nil)
 	assert.Len(t, bs.schemas[0].fields, len(v1.Children), "the original under its own fingerprint")
-	bs, _ = a.schemasOf(context.Background(), []Row{row(rewritten)})
+	bs, _ = a.schemasOf(context.Background(), []Row{row(rewritten)}, nil)
 	assert.Len(t, bs.schemas[0].fields, len(v2.Children))
 	assert.Len(t, said, 1, "said once")
 	assert.Len(t, a.schemas.m, 1)
@@ -445,7 +445,7 @@ func TestRegistrySchemaStaleFingerprintInOneBatch(t *testing.T) {
 	row := func(s any) Row {
 		return metaTestRow{testRow: testRow{v: orderV1(1), structured: true}, meta: map[string]any{testSchemaKey: s}}
 	}
-	bs, _ := a.schemasOf(context.Background(), []Row{row(v1.ToAny()), row(rewritten), row(rewritten), row(v1.ToAny())})
+	bs, _ := a.schemasOf(context.Background(), []Row{row(v1.ToAny()), row(rewritten), row(rewritten), row(v1.ToAny())}, nil)
 	require.Len(t, bs.schemas, 2)
 	assert.Equal(t, []int{0, 1, 1, 0}, bs.of)
 	assert.Len(t, bs.schemas[0].fields, len(v1.Children))
@@ -484,7 +484,7 @@ func BenchmarkMetadataSchemasOf(b *testing.B) {
 				batch[i] = r
 			}
 			for b.Loop() {
-				if bs, _ := a.schemasOf(context.Background(), batch); len(bs.schemas) != 1 {
+				if bs, _ := a.schemasOf(context.Background(), batch, nil); len(bs.schemas) != 1 {
 					b.Fatal(len(bs.schemas))
 				}
 			}

@@ -21,8 +21,9 @@ import (
 // schemaSource gives the registry schema each row of a batch carries.
 type schemaSource interface {
 	// schemasOf reads the schemas of batch. An error holds the batch: the
-	// registry could not be read (only ctx ends the wait).
-	schemasOf(ctx context.Context, batch []Row) (batchSchemas, error)
+	// registry could not be read (only ctx ends the wait). decodes, when
+	// not nil, are batch's decodes, kept for its conversion.
+	schemasOf(ctx context.Context, batch []Row, decodes *batchDecodes) (batchSchemas, error)
 	// carries reports whether row i of batch carries a schema: its columns
 	// then come from it, never from its values.
 	carries(batch []Row, i int) bool
@@ -55,11 +56,11 @@ func newSchemaSource(cfg Config) schemaSource {
 	return nil
 }
 
-func (a *authority) schemasOf(ctx context.Context, batch []Row) (batchSchemas, error) {
+func (a *authority) schemasOf(ctx context.Context, batch []Row, decodes *batchDecodes) (batchSchemas, error) {
 	if a.src == nil {
 		return batchSchemas{}, nil
 	}
-	return a.src.schemasOf(ctx, batch)
+	return a.src.schemasOf(ctx, batch, decodes)
 }
 
 func (a *authority) carriesSchema(batch []Row, i int) bool {
@@ -123,8 +124,12 @@ func (r *registrySchemas) origin(batch []Row, i int) string {
 // that does not decode with its schema leaves its id for the next value of
 // it (that row fails in conversion, with the codec's error); an id the
 // registry does not know, or whose schema cannot be read, becomes a schema
-// error, so that its rows fail alone with the registry's message.
-func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row) (batchSchemas, error) {
+// error, so that its rows fail alone with the registry's message. The
+// values are decoded through decodes (batch's own when nil).
+func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *batchDecodes) (batchSchemas, error) {
+	if decodes == nil {
+		decodes = newBatchDecodes(r.dec, batch)
+	}
 	var bs batchSchemas
 	byID := map[uint32]int{}
 	for i, row := range batch {
@@ -138,8 +143,7 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row) (batchSche
 			bs.of[i] = k
 			continue
 		}
-		value, _ := row.AsBytes()
-		d, err := r.dec.Decode(ctx, value)
+		d, err := decodes.decode(ctx, i)
 		var s *registrySchema
 		switch {
 		case err == nil:

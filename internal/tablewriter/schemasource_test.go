@@ -39,7 +39,7 @@ func TestRegistrySchemasProtobufSharedSchemaOnce(t *testing.T) {
 	dec := &protoDecoder{common: &v1}
 	r := &registrySchemas{dec: dec}
 	batch := []Row{framedRow(5), framedRow(5), structuredRow(map[string]any{"id": 1}), framedRow(5)}
-	bs, err := r.schemasOf(context.Background(), batch)
+	bs, err := r.schemasOf(context.Background(), batch, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 3, dec.calls, "each Protobuf value decoded")
 	require.Len(t, bs.schemas, 1, "one schema for the values sharing it")

@@ -27,6 +27,7 @@ import (
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowipc"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
 )
 
 // Write converts rows, submits the good ones and returns only once every one
@@ -73,10 +74,13 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 		}
 		return nil, err
 	}
+	// The registry's decode of each framed value (Config.Registry), made
+	// once for the batch's schemas and its conversion.
+	decodes := newBatchDecodes(w.cfg.Registry, rows)
 	// Rows carrying a registry schema (Config.SchemaMetadata): the table
 	// takes their schema's new fields first, and the rows of a schema it
 	// cannot take fail alone, before conversion.
-	st, schemaErrs, err := w.followSchemas(ctx, st, rows)
+	st, schemaErrs, err := w.followSchemas(ctx, st, rows, decodes)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +94,8 @@ func (w *Writer) Write(ctx context.Context, rows []Row, keyOf KeyFunc) ([]RowErr
 	var rowErrs []RowError
 	schemaRetries, resubmits := 0, 0
 	for {
-		b, err := w.convert(ctx, st, rows, keyOf, pos, schemaErrs, resv)
+		b, err := w.convert(ctx, st, rows, decodes, keyOf, pos, schemaErrs, resv)
+		decodes.drop()
 		if err == nil {
 			rowErrs, err = w.send(ctx, st.pool, b, pos)
 			b.release()
@@ -224,17 +229,20 @@ func (b *converted) rowErrors(notDurable []RowError) []RowError {
 // rescue column (rescue.go), stamps the rows' positions (coverage) and
 // corrects the batch's reservation resv to the record's Arrow size. The
 // snapshot in the result is the one the record was converted on; the write
-// path never changes it.
-func (w *Writer) convert(ctx context.Context, st *state, batch []Row, keyOf KeyFunc, pos *positions, refused map[int]RowError, resv *reservation) (*converted, error) {
+// path never changes it. decodes are batch's registry decodes (nil without
+// a registry).
+func (w *Writer) convert(ctx context.Context, st *state, batch []Row, decodes *batchDecodes, keyOf KeyFunc, pos *positions, refused map[int]RowError, resv *reservation) (*converted, error) {
 	lay := w.layout(st.pool, batch, keyOf)
 	lay.order = pos.without(lay.order, len(batch))
 	lay.order = withoutRows(lay.order, len(batch), refused)
-	res, snap, err := w.convertOn(ctx, st.snap, batch, lay.order)
+	res, snap, err := w.convertOn(ctx, st.snap, batch, decodes, lay.order)
 	if err == nil && w.cfg.Rescue != "" {
 		res, err = w.rescue(batch, snap.columns(), res, func(edited []Row) (arrowconv.Result, error) {
 			var r arrowconv.Result
 			var cerr error
-			r, snap, cerr = w.convertOn(ctx, snap, edited, lay.order)
+			// The edited rows are other rows: their framed values are
+			// decoded afresh.
+			r, snap, cerr = w.convertOn(ctx, snap, edited, newBatchDecodes(w.cfg.Registry, edited), lay.order)
 			return r, cerr
 		})
 	}
@@ -267,8 +275,9 @@ func (w *Writer) convert(ctx context.Context, st *state, batch []Row, keyOf KeyF
 // by the writer or meanwhile by someone else, a column widened) the batch
 // is converted again on the snapshot it hands back, and looked at again
 // (that change may not have covered all of this batch's drift). Indices in
-// the result refer to batch.
-func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, order []int) (arrowconv.Result, *snapshot, error) {
+// the result refer to batch. Its framed values are decoded once, through
+// decodes, for every round.
+func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, decodes *batchDecodes, order []int) (arrowconv.Result, *snapshot, error) {
 	rows := batch
 	if order != nil {
 		rows = make([]Row, len(order))
@@ -276,8 +285,14 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 			rows[k] = batch[i]
 		}
 	}
+	decode := func(k int) (registry.Decoded, error) {
+		if order != nil {
+			k = order[k]
+		}
+		return decodes.decode(ctx, k)
+	}
 	for round := 0; ; round++ {
-		res, err := w.convertRows(ctx, snap, rows)
+		res, err := w.convertRows(ctx, snap, rows, decode)
 		if err != nil {
 			return res, snap, fmt.Errorf("convert batch for %s: %w", w.cfg.Table, err)
 		}
@@ -306,11 +321,12 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, ord
 
 // convertRows converts rows on snap: on the Avro fast path when it is on and
 // takes them, the general path otherwise, where the framed values are first
-// decoded by the registry (Config.Registry) when it is set. The fast
-// path's error (the registry could not be read) fails the batch, which is
-// held and written again; a schema id the registry does not know is left to
-// the general path, which fails those rows alone.
-func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (arrowconv.Result, error) {
+// decoded by the registry (Config.Registry) when it is set: decode(k) is
+// the decode of rows[k]. The fast path's error (the registry could not be
+// read) fails the batch, which is held and written again; a schema id the
+// registry does not know is left to the general path, which fails those
+// rows alone.
+func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row, decode func(k int) (registry.Decoded, error)) (arrowconv.Result, error) {
 	if w.cfg.Avro != nil {
 		if values := framedValues(rows); values != nil {
 			res, ok, err := w.cfg.Avro.Convert(ctx, snap.conv, values)
@@ -321,7 +337,7 @@ func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (a
 	}
 	if w.cfg.Registry != nil {
 		var err error
-		if rows, err = decodeFramed(ctx, w.cfg.Registry, rows); err != nil {
+		if rows, err = decodeFramed(ctx, rows, decode); err != nil {
 			return arrowconv.Result{}, err
 		}
 	}
@@ -329,10 +345,10 @@ func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row) (a
 }
 
 // decodeFramed returns rows with each registry-framed value replaced by its
-// decoded value (or its error, which fails that row alone, naming it); rows
-// itself when none is framed. Only ctx's end is an error: the registry
-// decoder waits out the registry's faults.
-func decodeFramed(ctx context.Context, dec RegistryDecoder, rows []Row) ([]Row, error) {
+// decoded value, decode(i) for rows[i] (or its error, which fails that row
+// alone, naming it); rows itself when none is framed. Only ctx's end is an
+// error: the registry decoder waits out the registry's faults.
+func decodeFramed(ctx context.Context, rows []Row, decode func(i int) (registry.Decoded, error)) ([]Row, error) {
 	var out []Row
 	for i, r := range rows {
 		if _, ok := rowFramed(r); !ok {
@@ -345,8 +361,7 @@ func decodeFramed(ctx context.Context, dec RegistryDecoder, rows []Row) ([]Row, 
 			out = make([]Row, len(rows))
 			copy(out, rows[:i])
 		}
-		b, _ := r.AsBytes()
-		d, err := dec.Decode(ctx, b)
+		d, err := decode(i)
 		if err != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("the schema registry could not be read: %w", ctx.Err())
 		}

@@ -166,6 +166,7 @@ const CloseGrace = time.Second
 // *ConnectError naming the cause) and creates the client. lag may be nil.
 func New(ctx context.Context, cfg Config, log Logger, lag LagFunc) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, lag: lag, errLog: newLimitedLog(log, 30*time.Second, 15*time.Minute)}
+	c.sizer.overhead = cfg.Limits.overhead()
 	c.closing.ch = make(chan struct{})
 	// The tracker exists before the client: the group may assign
 	// partitions as soon as the client is created.
@@ -525,7 +526,7 @@ func (c *Consumer) sizeFetches() {
 	if c.cfg.Limits.MaxUnackedBytes <= 0 {
 		return
 	}
-	held := c.cl.BufferedFetchBytes() + c.cl.BufferedFetchRecords()*RecordOverhead
+	held := c.cl.BufferedFetchBytes() + c.cl.BufferedFetchRecords()*int64(c.cfg.Limits.overhead())
 	c.cl.UpdateFetchMaxBytes(c.fetchLimits(int64(c.track.ByteRoom()) - held))
 }
 
@@ -546,6 +547,7 @@ func (c *Consumer) fetchLimits(room int64) (wire, part int32) {
 // fetchSizer learns, from franz-go's fetch hook, what a byte fetched costs
 // in memory once decompressed (RecordCost per byte on the wire).
 type fetchSizer struct {
+	overhead   int // a record's cost beyond its bytes (Limits.overhead)
 	mu         sync.Mutex
 	wire, cost int64 // over the batches read, halved as they grow so that the ratio follows the data
 }
@@ -564,7 +566,7 @@ func (f *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.wire += int64(m.CompressedBytes)
-	f.cost += int64(m.UncompressedBytes + m.NumRecords*RecordOverhead)
+	f.cost += int64(m.UncompressedBytes + m.NumRecords*f.overhead)
 	if f.wire > fetchSizerWindow {
 		f.wire, f.cost = f.wire/2, f.cost/2
 	}

@@ -92,6 +92,18 @@ type Limits struct {
 	// again, doubled at each consecutive nack of the partition up to
 	// MaxReplayBackoff. Zero hands it out at once.
 	ReplayBackoff, MaxReplayBackoff time.Duration
+	// Overhead is what a record costs in memory beyond its key, value and
+	// headers; 0 means RecordOverhead (a message per record). Records
+	// handed out in packs cost PackedRecordOverhead.
+	Overhead int
+}
+
+// overhead is Overhead, or RecordOverhead when unset.
+func (l Limits) overhead() int {
+	if l.Overhead > 0 {
+		return l.Overhead
+	}
+	return RecordOverhead
 }
 
 // Batch is one handed-out run of consecutive records of one partition.
@@ -249,8 +261,8 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, next kgo.EpochOffset, hwm int64
 	cost := 0
 	for _, r := range recs {
 		p.pending = append(p.pending, r)
-		rc := RecordCost(r)
-		p.pendBy += rc - RecordOverhead
+		rc := recordBytes(r) + t.lim.overhead()
+		p.pendBy += rc - t.lim.overhead()
 		cost += rc
 		t.maxCost = max(t.maxCost, rc)
 	}
@@ -287,8 +299,14 @@ func (p *partition) advance() {
 // Memory).
 const RecordOverhead = 1024
 
-// RecordCost is what the tracker counts a record as against
-// MaxUnackedBytes: its key, value and header bytes plus RecordOverhead.
+// PackedRecordOverhead is RecordOverhead for records handed out in packs
+// (the redpanda input's pack_records): the kgo.Record, and the row the
+// zerobus output reads it through (16 bytes); no message is built.
+const PackedRecordOverhead = 256
+
+// RecordCost is what a tracker with the default overhead counts a record
+// as against MaxUnackedBytes: its key, value and header bytes plus
+// RecordOverhead.
 func RecordCost(r *kgo.Record) int { return recordBytes(r) + RecordOverhead }
 
 // charge adds cost (negative: gives it back) to p and to the tracker's
@@ -469,7 +487,7 @@ func (t *Tracker) yieldLocked(p *partition) *Batch {
 		by += sz
 		k++
 	}
-	cost := by + k*RecordOverhead
+	cost := by + k*t.lim.overhead()
 	recs := slices.Clone(p.pending[:k])
 	clear(p.pending[:k])
 	p.pending = p.pending[k:]
@@ -553,7 +571,7 @@ func (t *Tracker) Revoke(tps []TP) {
 			p.fetched = kgo.EpochOffset{Epoch: -1, Offset: -1}
 		}
 		p.unacked -= len(p.pending)
-		t.charge(p, -(p.pendBy + len(p.pending)*RecordOverhead))
+		t.charge(p, -(p.pendBy + len(p.pending)*t.lim.overhead()))
 		clear(p.pending)
 		p.pending, p.pendBy = nil, 0
 		for _, b := range p.out {

@@ -491,12 +491,16 @@ func ParseConfig(conf *service.ParsedConfig) (Config, error) {
 	if k.CommitOnAck, err = conf.FieldBool(fCommitOnAck); err != nil {
 		return c, fail(fCommitOnAck, err)
 	}
-	if c.PackRecords, err = conf.FieldBool(fPackRecords); err != nil {
-		return c, fail(fPackRecords, err)
-	}
 	k.Limits = kafkain.Limits{
 		MaxUnacked: maxUnacked, BufferBytes: partBuf, MaxUnackedBytes: unackedBytes, YieldBytes: yield, Replay: replay,
 		ReplayBackoff: 100 * time.Millisecond, MaxReplayBackoff: 5 * time.Second,
+	}
+	if c.PackRecords, err = conf.FieldBool(fPackRecords); err != nil {
+		return c, fail(fPackRecords, err)
+	}
+	if c.PackRecords {
+		// No message per record: a record in flight costs less.
+		k.Limits.Overhead = kafkain.PackedRecordOverhead
 	}
 	return c, nil
 }

@@ -124,17 +124,17 @@ func BenchmarkKafkaAvro(b *testing.B) {
 		for k := range sides {
 			side := sides[(k+rep)%len(sides)] // rotate which side goes first
 			group++
-			acked, emuBefore := rowsAckedIn(b, httpURL, table), emu.cpu(b)
+			acked, emuBefore, brokerBefore := rowsAckedIn(b, httpURL, table), emu.cpu(b), selfCPU()
 			r := runKafkaPipeline(b, bin, broker.addr, side.topic, fmt.Sprintf("avro-bench-%d", group), n, side.input, side.pipeline, side.output)
-			emuCPU := emu.cpu(b) - emuBefore
+			emuCPU, brokerCPU := emu.cpu(b)-emuBefore, selfCPU()-brokerBefore
 			require.GreaterOrEqual(b, rowsAckedIn(b, httpURL, table)-acked, int64(n), "%s: every record acked", side.name)
 			got[side.name] = r
 			rates[side.name] = append(rates[side.name], r.rate(n))
 			cpus[side.name] = append(cpus[side.name], r.cpuPerMillion(n))
 			emuCPUs[side.name] = append(emuCPUs[side.name], emuCPU.Seconds())
-			b.Logf("rep %d %s: %s wall (first sent at %s), %.0f records/s, cpu %s (%.1f s per million), peak %.0f MiB; emulator cpu %s",
+			b.Logf("rep %d %s: %s wall (first sent at %s), %.0f records/s, cpu %s (%.2f s per million), peak %.0f MiB; emulator cpu %s; broker (this process) cpu %s",
 				rep+1, side.name, r.wall.Round(time.Millisecond), r.first.Round(time.Millisecond), r.rate(n), r.cpu.Round(time.Millisecond),
-				r.cpuPerMillion(n), float64(r.peak)/(1<<20), emuCPU.Round(time.Millisecond))
+				r.cpuPerMillion(n), float64(r.peak)/(1<<20), emuCPU.Round(time.Millisecond), brokerCPU.Round(time.Millisecond))
 		}
 		for _, r := range ratios {
 			num, nok := got[r.num]

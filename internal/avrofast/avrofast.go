@@ -80,18 +80,20 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	if len(values) == 0 {
 		return arrowconv.Result{}, false, nil
 	}
-	ids := make([]int, len(values))
+	// The usual batch is of one schema id: its ids are read without a
+	// slice of them.
+	first, _ := registry.Framed(values[0])
 	one := true
-	for i, v := range values {
+	for _, v := range values {
 		id, framed := registry.Framed(v)
 		if !framed {
 			return arrowconv.Result{}, false, nil
 		}
-		ids[i] = id
-		one = one && id == ids[0]
+		one = one && id == first
 	}
 	plans := map[int]*plan{}
-	for _, id := range ids {
+	for _, v := range values {
+		id, _ := registry.Framed(v)
 		if plans[id] != nil {
 			continue
 		}
@@ -109,8 +111,11 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 			return arrowconv.Result{}, false, nil
 		}
 		plans[id] = pl
+		if one {
+			break
+		}
 	}
-	if pl := plans[ids[0]]; one && pl.avro != nil {
+	if pl := plans[first]; one && pl.avro != nil {
 		bodies := make([][]byte, len(values))
 		for i, v := range values {
 			bodies[i] = v[registry.HeaderSize:]
@@ -123,7 +128,8 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 	}
 	rows := make([]arrowconv.StructuredRow, len(values))
 	for i, v := range values {
-		d, _, err := plans[ids[i]].codec.Decode(v[registry.HeaderSize:])
+		id, _ := registry.Framed(v)
+		d, _, err := plans[id].codec.Decode(v[registry.HeaderSize:])
 		rows[i] = decoded{v: d, err: err}
 	}
 	res, err = conv.ConvertStructured(rows)

@@ -547,7 +547,7 @@ func (c *Consumer) fetchLimits(room int64) (wire, part int32) {
 // fetchSizer learns, from franz-go's fetch hook, what a byte fetched costs
 // in memory once decompressed (RecordCost per byte on the wire).
 type fetchSizer struct {
-	overhead   int // a record's cost beyond its bytes (Limits.overhead)
+	overhead   int // a record's cost beyond its bytes (Limits.Overhead; 0: RecordOverhead)
 	mu         sync.Mutex
 	wire, cost int64 // over the batches read, halved as they grow so that the ratio follows the data
 }
@@ -566,7 +566,7 @@ func (f *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.wire += int64(m.CompressedBytes)
-	f.cost += int64(m.UncompressedBytes + m.NumRecords*f.overhead)
+	f.cost += int64(m.UncompressedBytes + m.NumRecords*Limits{Overhead: f.overhead}.overhead())
 	if f.wire > fetchSizerWindow {
 		f.wire, f.cost = f.wire/2, f.cost/2
 	}

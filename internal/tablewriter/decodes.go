@@ -18,13 +18,15 @@ import (
 type batchDecodes struct {
 	dec   RegistryDecoder
 	batch []Row
-	got   []decodeResult // by batch index; nil until the first decode, and after drop
+	// got are the decodes made, by batch index: a map, since the schema
+	// lookup decodes only the first value of each Avro or JSON Schema id
+	// (a slice per batch would be most of its allocation).
+	got map[int]decodeResult
 }
 
 type decodeResult struct {
-	d    registry.Decoded
-	err  error
-	done bool
+	d   registry.Decoded
+	err error
 }
 
 // newBatchDecodes returns the decodes of batch through dec; nil (decode
@@ -40,16 +42,16 @@ func newBatchDecodes(dec RegistryDecoder, batch []Row) *batchDecodes {
 // then kept. One that ctx ended is not kept (ctx's end holds the batch
 // anyway).
 func (b *batchDecodes) decode(ctx context.Context, i int) (registry.Decoded, error) {
-	if b.got == nil {
-		b.got = make([]decodeResult, len(b.batch))
-	}
-	if r := b.got[i]; r.done {
+	if r, ok := b.got[i]; ok {
 		return r.d, r.err
 	}
 	value, _ := b.batch[i].AsBytes()
 	d, err := b.dec.Decode(ctx, value)
 	if err == nil || ctx.Err() == nil {
-		b.got[i] = decodeResult{d: d, err: err, done: true}
+		if b.got == nil {
+			b.got = map[int]decodeResult{}
+		}
+		b.got[i] = decodeResult{d: d, err: err}
 	}
 	return d, err
 }

@@ -99,8 +99,7 @@ func (a *authority) changesFor(seen *snapshot, batch []Row, bs batchSchemas) ([]
 	var add []typemap.Column
 	var widen []widening
 	for k, s := range bs.schemas {
-		rows := bs.rowsOf(k)
-		f := a.fit(seen, s, a.schemaOrigin(batch, rows[0]))
+		f := a.fit(seen, s, a.schemaOrigin(batch, bs.firstOf(k)))
 		for _, c := range f.add {
 			j := slices.IndexFunc(add, func(x typemap.Column) bool { return typemap.ColumnKey(x.Name) == typemap.ColumnKey(c.Name) })
 			switch {
@@ -156,11 +155,11 @@ func (a *authority) followSchemas(ctx context.Context, seen *snapshot, batch []R
 func (a *authority) refusedRows(seen *snapshot, batch []Row, bs batchSchemas) map[int]RowError {
 	var out map[int]RowError
 	for k, s := range bs.schemas {
-		rows := bs.rowsOf(k)
 		f := a.fit(seen, s, "")
 		if len(f.refused) == 0 {
 			continue
 		}
+		rows := bs.rowsOf(k)
 		if out == nil {
 			out = map[int]RowError{}
 		}

@@ -261,6 +261,11 @@ func (b *batchSchemas) withSchema(i, n int) {
 	}
 }
 
+// firstOf is the first row of schema k.
+func (b batchSchemas) firstOf(k int) int {
+	return slices.Index(b.of, k)
+}
+
 func (b batchSchemas) rowsOf(k int) []int {
 	var out []int
 	for i, s := range b.of {

@@ -132,6 +132,7 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *b
 	}
 	var bs batchSchemas
 	byID := map[uint32]int{}
+	lastID, lastK := uint32(0), -1 // a batch is mostly runs of one id
 	for i, row := range batch {
 		id, ok := rowFramed(row)
 		if !ok {
@@ -139,8 +140,13 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *b
 			continue
 		}
 		bs.withSchema(i, len(batch))
+		if lastK >= 0 && id == lastID {
+			bs.of[i] = lastK
+			continue
+		}
 		if k, seen := byID[id]; seen {
 			bs.of[i] = k
+			lastID, lastK = id, k
 			continue
 		}
 		d, err := decodes.decode(ctx, i)
@@ -166,6 +172,7 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *b
 		bs.of[i] = k
 		if err != nil || d.Format != registry.Protobuf {
 			byID[id] = k
+			lastID, lastK = id, k
 		}
 	}
 	return bs, nil

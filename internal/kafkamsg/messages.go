@@ -66,11 +66,7 @@ func (bb *batchBuilder) message(r *kgo.Record, hwm int64) *service.Message {
 	m.MetaSetMut("kafka_topic", bb.topic)
 	m.MetaSetMut("kafka_partition", bb.partition)
 	m.MetaSetMut("kafka_offset", int(r.Offset))
-	lag := int64(0)
-	if hwm > 0 {
-		lag = max(hwm-r.Offset-1, 0)
-	}
-	m.MetaSetMut("kafka_lag", lag)
+	m.MetaSetMut("kafka_lag", lagOf(r, hwm))
 	if bb.tsMs == nil || !r.Timestamp.Equal(bb.ts) {
 		bb.ts, bb.tsMs, bb.tsUnix = r.Timestamp, r.Timestamp.UnixMilli(), r.Timestamp.Unix()
 	}
@@ -81,4 +77,44 @@ func (bb *batchBuilder) message(r *kgo.Record, hwm int64) *service.Message {
 		m.MetaSetMut(h.Key, string(h.Value))
 	}
 	return m
+}
+
+// recordMeta returns the metadata value of key on the message Messages
+// builds for r (of partition tp, high watermark hwm): the last header of
+// that name (headers are set last, so one named like a kafka_* key wins),
+// else the kafka_* value.
+func recordMeta(tp TP, r *kgo.Record, hwm int64, key string) (any, bool) {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == key {
+			return string(r.Headers[i].Value), true
+		}
+	}
+	switch key {
+	case "kafka_key":
+		return string(r.Key), true
+	case "kafka_topic":
+		return tp.Topic, true
+	case "kafka_partition":
+		return int(tp.Partition), true
+	case "kafka_offset":
+		return int(r.Offset), true
+	case "kafka_lag":
+		return lagOf(r, hwm), true
+	case "kafka_timestamp_ms":
+		return r.Timestamp.UnixMilli(), true
+	case "kafka_timestamp_unix":
+		return r.Timestamp.Unix(), true
+	case "kafka_tombstone_message":
+		return r.Value == nil, true
+	}
+	return nil, false
+}
+
+// lagOf is kafka_lag: the records after r up to the high watermark hwm (0
+// when hwm is unknown).
+func lagOf(r *kgo.Record, hwm int64) int64 {
+	if hwm <= 0 {
+		return 0
+	}
+	return max(hwm-r.Offset-1, 0)
 }

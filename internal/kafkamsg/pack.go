@@ -132,9 +132,16 @@ func (r *Row) HasStructured() bool { return false }
 // AsStructured parses the value as JSON, as a message does.
 func (r *Row) AsStructured() (any, error) { return r.Message().AsStructured() }
 
-// MetaGetMut returns the record's metadata value of key, as on its
-// message.
-func (r *Row) MetaGetMut(key string) (any, bool) { return r.Message().MetaGetMut(key) }
+// MetaGetMut returns the record's metadata value of key, as its message
+// has it, without building the message (Meta).
+func (r *Row) MetaGetMut(key string) (any, bool) { return r.Meta(key) }
+
+// Meta returns the record's metadata value of key, as its message (built
+// by Messages) has it, without building the message: a header of that name
+// (the last of them) or one of Redpanda Connect's kafka_* values.
+func (r *Row) Meta(key string) (any, bool) {
+	return recordMeta(r.p.TP, r.p.Records[r.i], r.p.HighWatermark, key)
+}
 
 // Message returns the record's message, with Redpanda Connect's metadata.
 // The first call builds the messages of the whole pack.

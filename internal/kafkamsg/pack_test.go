@@ -17,6 +17,9 @@ func packRecords(n int) []*kgo.Record {
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
 		recs[i] = &kgo.Record{Offset: int64(500 + i), Timestamp: ts, Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+		if i%2 == 1 {
+			recs[i].Headers = []kgo.RecordHeader{{Key: "h", Value: []byte("a")}, {Key: "kafka_offset", Value: []byte("hdr")}, {Key: "h", Value: []byte("b")}}
+		}
 	}
 	return recs
 }
@@ -62,9 +65,22 @@ func TestPackCarriesItsRecords(t *testing.T) {
 		have := map[string]any{}
 		require.NoError(t, rows[i].Message().MetaWalkMut(func(k string, v any) error { have[k] = v; return nil }))
 		assert.Equal(t, want, have, "row %d: the metadata of the message without packs", i)
+		for k, v := range want {
+			got, ok := rows[i].Meta(k)
+			assert.True(t, ok, "row %d: %s without the message", i, k)
+			assert.Equal(t, v, got, "row %d: %s without the message", i, k)
+		}
+		_, ok := rows[i].Meta("no_such_key")
+		assert.False(t, ok)
 		off, ok := rows[i].MetaGetMut("kafka_offset")
 		require.True(t, ok)
-		assert.Equal(t, 500+i, off)
+		if i%2 == 1 {
+			assert.Equal(t, "hdr", off, "a header named kafka_offset wins, as on the message")
+			h, _ := rows[i].Meta("h")
+			assert.Equal(t, "b", h, "the last header of a name")
+		} else {
+			assert.Equal(t, 500+i, off)
+		}
 		s, err := rows[i].AsStructured()
 		require.NoError(t, err)
 		assert.Equal(t, map[string]any{"i": jsonNumber(i)}, s)

@@ -54,15 +54,11 @@ func (c *outputConfig) writerConfig(writerID string) (tablewriter.Config, error)
 
 // position is a message's coverage source and offset.
 func (c *outputConfig) position(r tablewriter.Row) (string, string, error) {
-	m := rowMessage(r)
-	if m == nil {
-		return "", "", fmt.Errorf("row is a %T, not a message", r)
-	}
-	src, err := c.CovSource.TryString(m)
+	src, err := rowString(c.CovSource, c.covSourceTmpl, r)
 	if err != nil {
 		return "", "", fmt.Errorf("field %s.source: %w", fCoverage, err)
 	}
-	off, err := c.CovOffset.TryString(m)
+	off, err := rowString(c.CovOffset, c.covOffsetTmpl, r)
 	if err != nil {
 		return "", "", fmt.Errorf("field %s.offset: %w", fCoverage, err)
 	}

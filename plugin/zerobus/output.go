@@ -447,7 +447,7 @@ func (o *output) rowsPerTable(rb *rowBatch, tables []string, keep func(int) bool
 		case i < len(tables) && tables[i] != "":
 			table = tables[i]
 		case o.cfg.TableInterp != nil:
-			if t, err := o.cfg.TableInterp.TryString(rb.message(i)); err == nil && t != "" {
+			if t, err := rowString(o.cfg.TableInterp, o.cfg.tableTmpl, rb.rows[i]); err == nil && t != "" {
 				table = t
 			}
 		}
@@ -465,7 +465,7 @@ func (o *output) writeBatch(ctx context.Context, rb *rowBatch) (writeResult, err
 	}
 	var keyOf tablewriter.KeyFunc
 	if o.cfg.OrderingKey != nil {
-		keyOf = func(i int) (string, error) { return o.cfg.OrderingKey.TryString(rb.message(i)) }
+		keyOf = func(i int) (string, error) { return rowString(o.cfg.OrderingKey, o.cfg.orderingTmpl, rb.rows[i]) }
 	}
 	var tableOf tablewriter.TableFunc
 	if o.cfg.TableInterp != nil {
@@ -473,7 +473,7 @@ func (o *output) writeBatch(ctx context.Context, rb *rowBatch) (writeResult, err
 		// tally counts the rows by the same names.
 		res.tables = make([]string, rb.len())
 		tableOf = func(i int) (string, error) {
-			t, err := o.cfg.TableInterp.TryString(rb.message(i))
+			t, err := rowString(o.cfg.TableInterp, o.cfg.tableTmpl, rb.rows[i])
 			if err == nil {
 				res.tables[i] = t
 			}

@@ -81,15 +81,9 @@ func (b *rowBatch) msgIndex(i int) int {
 	return b.owner[i]
 }
 
-// message returns row i's message, for an interpolation: the message
-// itself, or, for a record of a pack, the record's message (built with
-// the pack's other records' on first use).
-func (b *rowBatch) message(i int) *service.Message {
-	return rowMessage(b.rows[i])
-}
-
-// rowMessage returns r's message: r itself, or the message of a pack's
-// record.
+// rowMessage returns r's message, for an interpolation: r itself, or, for
+// a record of a pack, the record's message (built with the pack's other
+// records' on first use).
 func rowMessage(r tablewriter.Row) *service.Message {
 	switch r := r.(type) {
 	case *service.Message:

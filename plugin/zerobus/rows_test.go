@@ -96,7 +96,7 @@ func TestRowBatchIndices(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, rb.owner)
 	assert.Equal(t, 2, rb.len())
-	assert.Same(t, b, rb.message(1))
+	assert.Same(t, b, rowMessage(rb.rows[1]))
 
 	_, pack := packOf(t, service.NewMessage([]byte(`{"x":1}`)), service.NewMessage([]byte(`{"x":2}`)), service.NewMessage([]byte(`{"x":3}`)))
 	pack.SetError(fmt.Errorf("boom"))
@@ -104,7 +104,7 @@ func TestRowBatchIndices(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, rb.len())
 	assert.Equal(t, []int{0, 1, 1, 1, 2}, []int{rb.msgIndex(0), rb.msgIndex(1), rb.msgIndex(2), rb.msgIndex(3), rb.msgIndex(4)})
-	off, ok := rb.message(3).MetaGetMut("kafka_offset")
+	off, ok := rowMessage(rb.rows[3]).MetaGetMut("kafka_offset")
 	require.True(t, ok)
 	assert.Equal(t, 102, off)
 	require.Len(t, rb.failed, 3)

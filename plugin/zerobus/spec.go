@@ -461,6 +461,11 @@ type outputConfig struct {
 	// CovSource and CovOffset are nil without coverage.
 	CovSource, CovOffset *service.InterpolatedString
 	CovTable             string
+	// tableTmpl, orderingTmpl, covSourceTmpl and covOffsetTmpl are
+	// TableInterp's, OrderingKey's, CovSource's and CovOffset's text when
+	// it is only metadata references (nil otherwise): a record pack's
+	// records are rendered from their metadata (rowString).
+	tableTmpl, orderingTmpl, covSourceTmpl, covOffsetTmpl *metaTemplate
 	ClientID             string
 	ClientSecret         string
 	// cfgClientID and cfgClientSecret are the configured values (empty:
@@ -626,12 +631,15 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 		}
 		if strings.TrimSpace(c.orderingRaw) == "" {
 			c.OrderingKey, c.orderingRaw = nil, ""
+		} else {
+			c.orderingTmpl = compileMetaTemplate(c.orderingRaw)
 		}
 	}
 	if strings.Contains(c.Table, "${!") {
 		if c.TableInterp, err = conf.FieldInterpolatedString(fTable); err != nil {
 			return nil, err
 		}
+		c.tableTmpl = compileMetaTemplate(c.Table)
 	}
 	if c.Rescue, err = conf.FieldString(fRescue); err != nil {
 		return nil, err
@@ -657,6 +665,7 @@ func parseConfig(conf *service.ParsedConfig) (*outputConfig, error) {
 			if c.CovOffset, err = conf.FieldInterpolatedString(fCoverage, "offset"); err != nil {
 				return nil, err
 			}
+			c.covSourceTmpl, c.covOffsetTmpl = compileMetaTemplate(src), compileMetaTemplate(off)
 			c.CovTable, _ = conf.FieldString(fCoverage, fDLTable)
 		}
 	}

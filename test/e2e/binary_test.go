@@ -163,6 +163,7 @@ type tableInfo struct {
 	Columns  []struct {
 		Name     string `json:"name"`
 		TypeName string `json:"type_name"`
+		TypeText string `json:"type_text"`
 	} `json:"columns"`
 }
 

@@ -28,6 +28,19 @@ import (
 // restart must read again), and are never more than those.
 func TestKafkaKillNineUnderLoad(t *testing.T) {
 	t.Parallel()
+	killNineUnderLoad(t, false)
+}
+
+// TestKafkaKillNineUnderLoadPacked is TestKafkaKillNineUnderLoad with
+// record packs (pack_records: one message per batch, no processors,
+// positions from coverage): a pack is acknowledged only once all its
+// records are durable, so the same holds.
+func TestKafkaKillNineUnderLoadPacked(t *testing.T) {
+	t.Parallel()
+	killNineUnderLoad(t, true)
+}
+
+func killNineUnderLoad(t *testing.T, packed bool) {
 	const parts = 6
 	n := 30_000
 	if chaosLong() {
@@ -36,14 +49,22 @@ func TestKafkaKillNineUnderLoad(t *testing.T) {
 	seed := time.Now().UnixNano()
 	r := rand.New(rand.NewPCG(uint64(seed), 25))
 	t.Logf("seed %d", seed)
-	srv := startEmulator(t, emulator.Faults{}, kafkaTable+":"+kafkaCols)
 	b := startKafkaBroker(t, kafkaTopic, parts)
 	require.NoError(t, b.produce(kafkaTopic, parts, 0, n, func(i int) []byte { return kafkaValue(i, 200) }))
 	// A killed member stays in the group until its session times out, and
 	// the next run's join would wait for that; with a static member id
 	// (instance_id, as a Kubernetes StatefulSet's pod name) the restarted
 	// process takes the killed one's place at once.
-	config := kafkaPipeline(srv, b.addr, kafkaTopic, kafkaTable, "", "instance_id: kill-nine\nsession_timeout: 6s\nheartbeat_interval: 1s", "")
+	const member = "instance_id: kill-nine\nsession_timeout: 6s\nheartbeat_interval: 1s"
+	var srv *emulator.Server
+	var config string
+	if packed {
+		srv = startEmulator(t, emulator.Faults{})
+		config = kafkaPackedPipeline(srv, b.addr, kafkaTopic, kafkaTable, member)
+	} else {
+		srv = startEmulator(t, emulator.Faults{}, kafkaTable+":"+kafkaCols)
+		config = kafkaPipeline(srv, b.addr, kafkaTopic, kafkaTable, "", member, "")
+	}
 
 	var inFlight []int
 	var prevCommitted map[int32]int64
@@ -88,8 +109,8 @@ func TestKafkaKillNineUnderLoad(t *testing.T) {
 		inFlightSum += f
 	}
 	assert.LessOrEqual(t, dups, inFlightSum, "duplicates come only from records durable but not committed at a kill")
-	faultLine(t, "kafka kill -9 ×3 under load (%d records, %d partitions): 0 missing, %d duplicates; durable but uncommitted at the kills %v (sum %d); every commit at every kill covered by the table",
-		n, parts, dups, inFlight, inFlightSum)
+	faultLine(t, "kafka kill -9 ×3 under load (%d records, %d partitions, record packs %t): 0 missing, %d duplicates; durable but uncommitted at the kills %v (sum %d); every commit at every kill covered by the table",
+		n, parts, packed, dups, inFlight, inFlightSum)
 }
 
 // settle waits (up to 10 s) until table's row count holds still for a

@@ -169,6 +169,9 @@ func isNoGroup(err error) bool { return errors.Is(err, kerr.GroupIDNotFound) }
 
 // landed is what a table holds, per partition: how many rows each offset
 // has, and which instances wrote the partition's rows, in storage order.
+// A row's partition and offset are its kafka_partition and kafka_offset
+// columns, or, in a table written without a mapping (record packs), its
+// coverage columns _zb_source (topic/partition) and _zb_offset.
 type landed struct {
 	rows      int
 	byPart    map[int32]map[int64]int
@@ -194,8 +197,18 @@ func fetchLanded(srv *emulator.Server, table string) (landed, error) {
 	for _, r := range rows {
 		p, ok1 := asInt64(r["kafka_partition"])
 		o, ok2 := asInt64(r["kafka_offset"])
+		if src, ok := r["_zb_source"].(string); !ok1 && ok {
+			// No mapping stamped them (record packs take no processors):
+			// coverage's topic/partition and offset.
+			if i := strings.LastIndexByte(src, '/'); i >= 0 {
+				if n, err := strconv.ParseInt(src[i+1:], 10, 32); err == nil {
+					p, ok1 = n, true
+				}
+			}
+			o, ok2 = asInt64(r["_zb_offset"])
+		}
 		if !ok1 || !ok2 {
-			return landed{}, fmt.Errorf("a row without kafka_partition/kafka_offset: %v", r)
+			return landed{}, fmt.Errorf("a row without kafka_partition/kafka_offset (or _zb_source/_zb_offset): %v", r)
 		}
 		part := int32(p)
 		if l.byPart[part] == nil {
@@ -318,6 +331,20 @@ pipeline:
         root.instance = "${INSTANCE:one}"
 output:
 ` + indentBy(zerobusOutput(srv.GRPCURL(), srv.HTTPURL(), table, outputExtra), 2) + "\n"
+}
+
+// kafkaPackedPipeline is kafkaPipeline with record packs (pack_records):
+// no processors, so the output itself provisions table from the first
+// batch and stamps each record's position as coverage (_zb_source
+// topic/partition, _zb_offset), which landed reads.
+func kafkaPackedPipeline(srv *emulator.Server, brokers, topic, table, inputExtra string) string {
+	in := fmt.Sprintf("redpanda:\n  seed_brokers: [ %q ]\n  topics: [ %q ]\n  consumer_group: %s\n  start_offset: earliest\n  commit_period: 500ms\n  pack_records: true\n", brokers, topic, kafkaGroup)
+	if inputExtra != "" {
+		in += indentBy(inputExtra, 2) + "\n"
+	}
+	out := zerobusOutput(srv.GRPCURL(), srv.HTTPURL(), table, "ordering_key: ${! @kafka_partition }\ncatalog:\n  provision: true\n  warehouse_id: wh\n"+
+		"coverage:\n  source: ${! @kafka_topic }/${! @kafka_partition }\n  offset: ${! @kafka_offset }\n")
+	return "http:\n  enabled: false\nlogger:\n  level: INFO\n  format: logfmt\ninput:\n" + indentBy(in, 2) + "\noutput:\n" + indentBy(out, 2) + "\n"
 }
 
 // startKafkaProduct starts the product binary on config with INSTANCE set

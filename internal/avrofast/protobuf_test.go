@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -170,4 +171,41 @@ func TestConvertProtobufRedoesWithCallersDecoder(t *testing.T) {
 	defer res.Record.Release()
 	require.Len(t, res.RowErrors, 1)
 	assert.Contains(t, res.RowErrors[0].Error(), "message 1: reading structured message: the caller's decoder: schema")
+}
+
+// Concurrent batches on one converter share its plans: each converts on a
+// state of its own (run with -race).
+func TestConvertProtobufConcurrent(t *testing.T) {
+	src, conv, id := newProtoFixture(t)
+	p := New(src)
+	values := make([][]byte, 200)
+	for i := range values {
+		values[i] = protoFrame(id, []byte{0}, protoOrder(i))
+	}
+	want := protoGeneral(t, conv, id, values)
+	defer want.Record.Release()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				res, ok, err := p.Convert(context.Background(), conv, values)
+				if err != nil || !ok {
+					errs <- fmt.Errorf("ok %v: %v", ok, err)
+					return
+				}
+				if !array.RecordEqual(want.Record, res.Record) {
+					errs <- errors.New("a record differs from the general path's")
+				}
+				res.Record.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

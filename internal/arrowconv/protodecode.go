@@ -2,7 +2,6 @@ package arrowconv
 
 import (
 	"math"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -90,8 +89,20 @@ func (st *state) pbDecode(m *pbMsg, b []byte) error {
 			}
 			b = b[n:]
 		}
+		f := m.pbFieldOf(num)
+		if f != nil && typ == f.wire && !f.list && f.kind != protoreflect.MessageKind {
+			// The usual field: a singular scalar, read in place.
+			u, v, n := pbScalar(f.kind, typ, b)
+			if n < 0 {
+				return errPB
+			}
+			f.u, f.b = u, v
+			m.set(f)
+			b = b[n:]
+			continue
+		}
 		n := -1
-		if f := m.pbFieldOf(num); f != nil {
+		if f != nil {
 			var err error
 			if n, err = st.pbField(m, f, typ, b); err != nil {
 				return err
@@ -256,7 +267,7 @@ func pbScalar(kind protoreflect.Kind, typ protowire.Type, b []byte) (u uint64, v
 	if v, n = protowire.ConsumeBytes(b); n < 0 {
 		return 0, nil, n
 	}
-	if kind == protoreflect.StringKind && !utf8.Valid(v) {
+	if kind == protoreflect.StringKind && !validUTF8(v) {
 		return 0, nil, -1
 	}
 	return 0, v, n

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -484,7 +483,7 @@ func (b *pbBinder) scalar(fd protoreflect.FieldDescriptor, n node, path string) 
 		// STRING must be UTF-8 text.
 		check := sn.mode == modeString && k == protoreflect.BytesKind
 		return func(_ *state, _ uint64, b []byte) error {
-			if check && !utf8.Valid(b) {
+			if check && !validUTF8(b) {
 				return errPB
 			}
 			sn.data = append(sn.data, b...)

@@ -109,8 +109,11 @@ func New(src SchemaSource) *Path {
 // all framed with Avro schema ids: straight from their bytes when there is
 // one id and the fast path plans it for conv's table, else through the
 // general path (the registry codec's decode, then ConvertStructured), which
-// gives the same record. ok false means the batch is the caller's (a value
-// not framed, a schema that is not Avro, a schema id the registry does
+// gives the same record. A batch of one Protobuf schema id and one message
+// index whose message is planned converts from its bytes too
+// (convertProtobuf); any other Protobuf batch is the caller's. ok false
+// means the batch is the caller's (a value not framed, a schema that is not
+// Avro or a Protobuf batch not planned, a schema id the registry does
 // not know or a schema it cannot use: the caller's general path fails
 // those rows alone); nothing was converted. The error return is the
 // registry's fault (registry.Retryable) or ctx's end, so the caller holds

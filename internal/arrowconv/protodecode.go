@@ -1,7 +1,9 @@
 package arrowconv
 
 import (
+	"bytes"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -59,6 +61,8 @@ func (m *pbMsg) begin() { m.gen++ }
 func (m *pbMsg) release() {
 	for _, f := range m.fields {
 		f.b = nil
+		clear(f.entries)
+		f.entries = f.entries[:0]
 		if f.sub != nil {
 			f.sub.release()
 		}
@@ -122,6 +126,9 @@ func (st *state) pbDecode(m *pbMsg, b []byte) error {
 // pbField reads one value of field f (the bytes after its tag): the bytes
 // read, or -1 when its wire type makes it an unknown field.
 func (st *state) pbField(m *pbMsg, f *pbField, typ protowire.Type, b []byte) (int, error) {
+	if f.isMap {
+		return st.pbMapEntry(m, f, typ, b)
+	}
 	if f.list {
 		return st.pbList(m, f, typ, b)
 	}
@@ -211,6 +218,71 @@ func (st *state) pbList(m *pbMsg, f *pbField, typ protowire.Type, b []byte) (int
 	return n, st.pbElem(f, u, v)
 }
 
+// pbMapEntry reads one entry of a map field (a message of a key, field 1,
+// and a value, field 2, as the runtime's unmarshalMap reads it: in any
+// order, the last of each kept, other fields skipped) into f.entries. An
+// entry without its key or its value, which the runtime fills with
+// defaults (or fails on), is left to the general path.
+func (st *state) pbMapEntry(m *pbMsg, f *pbField, typ protowire.Type, b []byte) (int, error) {
+	if f.gen != m.gen {
+		f.gen, f.entries = m.gen, f.entries[:0]
+	}
+	if typ != protowire.BytesType {
+		return -1, nil
+	}
+	entry, n := protowire.ConsumeBytes(b)
+	if n < 0 || f.mn == nil {
+		return 0, errPB // malformed, or an entry for no column
+	}
+	var e pbEntry
+	haveKey, haveVal := false, false
+	for len(entry) > 0 {
+		num, typ, k := protowire.ConsumeTag(entry)
+		if k < 0 || num > protowire.MaxValidNumber {
+			return 0, errPB
+		}
+		entry = entry[k:]
+		k = -1
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			_, e.key, k = pbScalar(protoreflect.StringKind, typ, entry)
+			haveKey = k >= 0
+		case num == 2 && typ == f.valWire:
+			e.u, e.b, k = pbScalar(f.valKind, typ, entry)
+			haveVal = k >= 0
+		default:
+			k = protowire.ConsumeFieldValue(num, typ, entry)
+		}
+		if k < 0 {
+			return 0, errPB
+		}
+		entry = entry[k:]
+	}
+	if !haveKey || !haveVal {
+		return 0, errPB
+	}
+	f.entries = append(f.entries, e)
+	return n, nil
+}
+
+// pbMapEnd appends a map field's entries in key order, the last of a
+// repeated key kept.
+func (st *state) pbMapEnd(f *pbField) error {
+	es := f.entries
+	slices.SortStableFunc(es, func(a, b pbEntry) int { return bytes.Compare(a.key, b.key) })
+	for i, e := range es {
+		if i+1 < len(es) && bytes.Equal(e.key, es[i+1].key) {
+			continue // a later entry has this key
+		}
+		f.mapKeys.data = append(f.mapKeys.data, e.key...)
+		_ = f.mapKeys.commit()
+		if err := f.store(st, e.u, e.b); err != nil {
+			return err
+		}
+	}
+	return f.mn.end(f.mapKeys.length())
+}
+
 // pbElem appends one value of a repeated scalar field.
 func (st *state) pbElem(f *pbField, u uint64, b []byte) error {
 	if f.store == nil {
@@ -283,6 +355,8 @@ func (m *pbMsg) present(f *pbField) bool {
 		return false
 	case f.list:
 		return f.n > 0
+	case f.isMap:
+		return len(f.entries) > 0
 	case f.oneof >= 0:
 		return m.oneof[f.oneof] == f
 	case f.implicit:
@@ -321,6 +395,8 @@ func (st *state) pbFinish(m *pbMsg) error {
 		}
 		var err error
 		switch {
+		case f.isMap:
+			err = st.pbMapEnd(f)
 		case f.list:
 			err = f.ln.commit()
 		case f.sub != nil:

@@ -42,12 +42,14 @@ type ProtobufOptions struct {
 // and a wrapper type is the value it wraps.
 //
 // CompileProtobuf refuses (ErrProtobufNotPlanned) what it does not do that
-// way: map fields, groups, proto2 required fields, extensions, Editions
-// files, a oneof member message holding a repeated field, the well-known
+// way: groups, proto2 required fields, extensions, Editions
+// files, a oneof member message holding a repeated field or a map, the well-known
 // types kept in JSON form (Duration, FieldMask, Struct, Value, ListValue,
-// Any), a message into a column that is not a STRUCT (or a repeated field
-// into one not an ARRAY), a message that contains itself, two fields for
-// one column, and a NOT NULL column no field fills.
+// Any), maps with keys other than strings or with message values, a
+// message into a column that is not a STRUCT (a repeated field into one
+// not an ARRAY, a map into one not a MAP with STRING keys), a message that
+// contains itself, two fields for one column, and a NOT NULL column no
+// field fills.
 type ProtobufPlan struct {
 	conv *Converter
 	md   protoreflect.MessageDescriptor
@@ -155,6 +157,15 @@ type pbField struct {
 	kind protoreflect.Kind
 	wire protowire.Type // the wire type of one value of kind
 	list bool
+	// A map field (string keys, scalar values): its entries are kept in
+	// entries, then appended in key order, the last of a repeated key
+	// kept, as the decoded map lands.
+	isMap   bool
+	valKind protoreflect.Kind
+	valWire protowire.Type
+	mn      *mapNode
+	mapKeys *strNode
+	entries []pbEntry
 	// implicit: no presence (proto3 singular scalar outside a oneof): set
 	// only when not its zero value.
 	implicit bool
@@ -178,6 +189,14 @@ type pbField struct {
 	u   uint64 // a scalar: its value (see pbCanon)
 	b   []byte // string and bytes: the value, aliasing the input
 	n   int    // list fields: the values appended in this message value
+}
+
+// pbEntry is one map entry read: its key and its value (as a slot holds
+// it).
+type pbEntry struct {
+	key []byte
+	u   uint64
+	b   []byte
 }
 
 // pbStore appends one scalar value (u, b as a slot holds it) to a node.
@@ -310,8 +329,10 @@ func (n *structNode) pbMatch(k string) (i int, folded bool) {
 // field describes how fd reads, before it is matched to a column.
 func (b *pbBinder) field(fd protoreflect.FieldDescriptor, path string) (*pbField, error) {
 	switch {
-	case fd.IsMap():
-		return nil, pbNotPlanned(path, "a map field")
+	case fd.IsMap() && fd.MapKey().Kind() != protoreflect.StringKind:
+		return nil, pbNotPlanned(path, "a map field with %s keys", fd.MapKey().Kind())
+	case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+		return nil, pbNotPlanned(path, "a map field with message values")
 	case fd.Kind() == protoreflect.GroupKind:
 		return nil, pbNotPlanned(path, "a group")
 	case fd.Cardinality() == protoreflect.Required:
@@ -321,6 +342,10 @@ func (b *pbBinder) field(fd protoreflect.FieldDescriptor, path string) (*pbField
 	}
 	f := &pbField{num: fd.Number(), kind: fd.Kind(), list: fd.IsList(), oneof: -1, col: -1}
 	f.wire = kindWire(fd.Kind())
+	if fd.IsMap() {
+		f.isMap, f.valKind = true, fd.MapValue().Kind()
+		f.valWire = kindWire(f.valKind)
+	}
 	if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() {
 		f.oneof = od.Index()
 	}
@@ -348,6 +373,22 @@ func kindWire(k protoreflect.Kind) protowire.Type {
 // element node takes them.
 func (b *pbBinder) land(fd protoreflect.FieldDescriptor, f *pbField, path string) error {
 	target := f.out
+	if f.isMap {
+		if target == nil {
+			return nil // read past; an entry of it fails the row (no column)
+		}
+		mn, ok := target.(*mapNode)
+		if !ok {
+			return pbNotPlanned(path, "a map field into column type %s", nodeName(target))
+		}
+		keys, ok := mn.keys.(*strNode)
+		if !ok || keys.mode != modeString {
+			return pbNotPlanned(path, "a map field into a map whose keys are not STRING")
+		}
+		store, err := b.scalar(fd.MapValue(), mn.vals, path+"[]")
+		f.mn, f.mapKeys, f.store = mn, keys, store
+		return err
+	}
 	if f.list && target != nil {
 		ln, ok := target.(*listNode)
 		if !ok {
@@ -411,7 +452,7 @@ func (b *pbBinder) land(fd protoreflect.FieldDescriptor, f *pbField, path string
 
 func hasList(m *pbMsg) bool {
 	for _, f := range m.fields {
-		if f.list || (f.sub != nil && hasList(f.sub)) {
+		if f.list || f.isMap || (f.sub != nil && hasList(f.sub)) {
 			return true
 		}
 	}

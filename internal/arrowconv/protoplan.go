@@ -42,14 +42,14 @@ type ProtobufOptions struct {
 // and a wrapper type is the value it wraps.
 //
 // CompileProtobuf refuses (ErrProtobufNotPlanned) what it does not do that
-// way: groups, proto2 required fields, extensions, Editions
-// files, a oneof member message holding a repeated field or a map, the well-known
-// types kept in JSON form (Duration, FieldMask, Struct, Value, ListValue,
-// Any), maps with keys other than strings or with message values, a
-// message into a column that is not a STRUCT (a repeated field into one
-// not an ARRAY, a map into one not a MAP with STRING keys), a message that
-// contains itself, two fields for one column, and a NOT NULL column no
-// field fills.
+// way: groups, proto2 required fields, extensions, Editions files, a oneof
+// member message holding a repeated field or a map, the well-known types
+// kept in JSON form (Duration, FieldMask, Struct, Value, ListValue, Any),
+// maps with keys other than strings or with message values, a message into
+// a column that is not a STRUCT (a repeated field into one not an ARRAY, a
+// map into one not a MAP with STRING keys, bytes into one not BINARY or
+// STRING), a message that contains itself, two fields for one column, and a
+// NOT NULL column no field fills.
 type ProtobufPlan struct {
 	conv *Converter
 	md   protoreflect.MessageDescriptor
@@ -141,7 +141,6 @@ type pbMsg struct {
 	// well-known one, whose value lands through its field's store.
 	node    *structNode
 	missing []pbFill
-	folded  bool // a column matched a field's name by the folding rules
 }
 
 // pbFill is a column no field fills: stamped with the emit time, or null.
@@ -169,8 +168,7 @@ type pbField struct {
 	// implicit: no presence (proto3 singular scalar outside a oneof): set
 	// only when not its zero value.
 	implicit bool
-	oneof    int // the real oneof's index; -1: none
-	name     string
+	oneof    int    // the real oneof's index; -1: none
 	sub      *pbMsg // message kinds; nil when the field has no column
 
 	col      int  // the column's index in the message's node; -1: none
@@ -254,7 +252,6 @@ func (b *pbBinder) message(md protoreflect.MessageDescriptor, n *structNode, pat
 		if err != nil {
 			return nil, err
 		}
-		f.name = name
 		if n != nil {
 			i, folded := n.pbMatch(name)
 			if i >= 0 {
@@ -263,7 +260,6 @@ func (b *pbBinder) message(md protoreflect.MessageDescriptor, n *structNode, pat
 				}
 				used[i] = true
 				f.col, f.folded, f.out, f.nullable = i, folded, n.fields[i], n.nullable[i]
-				m.folded = m.folded || folded
 			}
 		}
 		if err := b.land(fd, f, fpath); err != nil {

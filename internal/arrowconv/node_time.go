@@ -172,18 +172,7 @@ func (n *tsNode) put(st *state, v any) error {
 		}
 		return n.nullValue(n)
 	case time.Time:
-		if n.ntz {
-			if !st.ntzFromZoned {
-				name, _ := v.Zone()
-				return kerr(ErrTZIntoNTZ, "%v: time %s (zone %q) is an instant; format it as a zone-less wall clock (2006-01-02T15:04:05) upstream, enable reconcile.timestamp_ntz_from_zoned to store its UTC wall time, or use a TIMESTAMP column", ErrTZIntoNTZ, v.Format(time.RFC3339Nano), name)
-			}
-			st.rowNTZ++
-		}
-		us, err := timeMicros(v)
-		if err != nil {
-			return err
-		}
-		return n.add(us)
+		return n.putTime(st, v)
 	case string:
 		return n.addText(textOf(v))
 	case json.Number:
@@ -199,4 +188,21 @@ func (n *tsNode) put(st *state, v any) error {
 		return n.addEpoch(st, st.text)
 	}
 	return n.mismatchGo("a time, an RFC 3339 string or an epoch number", v)
+}
+
+// putTime stores a time (a structured value's, or a Protobuf Timestamp's on
+// the fast path) as its instant.
+func (n *tsNode) putTime(st *state, v time.Time) error {
+	if n.ntz {
+		if !st.ntzFromZoned {
+			name, _ := v.Zone()
+			return kerr(ErrTZIntoNTZ, "%v: time %s (zone %q) is an instant; format it as a zone-less wall clock (2006-01-02T15:04:05) upstream, enable reconcile.timestamp_ntz_from_zoned to store its UTC wall time, or use a TIMESTAMP column", ErrTZIntoNTZ, v.Format(time.RFC3339Nano), name)
+		}
+		st.rowNTZ++
+	}
+	us, err := timeMicros(v)
+	if err != nil {
+		return err
+	}
+	return n.add(us)
 }

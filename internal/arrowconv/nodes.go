@@ -50,9 +50,11 @@ type state struct {
 	keySet map[string]struct{}
 	// avroPlans holds the Avro plans bound to this state's nodes, and
 	// avroEntries the map entries being read (see AvroPlan).
-	avroPlans      map[*AvroPlan]avroFn
-	avroEntries    []avroEntry
-	avro           avroReader // the value being read
+	avroPlans   map[*AvroPlan]avroFn
+	avroEntries []avroEntry
+	avro        avroReader // the value being read
+	// pbPlans holds the Protobuf plans bound to this state's nodes.
+	pbPlans        map[*ProtobufPlan]*pbMsg
 	emitUS         int64
 	epochExp       int
 	nestedToString bool

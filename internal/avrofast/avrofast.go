@@ -1,9 +1,16 @@
-// Package avrofast converts batches of Schema Registry framed Avro values
-// into the zerobus output's Arrow records without a Go value per row: it
-// fetches each schema once (through a SchemaSource, the registry client's
-// job), matches it to the table's columns once (arrowconv.CompileAvro) and
-// reads each value's bytes straight into the column buffers
-// (arrowconv.ConvertAvro).
+// Package avrofast converts batches of Schema Registry framed Avro and
+// Protobuf values into the zerobus output's Arrow records without a Go
+// value per row: it fetches each schema once (through a SchemaSource, the
+// registry client's job), matches it to the table's columns once
+// (arrowconv.CompileAvro; for Protobuf arrowconv.CompileProtobuf, once per
+// message the values' message-index arrays name) and reads each value's
+// bytes straight into the column buffers (arrowconv.ConvertAvro,
+// arrowconv.ConvertProtobuf).
+//
+// A Protobuf batch takes the fast path when all its values have one schema
+// id and one message index; any other Protobuf batch, or one of a message
+// the fast path does not plan, is left to the caller (ok false), whose
+// general path converts it as before.
 //
 // A batch of several schema ids, or of a schema the fast path does not
 // plan, takes the general path within Convert (the registry codec's decode,
@@ -18,6 +25,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
@@ -34,9 +44,21 @@ var _ SchemaSource = (*registry.Client)(nil)
 
 // Options are the codec options of the general path a failing row is
 // redone with: the shapes the fast path lands (preserve_logical_types and
-// raw_unions on), so that a redone row lands as the fast path would have
-// landed it.
-var Options = registry.Options{Avro: registry.AvroOptions{PreserveLogicalTypes: true, RawUnions: true}}
+// raw_unions on; Protobuf values kept decoded, serialize_to_json off, with
+// no unset fields emitted), so that a redone row lands as the fast path
+// would have landed it.
+var Options = registry.Options{
+	Avro:     registry.AvroOptions{PreserveLogicalTypes: true, RawUnions: true},
+	Protobuf: registry.ProtobufOptions{SerializeToJSON: false},
+}
+
+// ValueDecoder is the caller's general path for one framed value (the
+// schema_registry block's Holder is one): when the SchemaSource is one too,
+// a Protobuf row the fast path does not take is redone with it, so that
+// its value, or its error, is the one the caller's general path gives.
+type ValueDecoder interface {
+	Decode(ctx context.Context, value []byte) (registry.Decoded, error)
+}
 
 // Path is the fast path for one output. It is safe for concurrent use.
 //
@@ -58,7 +80,24 @@ type planKey struct {
 type plan struct {
 	avro  *arrowconv.AvroPlan // nil: not on the fast path (why says why)
 	codec registry.Codec      // nil: not Avro, or not parsed (why says why)
+	// proto is a Protobuf schema's codec, whose messages are planned each
+	// on first use (protoKey); nil: not Protobuf, or not compiled.
+	proto registry.ProtobufCodec
 	why   error
+}
+
+// protoKey is the key of a Protobuf message's plan kept on a converter:
+// the schema id and the message index (as text).
+type protoKey struct {
+	path  *Path
+	id    int
+	index string
+}
+
+// protoPlan is one Protobuf message matched to one converter, or why not.
+type protoPlan struct {
+	plan *arrowconv.ProtobufPlan // nil: not on the fast path
+	why  error
 }
 
 // New returns the fast path fetching schemas from src.
@@ -70,8 +109,11 @@ func New(src SchemaSource) *Path {
 // all framed with Avro schema ids: straight from their bytes when there is
 // one id and the fast path plans it for conv's table, else through the
 // general path (the registry codec's decode, then ConvertStructured), which
-// gives the same record. ok false means the batch is the caller's (a value
-// not framed, a schema that is not Avro, a schema id the registry does
+// gives the same record. A batch of one Protobuf schema id and one message
+// index whose message is planned converts from its bytes too
+// (convertProtobuf); any other Protobuf batch is the caller's. ok false
+// means the batch is the caller's (a value not framed, a schema that is not
+// Avro or a Protobuf batch not planned, a schema id the registry does
 // not know or a schema it cannot use: the caller's general path fails
 // those rows alone); nothing was converted. The error return is the
 // registry's fault (registry.Retryable) or ctx's end, so the caller holds
@@ -106,6 +148,9 @@ func (p *Path) Convert(ctx context.Context, conv *arrowconv.Converter, values []
 			// a schema it cannot use): the caller's general path fails
 			// that id's rows alone, each with this reason.
 			return arrowconv.Result{}, false, nil
+		}
+		if pl.proto != nil && one {
+			return p.convertProtobuf(ctx, conv, pl, first, values)
 		}
 		if pl.codec == nil {
 			return arrowconv.Result{}, false, nil
@@ -170,9 +215,16 @@ func (p *Path) plan(ctx context.Context, conv *arrowconv.Converter, id int) (*pl
 	return pl, nil
 }
 
-var errNotAvro = errors.New("not an Avro schema")
+var errNotAvro = errors.New("not an Avro or Protobuf schema")
 
 func makePlan(conv *arrowconv.Converter, s registry.Schema) *plan {
+	if s.Format == registry.Protobuf {
+		codec, err := registry.NewProtobufCodec(s, Options.Protobuf)
+		if err != nil {
+			return &plan{why: err}
+		}
+		return &plan{proto: codec}
+	}
 	if s.Format != registry.Avro && s.Format != "" {
 		return &plan{why: fmt.Errorf("schema %d: %w (%s)", s.ID, errNotAvro, s.Format)}
 	}
@@ -187,4 +239,100 @@ func makePlan(conv *arrowconv.Converter, s registry.Schema) *plan {
 		return &plan{codec: codec, why: fmt.Errorf("schema %d: %w", s.ID, err)}
 	}
 	return &plan{avro: ap, codec: codec}
+}
+
+// convertProtobuf converts a batch of Protobuf values of schema id (whose
+// plan is pl) on the fast path when they all have one message index and
+// its message is planned for conv; ok false otherwise (the caller's
+// general path converts them).
+func (p *Path) convertProtobuf(ctx context.Context, conv *arrowconv.Converter, pl *plan, id int, values [][]byte) (res arrowconv.Result, ok bool, err error) {
+	var firstBuf, curBuf [8]int
+	first, _, ok := registry.MessageIndex(values[0][registry.HeaderSize:], firstBuf[:0])
+	if !ok {
+		return arrowconv.Result{}, false, nil
+	}
+	payloads := make([][]byte, len(values))
+	for i, v := range values {
+		body := v[registry.HeaderSize:]
+		index, n, ok := registry.MessageIndex(body, curBuf[:0])
+		if !ok || !slices.Equal(index, first) {
+			return arrowconv.Result{}, false, nil
+		}
+		payloads[i] = body[n:]
+	}
+	pp := p.protoPlan(conv, pl, id, first)
+	if pp.plan == nil {
+		return arrowconv.Result{}, false, nil
+	}
+	redo := func(i int) (any, error) {
+		v, _, err := pl.proto.Decode(values[i][registry.HeaderSize:])
+		return v, err
+	}
+	if dec, ok := p.src.(ValueDecoder); ok {
+		redo = func(i int) (any, error) {
+			d, err := dec.Decode(ctx, values[i])
+			return d.Value, err
+		}
+	}
+	res, err = conv.ConvertProtobuf(pp.plan, payloads, redo)
+	if err == nil && ctx.Err() != nil {
+		// A redone row may have met ctx's end in the decoder: the batch
+		// is held, as the caller's general path holds it.
+		res.Record.Release()
+		return arrowconv.Result{}, false, fmt.Errorf("the schema registry could not be read: %w", ctx.Err())
+	}
+	return res, err == nil, err
+}
+
+// protoPlan returns the plan of the message index names in pl's schema on
+// conv, made on first use and kept on conv.
+func (p *Path) protoPlan(conv *arrowconv.Converter, pl *plan, id int, index []int) *protoPlan {
+	key := protoKey{path: p, id: id, index: indexKey(index)}
+	if pp, _ := conv.Kept(key).(*protoPlan); pp != nil {
+		return pp
+	}
+	pp := makeProtoPlan(conv, pl.proto, id, index)
+	conv.Keep(key, pp)
+	return pp
+}
+
+var errProtoOptions = errors.New("the codec's options are not the fast path's (serialize_to_json, emit_unpopulated and emit_default_values off)")
+
+func makeProtoPlan(conv *arrowconv.Converter, codec registry.ProtobufCodec, id int, index []int) *protoPlan {
+	o := codec.Options()
+	if o.SerializeToJSON || o.EmitUnpopulated || o.EmitDefaultValues {
+		return &protoPlan{why: fmt.Errorf("schema %d: %w: %w", id, arrowconv.ErrProtobufNotPlanned, errProtoOptions)}
+	}
+	md, err := codec.Message(index)
+	if err != nil {
+		return &protoPlan{why: err}
+	}
+	pp, err := conv.CompileProtobuf(md, arrowconv.ProtobufOptions{UseProtoNames: o.UseProtoNames, UseEnumNumbers: o.UseEnumNumbers})
+	if err != nil {
+		return &protoPlan{why: fmt.Errorf("schema %d message %s: %w", id, md.FullName(), err)}
+	}
+	return &protoPlan{plan: pp}
+}
+
+// WhyProtobuf says why values of schema id with message index on conv do
+// not take the fast path; nil when they do or have not been met.
+func (p *Path) WhyProtobuf(conv *arrowconv.Converter, id int, index []int) error {
+	if pl, _ := conv.Kept(planKey{p, id}).(*plan); pl != nil && pl.proto == nil {
+		return pl.why
+	}
+	if pp, _ := conv.Kept(protoKey{path: p, id: id, index: indexKey(index)}).(*protoPlan); pp != nil {
+		return pp.why
+	}
+	return nil
+}
+
+func indexKey(index []int) string {
+	var b strings.Builder
+	for i, v := range index {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(v))
+	}
+	return b.String()
 }

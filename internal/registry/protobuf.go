@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -299,4 +300,67 @@ func indexText(index []int) string {
 		parts[i] = strconv.Itoa(v)
 	}
 	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// ProtobufCodec is the codec of a Protobuf schema with the message
+// descriptors it decodes with: a fast path plans each message from the
+// same descriptors the codec reads values with.
+type ProtobufCodec interface {
+	Codec
+	// Message is the message a value's message-index array names (nil:
+	// [0]), the error the codec would fail the value with when it names
+	// none.
+	Message(index []int) (protoreflect.MessageDescriptor, error)
+	// Options are the options the codec was made with.
+	Options() ProtobufOptions
+}
+
+// NewProtobufCodec makes the codec for the Protobuf schema s.
+func NewProtobufCodec(s Schema, o ProtobufOptions) (ProtobufCodec, error) {
+	c, err := newProtobufCodec(s, o)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*protobufCodec), nil
+}
+
+// Message is the message of index, as Decode resolves it.
+func (c *protobufCodec) Message(index []int) (protoreflect.MessageDescriptor, error) {
+	if len(index) == 0 {
+		index = []int{0}
+	}
+	md, err := c.message(index)
+	if err != nil {
+		return nil, fmt.Errorf("schema %d: %w", c.id, err)
+	}
+	return md, nil
+}
+
+// Options are the codec's options.
+func (c *protobufCodec) Options() ProtobufOptions { return c.opts }
+
+// MessageIndex reads the Confluent message-index array at the start of a
+// Protobuf value's body (what follows the 5-byte header) as Decode reads
+// it, into index (reused; the single byte 0 is [0]), and returns it with
+// the length of the array's bytes; ok is false when the array does not read
+// or has more than maxMessageIndexLength indexes (Decode then fails the
+// value). It allocates nothing when index has room.
+func MessageIndex(body []byte, index []int) (_ []int, n int, ok bool) {
+	count, n := binary.Varint(body)
+	if n <= 0 || count < 0 || count > maxMessageIndexLength {
+		return index, 0, false
+	}
+	index = index[:0]
+	if count == 0 {
+		return append(index, 0), n, true
+	}
+	for range count {
+		v, k := binary.Varint(body[n:])
+		if k <= 0 {
+			return index, 0, false
+		}
+		index = append(index, int(v))
+		n += k
+	}
+	return index, n, true
 }

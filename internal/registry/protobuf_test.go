@@ -316,3 +316,20 @@ func TestProtobufMalformedMapEntryIsAnError(t *testing.T) {
 	assert.Contains(t, err.Error(), "malformed Protobuf value")
 	assert.Contains(t, err.Error(), "schema 2: decoding Protobuf message")
 }
+
+// MessageIndex reads the message-index array as Decode reads it (franz-go's
+// DecodeIndex), and refuses what Decode refuses.
+func TestMessageIndex(t *testing.T) {
+	var h sr.ConfluentHeader
+	for _, body := range [][]byte{{0}, {2, 0}, {2, 2, 0xff}, {4, 2, 4}, {6, 1, 3, 5, 9}, {0x80}, {1}, {2}, {0x82, 0x01}} {
+		want, wantRest, werr := h.DecodeIndex(body, maxMessageIndexLength)
+		got, n, ok := MessageIndex(body, nil)
+		if werr != nil {
+			assert.False(t, ok, "%x", body)
+			continue
+		}
+		require.True(t, ok, "%x", body)
+		assert.Equal(t, want, got, "%x", body)
+		assert.Equal(t, wantRest, body[n:], "%x", body)
+	}
+}

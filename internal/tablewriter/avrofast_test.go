@@ -61,3 +61,45 @@ func TestWriteAvroFastPath(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "schema id 99")
 }
+
+// protoSchema is a SchemaSource knowing one Protobuf schema.
+type protoSchema struct {
+	id   int
+	text string
+}
+
+func (s protoSchema) Fetch(_ context.Context, id int) (registry.Schema, error) {
+	if id != s.id {
+		return registry.Schema{}, &registry.UnreachableError{URL: "http://registry", Err: assert.AnError}
+	}
+	return registry.Schema{ID: id, Format: registry.Protobuf, Text: s.text}, nil
+}
+
+// framedProtoEvent is the Protobuf value {id, msg} framed with schema id
+// 12 and message index [0].
+func framedProtoEvent(id int64, msg string) Row {
+	b := binary.BigEndian.AppendUint32([]byte{0}, 12)
+	b = append(b, 0)      // message index [0]
+	b = append(b, 1<<3|0) // field 1, varint
+	b = binary.AppendUvarint(b, uint64(id))
+	b = append(b, 2<<3|2) // field 2, length-delimited
+	b = binary.AppendUvarint(b, uint64(len(msg)))
+	return testRow{b: append(b, msg...)}
+}
+
+// With the fast path on, framed Protobuf values land from their bytes and
+// a bad one fails alone with the codec's error.
+func TestWriteProtobufFastPath(t *testing.T) {
+	src := protoSchema{id: 12, text: `syntax = "proto3"; message E { int64 id = 1; string msg = 2; }`}
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.Avro = avrofast.New(src) }, nil)
+	bad := framedProtoEvent(2, "b").(testRow)
+	bad.b = bad.b[:len(bad.b)-1]
+	failed := h.write(t, []Row{framedProtoEvent(1, "a"), bad, framedProtoEvent(3, "c")})
+	require.Len(t, failed, 1)
+	assert.Contains(t, failed[1], "message 1")
+	assert.Contains(t, failed[1], "schema 12: decoding Protobuf message E")
+	ids, _ := submittedColumn(t, h.opener, "id")
+	assert.Equal(t, []string{"1", "3"}, ids)
+	msgs, _ := submittedColumn(t, h.opener, "msg")
+	assert.Equal(t, []string{"a", "c"}, msgs)
+}

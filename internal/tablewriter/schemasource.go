@@ -85,8 +85,8 @@ func (a *authority) schemaWhere() string {
 // framed value's schema is fetched from the registry by its id (through
 // the decoder's cache) and mapped onto columns once per schema. The first
 // value of each id in a batch is decoded to learn the schema's common form
-// (a Protobuf schema's differs by message, so each Protobuf value is); the
-// others are only read for their id.
+// (a Protobuf schema's differs by message: the first value of each id and
+// message-index array); the others are only read for their id (and index).
 type registrySchemas struct {
 	dec RegistryDecoder
 
@@ -133,6 +133,12 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *b
 	var bs batchSchemas
 	byID := map[uint32]int{}
 	lastID, lastK := uint32(0), -1 // a batch is mostly runs of one id
+	// byIndex holds the schema of each Protobuf id's message-index arrays
+	// met (by their bytes): a message's values have its one schema, so
+	// only the first is decoded (the Protobuf fast path reads the others
+	// from their bytes, never decoding them).
+	var byIndex map[uint32]map[string]int
+	var scratch [8]int
 	for i, row := range batch {
 		id, ok := rowFramed(row)
 		if !ok {
@@ -148,6 +154,15 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *b
 			bs.of[i] = k
 			lastID, lastK = id, k
 			continue
+		}
+		var index []byte
+		if known := byIndex[id]; known != nil {
+			if index = messageIndexBytes(row, scratch[:0]); index != nil {
+				if k, ok := known[string(index)]; ok {
+					bs.of[i] = k
+					continue
+				}
+			}
 		}
 		d, err := decodes.decode(ctx, i)
 		var s *registrySchema
@@ -173,9 +188,37 @@ func (r *registrySchemas) schemasOf(ctx context.Context, batch []Row, decodes *b
 		if err != nil || d.Format != registry.Protobuf {
 			byID[id] = k
 			lastID, lastK = id, k
+			continue
+		}
+		if index == nil {
+			index = messageIndexBytes(row, scratch[:0])
+		}
+		if index != nil {
+			if byIndex == nil {
+				byIndex = map[uint32]map[string]int{}
+			}
+			if byIndex[id] == nil {
+				byIndex[id] = map[string]int{}
+			}
+			byIndex[id][string(index)] = k
 		}
 	}
 	return bs, nil
+}
+
+// messageIndexBytes is the message-index array of a framed Protobuf value
+// (the bytes after the header), or nil when it does not read.
+func messageIndexBytes(row Row, scratch []int) []byte {
+	b, err := row.AsBytes()
+	if err != nil || len(b) < registry.HeaderSize {
+		return nil
+	}
+	body := b[registry.HeaderSize:]
+	_, n, ok := registry.MessageIndex(body, scratch)
+	if !ok {
+		return nil
+	}
+	return body[:n]
 }
 
 // schemaLevel reports whether err concerns every value of its schema id

@@ -31,17 +31,20 @@ func framedRow(id uint32) Row {
 	return testRow{b: b}
 }
 
-// The Protobuf values of one schema id are each decoded (their common
-// schema depends on the message), but a schema they share is one schema of
-// the batch, not one per value: the table is fitted to it once.
+// The Protobuf values of one schema id are decoded once per message-index
+// array (their common schema depends on the message), and a schema they
+// share is one schema of the batch, not one per message: the table is
+// fitted to it once.
 func TestRegistrySchemasProtobufSharedSchemaOnce(t *testing.T) {
 	v1 := ordersV1()
 	dec := &protoDecoder{common: &v1}
 	r := &registrySchemas{dec: dec}
-	batch := []Row{framedRow(5), framedRow(5), structuredRow(map[string]any{"id": 1}), framedRow(5)}
+	second := framedRow(5).(testRow)
+	second.b = append(second.b[:5], 2, 2) // message index [1]
+	batch := []Row{framedRow(5), framedRow(5), structuredRow(map[string]any{"id": 1}), second, framedRow(5), second}
 	bs, err := r.schemasOf(context.Background(), batch, nil)
 	require.NoError(t, err)
-	assert.Equal(t, 3, dec.calls, "each Protobuf value decoded")
+	assert.Equal(t, 2, dec.calls, "the first value of each message index decoded")
 	require.Len(t, bs.schemas, 1, "one schema for the values sharing it")
-	assert.Equal(t, []int{0, 0, -1, 0}, bs.of)
+	assert.Equal(t, []int{0, 0, -1, 0, 0, 0}, bs.of)
 }

@@ -105,8 +105,9 @@ type Config struct {
 	Convert arrowconv.Options
 	// Avro, when set, converts a batch of Schema Registry framed Avro
 	// values from their bytes (avrofast: the Avro fast path for one
-	// planned schema id, the registry codec otherwise); a batch with a
-	// value that is not framed Avro takes the usual path. Nil: off.
+	// planned schema id, the registry codec otherwise), and a batch of
+	// Protobuf values of one schema id and message index whose message it
+	// plans; any other batch takes the usual path. Nil: off.
 	Avro *avrofast.Path
 	// Pool sizes and tunes the stream pool.
 	Pool pool.Config

@@ -1,5 +1,5 @@
 // The schema_registry block: the output decodes Schema Registry framed
-// values itself (the fast path for Avro, internal/avrofast), and the
+// values itself (the fast path for Avro and Protobuf, internal/avrofast), and the
 // registry's schemas type the table (tablewriter's registry schema source).
 
 package zerobus

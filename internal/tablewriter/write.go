@@ -327,9 +327,9 @@ func (w *Writer) convertOn(ctx context.Context, snap *snapshot, batch []Row, dec
 // registry does not know is left to the general path, which fails those
 // rows alone.
 func (w *Writer) convertRows(ctx context.Context, snap *snapshot, rows []Row, decode func(k int) (registry.Decoded, error)) (arrowconv.Result, error) {
-	if w.cfg.Avro != nil {
+	if w.cfg.Fast != nil {
 		if values := framedValues(rows); values != nil {
-			res, ok, err := w.cfg.Avro.Convert(ctx, snap.conv, values)
+			res, ok, err := w.cfg.Fast.Convert(ctx, snap.conv, values)
 			if err != nil || ok {
 				return res, err
 			}

@@ -41,10 +41,10 @@ import (
 
 	"github.com/benthos-zerobus/benthos-zerobus/internal/acklane"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/arrowconv"
-	"github.com/benthos-zerobus/benthos-zerobus/internal/avrofast"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/backoff"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/coverage"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/fastpath"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/pool"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/typemap"
@@ -103,12 +103,12 @@ type Config struct {
 	RecheckInterval time.Duration
 	// Convert tunes the converter.
 	Convert arrowconv.Options
-	// Avro, when set, converts a batch of Schema Registry framed Avro
-	// values from their bytes (avrofast: the Avro fast path for one
+	// Fast, when set, converts a batch of Schema Registry framed Avro
+	// values from their bytes (fastpath: straight into the columns for one
 	// planned schema id, the registry codec otherwise), and a batch of
 	// Protobuf values of one schema id and message index whose message it
 	// plans; any other batch takes the usual path. Nil: off.
-	Avro *avrofast.Path
+	Fast *fastpath.Path
 	// Pool sizes and tunes the stream pool.
 	Pool pool.Config
 	// AckTimeout bounds the wait for one batch to be durable; past it the
@@ -154,7 +154,7 @@ type Config struct {
 	// Registry, when set, decodes Schema Registry framed values (the
 	// output's schema_registry): their schema, fetched by id, types the
 	// table as SchemaMetadata's does (one source of types: not both), and
-	// values the Avro fast path (Avro) does not take are decoded by it
+	// values the fast path (Fast) does not take are decoded by it
 	// (schemasource.go). Values that are not framed are read as before.
 	Registry RegistryDecoder
 	// Comment is the table comment asked for (comments policy permitting);

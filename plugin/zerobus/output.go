@@ -338,7 +338,7 @@ func (o *output) engine() (*tablewriter.Engine, error) {
 		cfg := o.wcfg
 		cfg.Table, cfg.CreateColumns, cfg.Contract, cfg.Role, cfg.Coverage = o.cfg.DLTable, tablewriter.DeadLetterColumns(), nil, catalog.RoleDerived, nil
 		cfg.DedupView, cfg.DedupViewName = false, "" // dead letters have no source position
-		cfg.Registry, cfg.Avro = nil, nil            // a dead letter is a row of its own columns
+		cfg.Registry, cfg.Fast = nil, nil            // a dead letter is a row of its own columns
 		e.DeadLetters = tablewriter.NewDeadLetters(newWriter(cfg), o.cfg.DLPayload)
 	}
 	o.eng.Store(e)

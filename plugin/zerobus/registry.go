@@ -1,5 +1,5 @@
 // The schema_registry block: the output decodes Schema Registry framed
-// values itself (the fast path for Avro and Protobuf, internal/avrofast), and the
+// values itself (the fast path for Avro and Protobuf, internal/fastpath), and the
 // registry's schemas type the table (tablewriter's registry schema source).
 
 package zerobus
@@ -7,7 +7,7 @@ package zerobus
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/avrofast"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/fastpath"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/healthhttp"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/tablewriter"
@@ -19,12 +19,12 @@ const registryName = "zerobus " + fSchemaReg
 
 // registryOptions are the codec options of the values the output decodes:
 // the shapes the processor path lands with avro.preserve_logical_types and
-// avro.raw_unions on (the fast path's, avrofast.Options); Protobuf values
+// avro.raw_unions on (the fast path's, fastpath.Options); Protobuf values
 // kept decoded (64-bit integers, bytes and timestamps keep their types)
 // and JSON Schema values coerced to their schema's types, since the table
 // takes the schema's types.
 var registryOptions = func() registry.Options {
-	o := avrofast.Options
+	o := fastpath.Options
 	o.Protobuf.SerializeToJSON = false
 	o.JSON.CoerceData = true
 	return o
@@ -50,7 +50,7 @@ func (c *outputConfig) schemaRegistry(mgr *service.Resources, wcfg *tablewriter.
 	c.registryKnobs = client.Knobs()
 	c.registryHolder = h
 	wcfg.Registry = h
-	wcfg.Avro = avrofast.New(h)
+	wcfg.Fast = fastpath.New(h)
 	_, remove, herr := healthhttp.AttachProcessor(mgr, mgr.Label(), healthhttp.Processor{Type: registryName, Health: h.Health})
 	if herr != nil {
 		mgr.Logger().Warnf("%s: no health endpoint %s: %v", registryName, healthhttp.Path, herr)

@@ -466,8 +466,9 @@ type outputConfig struct {
 	// it is only metadata references (nil otherwise): a record pack's
 	// records are rendered from their metadata (rowString).
 	tableTmpl, orderingTmpl, covSourceTmpl, covOffsetTmpl *metaTemplate
-	ClientID             string
-	ClientSecret         string
+
+	ClientID     string
+	ClientSecret string
 	// cfgClientID and cfgClientSecret are the configured values (empty:
 	// from the environment), kept to re-read the environment on reconnect.
 	cfgClientID, cfgClientSecret string

@@ -32,7 +32,7 @@ import (
 //
 //   - fast_packed: Avro topic, the input's pack_records → zerobus with
 //     schema_registry.url: no message per record, the output decodes the
-//     values straight into Arrow (internal/avrofast): the fast path;
+//     values straight into Arrow (internal/fastpath): the fast path;
 //   - json: JSON topic → zerobus, both at their defaults;
 //   - processor: Avro topic → schema_registry_decode
 //     (preserve_logical_types, raw_unions) → zerobus;

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/avrofast"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/fastpath"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
 )
@@ -76,7 +76,7 @@ func writeBenchRows(n int) (jsonRows, avroRows []Row) {
 	return jsonRows, avroRows
 }
 
-func openBenchWriter(b *testing.B, fast *avrofast.Path) *Writer {
+func openBenchWriter(b *testing.B, fast *fastpath.Path) *Writer {
 	cat := catalogfake.New()
 	cat.Put(testTable, writeBenchDefs, nil)
 	c := Config{Table: testTable, WriterID: "bench", Pool: testPoolConfig(), Avro: fast}
@@ -106,9 +106,9 @@ func cpuTime() time.Duration {
 func BenchmarkWriteAvroFastPath(b *testing.B) {
 	jsonRows, avroRows := writeBenchRows(writeBenchN)
 	src := oneSchema{id: writeBenchID, text: writeBenchSchema}
-	fastW := openBenchWriter(b, avrofast.New(src))
+	fastW := openBenchWriter(b, fastpath.New(src))
 	plainW := openBenchWriter(b, nil)
-	codec, err := registry.NewCodec(registry.Schema{ID: writeBenchID, Format: registry.Avro, Text: writeBenchSchema}, avrofast.Options)
+	codec, err := registry.NewCodec(registry.Schema{ID: writeBenchID, Format: registry.Avro, Text: writeBenchSchema}, fastpath.Options)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/benthos-zerobus/benthos-zerobus/internal/avrofast"
+	"github.com/benthos-zerobus/benthos-zerobus/internal/fastpath"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/ingest/ingestfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/registry"
 )
@@ -40,7 +40,7 @@ func framedEvent(id int64, msg string) Row {
 // a bad one fails alone, and JSON batches still take the general path.
 func TestWriteAvroFastPath(t *testing.T) {
 	src := oneSchema{id: 12, text: `{"type":"record","name":"E","fields":[{"name":"id","type":"long"},{"name":"msg","type":["null","string"]}]}`}
-	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.Avro = avrofast.New(src) }, nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.Fast = fastpath.New(src) }, nil)
 	bad := framedEvent(2, "b").(testRow)
 	bad.b = bad.b[:len(bad.b)-1]
 	failed := h.write(t, []Row{framedEvent(1, "a"), bad, framedEvent(3, "c")})
@@ -91,7 +91,7 @@ func framedProtoEvent(id int64, msg string) Row {
 // a bad one fails alone with the codec's error.
 func TestWriteProtobufFastPath(t *testing.T) {
 	src := protoSchema{id: 12, text: `syntax = "proto3"; message E { int64 id = 1; string msg = 2; }`}
-	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.Avro = avrofast.New(src) }, nil)
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.Fast = fastpath.New(src) }, nil)
 	bad := framedProtoEvent(2, "b").(testRow)
 	bad.b = bad.b[:len(bad.b)-1]
 	failed := h.write(t, []Row{framedProtoEvent(1, "a"), bad, framedProtoEvent(3, "c")})

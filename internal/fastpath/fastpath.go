@@ -1,4 +1,4 @@
-// Package avrofast converts batches of Schema Registry framed Avro and
+// Package fastpath converts batches of Schema Registry framed Avro and
 // Protobuf values into the zerobus output's Arrow records without a Go
 // value per row: it fetches each schema once (through a SchemaSource, the
 // registry client's job), matches it to the table's columns once
@@ -19,7 +19,7 @@
 // registry does not give for a reason of its own (unknown, unusable) is
 // left to the caller, whose general path fails those rows alone: Convert
 // reports ok false.
-package avrofast
+package fastpath
 
 import (
 	"context"
@@ -191,7 +191,7 @@ func (r decoded) AsBytes() ([]byte, error)   { return nil, errDecodedOnly }
 func (r decoded) HasStructured() bool        { return true }
 func (r decoded) AsStructured() (any, error) { return r.v, r.err }
 
-var errDecodedOnly = errors.New("avrofast: a decoded value has no bytes")
+var errDecodedOnly = errors.New("fastpath: a decoded value has no bytes")
 
 // Why says why values of schema id on conv do not take the fast path; nil
 // when they do or the schema has not been met.

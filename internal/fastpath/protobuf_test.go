@@ -1,4 +1,4 @@
-package avrofast
+package fastpath
 
 import (
 	"context"

@@ -79,7 +79,7 @@ func writeBenchRows(n int) (jsonRows, avroRows []Row) {
 func openBenchWriter(b *testing.B, fast *fastpath.Path) *Writer {
 	cat := catalogfake.New()
 	cat.Put(testTable, writeBenchDefs, nil)
-	c := Config{Table: testTable, WriterID: "bench", Pool: testPoolConfig(), Avro: fast}
+	c := Config{Table: testTable, WriterID: "bench", Pool: testPoolConfig(), Fast: fast}
 	w := New(c, ingestfake.NewOpener(ingestfake.Config{}), cat, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -80,7 +80,7 @@ func (s protoSchema) Fetch(_ context.Context, id int) (registry.Schema, error) {
 func framedProtoEvent(id int64, msg string) Row {
 	b := binary.BigEndian.AppendUint32([]byte{0}, 12)
 	b = append(b, 0)      // message index [0]
-	b = append(b, 1<<3|0) // field 1, varint
+	b = append(b, 1<<3) // field 1, wire type 0 (varint)
 	b = binary.AppendUvarint(b, uint64(id))
 	b = append(b, 2<<3|2) // field 2, length-delimited
 	b = binary.AppendUvarint(b, uint64(len(msg)))

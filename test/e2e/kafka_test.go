@@ -105,17 +105,7 @@ func TestBinaryExampleKafka(t *testing.T) {
 
 	env := []string{"ZEROBUS_ENDPOINT=" + vars["ZEROBUS_ENDPOINT"], "DATABRICKS_HOST=" + httpURL, "HTTP_ADDRESS=" + freeAddr(t), "KAFKA_BROKERS=" + brokers}
 	p := start(t, env, "run", filepath.Join(repoRoot(t), "config", "examples", "kafka.yaml"))
-	eventually(t, 90*time.Second, 200*time.Millisecond, "every good record lands and every poison record is dead-lettered", func() (bool, string) {
-		ti, err := fetchTableInfo(httpURL, table)
-		if err != nil {
-			return false, err.Error() + "\n" + tail(p.out.String(), 20)
-		}
-		di, err := fetchTableInfo(httpURL, dlq)
-		if err != nil {
-			return false, err.Error() + "\n" + tail(p.out.String(), 20)
-		}
-		return ti.RowCount >= good && di.RowCount >= int64(len(poison)), fmt.Sprintf("%d rows, %d dead letters\n%s", ti.RowCount, di.RowCount, tail(p.out.String(), 20))
-	})
+	waitRowCounts(t, httpURL, p, map[string]int64{table: good, dlq: int64(len(poison))})
 	code, err := terminate(p, 60*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 0, code, "SIGTERM ends the pipeline cleanly:\n%s", tail(p.out.String(), 30))

@@ -79,7 +79,7 @@ func (s protoSchema) Fetch(_ context.Context, id int) (registry.Schema, error) {
 // 12 and message index [0].
 func framedProtoEvent(id int64, msg string) Row {
 	b := binary.BigEndian.AppendUint32([]byte{0}, 12)
-	b = append(b, 0)      // message index [0]
+	b = append(b, 0)    // message index [0]
 	b = append(b, 1<<3) // field 1, wire type 0 (varint)
 	b = binary.AppendUvarint(b, uint64(id))
 	b = append(b, 2<<3|2) // field 2, length-delimited

@@ -108,3 +108,19 @@ func TestRegistrySchemaOptionalFieldWithoutProvisionFailsNulls(t *testing.T) {
 	assert.True(t, strings.Contains(msg, "qty") && strings.Contains(msg, "NOT NULL"), msg)
 	assert.Equal(t, before, h.cat.ReconcileCount(), "no DDL")
 }
+
+// The JSON (inferred) path never relaxes a column: a JSON value declares no
+// nullability, so its null for a NOT NULL column fails the row, even with
+// provisioning, and nothing asks the catalog to drop NOT NULL.
+func TestInferredNullNeverDropsNotNull(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, func(c *Config) { c.Provision = true }, qtyTable)
+	failed := h.write(t, rows(`{"id":1,"qty":null}`, `{"id":2,"qty":3}`))
+	require.Len(t, failed, 1, "%v", failed)
+	assert.Contains(t, failed[0], "qty")
+	for _, d := range h.cat.Reconciled() {
+		assert.Empty(t, d.DropNotNull)
+	}
+	st, _ := h.cat.Describe(context.Background(), testTable)
+	qty, _ := st.Column("qty")
+	assert.False(t, qty.Nullable)
+}

@@ -69,7 +69,18 @@ func TestSchemaRegistryOptionalFieldDropsNotNullEmulated(t *testing.T) {
 	assert.Nil(t, days["4"], "v2's null landed")
 	assert.Equal(t, `"1999-12-31"`, jsonText(t, days["5"]), "a v1 row still lands")
 
-	// A v1 schema again (day required) never puts NOT NULL back.
-	require.Empty(t, e.write(t, service.MessageBatch{frame(t, fastV1, fr.idV1, reading(6))}))
+	// A batch of v2 alone (the fast path, one schema id) lands its null on
+	// the relaxed column; v1 again (day required) never puts NOT NULL back.
+	r6 := reading(6)
+	r6["day"] = nil
+	require.Empty(t, e.write(t, service.MessageBatch{frame(t, fastV2OptionalDay, idV2, r6)}))
+	require.Empty(t, e.write(t, service.MessageBatch{frame(t, fastV1, fr.idV1, reading(7))}))
 	assert.True(t, dayNullable(t, e), "a field becoming required adds no NOT NULL")
+	days = map[string]any{}
+	for _, r := range e.rows(t, fastTable) {
+		days[jsonText(t, r["id"])] = r["day"]
+	}
+	require.Len(t, days, 6, "%v", days)
+	assert.Nil(t, days["6"])
+	require.Empty(t, e.rows(t, fastDLQ), "nothing dead-lettered")
 }

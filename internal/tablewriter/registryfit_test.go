@@ -124,3 +124,18 @@ func TestInferredNullNeverDropsNotNull(t *testing.T) {
 	qty, _ := st.Column("qty")
 	assert.False(t, qty.Nullable)
 }
+
+// Another writer dropped NOT NULL meanwhile (the writer's snapshot still
+// says NOT NULL): the reconcile finds nothing to do, the writer takes the
+// table as it is now, and the null lands.
+func TestRegistrySchemaDropNotNullAlreadyDoneElsewhere(t *testing.T) {
+	h := newHarness(t, ingestfake.Config{KeepRecords: true}, registryCfg, qtyTable)
+	h.cat.Put(testTable, "id BIGINT NOT NULL, qty INT", nil) // relaxed by another writer
+	before := h.cat.ReconcileCount()
+	failed := h.write(t, []Row{registryRow(map[string]any{"id": int64(1), "qty": nil}, qtyOptional(), "orders-value", 2, 8)})
+	require.Empty(t, failed)
+	sent, _ := submittedColumn(t, h.opener, "qty")
+	assert.Equal(t, []string{"<null>"}, sent)
+	require.Equal(t, before+1, h.cat.ReconcileCount(), "one look")
+	require.True(t, h.w.schema.current().table.Columns[1].Nullable, "the snapshot follows the table")
+}

@@ -159,6 +159,11 @@ type DesiredTable struct {
 	// values in the live type. Without it such a difference is refused as a
 	// narrowing, which suits callers whose desired types are authoritative.
 	AcceptNarrowerInput bool
+	// DropNotNull names the live NOT NULL columns to make nullable (ALTER
+	// COLUMN … DROP NOT NULL): the fields a registry schema version made
+	// optional. A column already nullable, or not in Columns, is left
+	// alone; NOT NULL is never added to a live column.
+	DropNotNull []string
 	// CommentsPolicy handles human edits of managed comments.
 	CommentsPolicy Policy
 	// DedupView, when set, is the catalog.schema.view Reconcile keeps beside
@@ -217,7 +222,7 @@ func (o ReconcileOutcome) ColumnsChanged() bool {
 	for _, p := range o.Applied {
 		for _, s := range p.Steps {
 			switch s.Kind {
-			case StepCreateTable, StepAddColumn, StepWidenColumn:
+			case StepCreateTable, StepAddColumn, StepWidenColumn, StepDropNotNull:
 				return true
 			}
 		}

@@ -79,6 +79,7 @@ const (
 	StepSetProperty
 	StepSetTags
 	StepRefuse
+	StepDropNotNull
 )
 
 var stepKindNames = map[StepKind]string{
@@ -89,6 +90,7 @@ var stepKindNames = map[StepKind]string{
 	StepSetProperty: "SetProperty",
 	StepSetTags:     "SetTags",
 	StepRefuse:      "Refuse",
+	StepDropNotNull: "DropNotNull",
 }
 
 func (k StepKind) String() string {
@@ -101,8 +103,9 @@ func (k StepKind) String() string {
 // Step is one change of a plan. Which fields are set depends on Kind.
 type Step struct {
 	Kind StepKind
-	// Column names the column of AddColumn, WidenColumn, SetComment (empty for
-	// the table comment) and Refuse (empty for a table-level refusal).
+	// Column names the column of AddColumn, WidenColumn, DropNotNull,
+	// SetComment (empty for the table comment) and Refuse (empty for a
+	// table-level refusal).
 	Column string
 	// Columns are the columns of CreateTable, comments included.
 	Columns []typemap.Column
@@ -138,6 +141,8 @@ func (s Step) String() string {
 		return line
 	case StepWidenColumn:
 		return fmt.Sprintf("widen column %q from %s to %s", s.Column, s.From.Text(), s.Type.Text())
+	case StepDropNotNull:
+		return fmt.Sprintf("drop NOT NULL on column %q", s.Column)
 	case StepSetComment:
 		if s.Column == "" {
 			return fmt.Sprintf("set table comment %q", s.Comment)
@@ -225,6 +230,9 @@ func (p ReconcilePlan) RefusedError() error {
 //   - a different type → WidenColumn when it is a lossless widening (the
 //     Iceberg-V2-legal ones when Iceberg reads are on) and AllowWidening is
 //     set, otherwise Refuse naming the column;
+//   - a live NOT NULL column named in DropNotNull → DropNotNull (nothing
+//     when it is nullable already); nullability is never compared
+//     otherwise, and NOT NULL is never added;
 //   - a live column missing from desired is fine unless it is NOT NULL;
 //   - comments are written only when their authority changed since the last
 //     write (hashes in PropCommentHashes); a human edit is left or restored
@@ -350,7 +358,12 @@ func planEvolve(live *TableState, d DesiredTable) ReconcilePlan {
 			continue
 		}
 		// Nullability is not compared: a nullable live field accepts non-null
-		// values, and a NOT NULL one is the writer's per-row concern.
+		// values, and a NOT NULL one is the writer's per-row concern, unless
+		// the caller asks it relaxed (DropNotNull: a registry schema made
+		// the field optional).
+		if !lc.Nullable && slices.ContainsFunc(d.DropNotNull, func(n string) bool { return strings.EqualFold(n, lc.Name) }) {
+			changes = append(changes, Step{Kind: StepDropNotNull, Column: lc.Name})
+		}
 		switch {
 		case lc.Type.SameShape(c.Type):
 		case d.AcceptNarrowerInput && typemap.CanWiden(c.Type, lc.Type, false):

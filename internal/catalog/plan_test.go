@@ -55,6 +55,10 @@ func simulate(t *testing.T, live *TableState, p ReconcilePlan) *TableState {
 				s.Properties = map[string]string{}
 			}
 			maps.Copy(s.Properties, st.Properties)
+		case StepDropNotNull:
+			i := slices.IndexFunc(s.Columns, func(c typemap.Column) bool { return strings.EqualFold(c.Name, st.Column) })
+			require.GreaterOrEqual(t, i, 0)
+			s.Columns[i].Nullable = true
 		case StepSetTags:
 		default:
 			t.Fatalf("unexpected step %s", st)
@@ -452,4 +456,32 @@ func TestPlanPrimaryRawOnExistingTableOnlyNotes(t *testing.T) {
 	assert.True(t, p.Empty(), "existing tables are never retrofitted: %s", p)
 	assert.NotEmpty(t, p.Notes)
 	assert.Contains(t, strings.Join(p.Notes, "\n"), PreDeletionVectors)
+}
+
+// DropNotNull relaxes the named live NOT NULL columns, once (a second plan
+// on the relaxed table is empty, as when another writer relaxed it first),
+// leaves a nullable or absent one alone, and never adds NOT NULL: a desired
+// NOT NULL column over a nullable live one is no change.
+func TestPlanDropNotNull(t *testing.T) {
+	live := &TableState{FullName: tbl, Columns: []typemap.Column{col("id", "bigint", false, ""), col("qty", "int", false, ""), col("note", "string", true, "")}}
+	d := DesiredTable{FullName: tbl, Columns: slices.Clone(live.Columns), DropNotNull: []string{"QTY", "note", "gone"}}
+	p := Plan(live, d)
+	require.Equal(t, []StepKind{StepDropNotNull}, kinds(p), "%s", p)
+	assert.Equal(t, "qty", p.Steps[0].Column, "the live column's name")
+	assert.Equal(t, `drop NOT NULL on column "qty"`, p.Steps[0].String())
+	stmts, err := p.SQL()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ALTER TABLE `main`.`raw`.`events` ALTER COLUMN `qty` DROP NOT NULL"}, stmts)
+	assert.True(t, ReconcileOutcome{Applied: []ReconcilePlan{p}}.ColumnsChanged(), "streams reopen on the nullable column")
+
+	after := simulate(t, live, p)
+	assert.True(t, after.Columns[1].Nullable)
+	assert.False(t, after.Columns[0].Nullable, "id was not named")
+	assert.True(t, Plan(after, d).Empty(), "idempotent")
+
+	d.DropNotNull = nil
+	d.Columns = []typemap.Column{col("id", "bigint", false, ""), col("qty", "int", false, ""), col("note", "string", false, "")}
+	assert.True(t, Plan(after, d).Empty(), "NOT NULL is never added")
+	assert.True(t, Plan(live, DesiredTable{FullName: tbl, Columns: []typemap.Column{col("id", "bigint", true, ""), col("qty", "int", true, ""), col("note", "string", true, "")}}).Empty(),
+		"a nullable desired column alone does not relax: only DropNotNull does")
 }

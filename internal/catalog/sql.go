@@ -66,6 +66,9 @@ func (s Step) sql(table string) (string, error) {
 		return fmt.Sprintf("ALTER TABLE %s ADD COLUMNS (%s)", table, columnDef(s.Column, s.Type, true, s.Comment)), nil
 	case StepWidenColumn:
 		return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", table, typemap.QuoteIdent(s.Column), s.Type.DDL()), nil
+	case StepDropNotNull:
+		// https://docs.databricks.com/en/sql/language-manual/sql-ref-syntax-ddl-alter-table-manage-column.html
+		return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", table, typemap.QuoteIdent(s.Column)), nil
 	case StepSetComment:
 		if s.Column == "" {
 			return fmt.Sprintf("COMMENT ON TABLE %s IS %s", table, typemap.QuoteString(s.Comment)), nil

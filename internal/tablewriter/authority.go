@@ -90,8 +90,10 @@ type authority struct {
 	// refused to add, or that cannot be a column, to why; widenRefused a
 	// (lower-cased) column the catalog refused to widen to its refusal, so
 	// its rows fail at once instead of re-planning every batch; widenHinted
-	// the columns the "catalog.widen would widen it" hint was logged for.
-	refused, widenRefused, widenHinted sync.Map
+	// the columns the "catalog.widen would widen it" hint was logged for;
+	// relaxRefused a (lower-cased) column the catalog refused to drop NOT
+	// NULL on to its refusal.
+	refused, widenRefused, widenHinted, relaxRefused sync.Map
 	// src gives the registry schemas of a batch (schemasource.go): the
 	// metadata key, the registry, or nil (off).
 	src schemaSource
@@ -315,21 +317,25 @@ func (a *authority) evolve(ctx context.Context, seen *snapshot, batch []Row, err
 	case cur != seen:
 		return cur, nil // someone else evolved the table meanwhile
 	}
-	return a.applyLocked(ctx, seen, a.columnsToAdd(seen, batch, errs), a.pendingWidenings(widen)) // a refusal may have landed meanwhile
+	return a.applyLocked(ctx, seen, a.columnsToAdd(seen, batch, errs), a.pendingWidenings(widen), nil) // a refusal may have landed meanwhile
 }
 
-// applyLocked adds the columns add and makes the widenings widen on the
-// table of seen, the current snapshot, and installs the new snapshot; seen
-// when nothing was left to change. A change the catalog refuses is
-// remembered and left out, the rest still applied. mu is held.
-func (a *authority) applyLocked(ctx context.Context, seen *snapshot, add []typemap.Column, widen []widening) (*snapshot, error) {
-	for len(add) > 0 || len(widen) > 0 {
+// applyLocked adds the columns add, makes the widenings widen and drops
+// NOT NULL on the columns relax (a registry schema made their fields
+// optional) on the table of seen, the current snapshot, and installs the
+// new snapshot; seen when nothing was left to change. A change the catalog
+// refuses is remembered and left out, the rest still applied. mu is held.
+func (a *authority) applyLocked(ctx context.Context, seen *snapshot, add []typemap.Column, widen []widening, relax []relaxing) (*snapshot, error) {
+	for len(add) > 0 || len(widen) > 0 || len(relax) > 0 {
 		cols := slices.Clone(seen.columns())
 		for _, wd := range widen {
 			cols[columnIndex(cols, wd.column)].Type = wd.to
 		}
 		d := a.desiredFromColumns(append(cols, add...))
-		what := describeChanges(add, widen)
+		for _, r := range relax {
+			d.DropNotNull = append(d.DropNotNull, r.column)
+		}
+		what := describeChanges(add, widen, relax)
 		a.infof("table %s: %s", a.cfg.Table, what)
 		out, err := a.cat.Reconcile(ctx, d)
 		var refused *catalog.RefusedError
@@ -337,7 +343,7 @@ func (a *authority) applyLocked(ctx context.Context, seen *snapshot, add []typem
 			// Retrying cannot help: remember what was refused, let its rows
 			// fail alone (a fallback output dead-letters them), and apply
 			// the rest.
-			add, widen = a.dropRefused(refused, add, widen)
+			add, widen, relax = a.dropRefused(refused, add, widen, relax)
 			continue
 		}
 		if err != nil {

@@ -1,6 +1,7 @@
 // What a table does with the registry schemas a batch carries: the
 // columns a created table takes from them, the columns a new schema
-// version adds or widens before its rows are converted, and the rows of a
+// version adds, widens or relaxes (drops NOT NULL on) before its rows are
+// converted, and the rows of a
 // schema the table cannot take, refused naming the field, subject, version
 // and schema id (Config.SchemaMetadata; the schemas are read in
 // registryschema.go).
@@ -19,12 +20,22 @@ import (
 )
 
 // schemaFit is what one registry schema needs of the table of a snapshot:
-// columns to add, columns to widen, and the fields it cannot take (the
-// rows of the schema are refused).
+// columns to add, columns to widen, NOT NULL columns to relax, and the
+// fields it cannot take (the rows of the schema are refused).
 type schemaFit struct {
 	add     []typemap.Column
 	widen   []widening
+	relax   []relaxing
 	refused []fieldRefusal
+}
+
+// relaxing is one NOT NULL column a registry schema declares optional: its
+// NOT NULL is dropped before the schema's rows are converted, so a null
+// lands instead of failing the row.
+type relaxing struct {
+	column string // the live column name
+	field  string // the schema's field
+	sample string // the schema, for the log line
 }
 
 type fieldRefusal struct {
@@ -39,7 +50,12 @@ type fieldRefusal struct {
 // Iceberg reads allow fewer), and refused otherwise; any other difference
 // is refused. A field the table lacks is added with provisioning (always
 // nullable: Delta adds only nullable columns); without it the converter
-// fails the rows that carry a value for it, as for any field.
+// fails the rows that carry a value for it, as for any field. An optional
+// field whose column is NOT NULL relaxes the column (DROP NOT NULL) with
+// provisioning; without it the converter fails the rows carrying null for
+// it, naming the field and NOT NULL. Only top-level columns are relaxed: a
+// nested field made optional inside a STRUCT is left to the converter,
+// which fails its nulls. A field made required never adds NOT NULL.
 func (a *authority) fit(seen *snapshot, s *registrySchema, origin string) schemaFit {
 	var f schemaFit
 	if s.err != nil {
@@ -66,6 +82,11 @@ func (a *authority) fit(seen *snapshot, s *registrySchema, origin string) schema
 			continue
 		}
 		lc := cols[i]
+		if fd.nullable && !lc.Nullable && a.cfg.Provision {
+			if _, refused := a.relaxRefused.Load(strings.ToLower(lc.Name)); !refused {
+				f.relax = append(f.relax, relaxing{column: lc.Name, field: fd.name, sample: origin})
+			}
+		}
 		switch {
 		case lc.Type.SameShape(fd.t), typemap.CanWiden(fd.t, lc.Type, false):
 			// Every value of the field fits the column.
@@ -94,10 +115,11 @@ func (a *authority) fit(seen *snapshot, s *registrySchema, origin string) schema
 // once (of two schemas adding one field with different types, the wider
 // when one widens to the other, else the first: the other schema's rows
 // are refused once the column exists), each widening once, to the widest
-// type asked.
-func (a *authority) changesFor(seen *snapshot, batch []Row, bs batchSchemas) ([]typemap.Column, []widening) {
+// type asked, each NOT NULL column to relax once.
+func (a *authority) changesFor(seen *snapshot, batch []Row, bs batchSchemas) ([]typemap.Column, []widening, []relaxing) {
 	var add []typemap.Column
 	var widen []widening
+	var relax []relaxing
 	for k, s := range bs.schemas {
 		f := a.fit(seen, s, a.schemaOrigin(batch, bs.firstOf(k)))
 		for _, c := range f.add {
@@ -118,18 +140,24 @@ func (a *authority) changesFor(seen *snapshot, batch []Row, bs batchSchemas) ([]
 				widen[j] = wd
 			}
 		}
+		for _, r := range f.relax {
+			if !slices.ContainsFunc(relax, func(x relaxing) bool { return x.column == r.column }) {
+				relax = append(relax, r)
+			}
+		}
 	}
-	return add, widen
+	return add, widen, relax
 }
 
 // followSchemas changes the table of seen for the registry schemas of the
-// batch (new fields become columns, narrower columns widen) before any of
+// batch (new fields become columns, narrower columns widen, NOT NULL
+// columns of optional fields drop NOT NULL) before any of
 // its rows is converted, and returns the snapshot to convert on. Under mu,
 // the changes are computed again on the current snapshot, so one new
 // schema version costs one reconcile however many batches meet it at once.
 func (a *authority) followSchemas(ctx context.Context, seen *snapshot, batch []Row, bs batchSchemas) (*snapshot, error) {
-	add, widen := a.changesFor(seen, batch, bs)
-	if len(add) == 0 && len(widen) == 0 {
+	add, widen, relax := a.changesFor(seen, batch, bs)
+	if len(add) == 0 && len(widen) == 0 && len(relax) == 0 {
 		return seen, nil
 	}
 	a.mu.Lock()
@@ -141,11 +169,11 @@ func (a *authority) followSchemas(ctx context.Context, seen *snapshot, batch []R
 		return nil, errDropped
 	}
 	if cur != seen {
-		if add, widen = a.changesFor(cur, batch, bs); len(add) == 0 && len(widen) == 0 {
+		if add, widen, relax = a.changesFor(cur, batch, bs); len(add) == 0 && len(widen) == 0 && len(relax) == 0 {
 			return cur, nil
 		}
 	}
-	return a.applyLocked(ctx, cur, add, widen)
+	return a.applyLocked(ctx, cur, add, widen, relax)
 }
 
 // refusedRows are the row errors of the rows of batch whose registry schema

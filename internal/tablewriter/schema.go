@@ -226,14 +226,15 @@ func (a *authority) annotateRefusedFields(errs []arrowconv.RowError) {
 // dropRefused records the catalog's refusals and returns the changes it
 // did not refuse. A refusal naming none of the changes (a table-level one)
 // refuses them all: nothing could be applied.
-func (a *authority) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening) ([]typemap.Column, []widening) {
+func (a *authority) dropRefused(refused *catalog.RefusedError, add []typemap.Column, widen []widening, relax []relaxing) ([]typemap.Column, []widening, []relaxing) {
 	reasons := map[string]string{}
 	for _, r := range refused.Refusals {
 		reasons[strings.ToLower(r.Column)] = r.Reason
 	}
 	named := func(column string) bool { _, ok := reasons[strings.ToLower(column)]; return ok }
 	all := !slices.ContainsFunc(add, func(c typemap.Column) bool { return named(c.Name) }) &&
-		!slices.ContainsFunc(widen, func(x widening) bool { return named(x.column) })
+		!slices.ContainsFunc(widen, func(x widening) bool { return named(x.column) }) &&
+		!slices.ContainsFunc(relax, func(x relaxing) bool { return named(x.column) })
 	// refusal is why column's change was refused; false when it was not.
 	refusal := func(column string) (string, bool) {
 		if reason, ok := reasons[strings.ToLower(column)]; ok {
@@ -262,12 +263,22 @@ func (a *authority) dropRefused(refused *catalog.RefusedError, add []typemap.Col
 		a.widenRefused.Store(strings.ToLower(wd.column), reason)
 		dropped = append(dropped, wd.column)
 	}
+	var keepRelax []relaxing
+	for _, r := range relax {
+		reason, ok := refusal(r.column)
+		if !ok {
+			keepRelax = append(keepRelax, r)
+			continue
+		}
+		a.relaxRefused.Store(strings.ToLower(r.column), reason)
+		dropped = append(dropped, r.column)
+	}
 	a.errorf("table %s: %v; rows needing %v fail", a.cfg.Table, refused, dropped)
-	return keepAdd, keepWiden
+	return keepAdd, keepWiden, keepRelax
 }
 
 // describeChanges is the log line of an evolution.
-func describeChanges(add []typemap.Column, widen []widening) string {
+func describeChanges(add []typemap.Column, widen []widening, relax []relaxing) string {
 	var parts []string
 	if len(add) > 0 {
 		names := make([]string, len(add))
@@ -285,6 +296,9 @@ func describeChanges(add []typemap.Column, widen []widening) string {
 		}
 		parts = append(parts, fmt.Sprintf("value %s (message %d) is out of range for column %q %s: widening it to %s",
 			wd.sample, wd.rows[0], wd.column, sqlType(wd.from), sqlType(wd.to)))
+	}
+	for _, r := range relax {
+		parts = append(parts, fmt.Sprintf("the registry schema %s declares field %q optional: dropping NOT NULL on column %q", r.sample, r.field, r.column))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -72,8 +72,8 @@ func (f *Catalog) Describe(_ context.Context, table string) (*catalog.TableState
 }
 
 // Reconcile implements catalog.TableCatalog: it creates an absent table,
-// adds missing columns, and applies the widenings and properties the real
-// planner allows, refusing what it refuses.
+// adds missing columns, and applies the widenings, dropped NOT NULLs and
+// properties the real planner allows, refusing what it refuses.
 func (f *Catalog) Reconcile(_ context.Context, d catalog.DesiredTable) (catalog.ReconcileOutcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -93,6 +93,13 @@ func (f *Catalog) Reconcile(_ context.Context, d catalog.DesiredTable) (catalog.
 				for i := range live.Columns {
 					if strings.EqualFold(live.Columns[i].Name, s.Column) {
 						live.Columns[i].Type = s.Type
+					}
+				}
+				n++
+			case catalog.StepDropNotNull:
+				for i := range live.Columns {
+					if strings.EqualFold(live.Columns[i].Name, s.Column) {
+						live.Columns[i].Nullable = true
 					}
 				}
 				n++

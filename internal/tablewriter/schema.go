@@ -242,39 +242,36 @@ func (a *authority) dropRefused(refused *catalog.RefusedError, add []typemap.Col
 		}
 		return refused.Error(), all
 	}
-	var keepAdd []typemap.Column
-	var keepWiden []widening
 	var dropped []string
-	for _, c := range add {
-		reason, ok := refusal(c.Name)
-		if !ok {
-			keepAdd = append(keepAdd, c)
-			continue
-		}
-		a.refused.Store(typemap.ColumnKey(c.Name), "the catalog refused it: "+reason)
-		dropped = append(dropped, c.Name)
-	}
-	for _, wd := range widen {
-		reason, ok := refusal(wd.column)
-		if !ok {
-			keepWiden = append(keepWiden, wd)
-			continue
-		}
-		a.widenRefused.Store(strings.ToLower(wd.column), reason)
-		dropped = append(dropped, wd.column)
-	}
-	var keepRelax []relaxing
-	for _, r := range relax {
-		reason, ok := refusal(r.column)
-		if !ok {
-			keepRelax = append(keepRelax, r)
-			continue
-		}
-		a.relaxRefused.Store(strings.ToLower(r.column), reason)
-		dropped = append(dropped, r.column)
-	}
+	keepAdd := keepUnrefused(add, func(c typemap.Column) string { return c.Name }, refusal, &dropped, func(col, reason string) {
+		a.refused.Store(typemap.ColumnKey(col), "the catalog refused it: "+reason)
+	})
+	keepWiden := keepUnrefused(widen, func(w widening) string { return w.column }, refusal, &dropped, func(col, reason string) {
+		a.widenRefused.Store(strings.ToLower(col), reason)
+	})
+	keepRelax := keepUnrefused(relax, func(r relaxing) string { return r.column }, refusal, &dropped, func(col, reason string) {
+		a.relaxRefused.Store(strings.ToLower(col), reason)
+	})
 	a.errorf("table %s: %v; rows needing %v fail", a.cfg.Table, refused, dropped)
 	return keepAdd, keepWiden, keepRelax
+}
+
+// keepUnrefused returns the changes whose column (column) refusal does not
+// refuse; each refused one is remembered (remember) and its column added
+// to dropped.
+func keepUnrefused[T any](changes []T, column func(T) string, refusal func(string) (string, bool), dropped *[]string, remember func(col, reason string)) []T {
+	var keep []T
+	for _, c := range changes {
+		col := column(c)
+		reason, ok := refusal(col)
+		if !ok {
+			keep = append(keep, c)
+			continue
+		}
+		remember(col, reason)
+		*dropped = append(*dropped, col)
+	}
+	return keep
 }
 
 // describeChanges is the log line of an evolution.

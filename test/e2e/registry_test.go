@@ -31,8 +31,10 @@ import (
 // the test produces them to the emulator's Kafka broker (--kafka) with
 // franz-go, and the product binary runs redpanda → schema_registry_decode →
 // zerobus with catalog.provision, catalog.schema_metadata and a dead-letter
-// table. Every column type and every value is read back from the emulator's
-// UC and rows endpoints and compared exactly.
+// table; beside it a second binary reads the same topics on the fast path
+// (pack_records, the output's schema_registry block, no processor) into
+// tables of their own. Every column type and every value of both is read
+// back from the emulator's UC and rows endpoints and compared exactly.
 
 // The topics of test/registryjs/e2e.js (keep in step).
 const (
@@ -209,6 +211,7 @@ func TestSchemaRegistryConfluentJSEndToEnd(t *testing.T) {
 		protoTable = "main.default." + srProtoTopic
 		jsonTable  = "main.default." + srJSONTopic
 		dlq        = "main.default.sr_dead_letter"
+		dlqFast    = "main.default.sr_dead_letter_fast"
 	)
 	vars, _ := startEmulatorProcessVars(t, "--kafka", "127.0.0.1:0", "--schema-registry", "127.0.0.1:0",
 		"--kafka-topic", srAvroTopic+":1", "--kafka-topic", srProtoTopic+":1", "--kafka-topic", srJSONTopic+":1", "--kafka-topic", srDebeziumTopic+":1")
@@ -272,6 +275,39 @@ logger:
   level: INFO
 `, brokers, srAvroTopic, srProtoTopic, srJSONTopic, regURL, vars["ZEROBUS_ENDPOINT"], httpURL, dlq, freeAddr(t))), 0o644))
 	p := start(t, nil, "run", config)
+	// The same topics on the fast path, beside it: record packs, the
+	// output's own schema_registry block and no processor, into
+	// <topic>_fast tables, which must get the same columns and values.
+	fastConfig := filepath.Join(t.TempDir(), "registry-fast.yaml")
+	require.NoError(t, os.WriteFile(fastConfig, []byte(fmt.Sprintf(`
+input:
+  redpanda:
+    seed_brokers: [ %q ]
+    topics: [ %s, %s, %s ]
+    consumer_group: sr-e2e-fast
+    start_offset: earliest
+    commit_period: 1s
+    pack_records: true
+output:
+  zerobus:
+    endpoint: %s
+    workspace_url: %s
+    table: main.default.${! @kafka_topic }_fast
+    client_id: emulator
+    client_secret: emulator-secret
+    catalog:
+      provision: true
+      warehouse_id: emulator-warehouse
+    schema_registry:
+      url: %s
+    dead_letter:
+      table: %s
+http:
+  address: %s
+logger:
+  level: INFO
+`, brokers, srAvroTopic, srProtoTopic, srJSONTopic, vars["ZEROBUS_ENDPOINT"], httpURL, regURL, dlqFast, freeAddr(t))), 0o644))
+	fast := start(t, nil, "run", fastConfig)
 	// The Debezium example beside it, against the same emulator.
 	produceValues(t, brokers, srDebeziumTopic, append(frames["debezium"], nil)...) // and a tombstone
 	dbz := start(t, []string{"KAFKA_BROKERS=" + brokers, "SCHEMA_REGISTRY_URL=" + regURL, "ZEROBUS_ENDPOINT=" + vars["ZEROBUS_ENDPOINT"],
@@ -301,12 +337,33 @@ logger:
 	assert.Regexp(t, `^failed in a processor: schema_registry_decode: message \d+: value is not in the Schema Registry wire format \(first byte 0x7b, not the magic byte 0x00: it looks like JSON\)$`, unframedDL["error"])
 	assert.Equal(t, avroTable, unframedDL["source_table"])
 
+	// The fast path: the same tables, and the same two faults
+	// dead-lettered (the value that is not framed is read as JSON there,
+	// and does not fit the table the registry typed).
+	waitRowCounts(t, httpURL, fast, map[string]int64{avroTable + "_fast": 2, protoTable + "_fast": 2, jsonTable + "_fast": 2, dlqFast: 2})
+	checkRegistryAvroV1(t, httpURL, avroTable+"_fast")
+	checkRegistryProtobuf(t, httpURL, protoTable+"_fast")
+	checkRegistryJSON(t, httpURL, jsonTable+"_fast")
+	deadFast := exactRows(t, httpURL, dlqFast, "error")
+	require.Len(t, deadFast, 2, "the two faults, each once, on the fast path: %v", deadFast)
+	var fastErrs, fastPayloads []string
+	for text, d := range deadFast {
+		fastErrs = append(fastErrs, text)
+		fastPayloads = append(fastPayloads, fmt.Sprint(d["payload"]))
+		assert.Equal(t, avroTable+"_fast", d["source_table"])
+	}
+	assert.Contains(t, strings.Join(fastErrs, "\n"), "schema id 4040 is not in the schema registry (error 40403: schema not found)")
+	assert.Contains(t, fastPayloads, `{"id":99}`)
+
 	// v2 adds channel and discount: the columns come first, with the
 	// registry's types; the v1 rows read null in them.
 	produceValues(t, brokers, srAvroTopic, frames["avro_v2"]...)
 	waitRowCounts(t, httpURL, p, map[string]int64{avroTable: 4})
 	checkRegistryAvroV2(t, httpURL, avroTable)
 	assert.Len(t, exactRows(t, httpURL, dlq, "error"), 2, "nothing more dead-lettered")
+	waitRowCounts(t, httpURL, fast, map[string]int64{avroTable + "_fast": 4})
+	checkRegistryAvroV2(t, httpURL, avroTable+"_fast")
+	assert.Len(t, exactRows(t, httpURL, dlqFast, "error"), 2, "nothing more dead-lettered on the fast path")
 	assert.Contains(t, p.out.String(), "table "+avroTable+": messages carry new fields")
 
 	waitRowCounts(t, httpURL, dbz, map[string]int64{"main.default.customers_changes": 4})
@@ -315,7 +372,7 @@ logger:
 		assert.Zero(t, di.RowCount, "the tombstone is dropped, not dead-lettered")
 	}
 
-	for _, pr := range []*proc{p, dbz} {
+	for _, pr := range []*proc{p, fast, dbz} {
 		code, err := terminate(pr, 30*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, 0, code, tail(pr.out.String(), 30))

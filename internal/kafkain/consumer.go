@@ -545,7 +545,7 @@ func (c *Consumer) fetchLimits(room int64) (wire, part int32) {
 }
 
 // fetchSizer learns, from franz-go's fetch hook, what a byte fetched costs
-// in memory once decompressed (RecordCost per byte on the wire).
+// in memory once decompressed (record cost per byte on the wire).
 type fetchSizer struct {
 	overhead   int // a record's cost beyond its bytes (Limits.Overhead; 0: RecordOverhead)
 	mu         sync.Mutex

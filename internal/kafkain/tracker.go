@@ -27,7 +27,7 @@
 //     or BufferBytes of records not yet handed out, nothing more is
 //     polled (Room is 0): no partition is ever paused;
 //   - the records of all partitions not yet acknowledged cost at most
-//     MaxUnackedBytes (see RecordCost): Room, which bounds each poll, is
+//     MaxUnackedBytes (a record costs its bytes plus Limits.Overhead): Room, which bounds each poll, is
 //     0 once the next record might not fit;
 //   - every batch belongs to one ownership of its partition (a generation);
 //     an acknowledgement of a batch whose partition was released, or
@@ -77,7 +77,7 @@ type Limits struct {
 	// them below it (pausing the partition instead stalled the 1 KB runs
 	// 5 s at a time at the tail of a backlog; see MaxUnacked).
 	BufferBytes int
-	// MaxUnackedBytes bounds the cost (RecordCost) of the records of every
+	// MaxUnackedBytes bounds the cost (bytes plus overhead) of the records of every
 	// partition fetched and not yet acknowledged; 0 means no bound. The
 	// poll loop takes no more records than fit (Room).
 	MaxUnackedBytes int
@@ -117,7 +117,7 @@ type Batch struct {
 	HighWatermark int64
 
 	gen      uint64
-	cost     int   // RecordCost of its records
+	cost     int   // record cost of its records
 	first    int64 // offset of the first record
 	end      int64 // offset after the last record
 	epoch    int32 // leader epoch of the last record
@@ -152,7 +152,7 @@ type partition struct {
 	hwm      int64
 	out      []*Batch        // handed out and not yet retired, offset order
 	unacked  int             // records pending plus in out and not acknowledged
-	unackBy  int             // their RecordCost
+	unackBy  int             // their record cost
 	durable  int64           // offset after the acknowledged prefix; -1 none yet
 	epoch    int32           // leader epoch of the record before durable
 	fetched  kgo.EpochOffset // fetch position after the last Add; Offset -1 unknown
@@ -170,8 +170,8 @@ type Tracker struct {
 	auto bool // partitions are owned on first sight (no consumer group)
 
 	mu      sync.Mutex
-	unackBy int // RecordCost of the unacknowledged records of every partition
-	maxCost int // the largest RecordCost seen
+	unackBy int // record cost of the unacknowledged records of every partition
+	maxCost int // the largest record cost seen
 	parts   map[TP]*partition
 	order   []TP // round-robin order of hand-outs
 	next    int
@@ -258,13 +258,13 @@ func (t *Tracker) Add(tp TP, recs []*kgo.Record, next kgo.EpochOffset, hwm int64
 		return
 	}
 	p.pending = slices.Grow(p.pending, len(recs))
-	cost := 0
+	cost, overhead := 0, t.lim.overhead()
 	for _, r := range recs {
 		p.pending = append(p.pending, r)
-		rc := recordBytes(r) + t.lim.overhead()
-		p.pendBy += rc - t.lim.overhead()
-		cost += rc
-		t.maxCost = max(t.maxCost, rc)
+		by := recordBytes(r)
+		p.pendBy += by
+		cost += by + overhead
+		t.maxCost = max(t.maxCost, by+overhead)
 	}
 	p.unacked += len(recs)
 	t.charge(p, cost)
@@ -304,11 +304,6 @@ const RecordOverhead = 1024
 // zerobus output reads it through (16 bytes); no message is built.
 const PackedRecordOverhead = 256
 
-// RecordCost is what a tracker with the default overhead counts a record
-// as against MaxUnackedBytes: its key, value and header bytes plus
-// RecordOverhead.
-func RecordCost(r *kgo.Record) int { return recordBytes(r) + RecordOverhead }
-
 // charge adds cost (negative: gives it back) to p and to the tracker's
 // total; callers hold mu.
 func (t *Tracker) charge(p *partition, cost int) {
@@ -329,7 +324,7 @@ func recordBytes(r *kgo.Record) int {
 // unacknowledged records, and 0 while any of them is at its cap (atCap) or
 // holds BufferBytes of records not yet handed out. With no partition yet it
 // is one partition's bound. With MaxUnackedBytes it is at most the records
-// that fit in what the budget has left at the largest RecordCost seen so
+// that fit in what the budget has left at the largest record cost seen so
 // far (one record while none was seen, or while nothing is
 // unacknowledged, so that a record larger than the whole budget still goes
 // through, alone). The poll loop asks franz-go for no more than this, so
@@ -379,7 +374,7 @@ func (t *Tracker) ByteRoom() int {
 	return t.lim.MaxUnackedBytes - t.unackBy
 }
 
-// UnackedBytes returns the RecordCost of every record fetched and not yet
+// UnackedBytes returns the record cost of every record fetched and not yet
 // acknowledged.
 func (t *Tracker) UnackedBytes() int {
 	t.mu.Lock()
@@ -698,7 +693,7 @@ type PartitionState struct {
 	// when every record fetched is).
 	FirstUnacked int64
 	// Unacked counts records fetched and not acknowledged, UnackedBytes
-	// their RecordCost; Pending counts those not yet handed out.
+	// their record cost; Pending counts those not yet handed out.
 	Unacked, UnackedBytes, Pending int
 	HighWatermark                  int64
 	// AtCap reports that the partition holds MaxUnacked records not

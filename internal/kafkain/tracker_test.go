@@ -487,7 +487,7 @@ func TestTrackerRoomBoundsThePoll(t *testing.T) {
 }
 
 // TestTrackerByteBudget: with MaxUnackedBytes, Room takes no more records
-// than fit in what the budget has left at the largest RecordCost seen, so a
+// than fit in what the budget has left at the largest record cost seen, so a
 // poll loop that adds what Room allows never passes the budget while
 // nothing is acknowledged; acks give room back, a record larger than the
 // whole budget goes alone, and revoked and released partitions give their

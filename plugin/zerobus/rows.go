@@ -31,7 +31,7 @@ type rowBatch struct {
 // placeholder bytes either, so the batch is nacked (kept by the input) and
 // the error says what to change.
 func newRowBatch(batch service.MessageBatch) (*rowBatch, error) {
-	b := &rowBatch{msgs: batch}
+	b := &rowBatch{msgs: batch, rows: make([]tablewriter.Row, 0, len(batch))}
 	for i, m := range batch {
 		p, err := kafkamsg.PackOf(m)
 		if err != nil {

@@ -11,23 +11,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/stretchr/testify/require"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchdata"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 )
 
 // benchAvroSchema is benchDefs' table as a registry Avro schema: the
 // benchmark rows of benchRows, encoded as a Confluent serializer would.
-const benchAvroSchema = `{"type":"record","name":"Event","fields":[
- {"name":"id","type":"long"},
- {"name":"user_id","type":["null","string"]},
- {"name":"event","type":["null","string"]},
- {"name":"amount","type":["null",{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}]},
- {"name":"price","type":["null","double"]},
- {"name":"qty","type":["null","int"]},
- {"name":"ok","type":["null","boolean"]},
- {"name":"ts","type":["null",{"type":"long","logicalType":"timestamp-micros"}]},
- {"name":"tags","type":["null",{"type":"array","items":"string"}]},
- {"name":"attrs","type":["null",{"type":"map","values":"string"}]}
-]}`
+const benchAvroSchema = benchdata.EventAvroSchema
 
 // benchAvroRows encodes the values of benchRows(n) with benchAvroSchema
 // (the registry's 5-byte header left off, as ConvertAvro takes them).

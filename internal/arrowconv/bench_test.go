@@ -9,10 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchdata"
 )
 
-const benchDefs = "id BIGINT NOT NULL, user_id STRING, event STRING, amount DECIMAL(12,2), price DOUBLE, " +
-	"qty INT, ok BOOLEAN, ts TIMESTAMP, tags ARRAY<STRING>, attrs MAP<STRING, STRING>"
+const benchDefs = benchdata.EventColumns
 
 // benchRows returns n realistic event rows for benchDefs, all valid.
 func benchRows(n int) [][]byte {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchdata"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/catalog/catalogfake"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/fastpath"
@@ -19,21 +20,10 @@ import (
 
 // The writer benchmark's table and its rows, as JSON and as framed Avro.
 const (
-	writeBenchDefs = "id BIGINT NOT NULL, user_id STRING, event STRING, amount DECIMAL(12,2), price DOUBLE, " +
-		"qty INT, ok BOOLEAN, ts TIMESTAMP, tags ARRAY<STRING>, attrs MAP<STRING, STRING>"
-	writeBenchSchema = `{"type":"record","name":"Event","fields":[
- {"name":"id","type":"long"},
- {"name":"user_id","type":["null","string"]},
- {"name":"event","type":["null","string"]},
- {"name":"amount","type":["null",{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}]},
- {"name":"price","type":["null","double"]},
- {"name":"qty","type":["null","int"]},
- {"name":"ok","type":["null","boolean"]},
- {"name":"ts","type":["null",{"type":"long","logicalType":"timestamp-micros"}]},
- {"name":"tags","type":["null",{"type":"array","items":"string"}]},
- {"name":"attrs","type":["null",{"type":"map","values":"string"}]}]}`
-	writeBenchID = 21
-	writeBenchN  = 8192
+	writeBenchDefs   = benchdata.EventColumns
+	writeBenchSchema = benchdata.EventAvroSchema
+	writeBenchID     = 21
+	writeBenchN      = 8192
 )
 
 type avroBuf []byte

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/benthos-zerobus/benthos-zerobus/internal/benchdata"
 	"github.com/benthos-zerobus/benthos-zerobus/internal/benchreport"
 )
 
@@ -176,19 +177,8 @@ func BenchmarkKafkaAvro(b *testing.B) {
 // The table, schema and records of BenchmarkKafkaAvro (the columns of
 // internal/tablewriter's BenchmarkWriteAvroFastPath).
 const (
-	avroBenchCols = "id BIGINT NOT NULL, user_id STRING, event STRING, amount DECIMAL(12,2), price DOUBLE, " +
-		"qty INT, ok BOOLEAN, ts TIMESTAMP, tags ARRAY<STRING>, attrs MAP<STRING, STRING>"
-	avroBenchSchema = `{"type":"record","name":"Event","fields":[
- {"name":"id","type":"long"},
- {"name":"user_id","type":["null","string"]},
- {"name":"event","type":["null","string"]},
- {"name":"amount","type":["null",{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}]},
- {"name":"price","type":["null","double"]},
- {"name":"qty","type":["null","int"]},
- {"name":"ok","type":["null","boolean"]},
- {"name":"ts","type":["null",{"type":"long","logicalType":"timestamp-micros"}]},
- {"name":"tags","type":["null",{"type":"array","items":"string"}]},
- {"name":"attrs","type":["null",{"type":"map","values":"string"}]}]}`
+	avroBenchCols   = benchdata.EventColumns
+	avroBenchSchema = benchdata.EventAvroSchema
 )
 
 var avroBenchEvents = []string{"page_view", "add_to_cart", "checkout", "refund"}
